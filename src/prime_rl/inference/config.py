@@ -1,0 +1,113 @@
+"""Configuration of the ``inference`` process (vLLM server + admin routes)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from prime_rl.config import BaseConfig
+
+LOOPBACK_HOSTS = ("localhost", "")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the server reachable from this machine only."""
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class InferenceConfig(BaseConfig):
+    """vLLM's OpenAI-compatible server plus the admin routes /update_weights and /reload_weights.
+
+    Unknown flags are passed to vLLM's own argument parser (e.g. --enable-prefix-caching),
+    which rejects what it does not know.
+    """
+
+    process: ClassVar[str] = "inference"
+    passthrough_unknown_flags: ClassVar[bool] = True
+
+    model: str = Field(min_length=1)
+    """HF model directory or hub name to serve (the base weights that /reload_weights restores)."""
+
+    served_model_name: str | None = None
+    """Name clients use in the `model` field of requests (default: the value of --model)."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind. Anything beyond loopback requires --admin_token."""
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """TCP port of the HTTP server (0 is not allowed by vLLM; pick a free port)."""
+
+    output_dir: Path = Path("outputs")
+    """Run directory: logs go to <output_dir>/logs/inference.log, the resolved config to configs/."""
+
+    weights_root: Path | None = None
+    """Directory that every /update_weights `weight_dir` must resolve inside (symlinks included).
+    Default: <output_dir>/weights."""
+
+    admin_token: SecretStr | None = None
+    """Bearer token required on admin routes (env PRIME_ADMIN_TOKEN). Mandatory beyond loopback."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """Tensor-parallel degree (GPUs per server)."""
+
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    """Fraction of GPU memory vLLM may use (ignored on CPU)."""
+
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Maximum context length (prompt + completion); default: the model's."""
+
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    """Token budget of one engine step."""
+
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Maximum number of sequences scheduled together."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weight/activation dtype. 'auto' picks float32 on CPU (AVX2 has no native bf16), else the model's."""
+
+    enforce_eager: bool = False
+    """Disable graph capture/compilation (starts much faster; slower steady state on GPU)."""
+
+    seed: int = 0
+    """Engine seed for sampling."""
+
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
+    """KV cache size in bytes (small values for tests); default: vLLM's own sizing."""
+
+    inflight_on_update: Literal["keep", "abort", "wait"] = "keep"
+    """What happens to requests in flight during a weight swap. keep: they are frozen, their KV
+    cache is dropped, and they resume under the new weights (tokens before the swap came from the
+    old weights); abort: they end with finish_reason 'abort'; wait: the swap waits until they finish
+    (new requests queue meanwhile)."""
+
+    max_update_bytes: int = Field(default=1 << 40, ge=1)
+    """Refuse a weight dir whose safetensors files add up to more than this."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level of the console and of logs/inference.log."""
+
+    vllm_args: list[str] = []
+    """Extra vLLM command-line arguments, passed through unchanged (also: unknown flags)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> InferenceConfig:
+        if not is_loopback(self.host) and self.admin_token is None:
+            raise ValueError(
+                f"host {self.host!r} is reachable beyond loopback: set --admin_token (or env PRIME_ADMIN_TOKEN) "
+                "so that nobody else can swap the served weights"
+            )
+        if self.admin_token is not None and not self.admin_token.get_secret_value().strip():
+            raise ValueError("admin_token is empty")
+        return self
+
+    @property
+    def resolved_weights_root(self) -> Path:
+        return (self.weights_root or self.output_dir / "weights").expanduser()

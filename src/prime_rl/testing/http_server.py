@@ -1,0 +1,173 @@
+"""A small OpenAI-compatible HTTP server for client tests and overhead benchmarks.
+
+It serves real HTTP on loopback (uvicorn in a background thread) and answers instantly or as
+scripted: a delay, a status code (429 with ``Retry-After``, 5xx), or a long stream that holds its
+connection. It is the "instant server" of the benchmarks and the fault injector of the client
+tests; it is never used where a test is about vLLM itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from prime_rl.testing.server import free_port
+
+
+@dataclass
+class Reply:
+    """One scripted answer: wait ``delay_s``, then answer ``status`` (with ``retry_after`` on 429)."""
+
+    status: int = 200
+    delay_s: float = 0.0
+    retry_after: float | None = None
+    body: dict | None = None
+
+
+@dataclass
+class ScriptState:
+    """What the server answers next, per path, and what it has seen."""
+
+    scripts: dict[str, deque[Reply]] = field(default_factory=dict)
+    rpc_ms: float = 5.0
+    stream_chunks: int = 20
+    stream_interval_s: float = 0.05
+    seen: list[tuple[str, float, dict]] = field(default_factory=list)
+    active_streams: int = 0
+
+    def script(self, path: str, *replies: Reply) -> None:
+        self.scripts.setdefault(path, deque()).extend(replies)
+
+    def next_reply(self, path: str) -> Reply:
+        queue = self.scripts.get(path)
+        return queue.popleft() if queue else Reply()
+
+
+def build_app(state: ScriptState) -> Starlette:
+    async def scripted(request: Request, path: str) -> Response | None:
+        body = await request.body()
+        state.seen.append((path, time.monotonic(), dict(request.headers)))
+        reply = state.next_reply(path)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.status != 200:
+            headers = {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else {}
+            return JSONResponse(
+                reply.body or {"error": f"scripted {reply.status}"}, status_code=reply.status, headers=headers
+            )
+        request.state.body = json.loads(body) if body else {}
+        request.state.reply = reply
+        return None
+
+    async def admin(request: Request) -> Response:
+        early = await scripted(request, request.url.path)
+        if early is not None:
+            return early
+        await asyncio.sleep(state.rpc_ms / 1000.0)
+        return JSONResponse({"status": "ok", "rpc_ms": state.rpc_ms})
+
+    async def completions(request: Request) -> Response:
+        path = request.url.path
+        early = await scripted(request, path)
+        if early is not None:
+            return early
+        body = request.state.body
+        if body.get("stream"):
+            return StreamingResponse(_stream(body), media_type="text/event-stream")
+        n = int(body.get("max_tokens") or 4)
+        text = "x" * n
+        usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
+        if path.endswith("/chat/completions"):
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            return JSONResponse(
+                {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "model": body.get("model"),
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
+        choice = {"index": 0, "text": text, "finish_reason": "length"}
+        return JSONResponse(
+            {
+                "id": "c",
+                "object": "text_completion",
+                "model": body.get("model"),
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
+
+    async def _stream(body: dict):
+        state.active_streams += 1
+        try:
+            for i in range(state.stream_chunks):
+                chunk = {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": "x",
+                            "finish_reason": None if i + 1 < state.stream_chunks else "length",
+                        }
+                    ]
+                }
+                yield f"data: {json.dumps(chunk)}\n\n"
+                await asyncio.sleep(state.stream_interval_s)
+            yield "data: [DONE]\n\n"
+        finally:
+            state.active_streams -= 1
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    return Starlette(
+        routes=[
+            Route("/update_weights", admin, methods=["POST"]),
+            Route("/reload_weights", admin, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+
+
+class LocalTestServer:
+    """Run :func:`build_app` on a free loopback port in a background thread (context manager)."""
+
+    def __init__(self, state: ScriptState | None = None):
+        self.state = state or ScriptState()
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            build_app(self.state), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def __enter__(self) -> LocalTestServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("local test server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

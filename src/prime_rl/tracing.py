@@ -1,0 +1,147 @@
+"""Trace ids, monotonic timers and the tagged-line grammar of DESIGN.md.
+
+A tagged line is ``[<tag>]`` or ``[<tag>][<trace_id>]``, then an event name (optional: the
+``[rollout]`` line has none), then ``key=value`` pairs. Values never contain whitespace; durations (keys ending in ``_ms``) carry one decimal and
+``t=`` (``time.monotonic()`` seconds) six. These lines are a public interface: users grep them and
+the analyzer parses them, so every module formats them through :func:`format_tagged` and nobody
+builds them by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+
+_TAG_RE = r"[A-Za-z0-9_.-]+"
+_LINE_RE = re.compile(
+    rf"\[(?P<tag>{_TAG_RE})\](?:\[(?P<tid>{_TAG_RE})\])?\s+(?P<event>[^\s\[=]+(?=\s|$))?(?P<rest>.*)$"
+)
+_WS_RE = re.compile(r"\s+")
+
+
+def new_trace_id() -> str:
+    """A short random trace id (12 hex chars) that joins client and server lines of one operation."""
+    return secrets.token_hex(6)
+
+
+def now() -> float:
+    """Monotonic seconds: the clock every ``t=`` field and every duration is taken from."""
+    return time.monotonic()
+
+
+def ms_since(start: float) -> float:
+    """Milliseconds elapsed since ``start`` (a :func:`now` value)."""
+    return (time.monotonic() - start) * 1000.0
+
+
+def _format_value(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if key == "t":
+            return f"{value:.6f}"
+        if key.endswith("_ms"):
+            return f"{value:.1f}"
+        return f"{value:.4g}" if abs(value) < 1e-3 and value != 0 else f"{value:.4f}".rstrip("0").rstrip(".")
+    text = str(value)
+    if not text:
+        return '""'
+    # Values have no spaces by contract: fold any whitespace into '_' rather than break parsers.
+    return _WS_RE.sub("_", text)
+
+
+def format_tagged(tag: str, event: str | None, trace_id: str | None = None, **fields: object) -> str:
+    """Render one tagged line, e.g. ``[weights][ab12] rpc.done op=update_weights t=12.000001 rpc_ms=3.2``.
+
+    ``event`` may be None for event-less lines (``[rollout] trunc_pct=...``). Fields keep their
+    keyword order; ``None`` values are left out.
+    """
+    if not re.fullmatch(_TAG_RE, tag):
+        raise ValueError(f"invalid tag {tag!r}")
+    if trace_id is not None and not re.fullmatch(_TAG_RE, trace_id):
+        raise ValueError(f"invalid trace id {trace_id!r}")
+    if event is not None and (not event or _WS_RE.search(event) or "=" in event or event.startswith("[")):
+        raise ValueError(f"invalid event name {event!r}")
+    head = f"[{tag}][{trace_id}]" if trace_id else f"[{tag}]"
+    parts = [head] if event is None else [head, event]
+    for key, value in fields.items():
+        if value is None:
+            continue
+        parts.append(f"{key}={_format_value(key, value)}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class TaggedLine:
+    """One parsed tagged line. ``fields`` keeps values as strings; use :meth:`num` for numbers."""
+
+    tag: str
+    event: str
+    """Event name; "" for event-less lines."""
+    trace_id: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def num(self, key: str, default: float | None = None) -> float | None:
+        """The field as a float, or ``default`` when absent or not a number."""
+        raw = self.fields.get(key)
+        if raw is None:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            return default
+
+
+def parse_tagged(text: str) -> TaggedLine | None:
+    """Find and parse the tagged part of a log line (any prefix such as a timestamp is skipped).
+
+    Returns ``None`` when the line holds no tagged part. Tokens without ``=`` after the event are
+    ignored, so a truncated or decorated line still yields what it has.
+    """
+    start = text.find("[")
+    while start != -1:
+        match = _LINE_RE.match(text, start)
+        if match and not match.group("event"):
+            # an event-less line must start its fields at once ("[x] [gen] ..." is not tag x)
+            first = match.group("rest").split(None, 1)
+            if not first or "=" not in first[0] or first[0].startswith("["):
+                match = None
+        if match:
+            fields: dict[str, str] = {}
+            for token in match.group("rest").split():
+                key, sep, value = token.partition("=")
+                if sep and key:
+                    fields[key] = value
+            return TaggedLine(match.group("tag"), match.group("event") or "", match.group("tid"), fields)
+        start = text.find("[", start + 1)
+    return None
+
+
+class Timer:
+    """Context manager measuring wall time on the monotonic clock.
+
+    >>> with Timer() as t:
+    ...     pass
+    >>> t.ms >= 0
+    True
+    """
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.end: float | None = None
+
+    def __enter__(self) -> Timer:
+        self.start = now()
+        self.end = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end = now()
+
+    @property
+    def ms(self) -> float:
+        """Elapsed milliseconds (up to now while still running)."""
+        end = self.end if self.end is not None else now()
+        return (end - self.start) * 1000.0

@@ -1,0 +1,154 @@
+"""Admin client and inference pool over real HTTP, against the local scripted test server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool, WeightUpdateError
+from prime_rl.testing.http_server import LocalTestServer, Reply
+
+
+@pytest.fixture
+def servers():
+    with LocalTestServer() as a, LocalTestServer() as b:
+        yield a, b
+
+
+def config(*servers, **admin) -> ClientConfig:
+    return ClientConfig(base_urls=[s.base_url for s in servers], admin={"backoff_s": 0.01, **admin})
+
+
+async def with_admin(cfg, fn, pool=None, token=None):
+    admin = AdminClient(cfg, pool=pool, token=token)
+    try:
+        return await fn(admin)
+    finally:
+        await admin.aclose()
+
+
+def test_update_reaches_every_server_with_trace_and_token(servers):
+    cfg = config(*servers)
+    results = asyncio.run(
+        with_admin(cfg, lambda a: a.update_weights("/w/step_1", trace_id="tr1"), token="sekrit")
+    )
+    assert sorted(r.url for r in results) == sorted(s.base_url for s in servers)
+    for server in servers:
+        ((path, _, headers),) = server.state.seen
+        assert (
+            path == "/update_weights"
+            and headers["x-trace-id"] == "tr1"
+            and headers["authorization"] == "Bearer sekrit"
+        )
+    for r in results:
+        assert r.rpc_ms == 5.0 and r.queue_ms == pytest.approx(r.wall_ms - r.rpc_ms)
+
+
+def test_5xx_and_connection_errors_are_retried_then_succeed(servers):
+    a, b = servers
+    a.state.script("/update_weights", Reply(status=503), Reply(status=500))
+    results = asyncio.run(with_admin(config(a, b), lambda adm: adm.update_weights("d")))
+    by_url = {r.url: r for r in results}
+    assert by_url[a.base_url].attempts == 3 and by_url[b.base_url].attempts == 1
+
+
+def test_4xx_is_not_retried_and_names_server_and_reason(servers):
+    a, b = servers
+    a.state.script(
+        "/update_weights", Reply(status=409, body={"status": "error", "error": "no STABLE marker"})
+    )
+    with pytest.raises(WeightUpdateError) as e:
+        asyncio.run(with_admin(config(a, b), lambda adm: adm.update_weights("d")))
+    assert len(e.value.errors) == 1 and e.value.errors[0].status == 409
+    assert a.base_url in str(e.value) and "no STABLE marker" in str(e.value)
+    assert len(a.state.seen) == 1  # not retried
+    assert len(b.state.seen) == 1  # the healthy server was still updated
+
+
+def test_retries_are_bounded(servers):
+    a, _ = servers
+    a.state.script("/reload_weights", *[Reply(status=500)] * 10)
+    with pytest.raises(WeightUpdateError, match="HTTP 500"):
+        asyncio.run(with_admin(config(a, max_retries=2), lambda adm: adm.reload_weights()))
+    assert len(a.state.seen) == 3
+
+
+def test_unreachable_server_fails_after_retries():
+    cfg = ClientConfig(
+        base_urls=["http://127.0.0.1:9"], admin={"backoff_s": 0.0, "max_retries": 1, "connect_timeout_s": 1}
+    )
+    with pytest.raises(WeightUpdateError, match="ConnectError"):
+        asyncio.run(with_admin(cfg, lambda adm: adm.update_weights("d")))
+
+
+def test_read_timeout_is_an_error_not_a_hang(servers):
+    a, _ = servers
+    a.state.script("/update_weights", Reply(delay_s=2.0), Reply(delay_s=2.0))
+    with pytest.raises(WeightUpdateError, match="Timeout"):
+        asyncio.run(with_admin(config(a, timeout_s=0.3, max_retries=1), lambda adm: adm.update_weights("d")))
+
+
+@pytest.mark.parametrize("mode", ["shared", "dedicated"])
+def test_shared_pool_queues_admin_behind_streams_and_dedicated_does_not(servers, mode):
+    """The bug the admin client exists for: a full streaming pool delays the update."""
+    a, _ = servers
+    a.state.stream_chunks, a.state.stream_interval_s = 10, 0.1  # each stream holds its connection ~1 s
+    cfg = ClientConfig(base_urls=[a.base_url], max_connections=4, admin={"mode": mode})
+
+    async def scenario():
+        pool = InferencePool(cfg)
+
+        async def stream():
+            body = {"model": "m", "prompt": "p", "stream": True}
+            async with pool.http.stream("POST", f"{a.base_url}/v1/completions", json=body) as r:
+                async for _ in r.aiter_lines():
+                    pass
+
+        tasks = [asyncio.create_task(stream()) for _ in range(4)]
+        while a.state.active_streams < 4:
+            await asyncio.sleep(0.01)
+        try:
+            (result,) = await with_admin(cfg, lambda adm: adm.update_weights("d"), pool=pool)
+        finally:
+            await asyncio.gather(*tasks)
+            await pool.aclose()
+        return result
+
+    result = asyncio.run(scenario())
+    if mode == "shared":
+        assert result.queue_ms > 500, result  # waited for a stream to free its connection
+    else:
+        assert result.queue_ms < 300, result
+
+
+def test_pool_picks_least_loaded_and_uses_openai_sdk(servers):
+    a, b = servers
+
+    async def scenario():
+        pool = InferencePool(config(a, b))
+        try:
+            with pool.track(pool.pick()):
+                second = pool.pick()
+            assert second == b.base_url
+            client = pool.openai(a.base_url)
+            assert client is pool.openai(a.base_url)
+            out = await client.completions.create(model="m", prompt="hi", max_tokens=3)
+            return out
+        finally:
+            await pool.aclose()
+
+    out = asyncio.run(scenario())
+    assert out.choices[0].text == "xxx" and out.usage.completion_tokens == 3
+
+
+def test_shared_mode_needs_the_pool():
+    with pytest.raises(ValueError, match="shared"):
+        AdminClient(ClientConfig(admin={"mode": "shared"}))
+
+
+def test_admin_token_from_env(monkeypatch, servers):
+    monkeypatch.setenv("PRIME_ADMIN_TOKEN", "from-env")
+    a, _ = servers
+    asyncio.run(with_admin(config(a), lambda adm: adm.reload_weights()))
+    assert a.state.seen[0][2]["authorization"] == "Bearer from-env"

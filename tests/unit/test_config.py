@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from prime_rl.config import BaseConfig, ConfigError, HelpRequested, StrictModel, load_config, parse_config
+from prime_rl.inference.config import InferenceConfig
+
+
+class Sampling(StrictModel):
+    max_tokens: int = 128
+    """Completion length."""
+
+    temperature: float = 1.0
+    """Sampling temperature."""
+
+
+class DemoConfig(BaseConfig):
+    """A demo process."""
+
+    process: ClassVar[str] = "demo"
+
+    output_dir: Path = Path("out")
+    """Where things go."""
+
+    max_steps: int = 10
+    """How many steps."""
+
+    verbose: bool = False
+    """Talk more."""
+
+    tags: list[str] = []
+    """Free-form tags."""
+
+    sampling: Sampling = Sampling()
+    """Sampling block."""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for key in ("PRIME_MAX_STEPS", "PRIME_SAMPLING__MAX_TOKENS", "PRIME_ADMIN_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_defaults_and_cli_overrides_with_nested_keys():
+    cfg, rest = load_config(
+        DemoConfig, ["--output_dir", "/x", "--max-steps=3", "--sampling.max_tokens", "512", "--verbose"]
+    )
+    assert rest == []
+    assert cfg.output_dir == Path("/x") and cfg.max_steps == 3 and cfg.verbose is True
+    assert cfg.sampling.max_tokens == 512 and cfg.sampling.temperature == 1.0
+
+
+def test_bool_flags_and_lists():
+    cfg, _ = load_config(DemoConfig, ["--no-verbose", "--tags", "a,b"])
+    assert cfg.verbose is False and cfg.tags == ["a", "b"]
+    cfg, _ = load_config(DemoConfig, ["--verbose", "false", "--tags", '["x y"]'])
+    assert cfg.verbose is False and cfg.tags == ["x y"]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_file_then_env_then_cli_priority(tmp_path, monkeypatch, suffix):
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".yaml":
+        path.write_text("max_steps: 5\nsampling:\n  max_tokens: 64\n  temperature: 0.5\n")
+    else:
+        path.write_text("max_steps = 5\n[sampling]\nmax_tokens = 64\ntemperature = 0.5\n")
+    cfg, _ = load_config(DemoConfig, ["--config", str(path)])
+    assert (cfg.max_steps, cfg.sampling.max_tokens, cfg.sampling.temperature) == (5, 64, 0.5)
+
+    monkeypatch.setenv("PRIME_MAX_STEPS", "7")
+    monkeypatch.setenv("PRIME_SAMPLING__MAX_TOKENS", "99")
+    cfg, _ = load_config(DemoConfig, ["--config", str(path)])
+    # env beats the file, and a nested env var merges key by key (temperature kept from the file)
+    assert (cfg.max_steps, cfg.sampling.max_tokens, cfg.sampling.temperature) == (7, 99, 0.5)
+
+    cfg, _ = load_config(
+        DemoConfig, ["--config", str(path), "--max_steps", "9", "--sampling.temperature", "0.1"]
+    )
+    assert (cfg.max_steps, cfg.sampling.max_tokens, cfg.sampling.temperature) == (9, 99, 0.1)
+
+
+def test_several_files_merge_in_order(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.toml"
+    a.write_text("max_steps: 1\nsampling: {max_tokens: 10, temperature: 0.2}\n")
+    b.write_text("[sampling]\nmax_tokens = 20\n")
+    cfg, _ = load_config(DemoConfig, ["--config", str(a), "--config", str(b)])
+    assert (cfg.max_steps, cfg.sampling.max_tokens, cfg.sampling.temperature) == (1, 20, 0.2)
+
+
+def test_unknown_key_in_file_names_the_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  max_tokenz: 5\n")
+    with pytest.raises(ConfigError, match=r"sampling\.max_tokenz: unknown key"):
+        load_config(DemoConfig, ["--config", str(path)])
+
+
+def test_unknown_flag_suggests_the_close_one():
+    with pytest.raises(ConfigError, match=r"unknown option --sampling\.max_tokenz.*--sampling\.max_tokens"):
+        load_config(DemoConfig, ["--sampling.max_tokenz", "5"])
+
+
+def test_bad_value_names_key_reason_and_input():
+    with pytest.raises(ConfigError) as e:
+        load_config(DemoConfig, ["--sampling.max_tokens", "lots"])
+    assert "sampling.max_tokens" in str(e.value) and "integer" in str(e.value) and "'lots'" in str(e.value)
+
+
+def test_unreadable_or_bad_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(DemoConfig, ["--config", str(tmp_path / "missing.yaml")])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_steps = = 3\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml: cannot parse"):
+        load_config(DemoConfig, ["--config", str(bad)])
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(DemoConfig, ["--config", str(lst)])
+    other = tmp_path / "c.ini"
+    other.write_text("x=1")
+    with pytest.raises(ConfigError, match="unknown format"):
+        load_config(DemoConfig, ["--config", str(other)])
+
+
+def test_missing_value_and_positional_are_errors():
+    with pytest.raises(ConfigError, match="--max_steps needs a value"):
+        load_config(DemoConfig, ["--max_steps"])
+    with pytest.raises(ConfigError, match="unexpected argument"):
+        load_config(DemoConfig, ["stray"])
+
+
+def test_help_lists_fields_with_docstrings_and_defaults():
+    with pytest.raises(HelpRequested) as h:
+        load_config(DemoConfig, ["--help"])
+    text = str(h.value)
+    assert "--sampling.max_tokens INT  (default: 128)" in text
+    assert "Completion length." in text and "--verbose  (default: False)" in text
+
+
+def test_parse_config_exits_2_with_message(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_config(DemoConfig, ["--max_steps", "x"])
+    assert e.value.code == 2
+    assert "max_steps" in capsys.readouterr().err
+
+
+def test_resolved_config_is_written_with_secrets_masked(tmp_path):
+    cfg, _ = load_config(
+        InferenceConfig, ["--model", "m", "--admin_token", "s3cret", "--output_dir", str(tmp_path)]
+    )
+    out = tmp_path / "configs" / "inference.json"
+    cfg.write_resolved(out)
+    data = json.loads(out.read_text())
+    assert data["model"] == "m" and data["admin_token"] == "**********"
+    assert "s3cret" not in out.read_text()
+
+
+def test_inference_passes_unknown_flags_through():
+    cfg, rest = load_config(
+        InferenceConfig, ["--model", "m", "--enable-prefix-caching", "--max-logprobs", "5", "--", "--x"]
+    )
+    assert cfg.model == "m"
+    assert rest == ["--enable-prefix-caching", "--max-logprobs", "5", "--x"]
+
+
+def test_inference_requires_token_beyond_loopback(monkeypatch):
+    with pytest.raises(ConfigError, match="admin_token"):
+        load_config(InferenceConfig, ["--model", "m", "--host", "0.0.0.0"])
+    cfg, _ = load_config(InferenceConfig, ["--model", "m", "--host", "::1"])
+    assert cfg.admin_token is None
+    monkeypatch.setenv("PRIME_ADMIN_TOKEN", "tok")
+    cfg, _ = load_config(InferenceConfig, ["--model", "m", "--host", "0.0.0.0"])
+    assert cfg.admin_token.get_secret_value() == "tok"
+
+
+def test_inference_vllm_argv_is_parsed_by_vllm():
+    from prime_rl.inference.server import parse_vllm_args, vllm_argv
+
+    cfg, rest = load_config(
+        InferenceConfig, ["--model", "m", "--port", "8123", "--enforce-eager", "--max-logprobs", "7"]
+    )
+    args = parse_vllm_args(vllm_argv(cfg, rest))
+    assert args.port == 8123 and args.enforce_eager is True and args.max_logprobs == 7
+    assert args.worker_extension_cls == "prime_rl.inference.worker.WeightUpdateExtension"
+    assert "prime_rl.inference.admin.FirstByteMiddleware" in args.middleware
+    with pytest.raises(SystemExit):
+        parse_vllm_args(vllm_argv(cfg, ["--no-such-vllm-flag"]))
