@@ -58,7 +58,9 @@ def main() -> None:
         before = ask_all(client, model)
         show("base weights", before)
 
-        weight_dir = write_perturbed_weights(args.model, server.weights_root / "step_1", scale=0.05, seed=1).resolve()
+        weight_dir = write_perturbed_weights(
+            args.model, server.weights_root / "step_1", scale=0.05, seed=1
+        ).resolve()
         admin = AdminClient(ClientConfig(base_urls=[server.base_url]))
 
         async def swap(op):

@@ -289,6 +289,12 @@ def parse_cli(model: type[BaseConfig], argv: Sequence[str]) -> ParsedArgs:
                 i += 1
             else:
                 parsed = True
+        elif (
+            value is None
+            and _model_of(info.annotation) is not None
+            and (i >= len(args) or args[i].startswith("--"))
+        ):
+            parsed = True  # a bare block flag (--resume): the block's own validator decides what it means
         else:
             if value is None:
                 if i >= len(args) or (args[i].startswith("--") and len(args[i]) > 2):

@@ -6,13 +6,13 @@ import asyncio
 import json
 import os
 import shutil
-from pathlib import Path
 
 import httpx
 import pytest
 import torch
 
 from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool, WeightUpdateError
+from prime_rl.testing.reference import hf_greedy, hf_model
 from prime_rl.testing.weights import perturbed_state_dict, write_perturbed_weights, write_weight_dir
 from prime_rl.tracing import parse_tagged
 
@@ -32,27 +32,6 @@ def server(inference_server):
         timeout=120,
     )
     assert r.status_code == 200, r.text
-
-
-def hf_model(model_dir: Path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-
-
-@torch.no_grad()
-def hf_greedy(model, prompt_ids: list[int], n: int) -> tuple[list[int], list[float]]:
-    """Greedy continuation and the logprob of each chosen token, computed by transformers."""
-    ids = torch.tensor([prompt_ids])
-    out, lps = [], []
-    for _ in range(n):
-        logits = model(ids).logits[0, -1].float()
-        logp = torch.log_softmax(logits, dim=-1)
-        tok = int(torch.argmax(logp))
-        out.append(tok)
-        lps.append(float(logp[tok]))
-        ids = torch.cat([ids, torch.tensor([[tok]])], dim=1)
-    return out, lps
 
 
 def complete(server, prompt: str = PROMPT, n: int = 12) -> dict:

@@ -44,6 +44,8 @@ class ScriptState:
     stream_interval_s: float = 0.05
     seen: list[tuple[str, float, dict]] = field(default_factory=list)
     active_streams: int = 0
+    active_at_arrival: list[int] = field(default_factory=list)
+    """Streams in flight when each request (in ``seen`` order) arrived."""
 
     def script(self, path: str, *replies: Reply) -> None:
         self.scripts.setdefault(path, deque()).extend(replies)
@@ -57,6 +59,7 @@ def build_app(state: ScriptState) -> Starlette:
     async def scripted(request: Request, path: str) -> Response | None:
         body = await request.body()
         state.seen.append((path, time.monotonic(), dict(request.headers)))
+        state.active_at_arrival.append(state.active_streams)
         reply = state.next_reply(path)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)

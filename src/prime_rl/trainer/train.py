@@ -1,0 +1,221 @@
+"""The trainer loop: step s reads ``rollouts/step_s``, takes one optimizer step, publishes
+``weights/step_{s+1}`` and, every ``ckpt.interval`` steps, a full checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import time
+from dataclasses import dataclass
+
+import torch
+from loguru import logger
+
+from prime_rl.logging import setup_logging
+from prime_rl.paths import RunPaths
+from prime_rl.trainer import ckpt
+from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
+from prime_rl.trainer.data import (
+    MicroBatch,
+    micro_batches,
+    read_rollout_batch,
+    rollout_path,
+    wait_for_rollouts,
+)
+from prime_rl.trainer.loss import LossStats, normalizer_for, policy_loss, token_logprobs_and_entropy
+from prime_rl.trainer.model import (
+    World,
+    all_reduce_sum,
+    block_causal_mask,
+    load_model,
+    setup_world,
+    teardown_world,
+)
+from prime_rl.trainer.weights import WeightPublisher, full_state_dict
+
+
+def lr_factor(cfg: SchedulerConfig, max_steps: int):
+    """Multiplier of the peak lr at each optimizer step (warmup, then constant/linear/cosine)."""
+
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.type == "constant":
+            return 1.0
+        span = max(max_steps - cfg.warmup_steps, 1)
+        progress = min(max(step - cfg.warmup_steps, 0) / span, 1.0)
+        decay = 1.0 - progress if cfg.type == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
+
+    return factor
+
+
+def _dummy_micro_batch() -> MicroBatch:
+    """A one-token micro-batch with no loss tokens: keeps FSDP collectives in step across ranks."""
+    one = torch.zeros(1, dtype=torch.int64)
+    return MicroBatch(
+        one, one.clone(), torch.zeros(1, dtype=torch.bool), torch.zeros(1), torch.zeros(1), one.clone(), 1
+    )
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@dataclass
+class StepResult:
+    loss: float
+    stats: LossStats
+    grad_norm: float
+    tokens: int
+
+
+def _sequences_with_loss(mbs: list[MicroBatch]) -> int:
+    return sum(int(torch.unique(mb.sample_ids[mb.loss_mask]).numel()) for mb in mbs)
+
+
+def _max_over_ranks(value: int, world: World) -> int:
+    if not world.distributed:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([value], device=world.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> StepResult:
+    """Forward/backward over the rank's micro-batches, grad clip, optimizer step."""
+    mbs = micro_batches(batch, cfg.data.micro_batch_tokens)
+    local = torch.tensor([batch.num_loss_tokens, _sequences_with_loss(mbs)], dtype=torch.float64)
+    global_tokens, global_seqs = (float(x) for x in all_reduce_sum(local, world))
+    normalizer = normalizer_for(cfg.loss, global_tokens, global_seqs)
+    # every rank must run as many forward/backward passes as the busiest one (FSDP collectives)
+    mbs += [_dummy_micro_batch() for _ in range(_max_over_ranks(len(mbs), world) - len(mbs))]
+
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    total_loss = 0.0
+    stats = LossStats()
+    for mb in mbs:
+        dev = world.device
+        ids = mb.input_ids.to(dev)
+        out = model(
+            input_ids=ids[None],
+            position_ids=mb.position_ids.to(dev)[None],
+            attention_mask=block_causal_mask(mb.sample_ids.to(dev)),
+        )
+        logp, entropy = token_logprobs_and_entropy(out.logits[0], ids, batch.temperature)
+        loss, mb_stats = policy_loss(
+            logp,
+            mb.inference_logprobs.to(dev),
+            mb.advantages.to(dev),
+            mb.loss_mask.to(dev),
+            mb.sample_ids.to(dev),
+            mb.num_samples,
+            cfg.loss,
+            normalizer,
+            entropy=entropy,
+        )
+        # FSDP averages gradients over ranks; the objective is their sum (each rank's loss is
+        # already divided by the global normaliser), so scale by the world size.
+        (loss * world.world_size).backward()
+        total_loss += float(loss.detach())
+        stats.add(mb_stats)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_grad_norm)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    reduced = all_reduce_sum(
+        torch.cat([torch.tensor([total_loss], dtype=torch.float64), stats.as_tensor()]), world
+    )
+    tokens = int(all_reduce_sum(torch.tensor([batch.num_tokens], dtype=torch.float64), world)[0])
+    return StepResult(float(reduced[0]), LossStats.from_tensor(reduced[1:]), float(grad_norm), tokens)
+
+
+def train(cfg: TrainerConfig) -> None:
+    world = setup_world()
+    paths = RunPaths(cfg.output_dir)
+    setup_logging(paths.trainer_log(world.rank), level=cfg.log_level, console=world.is_main)
+    if world.is_main:
+        cfg.write_resolved(paths.config_file("trainer"))
+    logger.info(f"trainer rank {world.rank}/{world.world_size} on {world.device}: {cfg.model.name}")
+    torch.manual_seed(cfg.seed)
+    try:
+        _train(cfg, world, paths)
+    finally:
+        teardown_world()
+
+
+def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
+    model = load_model(cfg.model, world)
+    vocab_size = int(model.config.vocab_size)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.optim.lr,
+        betas=cfg.optim.betas,
+        eps=cfg.optim.eps,
+        weight_decay=cfg.optim.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.scheduler, cfg.max_steps))
+    publisher = (
+        WeightPublisher(model, cfg.model.name, paths.weights_root, cfg.weights.max_shard_bytes)
+        if world.is_main
+        else None
+    )
+
+    start_step, total_tokens = 0, 0
+    if cfg.resume.enabled:
+        start_step = ckpt.resolve_resume_step(paths.checkpoints_root, cfg.resume.step)
+        progress = ckpt.load_checkpoint(paths.checkpoints_root, start_step, model, optimizer, world)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_factor(cfg.scheduler, cfg.max_steps), last_epoch=start_step - 1
+        ) if start_step else scheduler  # fmt: skip
+        for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+            group["lr"] = lr
+        total_tokens = int(progress.get("total_tokens", 0))
+        logger.info(f"resumed from checkpoint step {start_step} ({paths.checkpoint_dir(start_step)})")
+
+    for step in range(start_step, cfg.max_steps):
+        path = rollout_path(paths.rollouts_dir(step), world.rank)
+        waited = wait_for_rollouts(path, cfg.data.wait_timeout_s, cfg.data.poll_interval_s)
+        if waited > 1.0:
+            logger.info(f"step {step}: waited {waited:.1f}s for {path}")
+        batch = read_rollout_batch(path, vocab_size=vocab_size)
+        t0 = time.monotonic()
+        lr = scheduler.get_last_lr()[0]
+        result = train_step(model, optimizer, batch, cfg, world)
+        scheduler.step()
+        train_s = time.monotonic() - t0
+
+        state = full_state_dict(model)
+        write_ms = None
+        if publisher is not None:
+            _, write_ms, _ = publisher.publish(state, step + 1)
+            publisher.prune(cfg.weights_keep, newest=step + 1)
+        del state
+        total_tokens += result.tokens
+        if cfg.ckpt.interval and (step + 1) % cfg.ckpt.interval == 0:
+            ckpt.save_checkpoint(
+                paths.checkpoints_root, step + 1, model, optimizer, {"total_tokens": total_tokens}, world
+            )
+            ckpt.prune_checkpoints(paths.checkpoints_root, cfg.ckpt.keep, world)
+
+        if world.is_main:
+            summary = result.stats.summary()
+            metrics = {
+                "process": "trainer", "step": step, "loss": result.loss, **summary, "grad_norm": result.grad_norm,
+                "lr": lr, "tokens": result.tokens, "tokens_per_s": result.tokens / max(train_s, 1e-9),
+                "train_s": train_s, "wait_s": waited, "write_ms": write_ms,
+                "peak_mem_mb": _peak_memory_mb(world.device), "total_tokens": total_tokens,
+            }  # fmt: skip
+            logger.info(
+                f"step {step} | loss {result.loss:.4f} | entropy {summary['entropy']:.3f} | mismatch_kl "
+                f"{summary['mismatch_kl']:.2e} | grad_norm {result.grad_norm:.3f} | lr {lr:.2e} | "
+                f"{metrics['tokens_per_s']:.0f} tok/s | peak {metrics['peak_mem_mb']:.0f} MiB | waited {waited:.2f}s"
+            )
+            with open(paths.metrics_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(metrics) + "\n")

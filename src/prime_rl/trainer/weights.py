@@ -1,0 +1,145 @@
+"""Publishing ``weights/step_N``: HF-format sharded safetensors the inference servers load.
+
+The full state dict is gathered from the FSDP shards onto rank 0 (CPU), split into shards of at
+most ``max_shard_bytes`` with a ``model.safetensors.index.json``, written with the config and
+tokenizer into a temporary directory, fsynced, renamed into place, and only then marked
+``STABLE``. Tied weights (``lm_head`` sharing the embedding) are written once, as HF does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from prime_rl.logging import log_tagged
+from prime_rl.paths import STABLE, fsync_dir, is_stable, mark_stable
+
+INDEX_FILE = "model.safetensors.index.json"
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Gather the full (unsharded) state dict on CPU; collective under FSDP (every rank calls it).
+
+    Rank 0 gets the tensors; other ranks of a distributed run get an empty dict.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def tied_keys(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that are tied to another one (not written separately)."""
+    config = getattr(model, "config", None)
+    if not getattr(config, "tie_word_embeddings", False):
+        return set()
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return set(tied.keys() if isinstance(tied, dict) else tied)
+
+
+def plan_shards(state_dict: dict[str, torch.Tensor], max_shard_bytes: int) -> list[list[str]]:
+    """Group tensor names, in order, into shards of at most ``max_shard_bytes`` (a bigger tensor is alone)."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, tensor in state_dict.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    return shards
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+class WeightPublisher:
+    """Writes complete weight dirs for one model; created on rank 0 only."""
+
+    def __init__(self, model: torch.nn.Module, model_name: str, weights_root: Path, max_shard_bytes: int):
+        self.root = Path(weights_root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_shard_bytes = max_shard_bytes
+        self.skip = tied_keys(model)
+        self.static_files = self._static_files(model, model_name)
+        for stale in self.root.glob(".step_*.tmp*"):  # left by a crash mid-write: never complete
+            shutil.rmtree(stale, ignore_errors=True)
+
+    @staticmethod
+    def _static_files(model: torch.nn.Module, model_name: str) -> dict[str, bytes]:
+        """config.json, generation config and tokenizer files, rendered once."""
+        from transformers import AutoTokenizer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            model.config.save_pretrained(tmp)
+            gen = getattr(model, "generation_config", None)
+            if gen is not None:
+                gen.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(model_name).save_pretrained(tmp)
+            return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+
+    def publish(self, state_dict: dict[str, torch.Tensor], step: int) -> tuple[Path, float, int]:
+        """Write ``weights/step_{step}``; returns (path, write_ms, bytes of tensors)."""
+        from safetensors.torch import save_file
+
+        start = time.monotonic()
+        tensors = {k: v.contiguous() for k, v in state_dict.items() if k not in self.skip}
+        dest = self.root / f"step_{step}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".step_{step}.tmp", dir=self.root))
+        try:
+            shards = plan_shards(tensors, self.max_shard_bytes)
+            weight_map: dict[str, str] = {}
+            total = 0
+            for i, names in enumerate(shards, start=1):
+                fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+                save_file({n: tensors[n] for n in names}, str(tmp / fname), metadata={"format": "pt"})
+                _fsync_file(tmp / fname)
+                for n in names:
+                    weight_map[n] = fname
+                    total += tensors[n].numel() * tensors[n].element_size()
+            index = {"metadata": {"total_size": total, "step": step}, "weight_map": weight_map}
+            (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2))
+            for name, data in self.static_files.items():
+                (tmp / name).write_bytes(data)
+            for path in tmp.iterdir():
+                if not path.name.endswith(".safetensors"):
+                    _fsync_file(path)
+            fsync_dir(tmp)
+            if dest.exists():  # a resumed run re-publishing a step: swap the old one out first
+                old = self.root / f".step_{step}.tmp-old"
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(dest, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, dest)
+            fsync_dir(self.root)
+            mark_stable(dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        write_ms = (time.monotonic() - start) * 1000.0
+        log_tagged("ckpt", "write.done", step=step, write_ms=write_ms, bytes=total, shards=len(shards))
+        return dest, write_ms, total
+
+    def prune(self, keep: int, newest: int) -> list[Path]:
+        """Delete complete weight dirs older than the ``keep`` newest; never ``step_{newest}``."""
+        steps = sorted(
+            int(m.group(1)) for p in self.root.iterdir() if (m := _STEP_RE.match(p.name)) and is_stable(p)
+        )
+        doomed = [s for s in steps[:-keep] if s != newest] if keep > 0 else []
+        removed = []
+        for s in doomed:
+            path = self.root / f"step_{s}"
+            (path / STABLE).unlink(missing_ok=True)  # unmark first: a half-deleted dir is never "complete"
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        return removed
