@@ -49,7 +49,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests scripts benchmarks
 
 bench: model
-	$(PY) benchmarks/weight_update_latency.py --model $(MODEL)
+	$(PY) benchmarks/weight_update_latency.py
 	$(PY) benchmarks/reload_cost.py
 
 clean:

@@ -22,29 +22,8 @@ from prime_rl.inference.weights import weight_files
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.client import AdminClient, ClientConfig
 from prime_rl.testing.server import start_server
-from prime_rl.testing.tiny_model import TinyModelSpec, build_tiny_model
+from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
 from prime_rl.testing.weights import write_perturbed_weights
-
-SIZES = {
-    "tiny": TinyModelSpec(),
-    "small": TinyModelSpec(
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-    ),  # fmt: skip
-    "medium": TinyModelSpec(
-        vocab_size=8192,
-        hidden_size=768,
-        intermediate_size=3072,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=12,
-        head_dim=64,
-    ),  # fmt: skip
-}
 
 
 def raw_read_ms(files: list[Path]) -> tuple[float, int]:
@@ -63,14 +42,14 @@ def raw_read_ms(files: list[Path]) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="medium")
+    parser.add_argument("--size", choices=sorted(PRESETS), default="medium")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--output_dir", type=Path, default=Path("outputs/bench_reload_cost"))
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/reload_cost.json"))
     args = parser.parse_args()
     setup_logging(args.output_dir / "logs" / "orchestrator.log", console=False)
 
-    model = build_tiny_model(Path("models") / f"bench-{args.size}", SIZES[args.size])
+    model = build_tiny_model(Path("models") / f"bench-{args.size}", PRESETS[args.size])
     server = start_server(
         model, args.output_dir, extra_args=["--enforce-eager", "--kv-cache-memory-bytes", str(256 << 20)]
     )

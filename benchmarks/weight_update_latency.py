@@ -20,19 +20,7 @@ from pathlib import Path
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool
 from prime_rl.testing.server import start_server
-from prime_rl.testing.tiny_model import TinyModelSpec, build_tiny_model
-
-SIZES = {
-    "tiny": TinyModelSpec(),
-    "small": TinyModelSpec(
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-    ),  # fmt: skip
-}
+from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
 from prime_rl.testing.weights import write_perturbed_weights
 
 
@@ -108,9 +96,9 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--model", type=Path, default=Path("models/bench-small"), help="built here if missing"
+        "--model", type=Path, default=None, help="model dir (default models/bench-<size>, built if missing)"
     )
-    parser.add_argument("--size", choices=sorted(SIZES), default="small",
+    parser.add_argument("--size", choices=sorted(PRESETS), default="small",
                         help="model preset: 'tiny' decodes so fast on a CPU that per-token HTTP work saturates the "
                         "front end; 'small' (~20M params) gives a GPU-like per-stream token rate")  # fmt: skip
     parser.add_argument("--n", default="16,256,1024", help="concurrent streams, comma-separated")
@@ -124,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging(args.output_dir / "logs" / "orchestrator.log", console=False)
 
-    model = build_tiny_model(args.model, SIZES[args.size])
+    model = build_tiny_model(args.model or Path(f"models/bench-{args.size}"), PRESETS[args.size])
     extra = ["--enforce-eager", "--kv-cache-memory-bytes", str(512 * 1024 * 1024), "--max-num-seqs", "256"]
     server = start_server(model, args.output_dir, extra_args=extra)
     rows = []
