@@ -14,7 +14,7 @@ MODEL := models/tiny
 # `import transformers` next to torch+cpu; triton (1 GB) is unused on CPU.
 CPU_UNWANTED := torchvision torchaudio torchcodec triton
 
-.PHONY: install demo test test-fast lint format model bench clean
+.PHONY: install demo demo-swap test test-fast lint format model bench clean
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ model: $(STAMP)
 	$(PY) scripts/build_tiny_model.py --output $(MODEL)
 
 demo: model
+	$(VENV)/bin/rl --config configs/debug/rl.toml --clean
+	$(PY) scripts/show_rewards.py outputs/rl-debug/metrics.jsonl
+
+demo-swap: model
 	$(PY) scripts/demo_weight_swap.py --model $(MODEL) --output_dir outputs/demo
 
 test: $(STAMP)

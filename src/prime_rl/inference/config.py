@@ -82,6 +82,11 @@ class InferenceConfig(BaseConfig):
     kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
     """KV cache size in bytes (small values for tests); default: vLLM's own sizing."""
 
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs"
+    """Which logprobs the API returns. processed: after temperature (what the trainer recomputes
+    from logits / temperature, so its ratio to the inference logprobs is exact); raw: vLLM's
+    default, before temperature."""
+
     inflight_on_update: Literal["keep", "abort", "wait"] = "keep"
     """What happens to requests in flight during a weight swap. keep: they are frozen, their KV
     cache is dropped, and they resume under the new weights (tokens before the swap came from the

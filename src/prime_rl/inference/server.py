@@ -58,6 +58,7 @@ def vllm_argv(config: InferenceConfig, passthrough: list[str]) -> list[str]:
         "--gpu-memory-utilization", str(config.gpu_memory_utilization),
         "--dtype", dtype,
         "--seed", str(config.seed),
+        "--logprobs-mode", config.logprobs_mode,
         "--worker-extension-cls", EXTENSION_QUALNAME,
         "--middleware", MIDDLEWARE_QUALNAME,
     ]  # fmt: skip

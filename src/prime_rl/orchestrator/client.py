@@ -194,22 +194,29 @@ class AdminClient:
         if self._owns_http:
             await self.http.aclose()
 
-    async def update_weights(self, weight_dir: str, trace_id: str | None = None) -> list[AdminResult]:
-        """Tell every server to load ``weight_dir``; raises :class:`WeightUpdateError` if any fails."""
-        return await self._broadcast("/update_weights", {"weight_dir": str(weight_dir)}, trace_id)
+    async def update_weights(
+        self, weight_dir: str, trace_id: str | None = None, urls: list[str] | None = None
+    ) -> list[AdminResult]:
+        """Tell every server (or ``urls``) to load ``weight_dir``; :class:`WeightUpdateError` if any fails."""
+        return await self._broadcast("/update_weights", {"weight_dir": str(weight_dir)}, trace_id, urls)
 
-    async def reload_weights(self, trace_id: str | None = None) -> list[AdminResult]:
-        """Tell every server to go back to its base weights."""
-        return await self._broadcast("/reload_weights", {}, trace_id)
+    async def reload_weights(
+        self, trace_id: str | None = None, urls: list[str] | None = None
+    ) -> list[AdminResult]:
+        """Tell every server (or ``urls``) to go back to its base weights."""
+        return await self._broadcast("/reload_weights", {}, trace_id, urls)
 
-    async def _broadcast(self, path: str, body: dict, trace_id: str | None) -> list[AdminResult]:
+    async def _broadcast(
+        self, path: str, body: dict, trace_id: str | None, urls: list[str] | None
+    ) -> list[AdminResult]:
         tid = trace_id or new_trace_id()
+        targets = self.base_urls if urls is None else [_normalise(u) for u in urls]
         outcomes = await asyncio.gather(
-            *(self._call(url, path, body, tid) for url in self.base_urls), return_exceptions=True
+            *(self._call(url, path, body, tid) for url in targets), return_exceptions=True
         )
         errors: list[AdminError] = []
         results: list[AdminResult] = []
-        for url, out in zip(self.base_urls, outcomes, strict=True):
+        for url, out in zip(targets, outcomes, strict=True):
             if isinstance(out, AdminResult):
                 results.append(out)
             elif isinstance(out, AdminError):

@@ -13,7 +13,7 @@ import torch
 from loguru import logger
 
 from prime_rl.logging import setup_logging
-from prime_rl.paths import RunPaths
+from prime_rl.paths import RunPaths, is_stable
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import (
@@ -178,6 +178,11 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
             group["lr"] = lr
         total_tokens = int(progress.get("total_tokens", 0))
         logger.info(f"resumed from checkpoint step {start_step} ({paths.checkpoint_dir(start_step)})")
+        # the orchestrator resumes on weights/step_N, which retention may have deleted: publish it again
+        state = full_state_dict(model)
+        if publisher is not None and not is_stable(paths.weights_dir(start_step)):
+            publisher.publish(state, start_step)
+        del state
 
     for step in range(start_step, cfg.max_steps):
         path = rollout_path(paths.rollouts_dir(step), world.rank)

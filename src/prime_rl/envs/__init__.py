@@ -1,0 +1,1 @@
+"""Environments: task sources and verifiers, registered by name (see base.py)."""

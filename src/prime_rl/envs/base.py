@@ -1,0 +1,129 @@
+"""The environment interface: a task source and a verifier, registered by name.
+
+A :class:`Task` is a JSON-serialisable dict-like record with a ``prompt`` (chat messages) and
+whatever the verifier needs (``answer``, metadata). An :class:`Environment` yields tasks
+(deterministically from a seed) and scores one completion of a task:
+``score(task, completion) -> Score(reward, metrics)``. Scoring runs in worker processes, so an
+environment must be constructible from its name and JSON options alone (see :func:`load_env`).
+
+Single-turn for now; a multi-turn/tool environment would add a ``step(task, history)`` that
+returns the next user/tool message, with ``score`` seeing the whole transcript.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Task = dict[str, Any]
+"""One task: ``{"id": str, "prompt": [{"role": ..., "content": ...}], ...verifier fields}``."""
+
+
+@dataclass
+class Score:
+    """A verifier's verdict: the reward and any named numeric metrics (accuracy, length, ...)."""
+
+    reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class EnvError(ValueError):
+    """An environment could not be built or a task is malformed (names the env and the problem)."""
+
+
+class Environment:
+    """Base class. Subclasses implement :meth:`tasks` and :meth:`score`."""
+
+    name: str = "base"
+
+    def tasks(self, seed: int) -> Iterator[Task]:
+        """Tasks in a deterministic order for ``seed``; may be endless (generators) or finite (files)."""
+        raise NotImplementedError
+
+    def score(self, task: Task, completion: str) -> Score:
+        """Score one completion of ``task``; may raise (recorded as a failed rollout)."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, Callable[..., Environment]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Environment]], Callable[..., Environment]]:
+    """Class decorator: make an environment constructible by name."""
+
+    def deco(factory: Callable[..., Environment]) -> Callable[..., Environment]:
+        if name in _REGISTRY:
+            raise ValueError(f"environment {name!r} registered twice")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def available() -> list[str]:
+    _import_builtins()
+    return sorted(_REGISTRY)
+
+
+def load_env(name: str, options: dict[str, Any] | None = None) -> Environment:
+    """Build an environment from a registered name or an import path ``package.module:Class``,
+    with its options (errors name both)."""
+    _import_builtins()
+    if ":" in name:
+        import importlib
+
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise EnvError(f"environment {name!r}: cannot import: {e}") from e
+    elif name in _REGISTRY:
+        factory = _REGISTRY[name]
+    else:
+        raise EnvError(
+            f"unknown environment {name!r}; available: {', '.join(sorted(_REGISTRY))} (or module:Class)"
+        )
+    try:
+        env = factory(**(options or {}))
+    except TypeError as e:
+        raise EnvError(f"environment {name!r}: bad options {options}: {e}") from e
+    env.name = name
+    return env
+
+
+def _import_builtins() -> None:
+    from prime_rl.envs import math_qa, reasoning_gym_env, toy  # noqa: F401  (registers them)
+
+
+def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:
+    """Tasks from a JSONL file; a bad line raises :class:`EnvError` naming file, line and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise EnvError(f"task file {path} not found")
+    tasks = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise EnvError(f"{path}:{lineno}: not valid JSON: {e}") from e
+            if not isinstance(row, dict):
+                raise EnvError(f"{path}:{lineno}: expected a JSON object")
+            for key in required:
+                if key not in row:
+                    raise EnvError(f"{path}:{lineno}: missing field '{key}'")
+            row.setdefault("id", f"{path.stem}-{lineno}")
+            tasks.append(row)
+    if not tasks:
+        raise EnvError(f"task file {path} holds no tasks")
+    return tasks
+
+
+def user_prompt(text: str, system: str | None = None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": text}]

@@ -1,0 +1,46 @@
+"""``toy``: a task a random-initialised tiny model learns within a few dozen steps on a CPU.
+
+Every prompt asks for vowel-rich text; the reward is the fraction of letters in the completion
+that are vowels (a, e, i, o, u). A random model already emits some vowels, so the reward has
+variance within each group from the first step (GRPO needs that), and the policy can raise it
+steadily by preferring vowel-heavy tokens, which shows up as a rising reward curve in the demo.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from prime_rl.envs.base import Environment, Score, Task, register, user_prompt
+
+VOWELS = set("aeiouAEIOU")
+_PHRASES = [
+    "Write a word with as many vowels as you can.",
+    "Say something that sounds like aaa eee ooo.",
+    "Reply using vowels: a, e, i, o, u.",
+    "Make a vowel-rich name, number {n}.",
+]
+
+
+def vowel_fraction(text: str) -> tuple[float, int]:
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return 0.0, 0
+    return sum(c in VOWELS for c in letters) / len(letters), len(letters)
+
+
+@register("toy")
+class VowelEnv(Environment):
+    """Options: none."""
+
+    def tasks(self, seed: int) -> Iterator[Task]:
+        rng = random.Random(seed)
+        i = 0
+        while True:
+            text = rng.choice(_PHRASES).format(n=rng.randrange(1000))
+            yield {"id": f"toy-{seed}-{i}", "prompt": user_prompt(text)}
+            i += 1
+
+    def score(self, task: Task, completion: str) -> Score:
+        frac, letters = vowel_fraction(completion)
+        return Score(reward=frac, metrics={"vowel_frac": frac, "letters": float(letters)})

@@ -1,0 +1,146 @@
+"""Configuration of the ``orchestrator`` process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from prime_rl.config import BaseConfig, StrictModel
+from prime_rl.orchestrator.client import ClientConfig
+from prime_rl.trainer.config import ResumeConfig
+
+
+class SamplingConfig(StrictModel):
+    """Sampling parameters of every rollout request."""
+
+    max_tokens: int = Field(default=128, ge=1)
+    """Completion length limit (a completion that hits it counts as truncated)."""
+
+    temperature: float = Field(default=1.0, gt=0)
+    """Sampling temperature (the trainer rescales its logits by the same value)."""
+
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling; 1.0 keeps the trainer's ratio exact."""
+
+    seed: int | None = None
+    """Base sampling seed (each request gets seed + a counter); None: unseeded."""
+
+
+class EnvConfig(StrictModel):
+    """The environment: task source and verifier."""
+
+    name: str = "toy"
+    """Registered environment name (toy, reasoning_gym, math)."""
+
+    options: dict[str, Any] = {}
+    """Options of the environment (e.g. {"path": "data/math.jsonl"} for math)."""
+
+    seed: int = 0
+    """Seed of the task order."""
+
+
+class VerifyConfig(StrictModel):
+    """Scoring off the event loop."""
+
+    workers: int = Field(default=2, ge=1)
+    """Verifier processes."""
+
+    timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds one score() call may take; a slower one is recorded as a failure (reward 0)."""
+
+
+class AdvantageConfig(StrictModel):
+    """Group-relative advantages."""
+
+    std_normalize: bool = False
+    """Divide by the group's reward std (GRPO); off: Dr.GRPO-style mean baseline only."""
+
+    filter_zero: bool = False
+    """Drop groups whose advantages are all zero (every rollout got the same reward)."""
+
+
+class OrchestratorConfig(BaseConfig):
+    """The orchestrator: keeps rollouts in flight, scores them, enforces async_level, feeds the trainer."""
+
+    process: ClassVar[str] = "orchestrator"
+
+    output_dir: Path = Path("outputs")
+    """Run directory shared with the trainer and the inference server."""
+
+    max_steps: int = Field(default=10, ge=1)
+    """Produce batches for steps 0..max_steps-1."""
+
+    model: str = "models/tiny"
+    """Model name the servers serve (the `model` field of requests)."""
+
+    batch_size: int = Field(default=64, ge=1)
+    """Rollouts per step (a multiple of rollouts_per_example)."""
+
+    rollouts_per_example: int = Field(default=8, ge=1)
+    """Group size: completions sampled per task (one request with n=group size)."""
+
+    async_level: int = Field(default=1, ge=0)
+    """Max policy lag: step s uses weights of step >= s - async_level (0 = on-policy)."""
+
+    max_inflight: int = Field(default=32, ge=1)
+    """Tasks (groups) in flight at once across all servers."""
+
+    seq_len: int = Field(default=2048, ge=2)
+    """Max prompt + completion tokens; longer samples are dropped."""
+
+    trainer_world_size: int = Field(default=1, ge=1)
+    """Trainer ranks: one rollout file per rank per step."""
+
+    ckpt_interval: int | None = Field(default=None, ge=1)
+    """Save orchestrator progress every this many steps (use the trainer's ckpt.interval)."""
+
+    startup_timeout_s: float = Field(default=600.0, gt=0)
+    """Wait this long for the inference servers at start (with a countdown), then fail."""
+
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    """Seconds one rollout request may take before it is retried."""
+
+    max_request_retries: int = Field(default=5, ge=0)
+    """Retries of a failed rollout request (on any server), then the run fails."""
+
+    weights_timeout_s: float = Field(default=3600.0, gt=0)
+    """Wait this long for weights/step_N/STABLE at the async barrier."""
+
+    resume: ResumeConfig = ResumeConfig()
+    """Resume from checkpoints/step_N/orchestrator: --resume (latest) or --resume.step N."""
+
+    client: ClientConfig = ClientConfig()
+    """Inference servers, shared pool and admin client."""
+
+    sampling: SamplingConfig = SamplingConfig()
+    """Sampling parameters."""
+
+    env: EnvConfig = EnvConfig()
+    """Environment."""
+
+    verify: VerifyConfig = VerifyConfig()
+    """Verification."""
+
+    advantage: AdvantageConfig = AdvantageConfig()
+    """Advantages."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level of the console and of logs/orchestrator.log."""
+
+    @model_validator(mode="after")
+    def _check(self) -> OrchestratorConfig:
+        if self.batch_size % self.rollouts_per_example:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not a multiple of rollouts_per_example {self.rollouts_per_example}"
+            )
+        if self.sampling.max_tokens >= self.seq_len:
+            raise ValueError(
+                f"sampling.max_tokens {self.sampling.max_tokens} leaves no room for a prompt in seq_len {self.seq_len}"
+            )
+        return self
+
+    @property
+    def groups_per_step(self) -> int:
+        return self.batch_size // self.rollouts_per_example

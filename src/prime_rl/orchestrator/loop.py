@@ -1,0 +1,458 @@
+"""The orchestrator loop: rollouts in flight continuously, the async barrier, batches for the trainer.
+
+A producer task keeps up to ``max_inflight`` groups (one task, ``rollouts_per_example``
+completions, one request with ``n``) in flight across the servers, tagging each with the policy
+step that serves it, but never starts more than the current policy can legally serve
+(:func:`barrier.groups_wanted`). The step loop waits at the barrier for ``weights/step_{s -
+async_level}``, loads it on every server through the admin client, collects the step's groups
+(dropping any that became too stale), and publishes one rollout file per trainer rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from loguru import logger
+
+from prime_rl.envs.base import Task, load_env
+from prime_rl.logging import log_tagged
+from prime_rl.orchestrator.advantages import group_advantages, is_degenerate
+from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
+from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
+from prime_rl.orchestrator.client import AdminClient, InferencePool, WeightUpdateError
+from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.orchestrator.verify import VerifierPool
+from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable
+
+COMPONENT = "orchestrator"
+
+
+class OrchestratorError(RuntimeError):
+    """The run cannot go on (servers unreachable, requests failing past their retries, no weights)."""
+
+
+def _retryable(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+class Orchestrator:
+    def __init__(self, cfg: OrchestratorConfig):
+        self.cfg = cfg
+        self.paths = RunPaths(cfg.output_dir)
+        self.env = load_env(cfg.env.name, cfg.env.options)
+        self.pool = InferencePool(cfg.client)
+        self.admin = AdminClient(cfg.client, pool=self.pool)
+        self.verifier = VerifierPool(cfg.env.name, cfg.env.options, cfg.verify.workers, cfg.verify.timeout_s)
+        self.step = 0
+        self.ckpt_step = 0
+        self.ready: list[Group] = []
+        self.inflight: set[asyncio.Task] = set()
+        self.down: set[str] = set()
+        self.fatal: BaseException | None = None
+        self._wake_producer = asyncio.Event()
+        self._group_ready = asyncio.Event()
+        self._tasks = enumerate(self.env.tasks(cfg.env.seed))
+        self._skip: set[int] = set()
+        self._low_water = 0
+        self._used: set[int] = set()
+        self._requests = 0
+        self._last_wait_ms = 0.0
+        self._last_step_end = time.monotonic()
+        self.counters = {
+            "retries": 0,
+            "stale_dropped": 0,
+            "zero_filtered": 0,
+            "too_long": 0,
+            "request_errors": 0,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        producer = health = None
+        try:
+            await self.wait_for_servers()
+            start = await self._resume() if self.cfg.resume.enabled else 0
+            producer = asyncio.create_task(self._produce())
+            health = asyncio.create_task(self._health_loop())
+            for step in range(start, self.cfg.max_steps):
+                await self._run_step(step)
+        finally:
+            for t in [producer, health, *self.inflight]:
+                if t is not None:
+                    t.cancel()
+            await asyncio.gather(
+                *[t for t in [producer, health, *self.inflight] if t is not None], return_exceptions=True
+            )
+            self.verifier.close()
+            await self.admin.aclose()
+            await self.pool.aclose()
+
+    async def wait_for_servers(self) -> None:
+        """Wait for every server's /health, with a visible countdown; then a clear error."""
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        pending = list(self.pool.base_urls)
+        next_note = 0.0
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while pending:
+                for url in list(pending):
+                    try:
+                        if (await client.get(f"{url}/health")).status_code == 200:
+                            pending.remove(url)
+                            logger.info(f"inference server {url} is up")
+                    except httpx.HTTPError:
+                        pass
+                if not pending:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise OrchestratorError(
+                        f"inference server(s) {', '.join(pending)} not reachable after {self.cfg.startup_timeout_s:.0f}s "
+                        "(started? right --client.base_urls?)"
+                    )
+                if time.monotonic() >= next_note:
+                    logger.info(f"waiting for inference server(s) {', '.join(pending)}: {left:.0f}s left")
+                    next_note = time.monotonic() + 10.0
+                await asyncio.sleep(1.0)
+
+    # ------------------------------------------------------------------ one step
+
+    async def _run_step(self, step: int) -> None:
+        self.step = step
+        self._wake_producer.set()
+        wait_ms = await self._barrier(step)
+        t0 = time.monotonic()
+        log_tagged(
+            "gen", "batch.start", step=step, inflight=len(self.inflight), target_batch=self.cfg.batch_size
+        )
+        groups = await self._collect(step)
+        gen_ms = (time.monotonic() - t0) * 1000.0
+        rollouts = [r for g in groups for r in g.rollouts]
+        log_tagged(
+            "gen",
+            "batch.done",
+            step=step,
+            completions=len(rollouts),
+            dur_ms=gen_ms,
+            inflight=len(self.inflight),
+        )
+        step_s = time.monotonic() - self._last_step_end
+        self._last_step_end = time.monotonic()
+        verify_ms = sum(r.verify_ms for r in rollouts)
+        failures = sum(r.error is not None for r in rollouts)
+        log_tagged(
+            "verify", "batch.done", step=step, completions=len(rollouts), dur_ms=verify_ms, failures=failures
+        )
+        oldest = min(g.ckpt_step for g in groups)
+        truncated = sum(r.truncated for r in rollouts)
+        trunc_pct = 100.0 * truncated / max(len(rollouts), 1)
+        log_tagged(
+            "rollout", None, trunc_pct=trunc_pct, current_step=step, ckpt_step=oldest, staleness=step - oldest
+        )
+        write_step_batches(
+            self.paths.rollouts_dir(step),
+            step,
+            rollouts,
+            self.cfg.trainer_world_size,
+            self.cfg.sampling.temperature,
+        )
+        for g in groups:
+            self._used.add(g.task_index)
+        self._metrics(step, rollouts, trunc_pct, step - oldest, wait_ms, gen_ms, verify_ms, failures, step_s)
+        if self.cfg.ckpt_interval and (step + 1) % self.cfg.ckpt_interval == 0:
+            self._save_progress(step + 1)
+
+    async def _barrier(self, step: int) -> float:
+        target = update_target(step, self.ckpt_step, self.cfg.async_level)
+        if target is None:
+            return 0.0
+        await self._load_weights(target)
+        return self._last_wait_ms
+
+    async def _load_weights(self, target: int) -> None:
+        weight_dir = self.paths.weights_dir(target)
+        log_tagged("ckpt", "wait.start", target_step=target)
+        start = time.monotonic()
+        while not is_stable(weight_dir):
+            if self.fatal is not None:
+                raise self.fatal
+            if time.monotonic() - start > self.cfg.weights_timeout_s:
+                raise OrchestratorError(
+                    f"{weight_dir} not published after {self.cfg.weights_timeout_s:.0f}s (is the trainer running?)"
+                )
+            await asyncio.sleep(0.05)
+        self._last_wait_ms = (time.monotonic() - start) * 1000.0
+        log_tagged("ckpt", "wait.done", target_step=target, wait_ms=self._last_wait_ms)
+        await self._update_servers(
+            str(weight_dir.resolve()), [u for u in self.pool.base_urls if u not in self.down]
+        )
+        self.ckpt_step = target
+        self._wake_producer.set()
+
+    async def _update_servers(self, weight_dir: str, urls: list[str]) -> None:
+        try:
+            await self.admin.update_weights(weight_dir, urls=urls)
+        except WeightUpdateError as e:
+            failed = {err.url for err in e.errors}
+            if any(err.status is not None and 400 <= err.status < 500 for err in e.errors):
+                raise OrchestratorError(f"weight update refused: {e}") from e
+            self.down |= failed
+            logger.warning(
+                f"servers {sorted(failed)} failed the weight update and are out until they recover: {e}"
+            )
+            if not set(self.pool.base_urls) - self.down:
+                raise OrchestratorError(f"no inference server took the weight update: {e}") from e
+
+    async def _collect(self, step: int) -> list[Group]:
+        groups: list[Group] = []
+        while len(groups) < self.cfg.groups_per_step:
+            if self.fatal is not None:
+                raise self.fatal
+            if not self.ready:
+                self._group_ready.clear()
+                await self._group_ready.wait()
+                continue
+            group = self.ready.pop(0)
+            self._wake_producer.set()
+            if not is_usable(group.ckpt_step, step, self.cfg.async_level):
+                self.counters["stale_dropped"] += 1
+                self._used.add(group.task_index)  # the task stream moves on; the task is not redone
+                continue
+            if self.cfg.advantage.filter_zero and is_degenerate([r.advantage for r in group.rollouts]):
+                self.counters["zero_filtered"] += 1
+                self._used.add(group.task_index)
+                continue
+            groups.append(group)
+        return groups
+
+    # ------------------------------------------------------------------ producing groups
+
+    async def _produce(self) -> None:
+        try:
+            while True:
+                have = len(self.inflight) + len(self.ready)
+                want = groups_wanted(
+                    self.step, self.ckpt_step, self.cfg.async_level, self.cfg.groups_per_step, have
+                )
+                for _ in range(min(want, self.cfg.max_inflight - len(self.inflight))):
+                    index, task = self._next_task()
+                    t = asyncio.create_task(self._generate(index, task, self.ckpt_step))
+                    self.inflight.add(t)
+                    t.add_done_callback(self._group_done)
+                self._wake_producer.clear()
+                await self._wake_producer.wait()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # pragma: no cover - surfaced through self.fatal
+            self.fatal = e
+            self._group_ready.set()
+
+    def _next_task(self) -> tuple[int, Task]:
+        for index, task in self._tasks:
+            if index < self._low_water or index in self._skip:
+                continue
+            return index, task
+        raise OrchestratorError(f"environment {self.cfg.env.name!r} ran out of tasks")
+
+    def _group_done(self, t: asyncio.Task) -> None:
+        self.inflight.discard(t)
+        if t.cancelled():
+            return
+        exc = t.exception()
+        if exc is not None and self.fatal is None:
+            self.fatal = exc
+        self._group_ready.set()
+        self._wake_producer.set()
+
+    async def _generate(self, index: int, task: Task, ckpt_step: int) -> None:
+        cfg = self.cfg
+        body: dict[str, Any] = {
+            "model": cfg.model, "messages": task["prompt"], "n": cfg.rollouts_per_example,
+            "max_tokens": cfg.sampling.max_tokens, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
+            "logprobs": True, "return_token_ids": True, "skip_special_tokens": False,
+        }  # fmt: skip
+        if cfg.sampling.seed is not None:
+            body["seed"] = cfg.sampling.seed + self._requests
+        self._requests += 1
+        start = time.monotonic()
+        data = await self._request(body)
+        gen_ms = (time.monotonic() - start) * 1000.0
+        if data is None:  # the server refused this task (e.g. prompt too long): skip it
+            self._used.add(index)
+            return
+        prompt_ids = list(data["prompt_token_ids"])
+        rollouts = []
+        for choice in data["choices"]:
+            ids = list(choice["token_ids"])
+            lps = [float(x["logprob"]) for x in (choice.get("logprobs") or {}).get("content") or []]
+            if len(lps) != len(ids):
+                raise OrchestratorError(f"server returned {len(ids)} token ids but {len(lps)} logprobs")
+            lps = [max(lp, -1e4) if math.isfinite(lp) else -1e4 for lp in lps]
+            text = choice["message"].get("content") or ""
+            rollouts.append(
+                Rollout(prompt_ids, ids, lps, text, truncated=choice.get("finish_reason") == "length")
+            )
+        kept = [r for r in rollouts if r.num_tokens <= cfg.seq_len]
+        self.counters["too_long"] += len(rollouts) - len(kept)
+        verdicts = await asyncio.gather(*(self.verifier.score(task, r.text) for r in kept))
+        for r, v in zip(kept, verdicts, strict=True):
+            r.reward, r.metrics, r.error, r.verify_ms = v.reward, v.metrics, v.error, v.ms
+        for r, a in zip(
+            kept, group_advantages([r.reward for r in kept], cfg.advantage.std_normalize), strict=True
+        ):
+            r.advantage = a
+        if kept:
+            self.ready.append(Group(index, str(task.get("id", index)), ckpt_step, kept, gen_ms))
+
+    async def _request(self, body: dict) -> dict | None:
+        """POST one chat completion, retrying on other servers; None when the server refuses the task."""
+        last = "no attempt"
+        for attempt in range(self.cfg.max_request_retries + 1):
+            url = await self._pick()
+            start = time.monotonic()
+            status: int | None = None
+            try:
+                with self.pool.track(url):
+                    r = await self.pool.http.post(
+                        f"{url}/v1/chat/completions", json=body, timeout=self.cfg.request_timeout_s
+                    )
+                status = r.status_code
+                if r.status_code == 200:
+                    return r.json()
+                last = f"HTTP {r.status_code}: {r.text[:300]}"
+                if not _retryable(r.status_code):
+                    self.counters["request_errors"] += 1
+                    logger.warning(f"task refused by {url} ({last}); skipping it")
+                    return None
+                retry_after = r.headers.get("retry-after")
+                delay = (
+                    float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
+                )
+            except (httpx.TransportError, httpx.TimeoutException) as e:
+                last = f"{type(e).__name__}: {e}"
+                delay = None
+                if isinstance(e, httpx.ConnectError):
+                    self.down.add(url)
+            self.counters["retries"] += 1
+            delay = delay if delay is not None else min(0.5 * 2**attempt, 10.0) * (0.5 + random.random())
+            log_tagged("gen", "request.retry", url=url, status=status or "error", attempt=attempt + 1, wait_ms=delay * 1000.0,
+                       elapsed_ms=(time.monotonic() - start) * 1000.0)  # fmt: skip
+            await asyncio.sleep(delay)
+        raise OrchestratorError(
+            f"rollout request failed after {self.cfg.max_request_retries + 1} attempts; last error: {last}"
+        )
+
+    async def _pick(self) -> str:
+        """The least-loaded healthy server; waits (bounded) while every server is down."""
+        deadline = time.monotonic() + self.cfg.request_timeout_s
+        while True:
+            up = [u for u in self.pool.base_urls if u not in self.down]
+            if up:
+                return min(up, key=lambda u: self.pool.inflight[u])
+            if time.monotonic() > deadline:
+                raise OrchestratorError(f"every inference server is down ({', '.join(sorted(self.down))})")
+            await asyncio.sleep(0.5)
+
+    async def _health_loop(self) -> None:
+        """Bring recovered servers back: health check, then load the current weights, then serve."""
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                await asyncio.sleep(2.0)
+                for url in sorted(self.down):
+                    try:
+                        if (await client.get(f"{url}/health")).status_code != 200:
+                            continue
+                        if self.ckpt_step > 0:
+                            await self.admin.update_weights(
+                                str(self.paths.weights_dir(self.ckpt_step).resolve()), urls=[url]
+                            )
+                        else:
+                            await self.admin.reload_weights(urls=[url])
+                    except (httpx.HTTPError, WeightUpdateError):
+                        continue
+                    self.down.discard(url)
+                    logger.info(f"inference server {url} is back (policy step {self.ckpt_step})")
+
+    # ------------------------------------------------------------------ metrics, progress, resume
+
+    def _metrics(self, step: int, rollouts: list[Rollout], trunc_pct: float, staleness: int, wait_ms: float,
+                 gen_ms: float, verify_ms: float, failures: int, step_s: float) -> None:  # fmt: skip
+        rewards = [r.reward for r in rollouts]
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+        completion_tokens = sum(len(r.completion_ids) for r in rollouts)
+        extra: dict[str, float] = {}
+        for key in sorted({k for r in rollouts for k in r.metrics}):
+            vals = [r.metrics[key] for r in rollouts if key in r.metrics]
+            extra[f"env/{key}"] = sum(vals) / len(vals)
+        secs = max(step_s, 1e-9)  # wall time of the whole step: batches produced ahead are not free
+        row = {
+            "process": "orchestrator", "step": step, "reward_mean": mean, "reward_std": std,
+            "pass_rate": sum(x >= 1.0 for x in rewards) / len(rewards), "trunc_pct": trunc_pct, "staleness": staleness,
+            "seq_len_mean": sum(r.num_tokens for r in rollouts) / len(rollouts),
+            "completion_len_mean": completion_tokens / len(rollouts), "rollouts_per_s": len(rollouts) / secs,
+            "tokens_per_s": completion_tokens / secs, "wait_weights_ms": wait_ms, "gen_ms": gen_ms, "verify_ms": verify_ms,
+            "verify_failures": failures, "step_s": step_s, "ckpt_step": self.ckpt_step, **self.counters, **extra,
+        }  # fmt: skip
+        logger.info(
+            f"step {step} | reward {mean:.3f} ± {std:.3f} | pass {row['pass_rate']:.2f} | trunc {trunc_pct:.1f}% | "
+            f"staleness {staleness} | {row['rollouts_per_s']:.1f} rollouts/s | gen {gen_ms:.0f} ms | "
+            f"weights wait {wait_ms:.0f} ms | verify failures {failures}"
+        )
+        with open(self.paths.metrics_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def _save_progress(self, next_step: int) -> None:
+        while self._low_water in self._used:
+            self._used.discard(self._low_water)
+            self._low_water += 1
+        part = self.paths.checkpoint_dir(next_step) / COMPONENT
+        if part.exists():
+            shutil.rmtree(part)
+        atomic_write_json(part / "progress.json", {"step": next_step, "low_water": self._low_water,
+                                                   "used_above": sorted(self._used)})  # fmt: skip
+        mark_stable(part)
+        log_tagged("ckpt", "save.done", step=next_step, component=COMPONENT)
+
+    async def _resume(self) -> int:
+        from prime_rl.trainer.ckpt import CheckpointError
+
+        root = self.paths.checkpoints_root
+        steps = (
+            sorted(int(p.name[5:]) for p in root.glob("step_*") if is_stable(p / COMPONENT))
+            if root.is_dir()
+            else []
+        )
+        step = self.cfg.resume.step
+        if step is None:
+            if not steps:
+                raise CheckpointError(f"--resume: no complete orchestrator checkpoint under {root}")
+            step = steps[-1]
+        elif step not in steps:
+            raise CheckpointError(
+                f"--resume.step {step}: no complete orchestrator checkpoint at {root / f'step_{step}' / COMPONENT}"
+            )
+        progress = json.loads((root / f"step_{step}" / COMPONENT / "progress.json").read_text())
+        self._low_water = int(progress["low_water"])
+        self._skip = set(progress["used_above"])
+        logger.info(f"resuming at step {step}: loading weights/step_{step} on every server")
+        self.step = step
+        await self._load_weights(step)
+        return step
+
+
+def complete_checkpoint_steps(root: Path) -> list[int]:
+    """Steps whose trainer *and* orchestrator parts are complete (what ``rl --resume`` can use)."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(p.name[5:]) for p in root.glob("step_*") if is_stable(p / "trainer") and is_stable(p / COMPONENT)
+    )
