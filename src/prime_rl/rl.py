@@ -273,10 +273,8 @@ def launch(cfg: RLConfig, p: Plan) -> int:
                     continue
                 if c.name == "orchestrator" and code == 0:
                     trainer = by_name["trainer"]
-                    try:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
                         trainer.proc.wait(timeout=600)
-                    except subprocess.TimeoutExpired:
-                        pass
                     if trainer.proc.returncode == 0:
                         logger.info(f"run complete: {cfg.max_steps} steps; metrics in {paths.metrics_file}")
                         return 0
