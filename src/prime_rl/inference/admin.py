@@ -120,12 +120,12 @@ class WeightSwapper:
 
     async def update(self, weight_dir: str, trace_id: str) -> dict[str, Any]:
         real, files = self.validate(weight_dir)
-        result = await self._swap(files, "update_weights", trace_id)
+        result = await self._swap(files, "update_weights", trace_id, target=real.name)
         self.current_dir = real
         return {**result, "weight_dir": str(real)}
 
     async def reload(self, trace_id: str) -> dict[str, Any]:
-        result = await self._swap(self.base_files, "reload_weights", trace_id)
+        result = await self._swap(self.base_files, "reload_weights", trace_id, target="base")
         self.current_dir = None
         return {**result, "weight_dir": None}
 
@@ -133,12 +133,12 @@ class WeightSwapper:
         out = await self.engine.collective_rpc("prime_load_weights", args=([str(f) for f in files],))
         return list(out or [])
 
-    async def _swap(self, files: list[Path], op: str, trace_id: str) -> dict[str, Any]:
+    async def _swap(self, files: list[Path], op: str, trace_id: str, target: str) -> dict[str, Any]:
         wait_start = now()
         async with self._lock:
             start = now()
             lock_wait_ms = (start - wait_start) * 1000.0
-            log_tagged("weights", "rpc.start", trace_id, op=op, t=start)
+            log_tagged("weights", "rpc.start", trace_id, op=op, t=start, target=target)
             paused = False
             try:
                 await self.engine.pause_generation(mode=self.inflight_mode, clear_cache=True)

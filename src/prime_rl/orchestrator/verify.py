@@ -1,40 +1,43 @@
-"""Scoring off the event loop: a process pool with a per-call timeout.
+"""Scoring off the event loop: long-lived worker processes with a per-call timeout.
 
-A verifier that raises or hangs never takes the run down: the rollout gets reward 0 and its
-``error`` says why (counted and reported per step). A call that exceeds the timeout leaves its
-worker busy forever, so the pool is replaced and the stuck processes are killed.
+Each worker process builds the environment once and scores one completion at a time, talking to
+the event loop over its own pipe. A verifier that raises never takes the run down: the rollout
+gets reward 0 and its ``error`` says why (counted and reported per step). A call that exceeds
+the timeout, or a worker that dies, costs only that worker: it is killed and replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import multiprocessing
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 from loguru import logger
 
-from prime_rl.envs.base import Environment, Task, load_env
-
-_WORKER_ENV: Environment | None = None
+from prime_rl.envs.base import Task, load_env
 
 
-def _init_worker(name: str, options: dict[str, Any]) -> None:
-    global _WORKER_ENV
-    _WORKER_ENV = load_env(name, options)
-
-
-def _score_in_worker(task: Task, completion: str) -> tuple[float, dict[str, float], float]:
-    assert _WORKER_ENV is not None
-    start = time.perf_counter()
-    score = _WORKER_ENV.score(task, completion)
-    return (
-        float(score.reward),
-        {k: float(v) for k, v in score.metrics.items()},
-        (time.perf_counter() - start) * 1000.0,
-    )
+def _worker_main(conn: Connection, env_name: str, options: dict[str, Any]) -> None:
+    env = load_env(env_name, options)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        task, completion = msg
+        start = time.perf_counter()
+        try:
+            score = env.score(task, completion)
+            reply = ("ok", float(score.reward), {k: float(v) for k, v in score.metrics.items()})
+        except Exception as e:  # reported to the orchestrator as data
+            reply = ("error", f"verifier raised {type(e).__name__}: {e}", {})
+        conn.send((*reply, (time.perf_counter() - start) * 1000.0))
 
 
 @dataclass
@@ -43,9 +46,23 @@ class Verdict:
     metrics: dict[str, float]
     error: str | None
     ms: float
-    """Time inside score() (the verifier's own cost; for a failure, the time until it failed)."""
+    """Time inside score() (the verifier's own cost; for a timeout, the timeout)."""
     latency_ms: float = 0.0
     """Submit-to-result time, including waiting for a free worker."""
+
+
+class _Worker:
+    def __init__(self, ctx, env_name: str, options: dict[str, Any]):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, env_name, options), daemon=True)
+        self.process.start()
+        child.close()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
 
 
 class VerifierPool:
@@ -53,58 +70,62 @@ class VerifierPool:
 
     def __init__(self, env_name: str, env_options: dict[str, Any], workers: int, timeout_s: float):
         load_env(env_name, env_options)  # fail here, with the env named, not in a worker
-        self.env_name, self.env_options, self.workers, self.timeout_s = (
-            env_name,
-            env_options,
-            workers,
-            timeout_s,
-        )
-        self._pool = self._new_pool()
+        self.env_name, self.env_options, self.timeout_s = env_name, env_options, timeout_s
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers = [self._spawn() for _ in range(workers)]
+        self._idle: asyncio.Queue[_Worker] | None = None
 
-    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        return concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(self.env_name, self.env_options),
-        )
+    def _spawn(self) -> _Worker:
+        return _Worker(self._ctx, self.env_name, self.env_options)
+
+    def _queue(self) -> asyncio.Queue[_Worker]:
+        if self._idle is None:  # created on first use, inside the running loop
+            self._idle = asyncio.Queue()
+            for w in self._workers:
+                self._idle.put_nowait(w)
+        return self._idle
 
     async def score(self, task: Task, completion: str) -> Verdict:
+        idle = self._queue()
+        submitted = time.monotonic()
+        worker = await idle.get()
         loop = asyncio.get_running_loop()
-        start = time.monotonic()
-        pool = self._pool
+        ready = loop.create_future()
+        fd = worker.conn.fileno()
         try:
-            future = loop.run_in_executor(pool, _score_in_worker, task, completion)
-            reward, metrics, ms = await asyncio.wait_for(future, timeout=self.timeout_s)
-            return Verdict(reward, metrics, None, ms, (time.monotonic() - start) * 1000.0)
+            worker.conn.send((task, completion))
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await asyncio.wait_for(ready, timeout=self.timeout_s)
+            finally:
+                loop.remove_reader(fd)
+            status, value, metrics, ms = worker.conn.recv()
         except TimeoutError:
-            self._recycle(pool)
-            return Verdict(
-                0.0,
-                {},
-                f"verifier timed out after {self.timeout_s:.1f}s",
-                (time.monotonic() - start) * 1000.0,
-            )
-        except concurrent.futures.process.BrokenProcessPool as e:
-            self._recycle(pool)
-            return Verdict(0.0, {}, f"verifier process died: {e}", (time.monotonic() - start) * 1000.0)
-        except Exception as e:  # the verifier raised: data, not a crash
-            return Verdict(
-                0.0, {}, f"verifier raised {type(e).__name__}: {e}", (time.monotonic() - start) * 1000.0
-            )
+            self._replace(worker, f"a call took over {self.timeout_s:.1f}s")
+            return Verdict(0.0, {}, f"verifier timed out after {self.timeout_s:.1f}s", self.timeout_s * 1000.0,
+                           (time.monotonic() - submitted) * 1000.0)  # fmt: skip
+        except (EOFError, OSError, BrokenPipeError) as e:
+            code = worker.process.exitcode
+            self._replace(worker, f"it died (exit code {code})")
+            return Verdict(0.0, {}, f"verifier process died (exit code {code}): {type(e).__name__}", 0.0,
+                           (time.monotonic() - submitted) * 1000.0)  # fmt: skip
+        idle.put_nowait(worker)
+        latency = (time.monotonic() - submitted) * 1000.0
+        if status == "ok":
+            return Verdict(value, metrics, None, ms, latency)
+        return Verdict(0.0, {}, value, ms, latency)
 
-    def _recycle(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
-        if pool is not self._pool:
-            return  # another call already replaced it
-        logger.warning(f"verifier pool of {self.env_name!r} replaced (a call hung or a worker died)")
-        self._pool = self._new_pool()
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            p.kill()
+    def _replace(self, worker: _Worker, why: str) -> None:
+        logger.warning(f"verifier worker of {self.env_name!r} replaced: {why}")
+        worker.kill()
+        fresh = self._spawn()
+        self._workers = [fresh if w is worker else w for w in self._workers]
+        self._queue().put_nowait(fresh)
 
     def close(self) -> None:
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            p.kill()
+        for w in self._workers:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        for w in self._workers:
+            w.process.join(timeout=2)
+            w.kill()

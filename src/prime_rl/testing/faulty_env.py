@@ -1,0 +1,34 @@
+"""Environments that misbehave on purpose, for fault tests (loaded as ``module:Class``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+from prime_rl.envs.base import Environment, Score, Task, user_prompt
+
+
+class FaultyEnv(Environment):
+    """Scores like ``toy``, except completions containing a trigger: 'raise' modes raise, 'hang'
+    sleeps far past any timeout, 'die' kills the worker process. ``mode='every'`` applies it to
+    every other task (by task number)."""
+
+    def __init__(self, mode: str = "raise", every: int = 2):
+        self.mode, self.every = mode, every
+
+    def tasks(self, seed: int) -> Iterator[Task]:
+        i = 0
+        while True:
+            yield {"id": f"faulty-{i}", "prompt": user_prompt(f"Say anything ({i})."), "n": i}
+            i += 1
+
+    def score(self, task: Task, completion: str) -> Score:
+        if int(task["n"]) % self.every == 0:
+            if self.mode == "raise":
+                raise ValueError(f"verifier bug on task {task['n']}")
+            if self.mode == "hang":
+                time.sleep(3600)
+            if self.mode == "die":
+                os._exit(3)
+        return Score(reward=1.0, metrics={"ok": 1.0})

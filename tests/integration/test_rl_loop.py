@@ -1,0 +1,194 @@
+"""The whole loop: real vLLM server, real trainer, real orchestrator, through the `rl` launcher."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prime_rl.config import load_config
+from prime_rl.paths import RunPaths, is_stable
+from prime_rl.testing.server import free_port
+from prime_rl.tracing import parse_tagged
+from prime_rl.trainer.data import read_rollout_batch
+
+pytestmark = pytest.mark.slow
+
+DEBUG_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "debug" / "rl.toml"
+
+
+def rl(model: Path, out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(model),
+            "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), *args]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def tagged(path: Path, tag: str) -> list:
+    return [p for p in map(parse_tagged, path.read_text().splitlines()) if p and p.tag == tag]
+
+
+def metrics(out: Path, process: str) -> list[dict]:
+    rows = [json.loads(x) for x in RunPaths(out).metrics_file.read_text().splitlines()]
+    return [r for r in rows if r["process"] == process]
+
+
+def test_toy_task_learns_with_staleness_bounded_by_async_level(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    done = rl(tiny_model, out, "--max_steps", "30")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| step 29 |" in done.stdout  # the orchestrator's reward per step reaches the console
+
+    rollout_lines = tagged(out / "logs" / "orchestrator.log", "rollout")
+    assert [int(x.fields["current_step"]) for x in rollout_lines] == list(range(30))
+    assert all(0 <= int(x.fields["staleness"]) <= 1 for x in rollout_lines)
+
+    # the barrier asked for weights/step_{s-1} before steps 2..29, and the server loaded exactly those
+    waits = [
+        int(x.fields["target_step"])
+        for x in tagged(out / "logs" / "orchestrator.log", "ckpt")
+        if x.event == "wait.done"
+    ]
+    assert waits == list(range(1, 29))
+    loaded = [
+        x.fields["target"]
+        for x in tagged(out / "logs" / "inference.log", "weights")
+        if x.event == "rpc.start"
+    ]
+    assert loaded == [f"step_{s}" for s in range(1, 29)]
+
+    for step in range(30):  # every step's batch is complete
+        batch = read_rollout_batch(RunPaths(out).rollouts_dir(step) / "rank_0.safetensors")
+        assert batch.num_samples == 64 and batch.step == step
+
+    rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
+    first, last = rewards[:6], rewards[-6:]
+    mean_first, mean_last = sum(first) / 6, sum(last) / 6
+    var = (sum((x - mean_first) ** 2 for x in first) + sum((x - mean_last) ** 2 for x in last)) / 10
+    t = (mean_last - mean_first) / math.sqrt(var * (2 / 6) + 1e-12)
+    assert mean_last - mean_first > 0.1 and t > 5, (rewards, t)
+    trainer_steps = [r["step"] for r in metrics(out, "trainer")]
+    assert trainer_steps == list(range(30))
+
+
+def test_async_level_0_is_on_policy(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    done = rl(tiny_model, out, "--max_steps", "4", "--async_level", "0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert all(int(x.fields["staleness"]) == 0 for x in tagged(out / "logs" / "orchestrator.log", "rollout"))
+    # on-policy with processed (post-temperature) logprobs: the trainer's ratio is ~1
+    kls = [r["mismatch_kl"] for r in metrics(out, "trainer")]
+    assert len(kls) == 4 and max(kls) < 1e-4, kls
+
+
+def test_orchestrator_without_server_fails_with_a_countdown(tmp_path):
+    argv = [sys.executable, "-m", "prime_rl.orchestrator.main", "--output_dir", str(tmp_path), "--startup_timeout_s", "3",
+            "--client.base_urls", '["http://127.0.0.1:9"]']  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "waiting for inference server(s) http://127.0.0.1:9" in done.stderr
+    assert "not reachable after 3s" in done.stderr
+
+
+def orchestrator_config(server, out: Path, urls: list[str], *extra: str):
+    from prime_rl.orchestrator.config import OrchestratorConfig
+
+    cfg, _ = load_config(OrchestratorConfig, [
+        "--output_dir", str(out), "--model", server.model, "--max_steps", "2", "--async_level", "1",
+        "--batch_size", "32", "--rollouts_per_example", "4", "--sampling.max_tokens", "48",
+        "--client.base_urls", json.dumps(urls), "--verify.workers", "1", *extra,
+    ])  # fmt: skip
+    return cfg
+
+
+def test_server_dying_mid_run_moves_requests_to_the_other(inference_server, tmp_path):
+    from prime_rl.orchestrator.loop import Orchestrator
+    from prime_rl.testing.proxy import TcpProxy
+
+    port = int(inference_server.base_url.rsplit(":", 1)[1])
+
+    async def scenario():
+        proxy = await TcpProxy(port).start()
+        cfg = orchestrator_config(
+            inference_server, tmp_path, [proxy.url, inference_server.base_url], "--max_inflight", "8"
+        )
+        orch = Orchestrator(cfg)
+        run = asyncio.create_task(orch.run())
+        while proxy.connections < 2 and not run.done():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        await proxy.kill()  # requests in flight through it fail mid-stream
+        await asyncio.wait_for(run, timeout=300)
+        return orch
+
+    orch = asyncio.run(scenario())
+    assert orch.counters["retries"] >= 1
+    assert orch.down == {orch.pool.base_urls[0]}
+    for step in range(2):
+        assert (
+            read_rollout_batch(RunPaths(tmp_path).rollouts_dir(step) / "rank_0.safetensors").num_samples == 32
+        )
+
+
+@pytest.mark.parametrize("mode", ["raise", "hang"])
+def test_verifier_faults_are_recorded_and_the_run_goes_on(inference_server, tmp_path, mode):
+    from prime_rl.orchestrator.loop import Orchestrator
+
+    cfg = orchestrator_config(inference_server, tmp_path, [inference_server.base_url],
+                              "--env.name", "prime_rl.testing.faulty_env:FaultyEnv",
+                              "--env.options", json.dumps({"mode": mode, "every": 4}), "--verify.workers", "2",
+                              "--verify.timeout_s", "1", "--sampling.max_tokens", "8", "--batch_size", "16")  # fmt: skip
+    asyncio.run(Orchestrator(cfg).run())
+    rows = metrics(tmp_path, "orchestrator")
+    assert [r["step"] for r in rows] == [0, 1]
+    assert all(r["verify_failures"] > 0 for r in rows)
+    # failed rollouts score 0, the others 1: the mean sits strictly between
+    assert all(0.0 < r["reward_mean"] < 1.0 for r in rows)
+
+
+def _kill_run(proc: subprocess.Popen, out: Path) -> None:
+    proc.kill()
+    proc.wait()
+    # the launcher's children live in their own sessions: kill them like a crash would
+    subprocess.run(["pkill", "-9", "-f", str(out / "configs")], check=False)
+    time.sleep(1.0)
+
+
+def test_resume_after_kill_continues_at_the_checkpoint(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    port = free_port()
+    base = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
+            "--output_dir", str(out), "--inference", json.dumps({"port": port}), "--max_steps", "6",
+            "--trainer", json.dumps({"ckpt": {"interval": 2}, "optim": {"lr": 3e-3}})]  # fmt: skip
+    first = subprocess.Popen(
+        base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        ckpt = RunPaths(out).checkpoint_dir(4)
+        while not (is_stable(ckpt / "trainer") and is_stable(ckpt / "orchestrator")):
+            assert first.poll() is None, "the first run ended before its step-4 checkpoint"
+            assert time.monotonic() < deadline, "no step-4 checkpoint in time"
+            time.sleep(0.2)
+    finally:
+        _kill_run(first, out)
+    trained_before = [r["step"] for r in metrics(out, "trainer")]
+
+    second = subprocess.run([*base, "--resume"], capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    trained_after = [r["step"] for r in metrics(out, "trainer")][len(trained_before) :]
+    assert trained_after == [
+        4,
+        5,
+    ]  # resumed at the checkpoint: nothing skipped, nothing trained twice after it
+    orch_after = [r["step"] for r in metrics(out, "orchestrator")]
+    assert orch_after[-2:] == [4, 5]
+    assert "resumed from checkpoint step 4" in (out / "logs" / "trainer" / "rank_0.log").read_text()
+    assert is_stable(RunPaths(out).weights_dir(6))
+    for step in range(6):
+        assert read_rollout_batch(RunPaths(out).rollouts_dir(step) / "rank_0.safetensors").num_samples == 64
