@@ -55,6 +55,10 @@ format: $(STAMP)
 bench: model
 	$(PY) benchmarks/weight_update_latency.py
 	$(PY) benchmarks/reload_cost.py
+	$(PY) benchmarks/ckpt_write.py
+	$(PY) benchmarks/trainer_throughput.py
+	$(PY) benchmarks/orchestrator_overhead.py
+	$(PY) benchmarks/overlap.py
 
 clean:
 	rm -rf outputs bottleneck_logs/analysis_* .pytest_cache

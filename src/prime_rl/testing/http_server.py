@@ -89,22 +89,31 @@ def build_app(state: ScriptState) -> Starlette:
             return StreamingResponse(_stream(body), media_type="text/event-stream")
         n = int(body.get("max_tokens") or 4)
         text = "x" * n
-        usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": 3 + n}
+        k = int(body.get("n") or 1)
+        usage = {"prompt_tokens": 3, "completion_tokens": n * k, "total_tokens": 3 + n * k}
         if path.endswith("/chat/completions"):
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length",
-            }
-            return JSONResponse(
-                {
-                    "id": "c",
-                    "object": "chat.completion",
-                    "model": body.get("model"),
-                    "choices": [choice],
-                    "usage": usage,
+            choices = []
+            for i in range(k):  # the shape vLLM gives: token ids and per-token logprobs when asked
+                choice: dict = {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length",
                 }
-            )
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = [5 + (i + j) % 7 for j in range(n)]
+                if body.get("logprobs"):
+                    choice["logprobs"] = {"content": [{"token": "x", "logprob": -1.0} for _ in range(n)]}
+                choices.append(choice)
+            out = {
+                "id": "c",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": choices,
+                "usage": usage,
+            }
+            if body.get("return_token_ids"):
+                out["prompt_token_ids"] = [1, 2, 3]
+            return JSONResponse(out)
         choice = {"index": 0, "text": text, "finish_reason": "length"}
         return JSONResponse(
             {
@@ -174,3 +183,17 @@ class LocalTestServer:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+def main() -> None:
+    """``python -m prime_rl.testing.http_server --port P``: serve the instant test server until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="instant OpenAI-compatible test server")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(build_app(ScriptState()), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

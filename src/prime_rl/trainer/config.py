@@ -155,6 +155,10 @@ class TrainerConfig(BaseConfig):
     seed: int = 0
     """Seed of torch's generators."""
 
+    cpu_threads: int | None = Field(default=None, ge=1)
+    """torch intra-op threads on CPU (None: torch's default, all cores). On a small machine that
+    also runs the inference server, 1 leaves the other cores to generation."""
+
     model: ModelConfig = ModelConfig()
     """The model."""
 

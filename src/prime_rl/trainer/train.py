@@ -144,6 +144,8 @@ def train(cfg: TrainerConfig) -> None:
         cfg.write_resolved(paths.config_file("trainer"))
     logger.info(f"trainer rank {world.rank}/{world.world_size} on {world.device}: {cfg.model.name}")
     torch.manual_seed(cfg.seed)
+    if cfg.cpu_threads is not None:
+        torch.set_num_threads(cfg.cpu_threads)
     try:
         _train(cfg, world, paths)
     finally:

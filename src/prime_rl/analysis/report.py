@@ -1,0 +1,158 @@
+"""Write the analysis directory: SUMMARY.md, *_stats.txt, slowest_updates.txt, timeline.txt/.png, summary.json."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from prime_rl.analysis.analyze import Analysis, Thresholds, describe, to_json
+
+STAT_FILES = {
+    "queue_ms_stats.txt": ("queue_ms", "Queue delay (client wall_ms - server rpc_ms) per weight update"),
+    "rpc_ms_stats.txt": ("rpc_ms", "Server RPC time per weight update (client view)"),
+    "server_rpc_ms_stats.txt": ("server_rpc_ms", "Server RPC time per weight update (server log)"),
+    "send_to_recv_ms_stats.txt": ("send_to_recv_ms", "client.send -> server.recv per weight update"),
+    "ckpt_wait_stats.txt": ("ckpt_wait_ms", "Orchestrator wait for weights/step_N/STABLE (wait_ms)"),
+    "write_ms_stats.txt": ("write_ms", "Trainer weight write (write_ms)"),
+    "gen_dur_ms_stats.txt": ("gen_dur_ms", "Generation time per batch ([gen] batch.done dur_ms)"),
+    "verify_dur_ms_stats.txt": ("verify_dur_ms", "Scoring time per batch ([verify] batch.done dur_ms)"),
+    "trunc_pct_stats.txt": ("trunc_pct", "Truncated completions per step (%)"),
+    "staleness_stats.txt": ("staleness", "Policy staleness per step"),
+    "collect_ms_stats.txt": ("collect_ms", "Offline collection timings ([collect] dur_ms)"),
+}
+
+
+def format_stats(title: str, stats: dict) -> str:
+    if not stats.get("count"):
+        return f"{title}\n  count: 0 (no such lines)\n"
+    lines = [title]
+    for key in ("count", "mean", "stddev", "min", "p50", "p95", "p99", "max"):
+        value = stats[key]
+        lines.append(f"  {key + ':':8} {value:.0f}" if key == "count" else f"  {key + ':':8} {value:.1f}")
+    return "\n".join(lines) + "\n"
+
+
+def _clock(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts is not None else "?"
+
+
+def slowest_updates(a: Analysis, n: int = 10) -> str:
+    ups = sorted((u for u in a.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
+                 key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0))[:n]  # fmt: skip
+    gens = [s for s in a.spans if s.kind == "gen"]
+    out = [f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"]
+    for u in ups:
+        overlapping = [s.label for s in gens if u.start is not None and u.end is not None and s.start < u.end and s.end > u.start]
+        gap = u.send_to_recv_ms
+        out.append(f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
+                   f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {', '.join(overlapping) or '-'}")  # fmt: skip
+    if not ups:
+        out.append("(no weight updates in these logs)")
+    return "\n".join(out) + "\n"
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def timeline(a: Analysis) -> str:
+    out = ["Weight updates, checkpoint waits/writes and generation batches in time order.",
+           "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.", ""]  # fmt: skip
+    gens = [s for s in a.spans if s.kind == "gen"]
+    for s in a.spans:
+        line = f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
+        if s.kind == "update":
+            over = [g.label for g in gens if g.start < s.end and g.end > s.start]
+            u = next((u for u in a.updates if f"update {u.tid}" == s.label), None)
+            gap = u.send_to_recv_ms if u else None
+            line += f"  queue_ms={_fmt(s.info.get('queue_ms'))} rpc_ms={_fmt(s.info.get('rpc_ms'))}"
+            line += f" send->recv={_fmt(gap)}" if gap is not None else ""
+            line += f"  overlaps: {', '.join(over) if over else 'no batch'}"
+        out.append(line)
+    if not a.spans:
+        out.append("(no timed events)")
+    return "\n".join(out) + "\n"
+
+
+def plot_timeline(a: Analysis, path: Path) -> bool:
+    """timeline.png: one row per kind of event; returns False when there is nothing to draw."""
+    if not a.spans:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = min(s.start for s in a.spans)
+    rows = ["gen", "ckpt_wait", "ckpt_write", "update"]
+    colors = {"gen": "tab:blue", "ckpt_wait": "tab:orange", "ckpt_write": "tab:green", "update": "tab:red"}
+    fig, ax = plt.subplots(figsize=(12, 3.2))
+    for i, kind in enumerate(rows):
+        bars = [(s.start - t0, max(s.end - s.start, 1e-3)) for s in a.spans if s.kind == kind]
+        if bars:
+            ax.broken_barh(bars, (i - 0.35, 0.7), color=colors[kind])
+    for u in a.updates:  # the queue part of each update, hatched
+        if u.start is not None and u.queue_ms:
+            ax.broken_barh([(u.start - t0, u.queue_ms / 1000.0)], (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///")
+    ax.set_yticks(range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"])
+    ax.set_xlabel("seconds since the first event")
+    title = a.primary["title"] if a.primary else "no bottleneck found"
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def summary_md(a: Analysis, has_png: bool) -> str:
+    st = {k: describe(v) for k, v in a.series.items()}
+    lines = ["# Bottleneck analysis", ""]
+    if a.primary:
+        lines += [f"**Primary bottleneck: {a.primary['title']}.**", "", f"Evidence: {a.primary['evidence']}.", ""]
+    else:
+        healthy = []
+        if st["queue_ms"].get("count"):
+            healthy.append(f"queue_ms median {st['queue_ms']['p50']:.1f} ms (max {st['queue_ms']['max']:.1f})")
+        if st["rpc_ms"].get("count"):
+            healthy.append(f"rpc_ms median {st['rpc_ms']['p50']:.1f} ms")
+        if st["ckpt_wait_ms"].get("count"):
+            healthy.append(f"ckpt wait median {st['ckpt_wait_ms']['p50']:.1f} ms")
+        lines += ["**No bottleneck found: queue delays and waits are within the thresholds.**", "",
+                  ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.", ""]  # fmt: skip
+    lines += ["## Key numbers", "", "| metric | count | mean | p50 | p95 | p99 | max |", "|---|---|---|---|---|---|---|"]
+    for key, (_, (series, title)) in zip(STAT_FILES, STAT_FILES.items(), strict=True):
+        s = st[series]
+        if s.get("count"):
+            lines.append(f"| {title} | {s['count']} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p95']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |")
+    if a.findings[1:]:
+        lines += ["", "## Secondary findings", ""]
+        for f in a.findings[1:]:
+            lines.append(f"- **{f['title']}**: {f['evidence']}.")
+    if a.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
+    steps = [s for f in a.findings for s in f["next"]]
+    lines += ["", "## Next steps", ""]
+    lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)] if steps else ["Nothing to fix; re-run the analysis after changing the load."]
+    if has_png:
+        lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
+    lines += ["", "## Inputs and thresholds", ""]
+    lines.append(f"Parsed {a.parse.lines} lines ({a.parse.tagged} tagged, {a.parse.malformed} malformed) from "
+                 f"{len(a.parse.files)} file(s) in {a.parse.seconds:.2f} s: {', '.join(a.parse.files)}.")  # fmt: skip
+    lines.append("")
+    for name, info in Thresholds.model_fields.items():
+        lines.append(f"- `{name}` = {getattr(a.thresholds, name)}: {info.description}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(a: Analysis, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    st = {k: describe(v) for k, v in a.series.items()}
+    for name, (series, title) in STAT_FILES.items():
+        (out / name).write_text(format_stats(title, st[series]))
+    (out / "slowest_updates.txt").write_text(slowest_updates(a))
+    (out / "timeline.txt").write_text(timeline(a))
+    has_png = plot_timeline(a, out / "timeline.png")
+    (out / "summary.json").write_text(json.dumps(to_json(a), indent=2, default=str))
+    (out / "SUMMARY.md").write_text(summary_md(a, has_png))
+    return out
