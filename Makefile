@@ -34,6 +34,8 @@ model: $(STAMP)
 demo: model
 	$(VENV)/bin/rl --config configs/debug/rl.toml --clean
 	$(PY) scripts/show_rewards.py outputs/rl-debug/metrics.jsonl
+	./bottleneck_logs/analyze_logs.sh outputs/rl-debug --out outputs/rl-debug/analysis
+	@echo "bottleneck report: outputs/rl-debug/analysis/SUMMARY.md"
 
 demo-swap: model
 	$(PY) scripts/demo_weight_swap.py --model $(MODEL) --output_dir outputs/demo
@@ -59,6 +61,8 @@ bench: model
 	$(PY) benchmarks/trainer_throughput.py
 	$(PY) benchmarks/orchestrator_overhead.py
 	$(PY) benchmarks/overlap.py
+	$(PY) benchmarks/analyzer_speed.py
+	$(PY) benchmarks/queue_saturation.py
 
 clean:
 	rm -rf outputs bottleneck_logs/analysis_* .pytest_cache

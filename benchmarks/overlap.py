@@ -65,7 +65,9 @@ def main() -> None:
     args.json.write_text(json.dumps(row, indent=2))
     print(f"generation {gen_s:.2f}s/step, training {train_s:.2f}s/step (from the async_level=0 run)")
     print(f"step time: async_level=0 {step0:.2f}s, async_level=1 {step1:.2f}s")
-    print(f"async1 / max(gen, train) = {row['async1_over_max']:.2f}; async1 / async0 = {row['async1_over_async0']:.2f}")
+    print(
+        f"async1 / max(gen, train) = {row['async1_over_max']:.2f}; async1 / async0 = {row['async1_over_async0']:.2f}"
+    )
 
 
 if __name__ == "__main__":

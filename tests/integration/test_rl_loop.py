@@ -75,6 +75,19 @@ def test_toy_task_learns_with_staleness_bounded_by_async_level(tiny_model, tmp_p
     trainer_steps = [r["step"] for r in metrics(out, "trainer")]
     assert trainer_steps == list(range(30))
 
+    # the analyzer on this real run's logs: every update joined across client and server, no malformed
+    # line, and the diagnosis this 2-core toy run deserves (training takes ~4x generation)
+    from prime_rl.analysis.__main__ import main as analyze
+
+    analyze([str(out), "--out", str(tmp_path / "analysis")])
+    summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
+    assert summary["parse"]["malformed"] == 0
+    assert summary["stats"]["queue_ms"]["count"] == 28 and summary["stats"]["server_rpc_ms"]["count"] == 28
+    assert all(u["send_to_recv_ms"] is not None for u in summary["updates"])
+    assert summary["primary"]["kind"] == "trainer_bound", summary["findings"]
+    assert summary["async_level"] == 1 and not any("async_level" in w for w in summary["warnings"])
+    assert (tmp_path / "analysis" / "timeline.png").stat().st_size > 1000
+
 
 def test_async_level_0_is_on_policy(tiny_model, tmp_path):
     out = tmp_path / "run"

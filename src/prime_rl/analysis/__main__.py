@@ -21,7 +21,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("inputs", nargs="+", type=Path,
                         help="orchestrator.log [inference.log] [trainer logs ...], .gz or rotated parts, or a run directory")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default bottleneck_logs/analysis_<timestamp>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default bottleneck_logs/analysis_<timestamp>)",
+    )
     parser.add_argument("--async_level", type=int, default=None,
                         help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)")  # fmt: skip
     parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",

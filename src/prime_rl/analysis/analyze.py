@@ -15,7 +15,7 @@ class Thresholds(StrictModel):
     """When a finding fires. Every value is printed in SUMMARY.md and can be set with --threshold."""
 
     queue_ratio: float = 3.0
-    """Front-end queue saturation: median queue_ms above this multiple of median rpc_ms ..."""
+    """Front-end queue saturation: mean queue_ms above this multiple of mean rpc_ms ..."""
     queue_ms_min: float = 1000.0
     """... and p95 queue_ms above this many ms."""
     rpc_ms_high: float = 10000.0
@@ -26,8 +26,10 @@ class Thresholds(StrictModel):
     """... or the trainer's weight writes have p95 write_ms above this."""
     write_share: float = 0.3
     """A long ckpt wait counts as I/O when the median write takes this share of the median wait (else trainer-bound)."""
-    gen_share: float = 0.6
-    """Generation-bound: generation takes more than this share of the run."""
+    train_wait_share: float = 0.3
+    """Generation-bound: the trainer waits for rollouts more than this share of the run ..."""
+    gen_share: float = 0.8
+    """... or, without a trainer log, generation takes more than this share of the run."""
     verify_ratio: float = 0.5
     """Verification-bound: scoring time per step above this multiple of generation time per step."""
     rate_limited_frac: float = 0.01
@@ -126,7 +128,8 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
     updates: dict[str, Update] = {}
     series: dict[str, list[float]] = {k: [] for k in (
         "queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "ckpt_wait_ms", "write_ms",
-        "gen_dur_ms", "verify_dur_ms", "trunc_pct", "staleness", "retry_wait_ms", "collect_ms")}  # fmt: skip
+        "gen_dur_ms", "verify_dur_ms", "trunc_pct", "staleness", "retry_wait_ms", "collect_ms", "train_wait_ms",
+        "train_ms")}  # fmt: skip
     spans: list[Span] = []
     counts: Counter = Counter()
     open_gen: dict[str, float] = {}
@@ -143,7 +146,12 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
                     u.send_ts, u.send_t = ev.ts, ev.num("t")
                 u.url, u.path = ev.fields.get("url"), ev.fields.get("path")
             elif ev.event == "client.done":
-                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ev.ts, ev.num("wall_ms"), ev.num("rpc_ms"), ev.num("queue_ms")
+                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = (
+                    ev.ts,
+                    ev.num("wall_ms"),
+                    ev.num("rpc_ms"),
+                    ev.num("queue_ms"),
+                )
                 if u.queue_ms is None and u.wall_ms is not None and u.rpc_ms is not None:
                     u.queue_ms = u.wall_ms - u.rpc_ms
             elif ev.event == "client.error":
@@ -164,11 +172,26 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
                     series["ckpt_wait_ms"].append(ms)
                     end = ev.ts or 0.0
                     start = open_wait.pop(ev.fields.get("target_step", "?"), end - ms / 1000.0)
-                    spans.append(Span("ckpt_wait", start, end, f"wait for weights step {ev.fields.get('target_step')}", {"wait_ms": ms}))
+                    spans.append(
+                        Span(
+                            "ckpt_wait",
+                            start,
+                            end,
+                            f"wait for weights step {ev.fields.get('target_step')}",
+                            {"wait_ms": ms},
+                        )
+                    )
             elif ev.event == "write.done" and ev.num("write_ms") is not None:
                 series["write_ms"].append(ev.num("write_ms"))
                 if ev.ts is not None:
-                    spans.append(Span("ckpt_write", ev.ts - ev.num("write_ms") / 1000.0, ev.ts, f"write weights step {ev.fields.get('step')}"))
+                    spans.append(
+                        Span(
+                            "ckpt_write",
+                            ev.ts - ev.num("write_ms") / 1000.0,
+                            ev.ts,
+                            f"write weights step {ev.fields.get('step')}",
+                        )
+                    )
         elif ev.tag == "gen":
             key = ev.fields.get("step", str(counts["gen.batch.start"]))
             if ev.event == "batch.start" and ev.ts is not None:
@@ -192,6 +215,10 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
                     series[key].append(ev.num(key))
         elif ev.tag == "verify" and ev.event == "batch.done" and ev.num("dur_ms") is not None:
             series["verify_dur_ms"].append(ev.num("dur_ms"))
+        elif ev.tag == "train" and ev.event == "step.done":
+            for src, dst in (("wait_ms", "train_wait_ms"), ("train_ms", "train_ms")):
+                if ev.num(src) is not None:
+                    series[dst].append(ev.num(src))
         elif ev.tag == "collect" and ev.num("dur_ms") is not None:
             series["collect_ms"].append(ev.num("dur_ms"))
             if ev.fields.get("status") == "429":
@@ -203,7 +230,11 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
             if value is not None:
                 series[key].append(value)
         if u.start is not None and u.end is not None:
-            spans.append(Span("update", u.start, u.end, f"update {u.tid}", {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms}))
+            spans.append(
+                Span(
+                    "update", u.start, u.end, f"update {u.tid}", {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms}
+                )
+            )
     spans.sort(key=lambda s: s.start)
     run_s = (last_ts - first_ts) if last_ts > first_ts else None
     return Analysis(parse, ups, spans, series, counts, async_level, thresholds, run_seconds=run_s)
@@ -219,15 +250,22 @@ def diagnose(a: Analysis) -> Analysis:
     run_ms = (a.run_seconds or 0) * 1000.0
     f: list[dict] = []
     q50, q95, r50 = _stat(a, "queue_ms", "p50"), _stat(a, "queue_ms", "p95"), _stat(a, "rpc_ms", "p50")
+    qmean, rmean = _stat(a, "queue_ms", "mean"), _stat(a, "rpc_ms", "mean")
     if r50 is None:
-        r50 = _stat(a, "server_rpc_ms", "p50")
-    if q50 is not None and r50 is not None and q50 > th.queue_ratio * max(r50, 1e-9) and (q95 or 0) > th.queue_ms_min:
+        r50, rmean = _stat(a, "server_rpc_ms", "p50"), _stat(a, "server_rpc_ms", "mean")
+    # queueing comes in bursts (an update waits when the pool happens to be full), so compare totals
+    if (
+        qmean is not None
+        and rmean is not None
+        and qmean > th.queue_ratio * max(rmean, 1e-9)
+        and (q95 or 0) > th.queue_ms_min
+    ):
         gap = _stat(a, "send_to_recv_ms", "p50")
         where = (f"; client.send -> server.recv median {gap:.1f} ms, so the wait happens before the server sees the request"
                  if gap is not None else "")  # fmt: skip
         f.append({"kind": "frontend_queue_saturation", "title": "Front-end queue saturation: admin requests wait behind streaming inference",
-                  "evidence": f"queue_ms median {q50:.1f} ms (p95 {q95:.1f}) vs rpc_ms median {r50:.1f} ms: "
-                              f"{q50 / max(r50, 1e-9):.1f}x{where}",
+                  "evidence": f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
+                              f"{qmean / max(rmean, 1e-9):.1f}x{where}",
                   "share": sum(a.series['queue_ms']) / run_ms if run_ms else 1.0,
                   "next": ["Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
                            "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool."]})  # fmt: skip
@@ -244,7 +282,9 @@ def diagnose(a: Analysis) -> Analysis:
     waits_a_lot = bool(run_ms and wait_total / run_ms > th.ckpt_wait_share)
     # a long wait with a short write means the trainer's compute, not its I/O, is what generation waits for
     io_share = (w50 / wait50) if (w50 is not None and wait50) else None
-    if (waits_a_lot and (io_share is None or io_share >= th.write_share)) or (w95 is not None and w95 > th.write_ms_high):
+    if (waits_a_lot and (io_share is None or io_share >= th.write_share)) or (
+        w95 is not None and w95 > th.write_ms_high
+    ):
         f.append({"kind": "checkpoint_io", "title": "Checkpoint I/O: the orchestrator waits for the trainer's weight writes",
                   "evidence": f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / max(run_ms, 1e-9):.0f}% of {run_ms / 1000:.1f} s)"
                               + (f"; write_ms median {w50:.1f} ms, p95 {w95:.1f} ms" if w95 is not None else ""),
@@ -261,11 +301,20 @@ def diagnose(a: Analysis) -> Analysis:
                            "Raise async_level so more generation overlaps each training step (more staleness).",
                            "Give the trainer dedicated cores/GPUs if it shares them with the inference server."]})  # fmt: skip
     gen_total = sum(a.series["gen_dur_ms"])
-    if run_ms and gen_total / run_ms > th.gen_share and not any(x["kind"] in ("checkpoint_io", "trainer_bound") for x in f):
+    train_wait = sum(a.series["train_wait_ms"])
+    if a.series["train_wait_ms"]:  # the trainer says how long it waited for rollouts: the direct evidence
+        gen_bound = bool(run_ms and train_wait / run_ms > th.train_wait_share)
+        why = (f"the trainer waited {train_wait / 1000:.1f} s for rollouts ({100 * train_wait / max(run_ms, 1e-9):.0f}% of "
+               f"{run_ms / 1000:.1f} s)")  # fmt: skip
+    else:  # no trainer log: generation's share of the run is all there is
+        gen_bound = bool(run_ms and gen_total / run_ms > th.gen_share) and not any(
+            x["kind"] in ("checkpoint_io", "trainer_bound") for x in f
+        )
+        why = f"generation {gen_total / 1000:.1f} s of {run_ms / 1000:.1f} s ({100 * gen_total / max(run_ms, 1e-9):.0f}%; no trainer log)"
+    if gen_bound:
         f.append({"kind": "generation_bound", "title": "Generation-bound: the run waits on the inference servers",
-                  "evidence": f"generation {gen_total / 1000:.1f} s of {run_ms / 1000:.1f} s ({100 * gen_total / run_ms:.0f}%); "
-                              f"batch dur_ms median {_stat(a, 'gen_dur_ms', 'p50'):.0f}",
-                  "share": gen_total / run_ms,
+                  "evidence": f"{why}; batch dur_ms median {_stat(a, 'gen_dur_ms', 'p50') or 0:.0f}",
+                  "share": (train_wait if a.series["train_wait_ms"] else gen_total) / run_ms,
                   "next": ["Raise parallelism (max_inflight, more servers) until time per batch stops dropping.",
                            "Tune the model server: tensor parallelism, max_num_seqs, max_num_batched_tokens, prefix caching.",
                            "Lower max_tokens if trunc_pct shows most completions hit the limit."]})  # fmt: skip
@@ -298,9 +347,13 @@ def diagnose(a: Analysis) -> Analysis:
                  "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
                  "and that the orchestrator log (and, for server.recv, the inference log) was given")  # fmt: skip
     elif not any(u.recv_ts is not None for u in a.updates):
-        w.append("no server-side [weights] lines: pass the inference log too to split queue time into client and server parts")
+        w.append(
+            "no server-side [weights] lines: pass the inference log too to split queue time into client and server parts"
+        )
     if a.parse.malformed:
-        w.append(f"{a.parse.malformed} malformed tagged line(s) skipped (e.g. {a.parse.malformed_examples[:1]})")
+        w.append(
+            f"{a.parse.malformed} malformed tagged line(s) skipped (e.g. {a.parse.malformed_examples[:1]})"
+        )
     failed = sum(u.failed for u in a.updates)
     if failed:
         w.append(f"{failed} weight update(s) failed (client.error)")

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect")
+TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train")
 _TAG_ALT = b"|".join(TAGS)
-_LINE = re.compile(
-    rb"^(?P<prefix>[^\n]*?)\[(?P<tag>" + _TAG_ALT + rb")\](?:\[(?P<tid>[A-Za-z0-9_.-]{1,64})\])?[ \t]+(?P<rest>[^\n]*)$",
-    re.M,
-)
 _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
+# anchored at a marker: the tag, an optional trace id, whitespace, the rest of the line
+_AT_MARKER = re.compile(
+    rb"\[(?P<tag>" + _TAG_ALT + rb")\](?:\[(?P<tid>[A-Za-z0-9_.-]{1,64})\])?[ \t]+(?P<rest>[^\n]*)"
+)
 _TS = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 CHUNK = 8 << 20
@@ -69,6 +69,12 @@ class _Clock:
         self._cache: dict[str, float] = {}
 
     def __call__(self, prefix: str) -> float | None:
+        if (
+            len(prefix) >= 23 and prefix[4] == "-" and prefix[10] == " " and prefix[19] == "."
+        ):  # loguru's own prefix
+            base = self._cache.get(prefix[:19])
+            if base is not None and prefix[20:23].isdigit():
+                return base + int(prefix[20:23]) / 1000.0
         m = _TS.search(prefix)
         if not m:
             return None
@@ -120,14 +126,18 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
         stats.files.append(str(path))
         for chunk in _chunks(path):
             stats.lines += chunk.count(b"\n")
-            markers = len(_MARKERS.findall(chunk)) if (b"[" in chunk) else 0
-            if not markers:
-                continue
-            good = 0
-            for m in _LINE.finditer(chunk):
-                rest = m.group("rest").decode("utf-8", "replace").split()
+            last_line = -1
+            for marker in _MARKERS.finditer(chunk):
+                pos = marker.start()
+                line_start = chunk.rfind(b"\n", 0, pos) + 1
+                if line_start == last_line:  # a second marker on a line already handled
+                    continue
+                last_line = line_start
+                line_end = chunk.find(b"\n", pos)
+                m = _AT_MARKER.match(chunk, pos, line_end)
+                rest = m.group("rest").decode("utf-8", "replace").split() if m else None
                 if not rest:
-                    _bad(stats, m.group(0))
+                    _bad(stats, chunk[line_start:line_end])
                     continue
                 first = rest[0]
                 if "=" in first:
@@ -135,31 +145,32 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                 elif _EVENT.fullmatch(first):
                     event, tokens = first, rest[1:]
                 else:
-                    _bad(stats, m.group(0))
+                    _bad(stats, chunk[line_start:line_end])
                     continue
                 fields = {}
                 for tok in tokens:
                     k, sep, v = tok.partition("=")
                     if sep and k:
                         fields[k] = v
-                good += 1
+                if not event and not fields:  # "[ckpt] =3": neither an event nor a key
+                    _bad(stats, chunk[line_start:line_end])
+                    continue
+                stats.tagged += 1
                 tid = m.group("tid")
-                yield Event(m.group("tag").decode(), event, tid.decode() if tid else None, fields,
-                            clock(m.group("prefix").decode("utf-8", "replace")), label)  # fmt: skip
-            stats.tagged += good
-            if markers > good:  # markers on lines that did not parse
-                stats.malformed += markers - good
-                if len(stats.malformed_examples) < 5:
-                    for line in chunk.split(b"\n"):
-                        if _MARKERS.search(line) and not _LINE.match(line + b"\n"):
-                            stats.malformed_examples.append(line[:200].decode("utf-8", "replace"))
-                            if len(stats.malformed_examples) >= 5:
-                                break
+                prefix = chunk[line_start:pos].decode("utf-8", "replace") if pos > line_start else ""
+                yield Event(
+                    m.group("tag").decode(),
+                    event,
+                    tid.decode() if tid else None,
+                    fields,
+                    clock(prefix),
+                    label,
+                )
     stats.seconds += time.perf_counter() - start
 
 
 def _bad(stats: ParseStats, raw: bytes) -> None:
-    # counted through the marker/parsed difference; remember an example
+    stats.malformed += 1
     if len(stats.malformed_examples) < 5:
         stats.malformed_examples.append(raw[:200].decode("utf-8", "replace"))
 
@@ -180,7 +191,9 @@ def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
         p = Path(p)
         if p.is_dir():
             root = p / "logs" if (p / "logs").is_dir() else p
-            files = sorted(f for f in root.rglob("*") if f.is_file() and (".log" in f.name or f.suffix == ".gz"))
+            files = sorted(
+                f for f in root.rglob("*") if f.is_file() and (".log" in f.name or f.suffix == ".gz")
+            )
             # the launcher's console copies (*stdout.log) and its own log repeat the processes' lines
             files = [f for f in files if "stdout" not in f.name and not f.name.startswith("rl.log")]
             out.extend((label_for(f), f) for f in files)

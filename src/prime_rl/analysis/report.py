@@ -41,9 +41,15 @@ def slowest_updates(a: Analysis, n: int = 10) -> str:
     ups = sorted((u for u in a.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
                  key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0))[:n]  # fmt: skip
     gens = [s for s in a.spans if s.kind == "gen"]
-    out = [f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"]
+    out = [
+        f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"
+    ]
     for u in ups:
-        overlapping = [s.label for s in gens if u.start is not None and u.end is not None and s.start < u.end and s.end > u.start]
+        overlapping = [
+            s.label
+            for s in gens
+            if u.start is not None and u.end is not None and s.start < u.end and s.end > u.start
+        ]
         gap = u.send_to_recv_ms
         out.append(f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
                    f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {', '.join(overlapping) or '-'}")  # fmt: skip
@@ -61,7 +67,9 @@ def timeline(a: Analysis) -> str:
            "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.", ""]  # fmt: skip
     gens = [s for s in a.spans if s.kind == "gen"]
     for s in a.spans:
-        line = f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
+        line = (
+            f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
+        )
         if s.kind == "update":
             over = [g.label for g in gens if g.start < s.end and g.end > s.start]
             u = next((u for u in a.updates if f"update {u.tid}" == s.label), None)
@@ -94,8 +102,16 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
             ax.broken_barh(bars, (i - 0.35, 0.7), color=colors[kind])
     for u in a.updates:  # the queue part of each update, hatched
         if u.start is not None and u.queue_ms:
-            ax.broken_barh([(u.start - t0, u.queue_ms / 1000.0)], (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///")
-    ax.set_yticks(range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"])
+            ax.broken_barh(
+                [(u.start - t0, u.queue_ms / 1000.0)],
+                (3 - 0.35, 0.7),
+                facecolor="none",
+                edgecolor="black",
+                hatch="///",
+            )
+    ax.set_yticks(
+        range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"]
+    )
     ax.set_xlabel("seconds since the first event")
     title = a.primary["title"] if a.primary else "no bottleneck found"
     ax.set_title(title, fontsize=10)
@@ -109,22 +125,36 @@ def summary_md(a: Analysis, has_png: bool) -> str:
     st = {k: describe(v) for k, v in a.series.items()}
     lines = ["# Bottleneck analysis", ""]
     if a.primary:
-        lines += [f"**Primary bottleneck: {a.primary['title']}.**", "", f"Evidence: {a.primary['evidence']}.", ""]
+        lines += [
+            f"**Primary bottleneck: {a.primary['title']}.**",
+            "",
+            f"Evidence: {a.primary['evidence']}.",
+            "",
+        ]
     else:
         healthy = []
         if st["queue_ms"].get("count"):
-            healthy.append(f"queue_ms median {st['queue_ms']['p50']:.1f} ms (max {st['queue_ms']['max']:.1f})")
+            healthy.append(
+                f"queue_ms median {st['queue_ms']['p50']:.1f} ms (max {st['queue_ms']['max']:.1f})"
+            )
         if st["rpc_ms"].get("count"):
             healthy.append(f"rpc_ms median {st['rpc_ms']['p50']:.1f} ms")
         if st["ckpt_wait_ms"].get("count"):
             healthy.append(f"ckpt wait median {st['ckpt_wait_ms']['p50']:.1f} ms")
         lines += ["**No bottleneck found: queue delays and waits are within the thresholds.**", "",
                   ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.", ""]  # fmt: skip
-    lines += ["## Key numbers", "", "| metric | count | mean | p50 | p95 | p99 | max |", "|---|---|---|---|---|---|---|"]
-    for key, (_, (series, title)) in zip(STAT_FILES, STAT_FILES.items(), strict=True):
+    lines += [
+        "## Key numbers",
+        "",
+        "| metric | count | mean | p50 | p95 | p99 | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for series, title in STAT_FILES.values():
         s = st[series]
         if s.get("count"):
-            lines.append(f"| {title} | {s['count']} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p95']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |")
+            lines.append(
+                f"| {title} | {s['count']} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p95']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |"
+            )
     if a.findings[1:]:
         lines += ["", "## Secondary findings", ""]
         for f in a.findings[1:]:
@@ -133,7 +163,11 @@ def summary_md(a: Analysis, has_png: bool) -> str:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
     steps = [s for f in a.findings for s in f["next"]]
     lines += ["", "## Next steps", ""]
-    lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)] if steps else ["Nothing to fix; re-run the analysis after changing the load."]
+    lines += (
+        [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+        if steps
+        else ["Nothing to fix; re-run the analysis after changing the load."]
+    )
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
     lines += ["", "## Inputs and thresholds", ""]

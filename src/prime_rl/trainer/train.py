@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from loguru import logger
 
-from prime_rl.logging import setup_logging
+from prime_rl.logging import log_tagged, setup_logging
 from prime_rl.paths import RunPaths, is_stable
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
@@ -212,6 +212,14 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
             ckpt.prune_checkpoints(paths.checkpoints_root, cfg.ckpt.keep, world)
 
         if world.is_main:
+            log_tagged(
+                "train",
+                "step.done",
+                step=step,
+                wait_ms=waited * 1000.0,
+                train_ms=train_s * 1000.0,
+                write_ms=write_ms,
+            )
             summary = result.stats.summary()
             metrics = {
                 "process": "trainer", "step": step, "loss": result.loss, **summary, "grad_norm": result.grad_norm,
