@@ -125,31 +125,35 @@ def policy_loss(
         if entropy is not None:
             stats.entropy_sum = float((entropy * mask).sum())
 
-    if cfg.type == "gspo":
+    if cfg.type == "gspo":  # one ratio per sequence, weighted by its token count in the stats
         seq_ratio = torch.exp(seq_mean_log_ratio)
         seq_adv = _segment_sum(advantages * mask, sample_ids, num_samples) / tokens_per_seq.clamp_min(1.0)
-        if cfg.ratio_mode == "clip":
-            obj = torch.minimum(seq_ratio * seq_adv, seq_ratio.clamp(low, high) * seq_adv)
-            clipped = ((seq_ratio > high) & (seq_adv > 0)) | ((seq_ratio < low) & (seq_adv < 0))
-            stats.clipped_sum = float((clipped.to(mask.dtype) * tokens_per_seq).sum())
-        else:
-            inside = (seq_ratio >= low) & (seq_ratio <= high)
-            obj = seq_ratio * seq_adv * inside.to(logp.dtype)
-            stats.masked_sum = float(((~inside).to(mask.dtype) * tokens_per_seq).sum())
+        obj = _ppo_objective(seq_ratio, seq_adv, low, high, cfg.ratio_mode, tokens_per_seq, stats)
         loss = -(obj * seq_weight * has_tokens.to(logp.dtype)).sum() / normalizer
         return loss, stats
-
-    if cfg.ratio_mode == "clip":
-        obj = torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages)
-        clipped = ((ratio > high) & (advantages > 0)) | ((ratio < low) & (advantages < 0))
-        stats.clipped_sum = float((clipped.to(mask.dtype) * mask).sum())
-    else:
-        inside = (ratio >= low) & (ratio <= high)
-        obj = ratio * advantages * inside.to(logp.dtype)
-        stats.masked_sum = float(((~inside).to(mask.dtype) * mask).sum())
-    token_weight = seq_weight[sample_ids]
-    loss = -(obj * token_weight * mask).sum() / normalizer
+    obj = _ppo_objective(ratio, advantages, low, high, cfg.ratio_mode, mask, stats)
+    loss = -(obj * seq_weight[sample_ids] * mask).sum() / normalizer
     return loss, stats
+
+
+def _ppo_objective(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    low: float,
+    high: float,
+    mode: str,
+    weight: torch.Tensor,
+    stats: LossStats,
+) -> torch.Tensor:
+    """clip: min(r A, clip(r) A), counting where clipping zeroes the gradient; mask: r A inside the
+    bounds only, counting what is dropped. ``weight`` turns those counts into loss tokens."""
+    if mode == "clip":
+        clipped = ((ratio > high) & (adv > 0)) | ((ratio < low) & (adv < 0))
+        stats.clipped_sum = float((clipped.to(weight.dtype) * weight).sum())
+        return torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)
+    inside = (ratio >= low) & (ratio <= high)
+    stats.masked_sum = float(((~inside).to(weight.dtype) * weight).sum())
+    return ratio * adv * inside.to(ratio.dtype)
 
 
 def normalizer_for(cfg: LossConfig, global_loss_tokens: float, global_sequences: float) -> float:
