@@ -22,6 +22,7 @@ from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePoo
 from prime_rl.testing.server import start_server
 from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
 from prime_rl.testing.weights import write_perturbed_weights
+from prime_rl.tracing import new_trace_id
 
 
 def pct(values: list[float], q: float) -> float:
@@ -64,13 +65,14 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
             await asyncio.sleep(0.01)
             lags.append((time.monotonic() - t - 0.01) * 1000.0)
 
+    run_id = new_trace_id()[:6]  # trace ids stay unique when logs of several runs are appended
     tasks = [asyncio.create_task(streamer(i)) for i in range(n)] + [asyncio.create_task(lag_probe())]
     await asyncio.sleep(args.warmup)
     results = []
     for k in range(args.updates):
         t0 = time.monotonic()
         (res,) = await admin.update_weights(
-            str(weight_dirs[k % len(weight_dirs)]), trace_id=f"bench-{mode}-{n}-{k}"
+            str(weight_dirs[k % len(weight_dirs)]), trace_id=f"bench-{mode}-{n}-{k}-{run_id}"
         )
         results.append(res)
         await asyncio.sleep(max(0.0, args.interval - (time.monotonic() - t0)))

@@ -122,3 +122,21 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert "no such log file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         analyze_main([str(tmp_path), "--threshold", "nonsense"])
+
+
+def test_trace_ids_repeated_across_appended_runs_are_joined_per_run(tmp_path):
+    """Logs appended over two runs reuse trace ids: each client.send pairs with its own server lines."""
+    first = make_run("frontend_queue_saturation", steps=6, seed=8)
+    second = make_run("healthy", steps=6, seed=9, start_offset_s=3600.0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("orchestrator", "inference"):
+        lines = getattr(first, name) + getattr(second, name)
+        (logs / f"{name}.log").write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
+    updates = summary["updates"]
+    assert len(updates) == len(first.values["queue_ms"]) + len(second.values["queue_ms"])
+    gaps = [u["send_to_recv_ms"] for u in updates]
+    assert all(g is not None and 0 <= g < 60_000 for g in gaps), (
+        gaps
+    )  # never across the hour between the runs

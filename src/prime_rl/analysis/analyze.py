@@ -124,8 +124,35 @@ class Analysis:
     run_seconds: float | None = None
 
 
+def _occurrence(updates: dict[str, list[Update]], ev) -> Update:
+    """The update an event belongs to. Trace ids can repeat (logs appended over several runs): a
+    client.send after a finished update starts a new one, and a server line joins the latest update
+    sent at or before it that has no server part yet."""
+    occ = updates.setdefault(ev.tid, [])
+    if ev.event == "client.send":
+        if not occ or occ[-1].done_ts is not None or occ[-1].failed:
+            occ.append(Update(ev.tid))
+        return occ[-1]
+    if ev.event in ("client.done", "client.error"):
+        if not occ:
+            occ.append(Update(ev.tid))
+        return occ[-1]
+    open_ = [u for u in occ if u.recv_ts is None and u.recv_t is None] if ev.event == "server.recv" else occ
+    if ev.event == "server.recv" and ev.ts is not None:
+        before = [u for u in open_ if u.send_ts is None or u.send_ts <= ev.ts + 1.0]
+        open_ = before or open_
+    if not open_:
+        occ.append(Update(ev.tid))
+        return occ[-1]
+    if ev.event == "server.recv":
+        return open_[-1] if ev.ts is not None else open_[0]
+    # rpc.start / rpc.done: the occurrence whose server.recv came last
+    with_recv = [u for u in occ if u.recv_ts is not None or u.recv_t is not None]
+    return with_recv[-1] if with_recv else occ[-1]
+
+
 def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int | None = None) -> Analysis:
-    updates: dict[str, Update] = {}
+    updates: dict[str, list[Update]] = {}
     series: dict[str, list[float]] = {k: [] for k in (
         "queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "ckpt_wait_ms", "write_ms",
         "gen_dur_ms", "verify_dur_ms", "trunc_pct", "staleness", "retry_wait_ms", "collect_ms", "train_wait_ms",
@@ -140,9 +167,9 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
         if ev.ts is not None:
             first_ts, last_ts = min(first_ts, ev.ts), max(last_ts, ev.ts)
         if ev.tag == "weights" and ev.tid:
-            u = updates.setdefault(ev.tid, Update(ev.tid))
+            u = _occurrence(updates, ev)
             if ev.event == "client.send":
-                if u.send_ts is None:  # first attempt
+                if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
                     u.send_ts, u.send_t = ev.ts, ev.num("t")
                 u.url, u.path = ev.fields.get("url"), ev.fields.get("path")
             elif ev.event == "client.done":
@@ -223,7 +250,9 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
             series["collect_ms"].append(ev.num("dur_ms"))
             if ev.fields.get("status") == "429":
                 counts["retry.429"] += 1
-    ups = [u for u in updates.values() if u.path in (None, "/update_weights", "/reload_weights")]
+    ups = [
+        u for occ in updates.values() for u in occ if u.path in (None, "/update_weights", "/reload_weights")
+    ]
     for u in ups:
         for key in ("queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms"):
             value = getattr(u, key)

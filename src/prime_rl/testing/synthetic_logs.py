@@ -60,14 +60,16 @@ def _line(wall: float, text: str) -> str:
     return f"{stamp} | INFO    | {text}"
 
 
-def make_run(scenario: str, steps: int = 20, seed: int = 0, async_level: int = 1) -> SyntheticRun:
+def make_run(
+    scenario: str, steps: int = 20, seed: int = 0, async_level: int = 1, start_offset_s: float = 0.0
+) -> SyntheticRun:
     """Logs of a ``steps``-step run shaped like ``scenario`` (one of :data:`SCENARIOS`)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
     rng = random.Random(seed)
     run = SyntheticRun()
-    wall = datetime(2026, 1, 1, 12, 0, 0).timestamp()
-    mono = 1000.0
+    wall = datetime(2026, 1, 1, 12, 0, 0).timestamp() + start_offset_s
+    mono = 1000.0 + start_offset_s
     gen_ms = 8000.0 if scenario == "generation_bound" else 1500.0
     for step in range(steps):
         # the barrier: wait for weights, then one update per step after the first async_level steps
