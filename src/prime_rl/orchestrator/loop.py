@@ -29,6 +29,7 @@ from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_targe
 from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
 from prime_rl.orchestrator.client import AdminClient, InferencePool, WeightUpdateError
 from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.orchestrator.ledger import TaskLedger
 from prime_rl.orchestrator.verify import VerifierPool
 from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable
 
@@ -60,9 +61,7 @@ class Orchestrator:
         self._wake_producer = asyncio.Event()
         self._group_ready = asyncio.Event()
         self._tasks = enumerate(self.env.tasks(cfg.env.seed))
-        self._skip: set[int] = set()
-        self._low_water = 0
-        self._used: set[int] = set()
+        self.ledger = TaskLedger()
         self._requests = 0
         self._last_wait_ms = 0.0
         self._last_step_end = time.monotonic()
@@ -165,7 +164,7 @@ class Orchestrator:
             self.cfg.sampling.temperature,
         )
         for g in groups:
-            self._used.add(g.task_index)
+            self.ledger.mark(g.task_index)
         self._metrics(step, rollouts, trunc_pct, step - oldest, wait_ms, gen_ms, verify_ms, failures, step_s)
         if self.cfg.ckpt_interval and (step + 1) % self.cfg.ckpt_interval == 0:
             self._save_progress(step + 1)
@@ -224,11 +223,11 @@ class Orchestrator:
             self._wake_producer.set()
             if not is_usable(group.ckpt_step, step, self.cfg.async_level):
                 self.counters["stale_dropped"] += 1
-                self._used.add(group.task_index)  # the task stream moves on; the task is not redone
+                self.ledger.mark(group.task_index)  # the task stream moves on; the task is not redone
                 continue
             if self.cfg.advantage.filter_zero and is_degenerate([r.advantage for r in group.rollouts]):
                 self.counters["zero_filtered"] += 1
-                self._used.add(group.task_index)
+                self.ledger.mark(group.task_index)
                 continue
             groups.append(group)
         return groups
@@ -257,7 +256,7 @@ class Orchestrator:
 
     def _next_task(self) -> tuple[int, Task]:
         for index, task in self._tasks:
-            if index < self._low_water or index in self._skip:
+            if self.ledger.skip(index):
                 continue
             return index, task
         raise OrchestratorError(f"environment {self.cfg.env.name!r} ran out of tasks")
@@ -286,7 +285,7 @@ class Orchestrator:
         data = await self._request(body)
         gen_ms = (time.monotonic() - start) * 1000.0
         if data is None:  # the server refused this task (e.g. prompt too long): skip it
-            self._used.add(index)
+            self.ledger.mark(index)
             return
         prompt_ids = list(data["prompt_token_ids"])
         rollouts = []
@@ -411,14 +410,10 @@ class Orchestrator:
             f.write(json.dumps(row) + "\n")
 
     def _save_progress(self, next_step: int) -> None:
-        while self._low_water in self._used:
-            self._used.discard(self._low_water)
-            self._low_water += 1
         part = self.paths.checkpoint_dir(next_step) / COMPONENT
         if part.exists():
             shutil.rmtree(part)
-        atomic_write_json(part / "progress.json", {"step": next_step, "low_water": self._low_water,
-                                                   "used_above": sorted(self._used)})  # fmt: skip
+        atomic_write_json(part / "progress.json", {"step": next_step, **self.ledger.snapshot()})
         mark_stable(part)
         log_tagged("ckpt", "save.done", step=next_step, component=COMPONENT)
 
@@ -441,8 +436,7 @@ class Orchestrator:
                 f"--resume.step {step}: no complete orchestrator checkpoint at {root / f'step_{step}' / COMPONENT}"
             )
         progress = json.loads((root / f"step_{step}" / COMPONENT / "progress.json").read_text())
-        self._low_water = int(progress["low_water"])
-        self._skip = set(progress["used_above"])
+        self.ledger = TaskLedger.restore(progress)
         logger.info(f"resuming at step {step}: loading weights/step_{step} on every server")
         self.step = step
         await self._load_weights(step)
