@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import signal
 import subprocess
 import sys
 import time
@@ -205,3 +206,48 @@ def test_resume_after_kill_continues_at_the_checkpoint(tiny_model, tmp_path):
     assert is_stable(RunPaths(out).weights_dir(6))
     for step in range(6):
         assert read_rollout_batch(RunPaths(out).rollouts_dir(step) / "rank_0.safetensors").num_samples == 64
+
+
+def _stray(out: Path) -> list[str]:
+    found = subprocess.run(
+        ["pgrep", "-af", str(out / "configs")], capture_output=True, text=True
+    ).stdout.splitlines()
+    return [line for line in found if "pgrep" not in line]
+
+
+def test_a_dying_process_stops_the_others_and_is_named(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    done = rl(
+        tiny_model,
+        out,
+        "--trainer",
+        json.dumps({"model": {"name": str(tmp_path / "no-such-model")}}),
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "trainer exited with code" in done.stderr and "Last lines of" in done.stderr
+    assert "no-such-model" in done.stderr  # the end of the trainer's log says why
+    assert _stray(out) == []
+
+
+def test_ctrl_c_stops_everything(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
+            "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), "--max_steps", "200"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (
+            RunPaths(out).metrics_file.is_file()
+            and RunPaths(out).metrics_file.read_text().count("orchestrator") >= 2
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not get going"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    time.sleep(1.0)
+    assert _stray(out) == []
