@@ -184,3 +184,14 @@ def test_bad_rollout_file_stops_the_trainer_with_file_and_field(tiny_model, tmp_
     out, _ = run.proc.communicate(timeout=120)
     assert run.proc.returncode != 0
     assert "rank_0.safetensors" in out and "'input_ids'" in out and "5000" in out
+
+
+def test_bf16_training_publishes_the_base_checkpoint_dtypes(tiny_model, tmp_path):
+    """A bf16 trainer (the GPU default) on an fp32 checkpoint publishes fp32: servers accept it."""
+    from prime_rl.inference.weights import check_compatible, manifest, weight_files
+
+    run = run_on_policy(tiny_model, tmp_path, make_samples(2, 2048, seed=8), steps=1,
+                        extra_args=[*LR, "--model.dtype", "bfloat16"])  # fmt: skip
+    published = manifest(weight_files(run.weights(1)))
+    check_compatible(published, manifest(weight_files(tiny_model)))  # raises on any dtype mismatch
+    assert {i.dtype for i in published.values()} == {"F32"}

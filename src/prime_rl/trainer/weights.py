@@ -72,6 +72,7 @@ class WeightPublisher:
         self.max_shard_bytes = max_shard_bytes
         self.skip = tied_keys(model)
         self.static_files = self._static_files(model, model_name)
+        self.dtypes = self._base_dtypes(model_name)
         for stale in self.root.glob(".step_*.tmp*"):  # left by a crash mid-write: never complete
             shutil.rmtree(stale, ignore_errors=True)
 
@@ -88,12 +89,26 @@ class WeightPublisher:
             AutoTokenizer.from_pretrained(model_name).save_pretrained(tmp)
             return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
 
+    @staticmethod
+    def _base_dtypes(model_name: str) -> dict[str, torch.dtype]:
+        """dtype of every tensor of the base checkpoint: published weights keep them (a bf16 trainer on an
+        fp32 checkpoint still publishes fp32), so the servers' name/shape/dtype check always passes."""
+        from prime_rl.inference.weights import manifest, resolve_model_dir, weight_files
+
+        names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+        info = manifest(weight_files(resolve_model_dir(model_name)))
+        return {k: getattr(torch, names[v.dtype]) for k, v in info.items() if v.dtype in names}
+
     def publish(self, state_dict: dict[str, torch.Tensor], step: int) -> tuple[Path, float, int]:
         """Write ``weights/step_{step}``; returns (path, write_ms, bytes of tensors)."""
         from safetensors.torch import save_file
 
         start = time.monotonic()
-        tensors = {k: v.contiguous() for k, v in state_dict.items() if k not in self.skip}
+        tensors = {
+            k: v.to(self.dtypes.get(k, v.dtype)).contiguous()
+            for k, v in state_dict.items()
+            if k not in self.skip
+        }
         dest = self.root / f"step_{step}"
         tmp = Path(tempfile.mkdtemp(prefix=f".step_{step}.tmp", dir=self.root))
         try:
