@@ -19,8 +19,9 @@ import subprocess
 from pathlib import Path
 
 from prime_rl.paths import RunPaths
-from prime_rl.testing.rollouts import make_samples, trainer_command, write_step
+from prime_rl.testing.rollouts import make_samples, write_step
 from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
+from prime_rl.trainer.main import command as trainer_command
 
 
 def run(

@@ -10,11 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 STABLE = "STABLE"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one was asked for."""
 
 
 @dataclass(frozen=True)
@@ -117,3 +123,36 @@ def is_stable(directory: Path) -> bool:
 def mark_stable(directory: Path) -> None:
     """Write the ``STABLE`` marker of a directory whose contents are already durable."""
     atomic_write_bytes(Path(directory) / STABLE, b"")
+
+
+def step_dirs(root: Path) -> dict[int, Path]:
+    """The ``step_N`` directories under ``root`` by N, ascending (temporary and other names ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return {}
+    found = {int(m.group(1)): p for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()}
+    return dict(sorted(found.items()))
+
+
+def complete_checkpoint_steps(root: Path, *components: str) -> list[int]:
+    """Steps under ``checkpoints/`` where every named component (trainer, orchestrator) carries STABLE."""
+    return [s for s, p in step_dirs(root).items() if all(is_stable(p / c) for c in components)]
+
+
+def resolve_resume_step(root: Path, step: int | None, *components: str) -> int:
+    """The checkpoint step to resume from: ``step`` (checked complete) or the latest complete one."""
+    steps = complete_checkpoint_steps(root, *components)
+    parts = "/".join(components)
+    if step is None:
+        if not steps:
+            raise CheckpointError(
+                f"--resume: no complete checkpoint under {root} (none carries {parts}/{STABLE})"
+            )
+        return steps[-1]
+    if step not in steps:
+        where = Path(root) / f"step_{step}"
+        reason = "is incomplete (no STABLE marker)" if where.exists() else "does not exist"
+        raise CheckpointError(
+            f"--resume.step {step}: checkpoint {where} ({parts}) {reason}; complete ones: {steps or 'none'}"
+        )
+    return step

@@ -30,8 +30,9 @@ from prime_rl.config import BaseConfig, ConfigError, deep_merge, parse_config
 from prime_rl.inference.config import InferenceConfig
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.config import OrchestratorConfig
-from prime_rl.paths import RunPaths, atomic_write_json
+from prime_rl.paths import RunPaths, atomic_write_json, complete_checkpoint_steps, step_dirs
 from prime_rl.trainer.config import TrainerConfig
+from prime_rl.trainer.main import command as trainer_command
 
 _ECHO = re.compile(r"\| (WARNING|ERROR|CRITICAL)|\| step \d+ \||Traceback")
 
@@ -188,20 +189,18 @@ def prepare_run_dir(cfg: RLConfig) -> int | None:
         if p.is_dir() and any(p.iterdir())
     ]
     if cfg.resume:
-        from prime_rl.orchestrator.loop import complete_checkpoint_steps
-
-        steps = complete_checkpoint_steps(paths.checkpoints_root)
+        steps = complete_checkpoint_steps(paths.checkpoints_root, "trainer", "orchestrator")
         if not steps:
             raise ConfigError(
                 f"--resume: no checkpoint under {paths.checkpoints_root} that both trainer and orchestrator completed"
             )
         step = steps[-1]
         # what the crashed run produced after that checkpoint is regenerated, never consumed
-        for d in paths.rollouts_root.glob("step_*"):
-            if int(d.name[5:]) >= step:
+        for s, d in step_dirs(paths.rollouts_root).items():
+            if s >= step:
                 shutil.rmtree(d)
-        for d in paths.weights_root.glob("step_*"):
-            if int(d.name[5:]) > step:
+        for s, d in step_dirs(paths.weights_root).items():
+            if s > step:
                 shutil.rmtree(d)
         return step
     if leftovers and not cfg.clean:
@@ -229,23 +228,9 @@ def launch(cfg: RLConfig, p: Plan) -> int:
     if p.inference.admin_token is not None:  # the inference server and the admin client read it from here
         env["PRIME_ADMIN_TOKEN"] = p.inference.admin_token.get_secret_value()
     py = sys.executable
-    trainer_cmd = [
-        "-m",
-        "prime_rl.trainer.main",
-        "--config",
-        str(paths.configs_dir / "rl_trainer_input.json"),
-    ]
-    if cfg.trainer_nproc > 1:
-        trainer_argv = [
-            py,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={cfg.trainer_nproc}",
-            *trainer_cmd,
-        ]
-    else:
-        trainer_argv = [py, *trainer_cmd]
+    trainer_argv = trainer_command(
+        cfg.trainer_nproc, ["--config", str(paths.configs_dir / "rl_trainer_input.json")]
+    )
     children: list[Child] = []
     stopping = threading.Event()
 

@@ -138,6 +138,8 @@ def test_pool_picks_least_loaded_and_uses_openai_sdk(servers):
             with pool.track(pool.pick()):
                 second = pool.pick()
             assert second == b.base_url
+            assert pool.pick(exclude={b.base_url}) == a.base_url  # a server marked down is never picked
+            assert pool.pick(exclude={a.base_url, b.base_url}) is None
             client = pool.openai(a.base_url)
             assert client is pool.openai(a.base_url)
             out = await client.completions.create(model="m", prompt="hi", max_tokens=3)

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from prime_rl.config import ConfigError, load_config
-from prime_rl.paths import mark_stable
-from prime_rl.trainer.ckpt import CheckpointError, complete_steps, resolve_resume_step
+from prime_rl.paths import CheckpointError, mark_stable
+from prime_rl.trainer.ckpt import complete_steps, resolve_resume_step
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import (
     FORMAT,
@@ -137,6 +137,9 @@ def test_resume_picks_only_complete_checkpoints(tmp_path):
         part.mkdir(parents=True)
         if stable:
             mark_stable(part)
+    for stray in (".step_8.tmp", "step_x", "step_9-old"):  # temporary and foreign names are not steps
+        (tmp_path / stray / "trainer").mkdir(parents=True)
+        mark_stable(tmp_path / stray / "trainer")
     assert complete_steps(tmp_path) == [2, 4]
     assert resolve_resume_step(tmp_path, None) == 4  # the torn step_6 is never picked up
     assert resolve_resume_step(tmp_path, 2) == 2

@@ -129,9 +129,10 @@ class InferencePool:
         self.inflight = dict.fromkeys(self.base_urls, 0)
         self._openai: dict[str, Any] = {}
 
-    def pick(self) -> str:
-        """The least-loaded server (ties broken by order)."""
-        return min(self.base_urls, key=lambda u: self.inflight[u])
+    def pick(self, exclude: set[str] | frozenset[str] = frozenset()) -> str | None:
+        """The least-loaded server not in ``exclude`` (ties broken by order); None when none is left."""
+        up = [u for u in self.base_urls if u not in exclude]
+        return min(up, key=lambda u: self.inflight[u]) if up else None
 
     def track(self, url: str) -> _Inflight:
         """Context manager counting one request in flight on ``url``."""

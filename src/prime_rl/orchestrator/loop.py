@@ -16,7 +16,6 @@ import math
 import random
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,7 +30,7 @@ from prime_rl.orchestrator.client import AdminClient, InferencePool, WeightUpdat
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.ledger import TaskLedger
 from prime_rl.orchestrator.verify import VerifierPool
-from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable
+from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable, resolve_resume_step
 
 COMPONENT = "orchestrator"
 
@@ -353,9 +352,9 @@ class Orchestrator:
         """The least-loaded healthy server; waits (bounded) while every server is down."""
         deadline = time.monotonic() + self.cfg.request_timeout_s
         while True:
-            up = [u for u in self.pool.base_urls if u not in self.down]
-            if up:
-                return min(up, key=lambda u: self.pool.inflight[u])
+            url = self.pool.pick(exclude=self.down)
+            if url is not None:
+                return url
             if time.monotonic() > deadline:
                 raise OrchestratorError(f"every inference server is down ({', '.join(sorted(self.down))})")
             await asyncio.sleep(0.5)
@@ -418,35 +417,11 @@ class Orchestrator:
         log_tagged("ckpt", "save.done", step=next_step, component=COMPONENT)
 
     async def _resume(self) -> int:
-        from prime_rl.trainer.ckpt import CheckpointError
-
         root = self.paths.checkpoints_root
-        steps = (
-            sorted(int(p.name[5:]) for p in root.glob("step_*") if is_stable(p / COMPONENT))
-            if root.is_dir()
-            else []
-        )
-        step = self.cfg.resume.step
-        if step is None:
-            if not steps:
-                raise CheckpointError(f"--resume: no complete orchestrator checkpoint under {root}")
-            step = steps[-1]
-        elif step not in steps:
-            raise CheckpointError(
-                f"--resume.step {step}: no complete orchestrator checkpoint at {root / f'step_{step}' / COMPONENT}"
-            )
+        step = resolve_resume_step(root, self.cfg.resume.step, COMPONENT)
         progress = json.loads((root / f"step_{step}" / COMPONENT / "progress.json").read_text())
         self.ledger = TaskLedger.restore(progress)
         logger.info(f"resuming at step {step}: loading weights/step_{step} on every server")
         self.step = step
         await self._load_weights(step)
         return step
-
-
-def complete_checkpoint_steps(root: Path) -> list[int]:
-    """Steps whose trainer *and* orchestrator parts are complete (what ``rl --resume`` can use)."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(p.name[5:]) for p in root.glob("step_*") if is_stable(p / "trainer") and is_stable(p / COMPONENT)
-    )

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     config.write_resolved(paths.config_file("orchestrator"))
     from prime_rl.envs.base import EnvError
     from prime_rl.orchestrator.loop import Orchestrator, OrchestratorError
-    from prime_rl.trainer.ckpt import CheckpointError
+    from prime_rl.paths import CheckpointError
 
     try:
         asyncio.run(Orchestrator(config).run())

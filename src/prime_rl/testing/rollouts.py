@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 
 from prime_rl.paths import RunPaths, is_stable
 from prime_rl.trainer.data import RolloutBatch, rollout_path, write_rollout_batch
+from prime_rl.trainer.main import command as trainer_command
 
 
 def make_samples(
@@ -81,14 +81,6 @@ def wait_stable(path: Path, process: subprocess.Popen | None, timeout_s: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} not published after {timeout_s}s")
         time.sleep(0.05)
-
-
-def trainer_command(nproc: int, args: list[str]) -> list[str]:
-    """The command line of the trainer: one process, or torchrun with ``nproc`` ranks on this host."""
-    if nproc == 1:
-        return [sys.executable, "-m", "prime_rl.trainer.main", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "prime_rl.trainer.main", *args]  # fmt: skip
 
 
 class TrainerRun:

@@ -12,7 +12,6 @@ written under a temporary name, renamed, and marked ``STABLE``; a checkpoint wit
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 from pathlib import Path
@@ -22,15 +21,17 @@ import torch
 import torch.distributed as dist
 
 from prime_rl.logging import log_tagged
-from prime_rl.paths import STABLE, atomic_write_json, fsync_dir, is_stable, mark_stable
+from prime_rl.paths import (
+    STABLE,
+    atomic_write_json,
+    complete_checkpoint_steps,
+    fsync_dir,
+    mark_stable,
+)
+from prime_rl.paths import resolve_resume_step as paths_resolve_resume_step
 from prime_rl.trainer.model import World
 
 COMPONENT = "trainer"
-_STEP_RE = re.compile(r"^step_(\d+)$")
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint where one was asked for."""
 
 
 def _barrier(world: World) -> None:
@@ -56,11 +57,7 @@ def _tensor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> d
 
 def complete_steps(root: Path) -> list[int]:
     """Steps under ``checkpoints/`` whose trainer part carries ``STABLE``, ascending."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(m.group(1)) for p in root.iterdir() if (m := _STEP_RE.match(p.name)) and is_stable(p / COMPONENT)
-    )
+    return complete_checkpoint_steps(root, COMPONENT)
 
 
 def save_checkpoint(
@@ -102,21 +99,8 @@ def save_checkpoint(
 
 
 def resolve_resume_step(root: Path, step: int | None) -> int:
-    """The checkpoint step to resume from: ``step`` (checked complete) or the latest complete one."""
-    steps = complete_steps(root)
-    if step is None:
-        if not steps:
-            raise CheckpointError(
-                f"--resume: no complete checkpoint under {root} (none carries {COMPONENT}/{STABLE})"
-            )
-        return steps[-1]
-    if step not in steps:
-        where = Path(root) / f"step_{step}" / COMPONENT
-        reason = "is incomplete (no STABLE marker)" if where.exists() else "does not exist"
-        raise CheckpointError(
-            f"--resume.step {step}: checkpoint {where} {reason}; complete ones: {steps or 'none'}"
-        )
-    return step
+    """The trainer checkpoint step to resume from: ``step`` (checked complete) or the latest one."""
+    return paths_resolve_resume_step(root, step, COMPONENT)
 
 
 def load_checkpoint(

@@ -22,15 +22,13 @@ Metadata (``__metadata__["prime_rl"]``, JSON): ``format``, ``step``, ``rank``, `
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from prime_rl.paths import fsync_dir
+from prime_rl.paths import atomic_write_bytes
 
 FORMAT = "prime-rl-rollouts/1"
 TENSORS = {
@@ -116,23 +114,11 @@ def rollout_path(rollouts_dir: Path, rank: int) -> Path:
 
 def write_rollout_batch(path: Path, batch: RolloutBatch) -> None:
     """Publish a batch atomically (temp file in the same directory, fsync, rename)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "step": batch.step, "rank": batch.rank, "temperature": batch.temperature}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tensors = {k: v.contiguous() for k, v in batch.tensors().items()}
-        save_file(tensors, tmp, metadata={"prime_rl": json.dumps(meta)})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    tensors = {k: v.contiguous() for k, v in batch.tensors().items()}
+    atomic_write_bytes(Path(path), save(tensors, metadata={"prime_rl": json.dumps(meta)}))
 
 
 def read_rollout_batch(path: Path, vocab_size: int | None = None) -> RolloutBatch:

@@ -175,7 +175,7 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         progress = ckpt.load_checkpoint(paths.checkpoints_root, start_step, model, optimizer, world)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_factor(cfg.scheduler, cfg.max_steps), last_epoch=start_step - 1
-        ) if start_step else scheduler  # fmt: skip
+        )
         for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
             group["lr"] = lr
         total_tokens = int(progress.get("total_tokens", 0))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -19,10 +18,9 @@ from pathlib import Path
 import torch
 
 from prime_rl.logging import log_tagged
-from prime_rl.paths import STABLE, fsync_dir, is_stable, mark_stable
+from prime_rl.paths import STABLE, fsync_dir, is_stable, mark_stable, step_dirs
 
 INDEX_FILE = "model.safetensors.index.json"
-_STEP_RE = re.compile(r"^step_(\d+)$")
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -147,9 +145,7 @@ class WeightPublisher:
 
     def prune(self, keep: int, newest: int) -> list[Path]:
         """Delete complete weight dirs older than the ``keep`` newest; never ``step_{newest}``."""
-        steps = sorted(
-            int(m.group(1)) for p in self.root.iterdir() if (m := _STEP_RE.match(p.name)) and is_stable(p)
-        )
+        steps = [s for s, p in step_dirs(self.root).items() if is_stable(p)]
         doomed = [s for s in steps[:-keep] if s != newest] if keep > 0 else []
         removed = []
         for s in doomed:
