@@ -160,9 +160,12 @@ def test_verifier_faults_are_recorded_and_the_run_goes_on(inference_server, tmp_
     asyncio.run(Orchestrator(cfg).run())
     rows = metrics(tmp_path, "orchestrator")
     assert [r["step"] for r in rows] == [0, 1]
-    assert all(r["verify_failures"] > 0 for r in rows)
-    # failed rollouts score 0, the others 1: the mean sits strictly between
-    assert all(0.0 < r["reward_mean"] < 1.0 for r in rows)
+    # which groups fill a batch depends on when their generations finish (and a hung group only
+    # fails after its timeout), so one batch may hold no faulty group: across the run they are counted
+    assert sum(r["verify_failures"] for r in rows) > 0
+    for r in rows:  # failed rollouts score 0, the others 1
+        expected = 1.0 - r["verify_failures"] / 16
+        assert r["reward_mean"] == pytest.approx(expected)
 
 
 def _kill_run(proc: subprocess.Popen, out: Path) -> None:
