@@ -77,6 +77,12 @@ class BaseConfig(BaseSettings):
     passthrough_unknown_flags: ClassVar[bool] = False
     """Whether unknown command-line flags are collected (for another program) instead of rejected."""
 
+    cli_aliases: ClassVar[dict[str, str]] = {}
+    """Short command-line names for dotted keys (``{"input": "input_jsonl_fpath"}``)."""
+
+    positional_field: ClassVar[str | None] = None
+    """A list field that collects bare (non ``--``) command-line arguments, if any."""
+
     _file_data: ClassVar[dict[str, Any]] = {}
 
     @classmethod
@@ -248,10 +254,14 @@ def parse_cli(model: type[BaseConfig], argv: Sequence[str]) -> ParsedArgs:
             out.passthrough.extend(args[i:])
             break
         if not token.startswith("--") or token == "--":
+            if model.positional_field is not None:
+                out.values.setdefault(model.positional_field, []).append(token)
+                continue
             raise ConfigError(f"unexpected argument {token!r} (options look like --key value)")
         body = token[2:]
         key, has_eq, inline = body.partition("=")
         key = key.replace("-", "_")
+        key = model.cli_aliases.get(key, key)
         value: str | None = inline if has_eq else None
         if key == "config":
             if value is None:
@@ -265,8 +275,8 @@ def parse_cli(model: type[BaseConfig], argv: Sequence[str]) -> ParsedArgs:
         negated = False
         if info is None and key.startswith("no_"):
             alt = _resolve_field(model, key[3:])
-            if alt is not None and _is_bool(alt.annotation):
-                info, key, negated = alt, key[3:], True
+            if alt is not None and (_is_bool(alt.annotation) or _model_of(alt.annotation) is not None):
+                info, key, negated = alt, key[3:], True  # --no-flag, or --no-block (its validator decides)
         if info is None:
             if model.passthrough_unknown_flags:
                 out.passthrough.append(token)
@@ -277,7 +287,11 @@ def parse_cli(model: type[BaseConfig], argv: Sequence[str]) -> ParsedArgs:
             close = difflib.get_close_matches(key, _all_flags(model), n=3)
             hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
             raise ConfigError(f"unknown option --{key}{hint}; see --help")
-        if _is_bool(info.annotation):
+        if negated and not _is_bool(info.annotation):
+            if value is not None:
+                raise ConfigError(f"--no-{key} takes no value")
+            parsed = False
+        elif _is_bool(info.annotation):
             if negated:
                 if value is not None:
                     raise ConfigError(f"--no-{key} takes no value")
@@ -380,7 +394,8 @@ def _type_name(annotation: Any) -> str:
 def render_help(model: type[BaseConfig]) -> str:
     """``--help`` text: usage, sources, and every flag with its type, default and docstring."""
     doc = (model.__doc__ or "").strip()
-    lines = [f"usage: {model.process} [--config FILE ...] [--key value ...]", ""]
+    positional = f" [{model.positional_field.upper()} ...]" if model.positional_field else ""
+    lines = [f"usage: {model.process} [--config FILE ...] [--key value ...]{positional}", ""]
     if doc:
         lines += [doc, ""]
     lines += [
@@ -390,11 +405,17 @@ def render_help(model: type[BaseConfig]) -> str:
     ]
     if model.passthrough_unknown_flags:
         lines.append("Unknown flags (and everything after '--') are passed through unchanged.")
+    if model.cli_aliases:
+        pairs = ", ".join(f"--{a} = --{k}" for a, k in model.cli_aliases.items())
+        lines.append(f"Short names: {pairs}.")
     lines.append("")
     lines.append("options:")
 
     def walk(m: type[BaseModel], prefix: str) -> None:
-        for name, info in m.model_fields.items():
+        fields = list(m.model_fields.items())
+        if not prefix:  # required options first
+            fields.sort(key=lambda item: not item[1].is_required())
+        for name, info in fields:
             sub = _model_of(info.annotation)
             if sub is not None:
                 lines.append(f"  [{prefix}{name}] {(info.description or '').strip()}")

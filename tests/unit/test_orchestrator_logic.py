@@ -114,7 +114,8 @@ def test_environment_errors_name_the_problem(tmp_path):
     with pytest.raises(EnvError, match="unknown environment 'nope'"):
         load_env("nope")
     with pytest.raises(EnvError, match="needs the option 'path'"):
-        load_env("math")
+        load_env("math").tasks(0)  # scoring alone needs no path (offline collection)
+    assert load_env("math").score({"answer": "4"}, "\\boxed{4}").reward == 1.0
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "1"}\n{"question": "q2"}\n')
     with pytest.raises(EnvError, match=r"bad.jsonl:2: missing field 'answer'"):

@@ -156,7 +156,7 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
     series: dict[str, list[float]] = {k: [] for k in (
         "queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "ckpt_wait_ms", "write_ms",
         "gen_dur_ms", "verify_dur_ms", "trunc_pct", "staleness", "retry_wait_ms", "collect_ms", "train_wait_ms",
-        "train_ms")}  # fmt: skip
+        "train_ms", "collect_queue_ms", "collect_gen_ms", "collect_verify_ms")}  # fmt: skip
     spans: list[Span] = []
     counts: Counter = Counter()
     open_gen: dict[str, float] = {}
@@ -246,9 +246,20 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
             for src, dst in (("wait_ms", "train_wait_ms"), ("train_ms", "train_ms")):
                 if ev.num(src) is not None:
                     series[dst].append(ev.num(src))
-        elif ev.tag == "collect" and ev.num("dur_ms") is not None:
-            series["collect_ms"].append(ev.num("dur_ms"))
-            if ev.fields.get("status") == "429":
+        elif ev.tag == "collect":  # the offline collector: one rollout.done per sample
+            if ev.event == "request.retry":
+                counts[f"retry.{ev.fields.get('status', '?')}"] += 1
+                if ev.num("wait_ms") is not None:
+                    series["retry_wait_ms"].append(ev.num("wait_ms"))
+                continue
+            if ev.num("dur_ms") is not None:
+                series["collect_ms"].append(ev.num("dur_ms"))
+            if ev.event == "rollout.done":
+                counts["completions"] += 1
+                for key in ("queue_ms", "gen_ms", "verify_ms"):
+                    if ev.num(key) is not None:
+                        series[f"collect_{key}"].append(ev.num(key))
+            elif ev.fields.get("status") == "429":  # older collector lines: a 429 with its dur_ms
                 counts["retry.429"] += 1
     ups = [
         u for occ in updates.values() for u in occ if u.path in (None, "/update_weights", "/reload_weights")
@@ -354,6 +365,27 @@ def diagnose(a: Analysis) -> Analysis:
                   "share": sum(a.series["verify_dur_ms"]) / run_ms if run_ms else 0.5,
                   "next": ["Add verifier processes (verify.workers) or speed up the verifier (cache, fast mode).",
                            "Defer verification: collect with --no-verify and score later with verify-rollouts."]})  # fmt: skip
+    cg, cv, cq = (_stat(a, f"collect_{k}_ms", "mean") for k in ("gen", "verify", "queue"))
+    busy = sum(a.series["collect_ms"]) or 1.0
+    if cg and cv is not None and cv > th.verify_ratio * cg:
+        f.append({"kind": "verification_bound", "title": "Verification-bound: samples wait longer for the verifier than for the model",
+                  "evidence": f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x)",
+                  "share": sum(a.series["collect_verify_ms"]) / busy,
+                  "next": ["Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
+                           "Defer verification: collect with --no-verify and score later with collect-rollouts verify."]})  # fmt: skip
+    elif cg and a.series["collect_gen_ms"] and not (cq and cq > cg):
+        f.append({"kind": "collect_generation_bound", "title": "Model inference: collection time is generation time",
+                  "evidence": f"[collect] gen_ms mean {cg:.0f} ms of {_stat(a, 'collect_ms', 'mean') or 0:.0f} ms per sample"
+                              + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
+                  "share": sum(a.series["collect_gen_ms"]) / busy,
+                  "next": ["Run `collect-rollouts diagnose`: if time drops with parallelism, raise num_samples_in_parallel.",
+                           "Otherwise tune the model server (memory utilisation, batched tokens, more replicas)."]})  # fmt: skip
+    if cq and cg and cq > cg:
+        f.append({"kind": "collect_queue", "title": "Client-side queueing: samples wait for a parallelism slot or a rate-limit pause",
+                  "evidence": f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms",
+                  "share": sum(a.series["collect_queue_ms"]) / busy,
+                  "next": ["If 429s are counted, the rate limit sets the pace: see the rate-limit finding.",
+                           "Otherwise raise num_samples_in_parallel (the server has room)."]})  # fmt: skip
     n429 = a.counts.get("retry.429", 0)
     completions = a.counts.get("completions", 0)
     if n429 and (not completions or n429 / completions > th.rate_limited_frac):

@@ -20,6 +20,18 @@ STAT_FILES = {
     "trunc_pct_stats.txt": ("trunc_pct", "Truncated completions per step (%)"),
     "staleness_stats.txt": ("staleness", "Policy staleness per step"),
     "collect_ms_stats.txt": ("collect_ms", "Offline collection timings ([collect] dur_ms)"),
+    "collect_gen_ms_stats.txt": (
+        "collect_gen_ms",
+        "Offline collection: generation per sample ([collect] gen_ms)",
+    ),
+    "collect_verify_ms_stats.txt": (
+        "collect_verify_ms",
+        "Offline collection: verification wait per sample (verify_ms)",
+    ),
+    "collect_queue_ms_stats.txt": (
+        "collect_queue_ms",
+        "Offline collection: client-side queueing per sample (queue_ms)",
+    ),
 }
 
 

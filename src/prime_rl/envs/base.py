@@ -28,6 +28,8 @@ class Score:
 
     reward: float
     metrics: dict[str, float] = field(default_factory=dict)
+    answer: str | None = None
+    """The final answer the verifier extracted, if any (majority voting groups samples by it)."""
 
 
 class EnvError(ValueError):
@@ -39,6 +41,9 @@ class Environment:
 
     name: str = "base"
 
+    required_fields: tuple[str, ...] = ()
+    """Fields a task read from a file must have for :meth:`score` (``answer`` for math)."""
+
     def tasks(self, seed: int) -> Iterator[Task]:
         """Tasks in a deterministic order for ``seed``; may be endless (generators) or finite (files)."""
         raise NotImplementedError
@@ -46,6 +51,36 @@ class Environment:
     def score(self, task: Task, completion: str) -> Score:
         """Score one completion of ``task``; may raise (recorded as a failed rollout)."""
         raise NotImplementedError
+
+    def prompt(self, task: Task) -> list[dict[str, Any]]:
+        """The chat messages of a task read from a file (see :func:`task_messages`)."""
+        return task_messages(task)
+
+
+PROMPT_FIELDS = ("prompt", "messages", "responses_create_params.input", "question")
+"""Where a task row may hold its prompt, in the order they are looked up."""
+
+
+def task_messages(task: Task, system: str | None = None) -> list[dict[str, Any]]:
+    """Chat messages from a task row: ``prompt`` or ``messages`` (a message list or a string),
+    ``responses_create_params.input`` (the same), else ``question`` (a string). Raises
+    :class:`EnvError` naming the problem when there is none or it has the wrong shape."""
+    params = task.get("responses_create_params")
+    for name, value in (("prompt", task.get("prompt")), ("messages", task.get("messages")),
+                        ("responses_create_params.input", params.get("input") if isinstance(params, dict) else None),
+                        ("question", task.get("question"))):  # fmt: skip
+        if value is None:
+            continue
+        if isinstance(value, str):
+            return user_prompt(value, system)
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in value)
+        ):
+            return value
+        raise EnvError(f"field '{name}' must be a string or a non-empty list of {{role, content}} messages")
+    raise EnvError(f"no prompt: a task needs one of the fields {', '.join(PROMPT_FIELDS)}")
 
 
 _REGISTRY: dict[str, Callable[..., Environment]] = {}

@@ -18,16 +18,28 @@ DEFAULT_SYSTEM = "Solve the problem. Put the final answer in \\boxed{}."
 
 @register("math")
 class MathQAEnv(Environment):
+    required_fields = ("answer",)
+
     def __init__(self, path: str | None = None, system_prompt: str = DEFAULT_SYSTEM, shuffle: bool = True):
-        if not path:
-            raise EnvError(
-                "environment 'math' needs the option 'path' (a JSONL file of question/answer lines)"
-            )
-        self.rows = read_jsonl_tasks(Path(path), required=("question", "answer"))
+        # without a path it only scores (offline collection reads the tasks itself)
+        self.rows = read_jsonl_tasks(Path(path), required=("question", "answer")) if path else None
         self.system_prompt = system_prompt
         self.shuffle = shuffle
 
+    def prompt(self, task: Task) -> list[dict]:
+        if isinstance(task.get("question"), str) and not any(k in task for k in ("prompt", "messages")):
+            return user_prompt(task["question"], self.system_prompt)
+        return super().prompt(task)
+
     def tasks(self, seed: int) -> Iterator[Task]:
+        if self.rows is None:
+            raise EnvError(
+                "environment 'math' needs the option 'path' (a JSONL file of question/answer lines)"
+            )
+        return self._epochs(seed)
+
+    def _epochs(self, seed: int) -> Iterator[Task]:
+        assert self.rows is not None
         rng = random.Random(seed)
         epoch = 0
         while True:
@@ -47,5 +59,7 @@ class MathQAEnv(Environment):
         pred = parse(completion)
         correct = bool(gold and pred and verify(gold, pred))
         return Score(
-            reward=1.0 if correct else 0.0, metrics={"accuracy": float(correct), "parsed": float(bool(pred))}
+            reward=1.0 if correct else 0.0,
+            metrics={"accuracy": float(correct), "parsed": float(bool(pred))},
+            answer=str(pred[-1]) if pred else None,
         )

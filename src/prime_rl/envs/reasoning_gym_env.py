@@ -40,6 +40,8 @@ class ReasoningGymEnv(Environment):
                 raise EnvError(f"reasoning_gym dataset {self.dataset_name!r} with {self.config}: {e}") from e
         return self._scorers[seed]
 
+    required_fields = ("rg_seed", "rg_index")
+
     def tasks(self, seed: int) -> Iterator[Task]:
         epoch = 0
         while True:

@@ -34,9 +34,9 @@ def _worker_main(conn: Connection, env_name: str, options: dict[str, Any]) -> No
         start = time.perf_counter()
         try:
             score = env.score(task, completion)
-            reply = ("ok", float(score.reward), {k: float(v) for k, v in score.metrics.items()})
+            reply = ("ok", float(score.reward), {k: float(v) for k, v in score.metrics.items()}, score.answer)
         except Exception as e:  # reported to the orchestrator as data
-            reply = ("error", f"verifier raised {type(e).__name__}: {e}", {})
+            reply = ("error", f"verifier raised {type(e).__name__}: {e}", {}, None)
         conn.send((*reply, (time.perf_counter() - start) * 1000.0))
 
 
@@ -49,6 +49,8 @@ class Verdict:
     """Time inside score() (the verifier's own cost; for a timeout, the timeout)."""
     latency_ms: float = 0.0
     """Submit-to-result time, including waiting for a free worker."""
+    answer: str | None = None
+    """The answer the verifier extracted (for majority voting), if it reports one."""
 
 
 class _Worker:
@@ -99,7 +101,7 @@ class VerifierPool:
                 await asyncio.wait_for(ready, timeout=self.timeout_s)
             finally:
                 loop.remove_reader(fd)
-            status, value, metrics, ms = worker.conn.recv()
+            status, value, metrics, answer, ms = worker.conn.recv()
         except TimeoutError:
             self._replace(worker, f"a call took over {self.timeout_s:.1f}s")
             return Verdict(0.0, {}, f"verifier timed out after {self.timeout_s:.1f}s", self.timeout_s * 1000.0,
@@ -112,7 +114,7 @@ class VerifierPool:
         idle.put_nowait(worker)
         latency = (time.monotonic() - submitted) * 1000.0
         if status == "ok":
-            return Verdict(value, metrics, None, ms, latency)
+            return Verdict(value, metrics, None, ms, latency, answer)
         return Verdict(0.0, {}, value, ms, latency)
 
     def _replace(self, worker: _Worker, why: str) -> None:

@@ -11,11 +11,11 @@ from prime_rl.envs.base import Environment, Score, Task, user_prompt
 
 class FaultyEnv(Environment):
     """Scores like ``toy``, except completions containing a trigger: 'raise' modes raise, 'hang'
-    sleeps far past any timeout, 'die' kills the worker process. ``mode='every'`` applies it to
-    every other task (by task number)."""
+    sleeps far past any timeout, 'die' kills the worker process, applied to every ``every``-th
+    task (by its ``n``); 'slow' makes every call take ``delay_s``."""
 
-    def __init__(self, mode: str = "raise", every: int = 2):
-        self.mode, self.every = mode, every
+    def __init__(self, mode: str = "raise", every: int = 2, delay_s: float = 0.05):
+        self.mode, self.every, self.delay_s = mode, every, delay_s
 
     def tasks(self, seed: int) -> Iterator[Task]:
         i = 0
@@ -24,6 +24,9 @@ class FaultyEnv(Environment):
             i += 1
 
     def score(self, task: Task, completion: str) -> Score:
+        if self.mode == "slow":  # an expensive verifier: every call takes delay_s
+            time.sleep(self.delay_s)
+            return Score(reward=1.0, metrics={"ok": 1.0})
         if int(task["n"]) % self.every == 0:
             if self.mode == "raise":
                 raise ValueError(f"verifier bug on task {task['n']}")

@@ -42,6 +42,16 @@ class ScriptState:
     rpc_ms: float = 5.0
     stream_chunks: int = 20
     stream_interval_s: float = 0.05
+    default_delay_s: float = 0.0
+    """Delay of every unscripted chat/completions answer (a slow model server)."""
+    storm_until: float = 0.0
+    """Until this ``time.monotonic()``, chat/completions answer 429 with ``storm_retry_after``."""
+    storm_retry_after: float = 0.5
+    fail_every: int = 0
+    """When > 0, every fail_every-th chat/completions request answers 500."""
+    requests: int = 0
+    answered: list[tuple[float, int, str]] = field(default_factory=list)
+    """(time, status, x-trace-id) of every chat/completions answer, in order."""
     seen: list[tuple[str, float, dict]] = field(default_factory=list)
     active_streams: int = 0
     active_at_arrival: list[int] = field(default_factory=list)
@@ -52,7 +62,16 @@ class ScriptState:
 
     def next_reply(self, path: str) -> Reply:
         queue = self.scripts.get(path)
-        return queue.popleft() if queue else Reply()
+        if queue:
+            return queue.popleft()
+        if path.endswith("completions"):
+            self.requests += 1
+            if time.monotonic() < self.storm_until:
+                return Reply(429, retry_after=self.storm_retry_after)
+            if self.fail_every and self.requests % self.fail_every == 0:
+                return Reply(500)
+            return Reply(delay_s=self.default_delay_s)
+        return Reply()
 
 
 def build_app(state: ScriptState) -> Starlette:
@@ -63,6 +82,8 @@ def build_app(state: ScriptState) -> Starlette:
         reply = state.next_reply(path)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if path.endswith("completions"):
+            state.answered.append((time.monotonic(), reply.status, request.headers.get("x-trace-id", "")))
         if reply.status != 200:
             headers = {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else {}
             return JSONResponse(
@@ -87,7 +108,7 @@ def build_app(state: ScriptState) -> Starlette:
         body = request.state.body
         if body.get("stream"):
             return StreamingResponse(_stream(body), media_type="text/event-stream")
-        n = int(body.get("max_tokens") or 4)
+        n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4)
         text = "x" * n
         k = int(body.get("n") or 1)
         usage = {"prompt_tokens": 3, "completion_tokens": n * k, "total_tokens": 3 + n * k}

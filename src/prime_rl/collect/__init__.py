@@ -1,0 +1,1 @@
+"""Offline rollout collection: ``collect-rollouts`` (JSONL tasks in, scored JSONL samples out)."""

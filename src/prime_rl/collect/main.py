@@ -1,0 +1,145 @@
+"""Entry points: ``collect-rollouts [merge|verify|diagnose] ...`` and ``verify-rollouts``.
+
+Exit codes: 0 done; 2 bad configuration or input; 3 finished with failed samples (re-run the
+same command to retry them); 130 interrupted (re-run the same command to resume); 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from loguru import logger
+
+from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig, SourceConfig, VerifyFileConfig
+from prime_rl.collect.progress import setup_collect_logging
+from prime_rl.collect.store import OutputError, aggregates_path, sibling
+from prime_rl.collect.tasks import InputError
+from prime_rl.config import parse_config
+from prime_rl.envs.base import EnvError
+
+USAGE = """usage: collect-rollouts [--input TASKS.jsonl --output OUT.jsonl ...]   collect (see --help)
+       collect-rollouts merge --output MERGED.jsonl A.jsonl B.jsonl ...  combine shards
+       collect-rollouts verify --input OUT.jsonl --output SCORED.jsonl --env NAME   deferred scoring
+       collect-rollouts diagnose --input TASKS.jsonl --output OUT.jsonl ...  what bounds throughput"""
+
+
+def _log_file(cfg: SourceConfig, output: Path) -> Path:
+    return cfg.log_file or sibling(output, "_collect.log")
+
+
+def _print_json(title: str, data: dict, path: Path | None = None) -> None:
+    print(json.dumps(data, indent=2))
+    if path is not None:
+        logger.info(f"{title} written to {path}")
+
+
+def _run(coro_or_fn) -> int:
+    try:
+        return coro_or_fn()
+    except KeyboardInterrupt:
+        logger.warning(
+            "interrupted: every finished sample is in the output; run the same command again to resume"
+        )
+        return 130
+    except (InputError, OutputError, EnvError, FileNotFoundError, ValueError) as e:
+        logger.error(f"error: {e}")
+        return 2
+
+
+def run_collect(argv: Sequence[str]) -> int:
+    from prime_rl.collect.runner import CollectError, collect
+
+    cfg, _ = parse_config(CollectConfig, argv)
+    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+
+    def go() -> int:
+        try:
+            result = asyncio.run(collect(cfg))
+        except CollectError as e:
+            logger.error(f"error: {e}")
+            return 2
+        logger.info(result.summary())
+        _print_json("aggregate metrics", result.aggregates, aggregates_path(cfg.output_jsonl_fpath))
+        if result.estimate is not None:
+            logger.info("estimate for the whole file:")
+            _print_json("estimate", result.estimate, sibling(cfg.output_jsonl_fpath, "_estimate.json"))
+        return 3 if result.failed else 0
+
+    return _run(go)
+
+
+def run_merge(argv: Sequence[str]) -> int:
+    from prime_rl.collect.merge import merge
+
+    cfg, _ = parse_config(MergeConfig, argv)
+    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+
+    def go() -> int:
+        result = merge(cfg)
+        _print_json("aggregate metrics", result.aggregates, aggregates_path(cfg.output_jsonl_fpath))
+        return 0
+
+    return _run(go)
+
+
+def run_verify(argv: Sequence[str]) -> int:
+    from prime_rl.collect.verify_file import verify_file
+
+    cfg, _ = parse_config(VerifyFileConfig, argv)
+    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+
+    def go() -> int:
+        result = asyncio.run(verify_file(cfg))
+        logger.info(result.summary())
+        _print_json("aggregate metrics", result.aggregates, aggregates_path(cfg.output_jsonl_fpath))
+        return 0
+
+    return _run(go)
+
+
+def run_diagnose(argv: Sequence[str]) -> int:
+    from prime_rl.collect.diagnose import diagnose, render
+
+    cfg, _ = parse_config(DiagnoseConfig, argv)
+    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+
+    def go() -> int:
+        report = asyncio.run(diagnose(cfg))
+        print(render(report))
+        return 0
+
+    return _run(go)
+
+
+SUBCOMMANDS = {
+    "merge": run_merge,
+    "verify": run_verify,
+    "verify-rollouts": run_verify,
+    "diagnose": run_diagnose,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        raise SystemExit(SUBCOMMANDS[args[0]](args[1:]))
+    if args and not args[0].startswith("-"):
+        print(f"error: unknown subcommand {args[0]!r}\n{USAGE}", file=sys.stderr)
+        raise SystemExit(2)
+    if not args:
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(2)
+    raise SystemExit(run_collect(args))
+
+
+def verify_main() -> None:
+    """``verify-rollouts``: the same as ``collect-rollouts verify``."""
+    raise SystemExit(run_verify(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

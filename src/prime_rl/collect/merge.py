@@ -1,0 +1,94 @@
+"""``collect-rollouts merge``: shard (or partial) outputs -> one file, each pair once, sorted.
+
+Two streaming passes: the first indexes every record (pair, file, byte range, a hash of its
+task), the second copies the chosen lines in (task, repeat) order into a temporary file that is
+fsynced and renamed over the output. Inputs are only read. The same pair in two inputs keeps the
+first copy; the same pair with a *different task* means the inputs come from different task
+files, which is an error rather than a silent mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from prime_rl.collect.config import MergeConfig
+from prime_rl.collect.runner import write_aggregates
+from prime_rl.collect.store import Key, OutputError, find_torn_tail, iter_raw_records, record_key
+from prime_rl.paths import fsync_dir
+
+
+@dataclass
+class MergeResult:
+    output: Path
+    records: int = 0
+    duplicates: int = 0
+    per_input: dict[str, int] = field(default_factory=dict)
+    aggregates: dict[str, Any] = field(default_factory=dict)
+
+
+def _task_hash(record: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(json.dumps(record.get("task"), sort_keys=True).encode(), digest_size=8).digest()
+
+
+def _copy_sorted(index: dict[Key, tuple[int, int, int, bytes]], handles: list, tmp: Path) -> None:
+    with open(tmp, "wb") as dst:
+        for key in sorted(index):
+            file_no, offset, length, _ = index[key]
+            src = handles[file_no]
+            src.seek(offset)
+            dst.write(src.read(length))
+        dst.flush()
+        os.fsync(dst.fileno())
+
+
+def merge(cfg: MergeConfig) -> MergeResult:
+    result = MergeResult(cfg.output_jsonl_fpath)
+    index: dict[Key, tuple[int, int, int, bytes]] = {}
+    for file_no, path in enumerate(cfg.inputs):
+        if not path.is_file():
+            raise OutputError(f"merge input {path} not found")
+        torn = find_torn_tail(path)
+        if torn is not None:
+            logger.warning(
+                f"{path}: ignoring a partial last line ({len(torn.data)} bytes, an interrupted write)"
+            )
+        kept = 0
+        for lineno, offset, raw, record in iter_raw_records(path, tolerant=not cfg.strict):
+            key = record_key(record)
+            digest = _task_hash(record)
+            if key in index:
+                if index[key][3] != digest:
+                    first = cfg.inputs[index[key][0]]
+                    raise OutputError(
+                        f"{path}:{lineno}: task {key[0]} repeat {key[1]} is a different task than in {first}; "
+                        f"these files come from different task files and cannot be merged"
+                    )
+                result.duplicates += 1
+                continue
+            index[key] = (file_no, offset, len(raw), digest)
+            kept += 1
+        result.per_input[str(path)] = kept
+    out = cfg.output_jsonl_fpath
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.merging")
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(p, "rb")) for p in cfg.inputs]
+        try:
+            _copy_sorted(index, handles, tmp)
+            os.replace(tmp, out)
+            fsync_dir(out.parent)
+        finally:
+            tmp.unlink(missing_ok=True)
+    result.records = len(index)
+    logger.info(f"merged {len(cfg.inputs)} files into {out}: {result.records} records, "
+                f"{result.duplicates} duplicates dropped")  # fmt: skip
+    result.aggregates = write_aggregates(out, cfg.pass_threshold)
+    return result

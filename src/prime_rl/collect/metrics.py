@@ -1,0 +1,135 @@
+"""Aggregate metrics of a rollout file and the cost of tokens.
+
+The aggregate of a file is the mean of every numeric field of its records (``reward``, each
+verifier metric by its own name, ``usage.*``, ``timings.*``), plus, when tasks were sampled more
+than once, ``pass@k`` (unbiased estimator over each task's samples) and ``majority@k`` (the most
+frequent answer among a task's first k samples is a passing one). A sample passes when its
+reward is at least ``pass_threshold``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from math import comb
+from typing import Any
+
+from prime_rl.collect.config import Price
+
+_WS = re.compile(r"\s+")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from n (c of them passing) passes."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def answer_key(record: dict[str, Any]) -> str:
+    """What majority voting compares: the verifier's extracted answer, else the normalised text."""
+    answer = record.get("answer")
+    if answer is None:
+        answer = (record.get("response") or {}).get("text") or ""
+    return _WS.sub(" ", str(answer)).strip().lower()
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class Aggregator:
+    """Streaming accumulator: :meth:`add` each record, then :meth:`result`."""
+
+    pass_threshold: float = 1.0
+    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counts: Counter[str] = field(default_factory=Counter)
+    samples: dict[int, list[tuple[int, bool, str]]] = field(default_factory=lambda: defaultdict(list))
+    records: int = 0
+    verify_failures: int = 0
+    unscored: int = 0
+
+    def _add(self, name: str, value: Any) -> None:
+        if _numeric(value):
+            self.sums[name] += float(value)
+            self.counts[name] += 1
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records += 1
+        reward = record.get("reward")
+        if record.get("verify_error"):
+            self.verify_failures += 1
+        if not _numeric(reward):
+            self.unscored += 1
+        else:
+            self._add("reward", reward)
+            passed = float(reward) >= self.pass_threshold
+            self.samples[int(record["task_index"])].append(
+                (int(record["repeat_index"]), passed, answer_key(record))
+            )
+        for name, value in (record.get("metrics") or {}).items():
+            self._add(f"metrics.{name}" if name == "reward" else name, value)
+        for block in ("usage", "timings"):
+            for name, value in (record.get(block) or {}).items():
+                self._add(f"{block}.{name}", value)
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: self.sums[name] / self.counts[name] for name in sorted(self.sums)}
+        if "reward" in out:  # reward first, as users look for it
+            out = {"reward": out.pop("reward"), **out}
+        out.update(num_records=self.records, num_tasks=len(self.samples), unscored=self.unscored,
+                   verify_failures=self.verify_failures)  # fmt: skip
+        if self.samples:
+            n_min = min(len(s) for s in self.samples.values())
+            n_max = max(len(s) for s in self.samples.values())
+            out["samples_per_task"] = n_min if n_min == n_max else {"min": n_min, "max": n_max}
+            if n_min > 1:
+                ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k <= n_min} | {n_min})
+                for k in ks:
+                    per_task = [pass_at_k(len(s), sum(p for _, p, _ in s), k) for s in self.samples.values()]
+                    out[f"pass@{k}"] = sum(per_task) / len(per_task)
+                for k in ks[1:]:
+                    out[f"majority@{k}"] = sum(_majority_passes(s, k) for s in self.samples.values()) / len(
+                        self.samples
+                    )
+        return out
+
+
+def _majority_passes(samples: list[tuple[int, bool, str]], k: int) -> bool:
+    first = sorted(samples)[:k]
+    votes = Counter(answer for _, _, answer in first)
+    top = max(votes.values())
+    winner = next(answer for _, _, answer in first if votes[answer] == top)  # ties: the earliest
+    return any(passed for _, passed, answer in first if answer == winner)
+
+
+def aggregate(records: Iterable[dict[str, Any]], pass_threshold: float = 1.0) -> dict[str, Any]:
+    agg = Aggregator(pass_threshold)
+    for record in records:
+        agg.add(record)
+    return agg.result()
+
+
+class PriceTable:
+    """Looks a model up by exact name, else by the longest matching prefix
+    (``gpt-4o-mini-2024-07-18`` -> ``gpt-4o-mini``)."""
+
+    def __init__(self, prices: dict[str, Price]):
+        self.prices = prices
+
+    def lookup(self, model: str | None) -> Price | None:
+        if not model:
+            return None
+        if model in self.prices:
+            return self.prices[model]
+        matches = [name for name in self.prices if model.startswith(name)]
+        return self.prices[max(matches, key=len)] if matches else None
+
+    @staticmethod
+    def cost(price: Price | None, input_tokens: float, output_tokens: float) -> float | None:
+        if price is None:
+            return None
+        return (input_tokens * price.input_per_1m + output_tokens * price.output_per_1m) / 1e6

@@ -1,0 +1,433 @@
+"""``collect-rollouts``: tasks in, scored samples out, resumable, observable, rate-limit aware.
+
+For each selected task and each repeat not yet in the output (and not given up on), a request
+goes to the least-loaded server under an :class:`AdaptiveLimiter`; the response is scored
+(verifier processes, off the event loop) and written as one JSON line the moment it is done.
+Retries: 5xx, connection errors and timeouts back off exponentially with jitter; 429 honours
+Retry-After and halves the parallelism (then it climbs back). A pair whose retries run out goes
+to ``<stem>_failures.jsonl`` and is tried again by the next run (``retry.max_attempts`` runs).
+Each rollout logs ``[collect][<trace>] rollout.done ... dur_ms= queue_ms= gen_ms= verify_ms=``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+from prime_rl.collect.backend import ChatBackend, Completion, RateLimited, RequestError, sleep_backoff
+from prime_rl.collect.config import CollectConfig
+from prime_rl.collect.limiter import AdaptiveLimiter
+from prime_rl.collect.metrics import Aggregator, PriceTable
+from prime_rl.collect.progress import Progress
+from prime_rl.collect.scoring import Scorer, apply_verdict
+from prime_rl.collect.store import (
+    AppendWriter,
+    Key,
+    aggregates_path,
+    failures_path,
+    iter_records,
+    read_failures,
+    scan_output,
+    sibling,
+)  # fmt: skip
+from prime_rl.collect.tasks import TaskSelection, iter_tasks, scan_tasks
+from prime_rl.envs.base import load_env
+from prime_rl.logging import log_tagged
+from prime_rl.paths import atomic_write_json
+from prime_rl.tracing import new_trace_id
+
+MAX_LISTED_ISSUES = 20
+
+
+class CollectError(RuntimeError):
+    """The run cannot start or go on (bad input under --strict, mismatched output, no server)."""
+
+
+def resolve_api_key(cfg: CollectConfig) -> str | None:
+    """--api_key, else the env var ``api_key_env``, else that key in ``env_file`` (never logged)."""
+    if cfg.api_key is not None:
+        return cfg.api_key.get_secret_value()
+    if os.environ.get(cfg.api_key_env):
+        return os.environ[cfg.api_key_env]
+    if cfg.env_file.is_file():
+        try:
+            data = yaml.safe_load(cfg.env_file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:  # the message may quote the file: keep only where it broke
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise CollectError(f"env file {cfg.env_file}: not valid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise CollectError(f"env file {cfg.env_file}: expected KEY: value lines")
+        value = data.get(cfg.api_key_env)
+        return str(value) if value else None
+    return None
+
+
+def request_params(cfg: CollectConfig, model: str) -> dict[str, Any]:
+    """The recorded sampling parameters (the request adds messages and a per-sample seed)."""
+    p = cfg.responses_create_params
+    params: dict[str, Any] = {
+        "model": model,
+        "max_output_tokens": p.max_output_tokens,
+        "temperature": p.temperature,
+    }
+    for name in ("top_p", "seed", "stop"):
+        if getattr(p, name) is not None:
+            params[name] = getattr(p, name)
+    if p.extra_body:
+        params["extra_body"] = p.extra_body
+    return params
+
+
+def request_body(
+    params: dict[str, Any], messages: list[dict[str, Any]], task_index: int, repeat: int
+) -> dict:
+    body: dict[str, Any] = {"model": params["model"], "messages": messages, "temperature": params["temperature"],
+                            "max_completion_tokens": params["max_output_tokens"]}  # fmt: skip
+    if "top_p" in params:
+        body["top_p"] = params["top_p"]
+    if "stop" in params:
+        body["stop"] = params["stop"]
+    if "seed" in params:
+        body["seed"] = (params["seed"] * 1_000_003 + task_index * 1_009 + repeat) % (2**31)
+    body.update(params.get("extra_body", {}))
+    return body
+
+
+@dataclass
+class CollectResult:
+    """What one run did (also printed as the summary)."""
+
+    output: Path
+    written: int = 0
+    failed: int = 0
+    verify_failures: int = 0
+    already_done: int = 0
+    given_up: int = 0
+    todo: int = 0
+    wall_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    rate_limited: int = 0
+    retries: int = 0
+    min_parallel: int = 0
+    final_parallel: int = 0
+    cost: float | None = None
+    bad_lines: int = 0
+    interrupted: bool = False
+    aggregates: dict[str, Any] = field(default_factory=dict)
+    estimate: dict[str, Any] | None = None
+    gen_ms: list[float] = field(default_factory=list)
+    verify_ms: list[float] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.written / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.input_tokens + self.output_tokens) / self.wall_s if self.wall_s > 0 else 0.0
+
+    def summary(self) -> str:
+        cost = f" | cost {self.cost:.4f}" if self.cost is not None else ""
+        return (f"collected {self.written} rollouts in {self.wall_s:.1f} s: {self.samples_per_s:.2f} samples/s, "
+                f"{self.tokens_per_s:.0f} tokens/s ({self.output_tokens} output tokens) | failed {self.failed} "
+                f"(in {failures_path(self.output).name}, retried next run) | verifier failures {self.verify_failures} "
+                f"| 429s {self.rate_limited}, retries {self.retries}, parallelism min {self.min_parallel} "
+                f"end {self.final_parallel}{cost} | skipped: {self.already_done} already done, {self.given_up} given up, "
+                f"{self.bad_lines} bad input lines")  # fmt: skip
+
+
+class Collector:
+    def __init__(self, cfg: CollectConfig):
+        self.cfg = cfg
+        self.env = load_env(cfg.env, cfg.env_options) if cfg.env else None
+        self.verify = self.env is not None and cfg.verify.enabled
+        self.prices = PriceTable(cfg.prices)
+        self.rng = random.Random()
+        self.result = CollectResult(cfg.output_jsonl_fpath)
+        self.limiter = AdaptiveLimiter(cfg.num_samples_in_parallel, cfg.retry.min_parallel)
+        self.reward_sum = 0.0
+        self.reward_n = 0
+        self.price = None
+
+    # ------------------------------------------------------------------ planning
+
+    def _select(self) -> TaskSelection:
+        sel = scan_tasks(
+            self.cfg.input_jsonl_fpath, self.env, self.cfg.limit, self.cfg.shard_index, self.cfg.strict
+        )
+        for issue in sel.issues[:MAX_LISTED_ISSUES]:
+            logger.warning(f"{self.cfg.input_jsonl_fpath}:{issue.line}: {issue.problem} (skipped)")
+        if len(sel.issues) > MAX_LISTED_ISSUES:
+            logger.warning(f"... and {len(sel.issues) - MAX_LISTED_ISSUES} more bad lines (skipped)")
+        self.result.bad_lines = len(sel.issues)
+        return sel
+
+    def _check_same_params(self, first: dict[str, Any] | None, params: dict[str, Any]) -> None:
+        if first is None or self.cfg.allow_param_change:
+            return
+        before = {k: v for k, v in (first.get("params") or {}).items() if k != "seed"}
+        now = {k: v for k, v in params.items() if k != "seed"}
+        if before != now:
+            diff = {
+                k: (before.get(k), now.get(k))
+                for k in sorted(set(before) | set(now))
+                if before.get(k) != now.get(k)
+            }
+            raise CollectError(
+                f"{self.cfg.output_jsonl_fpath} holds records collected with other parameters "
+                f"({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); resume with the same "
+                f"parameters, write to another --output, or pass --allow_param_change"
+            )
+
+    # ------------------------------------------------------------------ one pair
+
+    async def _one(self, backend: ChatBackend, scorer: Scorer | None, writer: AppendWriter, failures: AppendWriter,
+                   params: dict, task_index: int, repeat: int, row: dict, messages: list, admission) -> None:  # fmt: skip
+        tid = new_trace_id()
+        created = time.monotonic()
+        body = request_body(params, messages, task_index, repeat)
+        retry, attempts, n429, held, failed_ms = self.cfg.retry, 0, 0, False, 0.0
+        try:
+            while True:
+                await self.limiter.acquire()
+                held = True
+                sent = time.monotonic()
+                try:
+                    comp: Completion = await backend.chat(body, tid)
+                    break
+                except RateLimited as e:
+                    failed_ms += (time.monotonic() - sent) * 1000
+                    n429 += 1
+                    self.result.rate_limited += 1
+                    wait = e.retry_after if e.retry_after is not None else retry.default_retry_after_s
+                    before = self.limiter.current
+                    if self.limiter.on_rate_limited(sent, wait):
+                        log_tagged("collect", "parallel.change", None, before=before, after=self.limiter.current,
+                                   reason=429)  # fmt: skip
+                    log_tagged("collect", "request.retry", tid, status=429, wait_ms=wait * 1000, attempt=n429,
+                               retry_after=e.retry_after is not None)  # fmt: skip
+                    if n429 > retry.max_429_retries:
+                        raise
+                    self.limiter.release()
+                    held = False
+                except RequestError as e:
+                    failed_ms += (time.monotonic() - sent) * 1000
+                    attempts += 1
+                    if not e.retryable or attempts > retry.max_retries:
+                        raise
+                    self.limiter.release()
+                    held = False
+                    self.result.retries += 1
+                    delay = await sleep_backoff(attempts, retry, self.rng)
+                    log_tagged("collect", "request.retry", tid, status=e.status or "conn", wait_ms=delay * 1000,
+                               attempt=attempts)  # fmt: skip
+            gen_ms = (time.monotonic() - sent) * 1000
+            self.limiter.release()
+            held = False
+            self.limiter.on_success()
+            queue_ms = (sent - created) * 1000 - failed_ms
+            record = self._record(task_index, repeat, row, comp, params, attempts + n429 + 1)
+            record["timings"] = {"queue_ms": queue_ms, "gen_ms": gen_ms}
+            if scorer is not None:
+                apply_verdict(record, await scorer.score(row, comp.text))
+            record["timings"]["total_ms"] = (time.monotonic() - created) * 1000
+            writer.write(record)
+            self._count(record, comp)
+            t = record["timings"]
+            log_tagged("collect", "rollout.done", tid, task=task_index, repeat=repeat, status=200,
+                       dur_ms=t["total_ms"], queue_ms=queue_ms, gen_ms=gen_ms, verify_ms=t.get("verify_ms"),
+                       out_tokens=comp.output_tokens, attempts=record["attempts"])  # fmt: skip
+        except RequestError as e:
+            self.result.failed += 1
+            failures.write({"task_index": task_index, "repeat_index": repeat, "error": str(e),
+                            "kind": type(e).__name__, "status": e.status, "attempts": attempts + n429,
+                            "time": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+            log_tagged("collect", "rollout.failed", tid, task=task_index, repeat=repeat, status=e.status or "conn",
+                       dur_ms=(time.monotonic() - created) * 1000, kind=type(e).__name__)  # fmt: skip
+        finally:
+            if held:
+                self.limiter.release()
+            admission.release()
+
+    def _record(
+        self, task_index: int, repeat: int, row: dict, comp: Completion, params: dict, attempts: int
+    ) -> dict:
+        response: dict[str, Any] = {"text": comp.text, "finish_reason": comp.finish_reason}
+        if comp.token_ids is not None:
+            response["token_ids"] = comp.token_ids
+        if comp.prompt_token_ids is not None:
+            response["prompt_token_ids"] = comp.prompt_token_ids
+        sample_params = dict(params)
+        if "seed" in params:
+            sample_params["seed"] = request_body(params, [], task_index, repeat)["seed"]
+        return {"task_index": task_index, "repeat_index": repeat, "task": row, "response": response,
+                "usage": {"input_tokens": comp.input_tokens, "output_tokens": comp.output_tokens,
+                          "total_tokens": comp.input_tokens + comp.output_tokens},
+                "reward": None, "verified": False, "model": comp.model or params["model"], "params": sample_params,
+                "server": comp.url, "attempts": attempts}  # fmt: skip
+
+    def _count(self, record: dict, comp: Completion) -> None:
+        r = self.result
+        r.written += 1
+        r.input_tokens += comp.input_tokens
+        r.output_tokens += comp.output_tokens
+        r.gen_ms.append(record["timings"]["gen_ms"])
+        if "verify_ms" in record["timings"]:
+            r.verify_ms.append(record["timings"]["verify_ms"])
+        if record.get("verify_error"):
+            r.verify_failures += 1
+        if isinstance(record.get("reward"), float):
+            self.reward_sum += record["reward"]
+            self.reward_n += 1
+        if self.price is not None:
+            r.cost = (r.cost or 0.0) + PriceTable.cost(self.price, comp.input_tokens, comp.output_tokens)
+
+    # ------------------------------------------------------------------ the run
+
+    def _postfix(self) -> str:
+        r = self.result
+        parts = [f"reward={self.reward_sum / self.reward_n:.3f}" if self.reward_n else "reward=-",
+                 f"par={self.limiter.inflight}/{self.limiter.current}", f"429s={r.rate_limited}",
+                 f"fail={r.failed}"]  # fmt: skip
+        if r.cost is not None and r.written:
+            parts.append(f"cost={r.cost:.4f}/~{r.cost / r.written * r.todo:.4f}")
+        return " ".join(parts)
+
+    async def _refresh(self, progress: Progress) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.progress_interval_s)
+            progress.refresh(
+                self.result.already_done + self.result.written + self.result.failed, self._postfix()
+            )
+
+    async def run(self) -> CollectResult:
+        cfg, r = self.cfg, self.result
+        out = cfg.output_jsonl_fpath
+        sel = self._select()
+        state = scan_output(out)
+        if state.duplicates:
+            logger.warning(f"{out}: {state.duplicates} duplicate records (merge dedups them)")
+        gave_up = read_failures(failures_path(out))
+        todo: dict[int, list[int]] = {}
+        for ti in sel.selected:
+            for rep in range(cfg.num_repeats):
+                key: Key = (ti, rep)
+                if key in state.done:
+                    r.already_done += 1
+                elif gave_up[key] >= cfg.retry.max_attempts:
+                    r.given_up += 1
+                else:
+                    todo.setdefault(ti, []).append(rep)
+        r.todo = sum(len(v) for v in todo.values())
+        if r.given_up:
+            logger.warning(f"{r.given_up} pairs failed in {cfg.retry.max_attempts} runs and are skipped "
+                           f"(see {failures_path(out).name}; raise --retry.max_attempts to try again)")  # fmt: skip
+        if state.records:
+            logger.info(f"resuming {out}: {r.already_done} of {len(sel.selected) * cfg.num_repeats} samples already "
+                        f"there, {r.todo} to go")  # fmt: skip
+        if self.env is None:
+            logger.warning(
+                "no --env: responses are collected unscored (score them later with collect-rollouts verify)"
+            )
+        started = time.monotonic()
+        if r.todo:
+            await self._collect(sel, todo, state.first)
+        r.wall_s = time.monotonic() - started
+        r.min_parallel, r.final_parallel = self.limiter.min_seen, self.limiter.current
+        r.aggregates = write_aggregates(out, cfg.pass_threshold)
+        if cfg.estimate:
+            r.estimate = self._estimate(sel)
+        return r
+
+    async def _collect(self, sel: TaskSelection, todo: dict[int, list[int]], first: dict | None) -> None:
+        cfg, r = self.cfg, self.result
+        async with ChatBackend.from_config(cfg, resolve_api_key(cfg)) as backend:
+            model = cfg.responses_create_params.model or await backend.first_model()
+            params = request_params(cfg, model)
+            self._check_same_params(first, params)
+            self.price = self.prices.lookup(model)
+            logger.info(f"collecting {r.todo} samples ({len(todo)} tasks x up to {cfg.num_repeats}) with {model} "
+                        f"from {', '.join(backend.base_urls)} at parallelism {cfg.num_samples_in_parallel}"
+                        + ("" if self.verify else " (unscored)"))  # fmt: skip
+            scorer = Scorer(cfg.env, cfg.env_options, cfg.verify) if self.verify else None  # type: ignore[arg-type]
+            admission = asyncio.Semaphore(2 * cfg.num_samples_in_parallel + 2 * cfg.verify.workers)
+            progress = Progress(cfg.progress, r.todo + r.already_done, r.already_done)
+            refresher = asyncio.create_task(self._refresh(progress))
+            pending: set[asyncio.Task] = set()
+            with AppendWriter(cfg.output_jsonl_fpath) as writer, AppendWriter(failures_path(cfg.output_jsonl_fpath), lazy=True) as failures:  # fmt: skip
+                try:
+                    for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, set(todo), self.env):
+                        for rep in todo[ti]:
+                            await admission.acquire()
+                            task = asyncio.create_task(
+                                self._one(
+                                    backend,
+                                    scorer,
+                                    writer,
+                                    failures,
+                                    params,
+                                    ti,
+                                    rep,
+                                    row,
+                                    messages,
+                                    admission,
+                                )
+                            )
+                            pending.add(task)
+                            task.add_done_callback(pending.discard)
+                    while pending:
+                        await asyncio.gather(*list(pending))
+                except asyncio.CancelledError:
+                    r.interrupted = True
+                    for task in list(pending):
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    raise
+                finally:
+                    refresher.cancel()
+                    progress.refresh(r.already_done + r.written + r.failed, self._postfix())
+                    progress.close()
+                    if scorer is not None:
+                        scorer.close()
+
+    def _estimate(self, sel: TaskSelection) -> dict[str, Any]:
+        """Extrapolate this run to every task of the file (this shard), at this run's speed."""
+        cfg, r, agg = self.cfg, self.result, self.result.aggregates
+        full = sel.shard_total * cfg.num_repeats
+        in_tok, out_tok = agg.get("usage.input_tokens", 0.0), agg.get("usage.output_tokens", 0.0)
+        price = self.price or self.prices.lookup(cfg.responses_create_params.model)
+        per_sample = PriceTable.cost(price, in_tok, out_tok)
+        remaining = max(0, full - agg.get("num_records", 0))
+        est = {"samples_in_file": full, "samples_done": agg.get("num_records", 0), "samples_remaining": remaining,
+               "mean_input_tokens": in_tok, "mean_output_tokens": out_tok,
+               "cost_per_sample": per_sample, "projected_total_cost": None if per_sample is None else per_sample * full,
+               "projected_remaining_cost": None if per_sample is None else per_sample * remaining,
+               "samples_per_s": r.samples_per_s, "parallelism": cfg.num_samples_in_parallel,
+               "projected_remaining_s": remaining / r.samples_per_s if r.samples_per_s else None}  # fmt: skip
+        atomic_write_json(sibling(cfg.output_jsonl_fpath, "_estimate.json"), est)
+        return est
+
+
+def write_aggregates(output: Path, pass_threshold: float) -> dict[str, Any]:
+    """Aggregate every record of ``output`` into ``<stem>_aggregate_metrics.json``."""
+    agg = Aggregator(pass_threshold)
+    if output.exists():
+        for _, record in iter_records(output):
+            agg.add(record)
+    result = agg.result()
+    atomic_write_json(aggregates_path(output), result)
+    return result
+
+
+async def collect(cfg: CollectConfig) -> CollectResult:
+    return await Collector(cfg).run()

@@ -1,0 +1,56 @@
+"""Scoring responses: the orchestrator's verifier processes, or inline for fast verifiers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prime_rl.collect.config import VerifySettings
+from prime_rl.envs.base import Task, load_env
+from prime_rl.orchestrator.verify import Verdict, VerifierPool
+
+
+class Scorer:
+    """``await score(task, text) -> Verdict``; a verifier that raises, hangs or dies gives a
+    Verdict with ``error`` set (the record keeps the response, without a reward)."""
+
+    def __init__(self, env_name: str, options: dict[str, Any], settings: VerifySettings):
+        self.inline = settings.workers == 0
+        if self.inline:
+            self._env = load_env(env_name, options)
+        else:
+            self._pool = VerifierPool(env_name, options, settings.workers, settings.timeout_s)
+
+    async def score(self, task: Task, text: str) -> Verdict:
+        if not self.inline:
+            return await self._pool.score(task, text)
+        start = time.perf_counter()
+        try:
+            s = self._env.score(task, text)
+            ms = (time.perf_counter() - start) * 1000.0
+            return Verdict(
+                float(s.reward), {k: float(v) for k, v in s.metrics.items()}, None, ms, ms, s.answer
+            )
+        except Exception as e:  # a verifier bug is data, not a crash of the run
+            ms = (time.perf_counter() - start) * 1000.0
+            return Verdict(0.0, {}, f"verifier raised {type(e).__name__}: {e}", ms, ms)
+
+    def close(self) -> None:
+        if not self.inline:
+            self._pool.close()
+
+
+def apply_verdict(record: dict[str, Any], verdict: Verdict) -> None:
+    """Put a verdict on a record: reward and metrics, or ``verify_error`` and no reward."""
+    if verdict.error is None:
+        record["reward"] = verdict.reward
+        record["metrics"] = verdict.metrics
+        if verdict.answer is not None:
+            record["answer"] = verdict.answer
+        record.pop("verify_error", None)
+    else:
+        record["reward"] = None
+        record["metrics"] = {}
+        record["verify_error"] = verdict.error
+    record["verified"] = verdict.error is None
+    record.setdefault("timings", {})["verify_ms"] = verdict.latency_ms

@@ -1,0 +1,344 @@
+"""collect-rollouts over real HTTP: the local OpenAI-compatible test server for faults (429
+storms, 500s, a dead server, slow answers), the real vLLM server for the real thing, real files
+and real SIGKILLs of the collector process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig
+from prime_rl.collect.diagnose import diagnose
+from prime_rl.collect.merge import merge
+from prime_rl.collect.runner import collect
+from prime_rl.collect.store import iter_records
+from prime_rl.config import load_config
+from prime_rl.testing.http_server import LocalTestServer
+from prime_rl.testing.server import free_port
+
+CLI = [sys.executable, "-m", "prime_rl.collect.main"]
+SLOW_ENV = "prime_rl.testing.faulty_env:FaultyEnv"
+
+
+def write_tasks(path: Path, n: int) -> Path:
+    path.write_text(
+        "".join(json.dumps({"id": f"t{i}", "prompt": f"Say vowels, number {i}."}) + "\n" for i in range(n))
+    )
+    return path
+
+
+def config(
+    server_url: str | list[str], tmp: Path, *extra: str, model=CollectConfig, tasks: Path | None = None
+):
+    urls = server_url if isinstance(server_url, list) else [server_url]
+    cfg, _ = load_config(model, [
+        "--input", str(tasks or tmp / "tasks.jsonl"), "--output", str(tmp / "out.jsonl"), "--env", "toy",
+        "--base_urls", json.dumps(urls), "--model", "m", "--responses_create_params.max_output_tokens", "6",
+        "--verify.workers", "0", "--no-progress", "--retry.backoff_s", "0.01", *extra,
+    ])  # fmt: skip
+    return cfg
+
+
+def records(path: Path) -> list[dict]:
+    return [r for _, r in iter_records(path)]
+
+
+def keys(path: Path) -> Counter:
+    return Counter((r["task_index"], r["repeat_index"]) for r in records(path))
+
+
+def test_collects_scores_and_resumes_against_a_server(tmp_path, monkeypatch):
+    write_tasks(tmp_path / "tasks.jsonl", 12)
+    monkeypatch.setenv("TEST_COLLECT_KEY", "sk-test-secret-123")
+    with LocalTestServer() as server:
+        cfg = config(server.base_url, tmp_path, "--num_repeats", "3", "--verify.workers", "2",
+                     "--api_key_env", "TEST_COLLECT_KEY")  # fmt: skip
+        first = asyncio.run(collect(cfg))
+        again = asyncio.run(collect(cfg))
+    assert first.written == 36 and first.failed == 0 and again.written == 0 and again.already_done == 36
+    rows = records(tmp_path / "out.jsonl")
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, r): 1 for t in range(12) for r in range(3)})
+    row = rows[0]
+    assert row["task"]["id"].startswith("t") and row["response"]["text"] == "x" * 6
+    assert len(row["response"]["token_ids"]) == row["usage"]["output_tokens"] == 6
+    assert row["usage"]["total_tokens"] == row["usage"]["input_tokens"] + 6
+    assert row["reward"] == 0.0 and row["metrics"] == {"vowel_frac": 0.0, "letters": 6.0} and row["verified"]
+    assert set(row["timings"]) == {"queue_ms", "gen_ms", "verify_ms", "total_ms"}
+    assert row["params"] == {"model": "m", "max_output_tokens": 6, "temperature": 1.0}
+    agg = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
+    assert agg["num_records"] == 36 and agg["pass@3"] == 0.0 and agg["letters"] == 6.0
+    # the key reached the server, and nothing written holds it
+    assert {h.get("authorization") for p, _, h in server.state.seen if p.endswith("completions")} == {
+        "Bearer sk-test-secret-123"
+    }
+    for f in tmp_path.iterdir():
+        assert "sk-test-secret" not in f.read_text(errors="replace"), f
+
+
+def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 150)
+    out = tmp_path / "out.jsonl"
+    with LocalTestServer() as server:
+        server.state.default_delay_s = 0.03
+        cmd = [*CLI, "--input", str(tasks), "--output", str(out), "--env", "toy", "--base_urls", server.base_url,
+               "--model", "m", "--num_repeats", "2", "--parallel", "8", "--verify.workers", "1", "--no-progress"]  # fmt: skip
+        for kill_at in (15, 90, 200):
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while not out.exists() or out.read_bytes().count(b"\n") < kill_at:
+                assert proc.poll() is None, "the collector finished before it was killed"
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        before = out.read_bytes()
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming" in done.stderr
+    after = out.read_bytes()
+    complete = before[: before.rfind(b"\n") + 1]
+    assert after.startswith(complete)  # nothing finished before a kill was rewritten
+    assert keys(out) == Counter({(t, r): 1 for t in range(150) for r in range(2)})
+    assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == 300
+
+
+def test_shards_merged_equal_an_unsharded_run(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 23)
+    whole_dir, shard_dir = tmp_path / "whole", tmp_path / "shards"
+    whole_dir.mkdir(), shard_dir.mkdir()
+    with LocalTestServer() as server:
+        asyncio.run(collect(config(server.base_url, whole_dir, "--num_repeats", "2", "--limit", "20",
+                                   tasks=tmp_path / "tasks.jsonl")))  # fmt: skip
+        for i in range(3):
+            cfg = config(server.base_url, shard_dir, "--num_repeats", "2", "--limit", "20", "--shard", f"{i}/3",
+                         "--output", str(shard_dir / f"out_{i}.jsonl"), tasks=tmp_path / "tasks.jsonl")  # fmt: skip
+            asyncio.run(collect(cfg))
+    shards = [shard_dir / f"out_{i}.jsonl" for i in range(3)]
+    assert sum(len(records(s)) for s in shards) == 40 and all(len(records(s)) > 0 for s in shards)
+    # the first shard listed twice: its pairs are deduplicated, not doubled
+    cfg, _ = load_config(
+        MergeConfig, ["--output", str(tmp_path / "merged.jsonl"), *map(str, shards), str(shards[0])]
+    )
+    result = merge(cfg)
+    assert result.records == 40 and result.duplicates == len(records(shards[0]))
+
+    def essence(path: Path) -> list:
+        return [(r["task_index"], r["repeat_index"], r["task"], r["response"]["text"], r["reward"], r["metrics"])
+                for r in records(path)]  # fmt: skip
+
+    assert essence(tmp_path / "merged.jsonl") == sorted(essence(whole_dir / "out.jsonl"), key=lambda e: e[:2])
+    merged_agg = json.loads((tmp_path / "merged_aggregate_metrics.json").read_text())
+    whole_agg = json.loads((whole_dir / "out_aggregate_metrics.json").read_text())
+    for k in ("reward", "pass@1", "pass@2", "majority@2", "num_records", "num_tasks", "usage.total_tokens"):
+        assert merged_agg[k] == pytest.approx(whole_agg[k]), k
+
+
+def test_merge_refuses_files_from_different_task_files(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 1}}) + "\n")
+    b.write_text(json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 2}}) + "\n")
+    cfg, _ = load_config(MergeConfig, ["--output", str(tmp_path / "m.jsonl"), str(a), str(b)])
+    with pytest.raises(ValueError, match=r"b.jsonl:1: task 0 repeat 0 is a different task"):
+        merge(cfg)
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_malformed_task_lines_are_reported_and_skipped_or_fail_with_strict(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks(tasks, 5)
+    lines = tasks.read_text().splitlines()
+    lines[1] = '{"id": "t1", "prompt": '
+    lines[3] = '{"id": "t3"}'
+    tasks.write_text("\n".join(lines) + "\n")
+    with LocalTestServer() as server:
+        base = [*CLI, "--input", str(tasks), "--output", str(tmp_path / "out.jsonl"), "--env", "toy",
+                "--base_urls", server.base_url, "--model", "m", "--no-progress"]  # fmt: skip
+        ok = subprocess.run(base, capture_output=True, text=True, timeout=120)
+        written = (tmp_path / "out.jsonl").read_bytes()
+        strict = subprocess.run([*base, "--strict"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "tasks.jsonl:2: not valid JSON" in ok.stderr and "tasks.jsonl:4: no prompt" in ok.stderr
+    assert sorted(k[0] for k in keys(tmp_path / "out.jsonl")) == [0, 2, 4]
+    assert strict.returncode == 2 and "tasks.jsonl:2: not valid JSON" in strict.stderr
+    assert (tmp_path / "out.jsonl").read_bytes() == written
+
+
+def test_a_429_storm_honours_retry_after_and_parallelism_falls_and_recovers(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 400)
+    with LocalTestServer() as server:
+        server.state.storm_retry_after = 0.3
+        server.state.storm_until = time.monotonic() + 1.2
+        result = asyncio.run(collect(config(server.base_url, tmp_path, "--parallel", "16")))
+        answered = list(server.state.answered)
+    assert result.written == 400 and result.failed == 0
+    assert result.rate_limited > 0
+    assert result.min_parallel < 16  # it backed off ...
+    assert result.final_parallel == 16  # ... and climbed back once the storm was over
+    by_trace = defaultdict(list)
+    for t, status, trace in answered:
+        by_trace[trace].append((t, status))
+    waits = [
+        b[0] - a[0] for seq in by_trace.values() for a, b in zip(seq, seq[1:], strict=False) if a[1] == 429
+    ]
+    assert waits and min(waits) >= 0.3 - 0.02  # no retry came before its Retry-After
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(400)})
+
+
+def test_server_errors_and_a_dead_server_are_retried(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 40)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with LocalTestServer() as server:
+        server.state.fail_every = 4  # every 4th request: HTTP 500
+        result = asyncio.run(collect(config([dead, server.base_url], tmp_path, "--parallel", "4")))
+    assert result.written == 40 and result.failed == 0 and result.retries >= 10
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(40)})
+
+
+def test_failed_pairs_go_to_the_failures_file_and_are_retried_next_run_bounded(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 6)
+    out, failures = tmp_path / "out.jsonl", tmp_path / "out_failures.jsonl"
+    args = ("--retry.max_retries", "1", "--retry.max_attempts", "2")
+    with LocalTestServer() as server:
+        server.state.fail_every = 1  # everything fails
+        first = asyncio.run(collect(config(server.base_url, tmp_path, *args)))
+        assert first.failed == 6 and not out.read_text()
+        rows = records(failures)
+        assert len(rows) == 6 and "HTTP 500" in rows[0]["error"] and rows[0]["attempts"] == 2
+        second = asyncio.run(collect(config(server.base_url, tmp_path, *args)))  # the next run retries them
+        assert second.failed == 6 and len(records(failures)) == 12
+        server.state.fail_every = 0
+        third = asyncio.run(collect(config(server.base_url, tmp_path, *args)))
+        assert third.given_up == 6 and third.written == 0  # two runs failed them: bounded
+        fourth = asyncio.run(collect(config(server.base_url, tmp_path, "--retry.max_attempts", "3")))
+    assert fourth.written == 6 and fourth.given_up == 0
+    assert keys(out) == Counter({(t, 0): 1 for t in range(6)})
+
+
+def test_no_verify_then_verify_rollouts_scores_like_inline(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 10)
+    raw, scored = tmp_path / "raw.jsonl", tmp_path / "scored.jsonl"
+    with LocalTestServer() as server:
+        asyncio.run(
+            collect(
+                config(server.base_url, tmp_path, "--no-verify", "--output", str(raw), "--num_repeats", "2")
+            )
+        )
+        inline = asyncio.run(collect(config(server.base_url, tmp_path, "--num_repeats", "2")))
+    assert all(r["reward"] is None and not r["verified"] for r in records(raw))
+    proc = subprocess.run([*CLI, "verify", "--input", str(raw), "--output", str(scored), "--env", "toy",
+                           "--verify.workers", "2", "--no-progress"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["num_records"] == 20
+    got = {(r["task_index"], r["repeat_index"]): (r["reward"], r["metrics"]) for r in records(scored)}
+    want = {
+        (r["task_index"], r["repeat_index"]): (r["reward"], r["metrics"])
+        for r in records(tmp_path / "out.jsonl")
+    }
+    assert got == want and inline.written == 20
+    again = subprocess.run([*CLI, "verify", "--input", str(raw), "--output", str(scored), "--env", "toy",
+                            "--no-progress"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert again.returncode == 0 and len(records(scored)) == 20  # resumed: nothing twice
+
+
+def test_diagnose_tells_a_slow_server_from_a_slow_verifier(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 20)
+    with LocalTestServer() as server:
+        server.state.default_delay_s = 0.15
+        model_bound = asyncio.run(diagnose(config(server.base_url, tmp_path, "--low", "2", "--high", "10",
+                                                  model=DiagnoseConfig)))  # fmt: skip
+        server.state.default_delay_s = 0.0
+        verify_bound = asyncio.run(diagnose(config(
+            server.base_url, tmp_path, "--low", "2", "--high", "10", "--env", SLOW_ENV, "--env_options",
+            json.dumps({"mode": "slow", "delay_s": 0.05}), "--verify.workers", "1", model=DiagnoseConfig)))  # fmt: skip
+    assert model_bound["verdict"] == "under_parallelised", model_bound
+    assert verify_bound["verdict"] == "verification", verify_bound
+    assert not (tmp_path / "out.jsonl").exists()  # diagnose never writes the real output
+    assert (tmp_path / "out_diagnose" / "diagnosis.json").exists()
+
+
+def test_estimate_extrapolates_cost_and_time_to_the_whole_file(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 40)
+    prices = json.dumps({"m": {"input_per_1m": 1.0, "output_per_1m": 2.0}})
+    with LocalTestServer() as server:
+        result = asyncio.run(
+            collect(config(server.base_url, tmp_path, "--limit", "10", "--estimate", "--prices", prices))
+        )
+    est = json.loads((tmp_path / "out_estimate.json").read_text())
+    per_sample = (3 * 1.0 + 6 * 2.0) / 1e6  # the test server: 3 prompt tokens, 6 generated
+    assert result.cost == pytest.approx(10 * per_sample)
+    assert est["samples_in_file"] == 40 and est["samples_remaining"] == 30
+    assert est["projected_total_cost"] == pytest.approx(40 * per_sample)
+    assert est["projected_remaining_s"] > 0
+
+
+def test_interrupt_with_sigint_exits_130_and_resumes(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 200)
+    out = tmp_path / "out.jsonl"
+    with LocalTestServer() as server:
+        server.state.default_delay_s = 0.05
+        cmd = [*CLI, "--input", str(tasks), "--output", str(out), "--env", "toy", "--base_urls", server.base_url,
+               "--model", "m", "--parallel", "4", "--no-progress"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while not out.exists() or out.read_bytes().count(b"\n") < 10:
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "run the same command again to resume" in err
+        assert out.read_bytes().endswith(b"\n")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0
+    assert keys(out) == Counter({(t, 0): 1 for t in range(200)})
+
+
+@pytest.mark.slow
+def test_collects_from_the_real_vllm_server(inference_server, tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 6)
+    cfg = config(inference_server.base_url, tmp_path, "--num_repeats", "2", "--model", inference_server.model,
+                 "--responses_create_params.max_output_tokens", "8", "--responses_create_params.seed", "7")  # fmt: skip
+    result = asyncio.run(collect(cfg))
+    assert result.written == 12 and result.failed == 0 and result.samples_per_s > 0
+    for r in records(tmp_path / "out.jsonl"):
+        assert len(r["response"]["token_ids"]) == r["usage"]["output_tokens"] <= 8
+        assert len(r["response"]["prompt_token_ids"]) == r["usage"]["input_tokens"] > 0
+        assert 0.0 <= r["reward"] <= 1.0 and r["model"] == inference_server.model
+    assert os.path.exists(tmp_path / "out_aggregate_metrics.json")
+
+
+@pytest.mark.parametrize("case", ["slow_verifier", "rate_limited"])
+def test_the_analyzer_reads_the_collector_log(tmp_path, case):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 30)
+    out = tmp_path / "out.jsonl"
+    with LocalTestServer() as server:
+        extra = ["--env", "toy"]
+        if case == "slow_verifier":
+            extra = ["--env", SLOW_ENV, "--env_options", json.dumps({"mode": "slow", "delay_s": 0.03}),
+                     "--verify.workers", "1"]  # fmt: skip
+        else:
+            server.state.storm_retry_after = 0.2
+            server.state.storm_until = time.monotonic() + 1.0
+        proc = subprocess.run([*CLI, "--input", str(tasks), "--output", str(out), "--base_urls", server.base_url,
+                               "--model", "m", "--parallel", "8", "--no-progress", *extra],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = tmp_path / "out_collect.log"
+    assert log.read_text().count("rollout.done") == 30
+    report = tmp_path / "report"
+    subprocess.run([sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    summary = json.loads((report / "summary.json").read_text())
+    kinds = [f["kind"] for f in summary["findings"]]
+    if case == "slow_verifier":
+        assert summary["primary"]["kind"] == "verification_bound", kinds
+    else:
+        assert "rate_limited" in kinds and summary["counts"]["retry.429"] > 0
+    assert summary["stats"]["collect_gen_ms"]["count"] == 30
