@@ -63,6 +63,7 @@ bench: model
 	$(PY) benchmarks/overlap.py
 	$(PY) benchmarks/analyzer_speed.py
 	$(PY) benchmarks/queue_saturation.py
+	$(PY) benchmarks/collector_overhead.py --vllm
 
 clean:
 	rm -rf outputs bottleneck_logs/analysis_* .pytest_cache

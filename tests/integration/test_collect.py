@@ -280,7 +280,8 @@ def test_estimate_extrapolates_cost_and_time_to_the_whole_file(tmp_path):
     assert est["projected_remaining_s"] > 0
 
 
-def test_interrupt_with_sigint_exits_130_and_resumes(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_exits_130_and_resumes(tmp_path, sig):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 200)
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server:
@@ -291,7 +292,7 @@ def test_interrupt_with_sigint_exits_130_and_resumes(tmp_path):
         while not out.exists() or out.read_bytes().count(b"\n") < 10:
             assert proc.poll() is None
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and "run the same command again to resume" in err
         assert out.read_bytes().endswith(b"\n")

@@ -315,3 +315,25 @@ def test_diagnose_follows_the_three_bottleneck_guide():
     assert judge(row(5, 10, 100), row(20, 9.5, 110)).kind == "network"
     assert judge(row(5, 10, 100), row(20, 3, 100, n429=12)).kind == "rate_limited"
     assert judge(row(5, 10, 100), row(20, 3, 100, failed=3)).kind == "overloaded"
+
+
+def test_the_shipped_collect_config_loads():
+    from pathlib import Path
+
+    conf = Path(__file__).resolve().parents[2] / "configs" / "collect.yaml"
+    cfg, _ = load_config(CollectConfig, ["--config", str(conf), "--input", "t.jsonl", "--output", "o.jsonl",
+                                         "--responses_create_params.temperature", "0.3"])  # fmt: skip
+    assert cfg.num_repeats == 4 and cfg.responses_create_params.max_output_tokens == 512
+    assert cfg.responses_create_params.temperature == 0.3 and cfg.retry.max_attempts == 3
+
+
+def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
+    from prime_rl.collect.store import exclusive
+
+    out = tmp_path / "out.jsonl"
+    with exclusive(out):
+        second = exclusive(out)
+        with pytest.raises(OutputError, match="being written by another process"):
+            second.__enter__()
+    with exclusive(out):  # released
+        pass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,12 @@ def _print_json(title: str, data: dict, path: Path | None = None) -> None:
         logger.info(f"{title} written to {path}")
 
 
+def _sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM (kill, a scheduler's preemption) ends the run like Ctrl-C
+
+
 def _run(coro_or_fn) -> int:
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         return coro_or_fn()
     except KeyboardInterrupt:

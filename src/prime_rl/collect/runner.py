@@ -32,6 +32,7 @@ from prime_rl.collect.store import (
     AppendWriter,
     Key,
     aggregates_path,
+    exclusive,
     failures_path,
     iter_records,
     read_failures,
@@ -196,11 +197,14 @@ class Collector:
         tid = new_trace_id()
         created = time.monotonic()
         body = request_body(params, messages, task_index, repeat)
-        retry, attempts, n429, held, failed_ms = self.cfg.retry, 0, 0, False, 0.0
+        # the dispatcher admitted this pair with a slot already held: queue_ms is the time it then
+        # spends between attempts (backoff, Retry-After pauses, re-admission under a lowered limit)
+        retry, attempts, n429, held, failed_ms = self.cfg.retry, 0, 0, True, 0.0
         try:
             while True:
-                await self.limiter.acquire()
-                held = True
+                if not held:
+                    await self.limiter.acquire()
+                    held = True
                 sent = time.monotonic()
                 try:
                     comp: Completion = await backend.chat(body, tid)
@@ -311,6 +315,10 @@ class Collector:
             )
 
     async def run(self) -> CollectResult:
+        with exclusive(self.cfg.output_jsonl_fpath):
+            return await self._run()
+
+    async def _run(self) -> CollectResult:
         cfg, r = self.cfg, self.result
         out = cfg.output_jsonl_fpath
         sel = self._select()
@@ -369,6 +377,7 @@ class Collector:
                     for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, set(todo), self.env):
                         for rep in todo[ti]:
                             await admission.acquire()
+                            await self.limiter.acquire()
                             task = asyncio.create_task(
                                 self._one(
                                     backend,

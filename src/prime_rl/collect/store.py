@@ -9,6 +9,8 @@ repeat_index)``; resume skips the pairs already present.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -226,3 +228,21 @@ def read_failures(path: Path) -> Counter[Key]:
     for _, record in iter_records(path, tolerant=True):
         counts[record_key(record)] += 1
     return counts
+
+
+@contextlib.contextmanager
+def exclusive(output: Path) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside ``output`` for the run: a second process writing the same
+    output would duplicate pairs, so it is refused with a clear error instead."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    lock = output.with_name(f".{output.name}.lock")
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"{output} is being written by another process (lock {lock.name}); "
+                              "wait for it or write to another --output") from None  # fmt: skip
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

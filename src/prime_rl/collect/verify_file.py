@@ -19,7 +19,7 @@ from prime_rl.collect.config import VerifyFileConfig
 from prime_rl.collect.progress import Progress
 from prime_rl.collect.runner import write_aggregates
 from prime_rl.collect.scoring import Scorer, apply_verdict
-from prime_rl.collect.store import AppendWriter, iter_records, scan_output
+from prime_rl.collect.store import AppendWriter, exclusive, iter_records, scan_output
 from prime_rl.logging import log_tagged
 
 
@@ -42,6 +42,11 @@ class VerifyResult:
 
 
 async def verify_file(cfg: VerifyFileConfig) -> VerifyResult:
+    with exclusive(cfg.output_jsonl_fpath):
+        return await _verify_file(cfg)
+
+
+async def _verify_file(cfg: VerifyFileConfig) -> VerifyResult:
     result = VerifyResult(cfg.output_jsonl_fpath)
     if not cfg.input_jsonl_fpath.is_file():
         raise FileNotFoundError(f"input {cfg.input_jsonl_fpath} not found")
