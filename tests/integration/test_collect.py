@@ -203,6 +203,27 @@ def test_server_errors_and_a_dead_server_are_retried(tmp_path):
     assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(40)})
 
 
+def test_connections_dropped_mid_request_are_retried_on_another_server(tmp_path):
+    from prime_rl.testing.proxy import TcpProxy
+
+    write_tasks(tmp_path / "tasks.jsonl", 60)
+    with LocalTestServer() as server:
+        server.state.default_delay_s = 0.1  # requests are in flight when the proxy dies
+
+        async def scenario():
+            proxy = await TcpProxy(server.port).start()
+            run = asyncio.create_task(collect(config([proxy.url, server.base_url], tmp_path, "--parallel", "8")))
+            while proxy.connections < 2 and not run.done():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            await proxy.kill()  # drops every connection through it, mid-request
+            return await asyncio.wait_for(run, 120)
+
+        result = asyncio.run(scenario())
+    assert result.written == 60 and result.failed == 0 and result.retries >= 1
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(60)})
+
+
 def test_failed_pairs_go_to_the_failures_file_and_are_retried_next_run_bounded(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 6)
     out, failures = tmp_path / "out.jsonl", tmp_path / "out_failures.jsonl"
