@@ -212,7 +212,9 @@ def test_connections_dropped_mid_request_are_retried_on_another_server(tmp_path)
 
         async def scenario():
             proxy = await TcpProxy(server.port).start()
-            run = asyncio.create_task(collect(config([proxy.url, server.base_url], tmp_path, "--parallel", "8")))
+            run = asyncio.create_task(
+                collect(config([proxy.url, server.base_url], tmp_path, "--parallel", "8"))
+            )
             while proxy.connections < 2 and not run.done():
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.05)
