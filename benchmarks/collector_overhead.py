@@ -17,18 +17,14 @@ import asyncio
 import json
 import resource
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
-
-import httpx
 
 from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.progress import setup_collect_logging
 from prime_rl.collect.runner import collect
 from prime_rl.config import load_config
-from prime_rl.testing.server import free_port
+from prime_rl.testing.http_server import instant_server_process
 
 
 def cpu_s() -> float:
@@ -63,16 +59,6 @@ def run_level(
             "output_tokens_per_s": result.output_tokens / wall}  # fmt: skip
 
 
-def wait_up(url: str) -> None:
-    for _ in range(200):
-        try:
-            httpx.get(f"{url}/health", timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError(url)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3000, help="samples per level (instant server)")
@@ -90,20 +76,14 @@ def main() -> None:
     levels = [int(p) for p in args.parallel.split(",")]
     tasks = args.work / "tasks.jsonl"
     write_tasks(tasks, args.n)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "prime_rl.testing.http_server", "--port", str(port)])
     rows = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_up(url)
+    with instant_server_process() as url:
         for verify in (False, True):
             for p in levels:
                 rows.append(
                     {"server": "instant", **run_level(tasks, args.work, url, "m", p, args.max_tokens, verify)}
                 )
                 print(json.dumps(rows[-1]), flush=True)
-    finally:
-        server.kill()
     if args.vllm:
         from prime_rl.testing.server import start_server
         from prime_rl.testing.tiny_model import build_tiny_model

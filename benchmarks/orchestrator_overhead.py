@@ -14,18 +14,14 @@ import argparse
 import asyncio
 import json
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
-
-import httpx
 
 from prime_rl.config import load_config
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
-from prime_rl.testing.server import free_port
+from prime_rl.testing.http_server import instant_server_process
 
 
 def cpu_s() -> float:
@@ -43,16 +39,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/orchestrator_overhead.json"))
     args = parser.parse_args()
     setup_logging(args.output_dir / "logs" / "orchestrator.log", console=False)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "prime_rl.testing.http_server", "--port", str(port)])
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                httpx.get(f"{url}/health", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+    with instant_server_process() as url:
         cfg, _ = load_config(OrchestratorConfig, [
             "--output_dir", str(args.output_dir), "--max_steps", str(args.steps), "--async_level", str(args.steps),
             "--batch_size", str(args.batch_size), "--rollouts_per_example", str(args.group),
@@ -63,9 +50,6 @@ def main() -> None:
         c0, w0 = cpu_s(), time.monotonic()
         asyncio.run(orch.run())
         cpu, wall = cpu_s() - c0, time.monotonic() - w0
-    finally:
-        server.kill()
-        server.wait()
     rollouts = args.steps * args.batch_size
     row = {"rollouts": rollouts, "cpu_ms_per_rollout": cpu * 1000 / rollouts,
            "rollouts_per_s": rollouts / wall, "wall_s": wall, "args": {k: str(v) for k, v in vars(args).items()}}  # fmt: skip

@@ -240,7 +240,15 @@ class Collector:
             held = False
             self.limiter.on_success()
             queue_ms = (sent - created) * 1000 - failed_ms
-            record = self._record(task_index, repeat, row, comp, params, attempts + n429 + 1)
+            record = self._record(
+                task_index,
+                repeat,
+                row,
+                comp,
+                params,
+                body["seed"] if "seed" in params else None,
+                attempts + n429 + 1,
+            )
             record["timings"] = {"queue_ms": queue_ms, "gen_ms": gen_ms}
             if scorer is not None:
                 apply_verdict(record, await scorer.score(row, comp.text))
@@ -263,17 +271,16 @@ class Collector:
                 self.limiter.release()
             admission.release()
 
-    def _record(
-        self, task_index: int, repeat: int, row: dict, comp: Completion, params: dict, attempts: int
-    ) -> dict:
+    def _record(self, task_index: int, repeat: int, row: dict, comp: Completion, params: dict, seed: int | None,
+                attempts: int) -> dict:  # fmt: skip
         response: dict[str, Any] = {"text": comp.text, "finish_reason": comp.finish_reason}
         if comp.token_ids is not None:
             response["token_ids"] = comp.token_ids
         if comp.prompt_token_ids is not None:
             response["prompt_token_ids"] = comp.prompt_token_ids
-        sample_params = dict(params)
-        if "seed" in params:
-            sample_params["seed"] = request_body(params, [], task_index, repeat)["seed"]
+        sample_params = (
+            dict(params) if seed is None else {**params, "seed": seed}
+        )  # the seed this sample was sent
         return {"task_index": task_index, "repeat_index": repeat, "task": row, "response": response,
                 "usage": {"input_tokens": comp.input_tokens, "output_tokens": comp.output_tokens,
                           "total_tokens": comp.input_tokens + comp.output_tokens},

@@ -51,7 +51,8 @@ async def _verify_file(cfg: VerifyFileConfig) -> VerifyResult:
     if not cfg.input_jsonl_fpath.is_file():
         raise FileNotFoundError(f"input {cfg.input_jsonl_fpath} not found")
     done = scan_output(cfg.output_jsonl_fpath).done
-    total = sum(1 for _ in iter_records(cfg.input_jsonl_fpath, tolerant=True))
+    with open(cfg.input_jsonl_fpath, "rb") as f:  # the bar's total; bad lines are reported once, below
+        total = sum(1 for raw in f if raw.endswith(b"\n") and raw.strip())
     scorer = Scorer(cfg.env, cfg.env_options, cfg.verify)  # type: ignore[arg-type]
     slots = asyncio.Semaphore(cfg.num_samples_in_parallel)
     progress = Progress(cfg.progress, total, 0, desc="Verifying rollouts")

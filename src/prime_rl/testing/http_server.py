@@ -9,12 +9,17 @@ tests; it is never used where a test is about vLLM itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -204,6 +209,29 @@ class LocalTestServer:
     def __exit__(self, *exc: object) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def instant_server_process(timeout_s: float = 20.0) -> Iterator[str]:
+    """Run the instant server in its own process (so its CPU is not the caller's); yields its base
+    URL once /health answers, and kills it on exit. For benchmarks."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "prime_rl.testing.http_server", "--port", str(port)])
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                httpx.get(f"{url}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise TimeoutError(f"instant test server on {url} did not come up") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def main() -> None:
