@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from loguru import logger
 
@@ -22,14 +23,19 @@ from prime_rl.collect.tasks import InputError
 from prime_rl.config import parse_config
 from prime_rl.envs.base import EnvError
 
+C = TypeVar("C", bound=SourceConfig)
+
 USAGE = """usage: collect-rollouts [--input TASKS.jsonl --output OUT.jsonl ...]   collect (see --help)
        collect-rollouts merge --output MERGED.jsonl A.jsonl B.jsonl ...  combine shards
        collect-rollouts verify --input OUT.jsonl --output SCORED.jsonl --env NAME   deferred scoring
        collect-rollouts diagnose --input TASKS.jsonl --output OUT.jsonl ...  what bounds throughput"""
 
 
-def _log_file(cfg: SourceConfig, output: Path) -> Path:
-    return cfg.log_file or sibling(output, "_collect.log")
+def _start(model: type[C], argv: Sequence[str]) -> C:
+    """Parse the subcommand's config (exits 2 with the reason) and send logs to its log file."""
+    cfg, _ = parse_config(model, argv)
+    setup_collect_logging(cfg.log_file or sibling(cfg.output_jsonl_fpath, "_collect.log"))
+    return cfg
 
 
 def _print_json(title: str, data: dict, path: Path | None = None) -> None:
@@ -59,8 +65,7 @@ def _run(coro_or_fn) -> int:
 def run_collect(argv: Sequence[str]) -> int:
     from prime_rl.collect.runner import CollectError, collect
 
-    cfg, _ = parse_config(CollectConfig, argv)
-    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+    cfg = _start(CollectConfig, argv)
 
     def go() -> int:
         try:
@@ -81,8 +86,7 @@ def run_collect(argv: Sequence[str]) -> int:
 def run_merge(argv: Sequence[str]) -> int:
     from prime_rl.collect.merge import merge
 
-    cfg, _ = parse_config(MergeConfig, argv)
-    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+    cfg = _start(MergeConfig, argv)
 
     def go() -> int:
         result = merge(cfg)
@@ -95,8 +99,7 @@ def run_merge(argv: Sequence[str]) -> int:
 def run_verify(argv: Sequence[str]) -> int:
     from prime_rl.collect.verify_file import verify_file
 
-    cfg, _ = parse_config(VerifyFileConfig, argv)
-    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+    cfg = _start(VerifyFileConfig, argv)
 
     def go() -> int:
         result = asyncio.run(verify_file(cfg))
@@ -110,8 +113,7 @@ def run_verify(argv: Sequence[str]) -> int:
 def run_diagnose(argv: Sequence[str]) -> int:
     from prime_rl.collect.diagnose import diagnose, render
 
-    cfg, _ = parse_config(DiagnoseConfig, argv)
-    setup_collect_logging(_log_file(cfg, cfg.output_jsonl_fpath))
+    cfg = _start(DiagnoseConfig, argv)
 
     def go() -> int:
         report = asyncio.run(diagnose(cfg))
