@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 from prime_rl.analysis.analyze import Thresholds, collect, diagnose
 from prime_rl.analysis.parser import ParseStats, parse_files
-from prime_rl.testing.synthetic_logs import make_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.synthetic_logs import make_run  # noqa: E402
 
 NOISE = (
     "2026-01-01 12:00:00.123 | INFO    | (vllm.engine) Avg prompt throughput: 1234.5 tokens/s, Avg generation "

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
+from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.logging import setup_logging
-from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
 from prime_rl.trainer.weights import WeightPublisher
 
 

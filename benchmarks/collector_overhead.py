@@ -17,6 +17,7 @@ import asyncio
 import json
 import resource
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.progress import setup_collect_logging
 from prime_rl.collect.runner import collect
 from prime_rl.config import load_config
-from prime_rl.testing.http_server import instant_server_process
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.http_server import instant_server_process  # noqa: E402
 
 
 def cpu_s() -> float:
@@ -85,8 +88,8 @@ def main() -> None:
                 )
                 print(json.dumps(rows[-1]), flush=True)
     if args.vllm:
-        from prime_rl.testing.server import start_server
-        from prime_rl.testing.tiny_model import build_tiny_model
+        from prime_rl.dev.server import start_server
+        from prime_rl.dev.tiny_model import build_tiny_model
 
         model = build_tiny_model(args.work / "tiny-model")
         vtasks = args.work / "vllm_tasks.jsonl"

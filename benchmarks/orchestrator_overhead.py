@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from prime_rl.config import load_config
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
-from prime_rl.testing.http_server import instant_server_process
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.http_server import instant_server_process  # noqa: E402
 
 
 def cpu_s() -> float:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prime_rl.testing.server import free_port
+from prime_rl.dev.server import free_port
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "debug" / "rl.toml"
 
@@ -27,7 +27,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "debug" / "rl.toml"
 def run(out: Path, async_level: int, args) -> list[dict]:
     if out.exists():
         shutil.rmtree(out)
-    argv = [sys.executable, "-m", "prime_rl.rl", "--config", str(CONFIG), "--output_dir", str(out),
+    argv = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(CONFIG), "--output_dir", str(out),
             "--max_steps", str(args.steps), "--async_level", str(async_level), "--inference", json.dumps({"port": free_port()}),
             "--orchestrator", json.dumps({"sampling": {"max_tokens": args.max_tokens}, "batch_size": args.batch_size}),
             "--trainer", json.dumps({"cpu_threads": args.trainer_threads, "optim": {"lr": 3e-3}})]  # fmt: skip

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from weight_update_latency import run_case  # noqa: E402  (the same load generator)
 
 from prime_rl.analysis.__main__ import main as analyze  # noqa: E402
+from prime_rl.dev.server import start_server  # noqa: E402
+from prime_rl.dev.tiny_model import PRESETS, build_tiny_model  # noqa: E402
+from prime_rl.dev.weights import write_perturbed_weights  # noqa: E402
 from prime_rl.logging import setup_logging  # noqa: E402
-from prime_rl.testing.server import start_server  # noqa: E402
-from prime_rl.testing.tiny_model import PRESETS, build_tiny_model  # noqa: E402
-from prime_rl.testing.weights import write_perturbed_weights  # noqa: E402
 
 
 def main() -> None:

@@ -16,12 +16,15 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
+from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.paths import RunPaths
-from prime_rl.testing.rollouts import make_samples, write_step
-from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
 from prime_rl.trainer.main import command as trainer_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.rollouts import make_samples, write_step  # noqa: E402
 
 
 def run(

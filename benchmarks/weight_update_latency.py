@@ -17,11 +17,11 @@ import statistics
 import time
 from pathlib import Path
 
+from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool
+from prime_rl.dev.server import start_server
+from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
+from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.logging import setup_logging
-from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool
-from prime_rl.testing.server import start_server
-from prime_rl.testing.tiny_model import PRESETS, build_tiny_model
-from prime_rl.testing.weights import write_perturbed_weights
 from prime_rl.tracing import new_trace_id
 
 

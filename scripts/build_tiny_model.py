@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from prime_rl.testing.tiny_model import TinyModelSpec, build_tiny_model
+from prime_rl.dev.tiny_model import TinyModelSpec, build_tiny_model
 
 
 def main() -> None:

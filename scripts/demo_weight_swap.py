@@ -12,10 +12,10 @@ import asyncio
 import shutil
 from pathlib import Path
 
+from prime_rl.clients.inference import AdminClient, ClientConfig
+from prime_rl.dev.server import start_server
+from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.logging import setup_logging
-from prime_rl.orchestrator.client import AdminClient, ClientConfig
-from prime_rl.testing.server import start_server
-from prime_rl.testing.weights import write_perturbed_weights
 from prime_rl.tracing import parse_tagged
 
 QUESTIONS = ["What is 2 + 3?", "Reverse 'abc'.", "Say hello."]

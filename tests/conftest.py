@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prime_rl.testing.tiny_model import build_tiny_model
+from prime_rl.dev.tiny_model import build_tiny_model
 
 ADMIN_TOKEN = "test-admin-token"
 
@@ -36,7 +36,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def inference_server(tiny_model, tmp_path_factory):
     """One real vLLM inference server (CPU) on the tiny model for the whole test session."""
-    from prime_rl.testing.server import start_server
+    from prime_rl.dev.server import start_server
 
     output_dir = tmp_path_factory.mktemp("inference-run")
     server = start_server(tiny_model, output_dir, admin_token=ADMIN_TOKEN)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -43,6 +43,25 @@ class StrictModel(BaseModel):
     """Base for nested config blocks: unknown keys are errors, field docstrings are descriptions."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class ResumeConfig(StrictModel):
+    """Resuming from a full checkpoint. ``--resume`` takes the latest; ``--resume.step N`` that step."""
+
+    enabled: bool = False
+    """Resume from a checkpoint under <output_dir>/checkpoints."""
+
+    step: int | None = Field(default=None, ge=0)
+    """Resume from this step (default: the latest complete checkpoint)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flag(cls, data: Any) -> Any:
+        if isinstance(data, bool | str) and str(data).lower() in ("true", "false", "1", "0"):
+            return {"enabled": str(data).lower() in ("true", "1")}
+        if isinstance(data, dict) and data.get("step") is not None:
+            data = {**data, "enabled": True}
+        return data
 
 
 class _DictSource(PydanticBaseSettingsSource):

@@ -15,6 +15,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from tests.support import FAULTY_ENV
+from tests.support.http_server import LocalTestServer
 
 from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig
 from prime_rl.collect.diagnose import diagnose
@@ -22,11 +24,10 @@ from prime_rl.collect.merge import merge
 from prime_rl.collect.runner import collect
 from prime_rl.collect.store import iter_records
 from prime_rl.config import load_config
-from prime_rl.testing.http_server import LocalTestServer
-from prime_rl.testing.server import free_port
+from prime_rl.dev.server import free_port
 
 CLI = [sys.executable, "-m", "prime_rl.collect.main"]
-SLOW_ENV = "prime_rl.testing.faulty_env:FaultyEnv"
+SLOW_ENV = FAULTY_ENV
 
 
 def write_tasks(path: Path, n: int) -> Path:
@@ -204,7 +205,7 @@ def test_server_errors_and_a_dead_server_are_retried(tmp_path):
 
 
 def test_connections_dropped_mid_request_are_retried_on_another_server(tmp_path):
-    from prime_rl.testing.proxy import TcpProxy
+    from tests.support.proxy import TcpProxy
 
     write_tasks(tmp_path / "tasks.jsonl", 60)
     with LocalTestServer() as server:

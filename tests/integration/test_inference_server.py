@@ -10,10 +10,10 @@ import shutil
 import httpx
 import pytest
 import torch
+from tests.support.reference import hf_greedy, hf_model
 
-from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool, WeightUpdateError
-from prime_rl.testing.reference import hf_greedy, hf_model
-from prime_rl.testing.weights import perturbed_state_dict, write_perturbed_weights, write_weight_dir
+from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool, WeightUpdateError
+from prime_rl.dev.weights import perturbed_state_dict, write_perturbed_weights, write_weight_dir
 from prime_rl.tracing import parse_tagged
 
 pytestmark = pytest.mark.slow

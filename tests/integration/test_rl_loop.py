@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support import FAULTY_ENV
 
 from prime_rl.config import load_config
+from prime_rl.dev.server import free_port
 from prime_rl.paths import RunPaths, is_stable
-from prime_rl.testing.server import free_port
 from prime_rl.tracing import parse_tagged
-from prime_rl.trainer.data import read_rollout_batch
+from prime_rl.transport.rollouts import read_rollout_batch
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ DEBUG_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "debug" / "rl.t
 
 
 def rl(model: Path, out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(model),
+    argv = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(model),
             "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), *args]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
@@ -121,8 +122,9 @@ def orchestrator_config(server, out: Path, urls: list[str], *extra: str):
 
 
 def test_server_dying_mid_run_moves_requests_to_the_other(inference_server, tmp_path):
+    from tests.support.proxy import TcpProxy
+
     from prime_rl.orchestrator.loop import Orchestrator
-    from prime_rl.testing.proxy import TcpProxy
 
     port = int(inference_server.base_url.rsplit(":", 1)[1])
 
@@ -154,7 +156,7 @@ def test_verifier_faults_are_recorded_and_the_run_goes_on(inference_server, tmp_
     from prime_rl.orchestrator.loop import Orchestrator
 
     cfg = orchestrator_config(inference_server, tmp_path, [inference_server.base_url],
-                              "--env.name", "prime_rl.testing.faulty_env:FaultyEnv",
+                              "--env.name", FAULTY_ENV,
                               "--env.options", json.dumps({"mode": mode, "every": 4}), "--verify.workers", "2",
                               "--verify.timeout_s", "1", "--sampling.max_tokens", "8", "--batch_size", "16")  # fmt: skip
     asyncio.run(Orchestrator(cfg).run())
@@ -179,7 +181,7 @@ def _kill_run(proc: subprocess.Popen, out: Path) -> None:
 def test_resume_after_kill_continues_at_the_checkpoint(tiny_model, tmp_path):
     out = tmp_path / "run"
     port = free_port()
-    base = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
+    base = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
             "--output_dir", str(out), "--inference", json.dumps({"port": port}), "--max_steps", "6",
             "--trainer", json.dumps({"ckpt": {"interval": 2}, "optim": {"lr": 3e-3}})]  # fmt: skip
     first = subprocess.Popen(
@@ -235,7 +237,7 @@ def test_a_dying_process_stops_the_others_and_is_named(tiny_model, tmp_path):
 
 def test_ctrl_c_stops_everything(tiny_model, tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "prime_rl.rl", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
+    argv = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
             "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), "--max_steps", "200"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

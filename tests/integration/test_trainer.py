@@ -9,18 +9,18 @@ import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from prime_rl.inference.weights import weight_files
-from prime_rl.paths import RunPaths, is_stable
-from prime_rl.testing.reference import hf_greedy, hf_model
-from prime_rl.testing.rollouts import (
+from tests.support.reference import hf_greedy, hf_model
+from tests.support.rollouts import (
     TrainerRun,
     completion_logprobs,
     make_samples,
     run_on_policy,
     wait_stable,
 )
-from prime_rl.testing.tiny_model import TinyModelSpec, build_tiny_model
+
+from prime_rl.dev.tiny_model import TinyModelSpec, build_tiny_model
+from prime_rl.paths import RunPaths, is_stable
+from prime_rl.transport.weights import weight_files
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +171,7 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model, tmp_path
 
 
 def test_bad_rollout_file_stops_the_trainer_with_file_and_field(tiny_model, tmp_path):
-    from prime_rl.trainer.data import RolloutBatch, write_rollout_batch
+    from prime_rl.transport.rollouts import RolloutBatch, write_rollout_batch
 
     samples = make_samples(1, 2048, seed=7)
     bad = [
@@ -188,7 +188,7 @@ def test_bad_rollout_file_stops_the_trainer_with_file_and_field(tiny_model, tmp_
 
 def test_bf16_training_publishes_the_base_checkpoint_dtypes(tiny_model, tmp_path):
     """A bf16 trainer (the GPU default) on an fp32 checkpoint publishes fp32: servers accept it."""
-    from prime_rl.inference.weights import check_compatible, manifest, weight_files
+    from prime_rl.transport.weights import check_compatible, manifest, weight_files
 
     run = run_on_policy(tiny_model, tmp_path, make_samples(2, 2048, seed=8), steps=1,
                         extra_args=[*LR, "--model.dtype", "bfloat16"])  # fmt: skip

@@ -108,7 +108,7 @@ def test_concurrent_swaps_are_serialised(setup):
 def test_invalid_dir_never_touches_the_engine(setup, tmp_path):
     engine = FakeEngine()
     swapper = swapper_for(engine, setup)
-    from prime_rl.inference.weights import WeightDirError
+    from prime_rl.transport.weights import WeightDirError
 
     with pytest.raises(WeightDirError):
         asyncio.run(swapper.update(str(tmp_path), "tid"))

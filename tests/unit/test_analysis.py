@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+from tests.support.synthetic_logs import SCENARIOS, make_run
 
 from prime_rl.analysis.__main__ import main as analyze_main
-from prime_rl.testing.synthetic_logs import SCENARIOS, make_run
 
 
 def analyze(paths, out, *extra):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.support.http_server import LocalTestServer, Reply
 
-from prime_rl.orchestrator.client import AdminClient, ClientConfig, InferencePool, WeightUpdateError
-from prime_rl.testing.http_server import LocalTestServer, Reply
+from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool, WeightUpdateError
 
 
 @pytest.fixture

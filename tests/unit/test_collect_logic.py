@@ -23,7 +23,7 @@ from prime_rl.collect.store import (
 )  # fmt: skip
 from prime_rl.collect.tasks import InputError, iter_tasks, scan_tasks
 from prime_rl.config import ConfigError, load_config
-from prime_rl.envs.base import load_env
+from prime_rl.envs.registry import load_env
 
 
 def rec(task: int, repeat: int, reward: float | None, text: str = "", **extra) -> dict:

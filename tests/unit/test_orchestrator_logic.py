@@ -6,14 +6,16 @@ import asyncio
 import json
 
 import pytest
+from tests.support import FAULTY_ENV
 
 from prime_rl.config import ConfigError, load_config
-from prime_rl.envs.base import EnvError, available, load_env
+from prime_rl.envs.base import EnvError
+from prime_rl.envs.registry import available, load_env
+from prime_rl.envs.verify import VerifierPool
 from prime_rl.orchestrator.advantages import group_advantages, is_degenerate
 from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
 from prime_rl.orchestrator.batch import Rollout, assign_to_ranks, write_step_batches
-from prime_rl.orchestrator.verify import VerifierPool
-from prime_rl.trainer.data import read_rollout_batch
+from prime_rl.transport.rollouts import read_rollout_batch
 
 
 def simulate(async_level: int, steps: int, trainer_lag: int = 0) -> list[tuple[int, int]]:
@@ -135,7 +137,7 @@ def test_verifier_faults_become_recorded_failures(mode):
     calls still work (a hung or dead pool is replaced)."""
 
     async def go():
-        pool = VerifierPool("prime_rl.testing.faulty_env:FaultyEnv", {"mode": mode}, workers=1, timeout_s=3.0)
+        pool = VerifierPool(FAULTY_ENV, {"mode": mode}, workers=1, timeout_s=3.0)
         try:
             bad = await pool.score({"n": 0}, "text")
             good = await pool.score({"n": 1}, "text")
@@ -151,7 +153,7 @@ def test_verifier_faults_become_recorded_failures(mode):
 
 
 def test_rl_config_is_checked_across_processes(tmp_path):
-    from prime_rl.rl import RLConfig, plan
+    from prime_rl.launcher.main import RLConfig, plan
 
     base = ["--output_dir", str(tmp_path), "--model", "m"]
     cfg, _ = load_config(RLConfig, [*base, "--trainer_nproc", "2", "--trainer", '{"ckpt": {"interval": 5}}'])
@@ -174,7 +176,7 @@ def test_rl_config_is_checked_across_processes(tmp_path):
 
 
 def test_rl_refuses_a_used_run_dir_without_resume_or_clean(tmp_path):
-    from prime_rl.rl import RLConfig, prepare_run_dir
+    from prime_rl.launcher.main import RLConfig, prepare_run_dir
 
     (tmp_path / "rollouts" / "step_0").mkdir(parents=True)
     cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path)])

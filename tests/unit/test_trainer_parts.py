@@ -12,18 +12,18 @@ from prime_rl.config import ConfigError, load_config
 from prime_rl.paths import CheckpointError, mark_stable
 from prime_rl.trainer.ckpt import complete_steps, resolve_resume_step
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
-from prime_rl.trainer.data import (
+from prime_rl.trainer.data import micro_batches
+from prime_rl.trainer.train import lr_factor
+from prime_rl.trainer.weights import plan_shards
+from prime_rl.transport.rollouts import (
     FORMAT,
     RolloutBatch,
     RolloutFormatError,
     RolloutTimeoutError,
-    micro_batches,
     read_rollout_batch,
     wait_for_rollouts,
     write_rollout_batch,
 )
-from prime_rl.trainer.train import lr_factor
-from prime_rl.trainer.weights import plan_shards
 
 SAMPLES = [
     {

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from prime_rl.inference.weights import (
+from prime_rl.transport.weights import (
     TensorInfo,
     WeightDirError,
     check_compatible,

@@ -40,7 +40,7 @@ from prime_rl.collect.store import (
     sibling,
 )  # fmt: skip
 from prime_rl.collect.tasks import TaskSelection, iter_tasks, scan_tasks
-from prime_rl.envs.base import load_env
+from prime_rl.envs.registry import load_env
 from prime_rl.logging import log_tagged
 from prime_rl.paths import atomic_write_json
 from prime_rl.tracing import new_trace_id

@@ -6,8 +6,9 @@ import time
 from typing import Any
 
 from prime_rl.collect.config import VerifySettings
-from prime_rl.envs.base import Task, load_env
-from prime_rl.orchestrator.verify import Verdict, VerifierPool
+from prime_rl.envs.base import Task
+from prime_rl.envs.registry import load_env
+from prime_rl.envs.verify import Verdict, VerifierPool
 
 
 class Scorer:

@@ -1,10 +1,11 @@
-"""The environment interface: a task source and a verifier, registered by name.
+"""The environment interface: a task source and a verifier (built by name in ``registry.py``).
 
 A :class:`Task` is a JSON-serialisable dict-like record with a ``prompt`` (chat messages) and
 whatever the verifier needs (``answer``, metadata). An :class:`Environment` yields tasks
 (deterministically from a seed) and scores one completion of a task:
 ``score(task, completion) -> Score(reward, metrics)``. Scoring runs in worker processes, so an
-environment must be constructible from its name and JSON options alone (see :func:`load_env`).
+environment must be constructible from its name and JSON options alone (see
+:func:`prime_rl.envs.registry.load_env`).
 
 Single-turn for now; a multi-turn/tool environment would add a ``step(task, history)`` that
 returns the next user/tool message, with ``score`` seeing the whole transcript.
@@ -13,7 +14,7 @@ returns the next user/tool message, with ``score`` seeing the whole transcript.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,56 +82,6 @@ def task_messages(task: Task, system: str | None = None) -> list[dict[str, Any]]
             return value
         raise EnvError(f"field '{name}' must be a string or a non-empty list of {{role, content}} messages")
     raise EnvError(f"no prompt: a task needs one of the fields {', '.join(PROMPT_FIELDS)}")
-
-
-_REGISTRY: dict[str, Callable[..., Environment]] = {}
-
-
-def register(name: str) -> Callable[[Callable[..., Environment]], Callable[..., Environment]]:
-    """Class decorator: make an environment constructible by name."""
-
-    def deco(factory: Callable[..., Environment]) -> Callable[..., Environment]:
-        if name in _REGISTRY:
-            raise ValueError(f"environment {name!r} registered twice")
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def available() -> list[str]:
-    _import_builtins()
-    return sorted(_REGISTRY)
-
-
-def load_env(name: str, options: dict[str, Any] | None = None) -> Environment:
-    """Build an environment from a registered name or an import path ``package.module:Class``,
-    with its options (errors name both)."""
-    _import_builtins()
-    if ":" in name:
-        import importlib
-
-        module_name, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise EnvError(f"environment {name!r}: cannot import: {e}") from e
-    elif name in _REGISTRY:
-        factory = _REGISTRY[name]
-    else:
-        raise EnvError(
-            f"unknown environment {name!r}; available: {', '.join(sorted(_REGISTRY))} (or module:Class)"
-        )
-    try:
-        env = factory(**(options or {}))
-    except TypeError as e:
-        raise EnvError(f"environment {name!r}: bad options {options}: {e}") from e
-    env.name = name
-    return env
-
-
-def _import_builtins() -> None:
-    from prime_rl.envs import math_qa, reasoning_gym_env, toy  # noqa: F401  (registers them)
 
 
 def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:

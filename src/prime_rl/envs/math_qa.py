@@ -11,12 +11,11 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from prime_rl.envs.base import EnvError, Environment, Score, Task, read_jsonl_tasks, register, user_prompt
+from prime_rl.envs.base import EnvError, Environment, Score, Task, read_jsonl_tasks, user_prompt
 
 DEFAULT_SYSTEM = "Solve the problem. Put the final answer in \\boxed{}."
 
 
-@register("math")
 class MathQAEnv(Environment):
     required_fields = ("answer",)
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prime_rl.envs.base import EnvError, Environment, Score, Task, register, user_prompt
+from prime_rl.envs.base import EnvError, Environment, Score, Task, user_prompt
 
 DEFAULT_SYSTEM = "Answer with the final answer only."
 
 
-@register("reasoning_gym")
 class ReasoningGymEnv(Environment):
     def __init__(self, dataset: str = "basic_arithmetic", size: int = 1000, config: dict[str, Any] | None = None,
                  system_prompt: str = DEFAULT_SYSTEM):  # fmt: skip

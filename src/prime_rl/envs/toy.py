@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from prime_rl.envs.base import Environment, Score, Task, register, user_prompt
+from prime_rl.envs.base import Environment, Score, Task, user_prompt
 
 VOWELS = set("aeiouAEIOU")
 _PHRASES = [
@@ -29,7 +29,6 @@ def vowel_fraction(text: str) -> tuple[float, int]:
     return sum(c in VOWELS for c in letters) / len(letters), len(letters)
 
 
-@register("toy")
 class VowelEnv(Environment):
     """Options: none."""
 

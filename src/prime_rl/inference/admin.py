@@ -24,7 +24,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from loguru import logger
 
-from prime_rl.inference.weights import (
+from prime_rl.logging import log_tagged
+from prime_rl.tracing import new_trace_id, now
+from prime_rl.transport.weights import (
     TensorInfo,
     WeightDirError,
     check_compatible,
@@ -32,8 +34,6 @@ from prime_rl.inference.weights import (
     resolve_weight_dir,
     weight_files,
 )
-from prime_rl.logging import log_tagged
-from prime_rl.tracing import new_trace_id, now
 
 ADMIN_PATHS = ("/update_weights", "/reload_weights")
 TRACE_HEADER = "x-trace-id"

@@ -97,7 +97,7 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
     from vllm.entrypoints.launchers.launcher import serve_http, setup_server
 
     from prime_rl.inference.admin import WeightSwapper, build_admin_router
-    from prime_rl.inference.weights import resolve_model_dir, weight_files
+    from prime_rl.transport.weights import resolve_model_dir, weight_files
 
     weights_root = config.resolved_weights_root
     weights_root.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from prime_rl.inference.weights import iter_safetensors
+from prime_rl.transport.weights import iter_safetensors
 
 EXTENSION_QUALNAME = "prime_rl.inference.worker.WeightUpdateExtension"
 

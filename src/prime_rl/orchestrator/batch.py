@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prime_rl.trainer.data import RolloutBatch, rollout_path, write_rollout_batch
+from prime_rl.transport.rollouts import RolloutBatch, rollout_path, write_rollout_batch
 
 
 @dataclass

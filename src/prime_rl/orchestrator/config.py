@@ -7,9 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from prime_rl.config import BaseConfig, StrictModel
-from prime_rl.orchestrator.client import ClientConfig
-from prime_rl.trainer.config import ResumeConfig
+from prime_rl.clients.inference import ClientConfig
+from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
 
 
 class SamplingConfig(StrictModel):

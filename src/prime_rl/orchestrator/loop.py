@@ -21,15 +21,16 @@ from typing import Any
 import httpx
 from loguru import logger
 
-from prime_rl.envs.base import Task, load_env
+from prime_rl.clients.inference import AdminClient, InferencePool, WeightUpdateError
+from prime_rl.envs.base import Task
+from prime_rl.envs.registry import load_env
+from prime_rl.envs.verify import VerifierPool
 from prime_rl.logging import log_tagged
 from prime_rl.orchestrator.advantages import group_advantages, is_degenerate
 from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
 from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
-from prime_rl.orchestrator.client import AdminClient, InferencePool, WeightUpdateError
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.ledger import TaskLedger
-from prime_rl.orchestrator.verify import VerifierPool
 from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable, resolve_resume_step
 
 COMPONENT = "orchestrator"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from prime_rl.config import BaseConfig, StrictModel
+from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
 
 
 class ModelConfig(StrictModel):
@@ -107,25 +107,6 @@ class WeightsConfig(StrictModel):
 
     keep: int | None = Field(default=None, ge=1)
     """Weight dirs to keep (newest first). Default and minimum: async_level + 1."""
-
-
-class ResumeConfig(StrictModel):
-    """Resuming from a full checkpoint. ``--resume`` takes the latest; ``--resume.step N`` that step."""
-
-    enabled: bool = False
-    """Resume from a checkpoint under <output_dir>/checkpoints."""
-
-    step: int | None = Field(default=None, ge=0)
-    """Resume from this step (default: the latest complete checkpoint)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_flag(cls, data: Any) -> Any:
-        if isinstance(data, bool | str) and str(data).lower() in ("true", "false", "1", "0"):
-            return {"enabled": str(data).lower() in ("true", "1")}
-        if isinstance(data, dict) and data.get("step") is not None:
-            data = {**data, "enabled": True}
-        return data
 
 
 class CheckpointConfig(StrictModel):

@@ -16,13 +16,7 @@ from prime_rl.logging import log_tagged, setup_logging
 from prime_rl.paths import RunPaths, is_stable
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
-from prime_rl.trainer.data import (
-    MicroBatch,
-    micro_batches,
-    read_rollout_batch,
-    rollout_path,
-    wait_for_rollouts,
-)
+from prime_rl.trainer.data import MicroBatch, micro_batches
 from prime_rl.trainer.loss import LossStats, normalizer_for, policy_loss, token_logprobs_and_entropy
 from prime_rl.trainer.model import (
     World,
@@ -33,6 +27,7 @@ from prime_rl.trainer.model import (
     teardown_world,
 )
 from prime_rl.trainer.weights import WeightPublisher, full_state_dict
+from prime_rl.transport.rollouts import read_rollout_batch, rollout_path, wait_for_rollouts
 
 
 def lr_factor(cfg: SchedulerConfig, max_steps: int):

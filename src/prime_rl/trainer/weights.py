@@ -19,8 +19,7 @@ import torch
 
 from prime_rl.logging import log_tagged
 from prime_rl.paths import STABLE, fsync_dir, is_stable, mark_stable, step_dirs
-
-INDEX_FILE = "model.safetensors.index.json"
+from prime_rl.transport.weights import INDEX_FILE, manifest, resolve_model_dir, weight_files
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -91,8 +90,6 @@ class WeightPublisher:
     def _base_dtypes(model_name: str) -> dict[str, torch.dtype]:
         """dtype of every tensor of the base checkpoint: published weights keep them (a bf16 trainer on an
         fp32 checkpoint still publishes fp32), so the servers' name/shape/dtype check always passes."""
-        from prime_rl.inference.weights import manifest, resolve_model_dir, weight_files
-
         names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
         info = manifest(weight_files(resolve_model_dir(model_name)))
         return {k: getattr(torch, names[v.dtype]) for k, v in info.items() if v.dtype in names}

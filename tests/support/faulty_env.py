@@ -1,4 +1,4 @@
-"""Environments that misbehave on purpose, for fault tests (loaded as ``module:Class``)."""
+"""Environments that misbehave on purpose, for fault tests (loaded by file spec, see ``tests.support.FAULTY_ENV``)."""
 
 from __future__ import annotations
 

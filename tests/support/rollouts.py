@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from prime_rl.paths import RunPaths, is_stable
-from prime_rl.trainer.data import RolloutBatch, rollout_path, write_rollout_batch
 from prime_rl.trainer.main import command as trainer_command
+from prime_rl.transport.rollouts import RolloutBatch, rollout_path, write_rollout_batch
 
 
 def make_samples(

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from prime_rl.testing.server import free_port
+from prime_rl.dev.server import free_port
 
 
 @dataclass
@@ -217,7 +217,7 @@ def instant_server_process(timeout_s: float = 20.0) -> Iterator[str]:
     URL once /health answers, and kills it on exit. For benchmarks."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "prime_rl.testing.http_server", "--port", str(port)])
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.http_server", "--port", str(port)])
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -235,7 +235,7 @@ def instant_server_process(timeout_s: float = 20.0) -> Iterator[str]:
 
 
 def main() -> None:
-    """``python -m prime_rl.testing.http_server --port P``: serve the instant test server until killed."""
+    """``python -m tests.support.http_server --port P``: serve the instant test server until killed."""
     import argparse
 
     parser = argparse.ArgumentParser(description="instant OpenAI-compatible test server")

@@ -18,7 +18,8 @@ from typing import Any
 
 from loguru import logger
 
-from prime_rl.envs.base import Task, load_env
+from prime_rl.envs.base import Task
+from prime_rl.envs.registry import load_env
 
 
 def _worker_main(conn: Connection, env_name: str, options: dict[str, Any]) -> None:

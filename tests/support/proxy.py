@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from prime_rl.testing.server import free_port
+from prime_rl.dev.server import free_port
 
 
 class TcpProxy:

@@ -6,8 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
-from prime_rl.inference.weights import weight_files
 from prime_rl.paths import fsync_dir, mark_stable
+from prime_rl.transport.weights import weight_files
 
 CONFIG_FILES = (
     "config.json",
