@@ -55,11 +55,21 @@ def main() -> None:
         start = time.perf_counter()
         analysis = diagnose(collect(parse_files([("orchestrator", path)], stats), stats, Thresholds()))
         secs = time.perf_counter() - start
-        rows.append({"log": name, "lines": stats.lines, "tagged": stats.tagged, "seconds": secs,
-                     "lines_per_s": stats.lines / secs, "mb": path.stat().st_size / 1e6,
-                     "primary": analysis.primary["kind"] if analysis.primary else None})  # fmt: skip
-        print(f"{name}: {stats.lines} lines ({rows[-1]['mb']:.0f} MB, {stats.tagged} tagged) in {secs:.2f}s = "
-              f"{rows[-1]['lines_per_s'] / 1e6:.2f}M lines/s")  # fmt: skip
+        rows.append(
+            {
+                "log": name,
+                "lines": stats.lines,
+                "tagged": stats.tagged,
+                "seconds": secs,
+                "lines_per_s": stats.lines / secs,
+                "mb": path.stat().st_size / 1e6,
+                "primary": analysis.primary["kind"] if analysis.primary else None,
+            }
+        )
+        print(
+            f"{name}: {stats.lines} lines ({rows[-1]['mb']:.0f} MB, {stats.tagged} tagged) in {secs:.2f}s = "
+            f"{rows[-1]['lines_per_s'] / 1e6:.2f}M lines/s"
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=2))
 

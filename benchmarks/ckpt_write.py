@@ -57,10 +57,15 @@ def bench(size: str, repeats: int, out_dir: Path) -> dict:
         _, ms, nbytes = publisher.publish(state, i)
         pubs.append(ms)
     return {
-        "size": size, "bytes": nbytes, "repeats": repeats,
-        "write_ms_median": statistics.median(pubs), "raw_write_fsync_ms_median": statistics.median(raws),
-        "ratio": statistics.median(pubs) / statistics.median(raws), "write_ms": pubs, "raw_ms": raws,
-    }  # fmt: skip
+        "size": size,
+        "bytes": nbytes,
+        "repeats": repeats,
+        "write_ms_median": statistics.median(pubs),
+        "raw_write_fsync_ms_median": statistics.median(raws),
+        "ratio": statistics.median(pubs) / statistics.median(raws),
+        "write_ms": pubs,
+        "raw_ms": raws,
+    }
 
 
 def main() -> None:

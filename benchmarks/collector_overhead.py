@@ -48,18 +48,42 @@ def run_level(
     for f in work.glob(out.stem + "*"):
         f.unlink()
     setup_collect_logging(out.with_name(out.stem + "_collect.log"), level="INFO")
-    cfg, _ = load_config(CollectConfig, [
-        "--input", str(tasks), "--output", str(out), "--base_urls", url, "--model", model, "--env", "toy",
-        "--parallel", str(parallel), "--responses_create_params.max_output_tokens", str(max_tokens),
-        "--verify.workers", "0", "--no-progress", *([] if verify else ["--no-verify"]),
-    ])  # fmt: skip
+    cfg, _ = load_config(
+        CollectConfig,
+        [
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--base_urls",
+            url,
+            "--model",
+            model,
+            "--env",
+            "toy",
+            "--parallel",
+            str(parallel),
+            "--responses_create_params.max_output_tokens",
+            str(max_tokens),
+            "--verify.workers",
+            "0",
+            "--no-progress",
+            *([] if verify else ["--no-verify"]),
+        ],
+    )
     c0, w0 = cpu_s(), time.perf_counter()
     result = asyncio.run(collect(cfg))
     cpu, wall = cpu_s() - c0, time.perf_counter() - w0
     assert result.failed == 0 and result.written > 0, result.summary()
-    return {"parallel": parallel, "verify": verify, "samples": result.written, "wall_s": wall,
-            "samples_per_s": result.written / wall, "cpu_ms_per_rollout": 1000 * cpu / result.written,
-            "output_tokens_per_s": result.output_tokens / wall}  # fmt: skip
+    return {
+        "parallel": parallel,
+        "verify": verify,
+        "samples": result.written,
+        "wall_s": wall,
+        "samples_per_s": result.written / wall,
+        "cpu_ms_per_rollout": 1000 * cpu / result.written,
+        "output_tokens_per_s": result.output_tokens / wall,
+    }
 
 
 def main() -> None:
@@ -112,8 +136,10 @@ def main() -> None:
     print("\n| server | verify | parallel | samples/s | collector CPU ms/rollout |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['server']} | {'toy inline' if r['verify'] else 'off'} | {r['parallel']} | {r['samples_per_s']:.0f} | "
-              f"{r['cpu_ms_per_rollout']:.3f} |")  # fmt: skip
+        print(
+            f"| {r['server']} | {'toy inline' if r['verify'] else 'off'} | {r['parallel']} | {r['samples_per_s']:.0f} | "
+            f"{r['cpu_ms_per_rollout']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -43,23 +43,47 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging(args.output_dir / "logs" / "orchestrator.log", console=False)
     with instant_server_process() as url:
-        cfg, _ = load_config(OrchestratorConfig, [
-            "--output_dir", str(args.output_dir), "--max_steps", str(args.steps), "--async_level", str(args.steps),
-            "--batch_size", str(args.batch_size), "--rollouts_per_example", str(args.group),
-            "--max_inflight", str(2 * args.batch_size // args.group), "--sampling.max_tokens", str(args.max_tokens),
-            "--client.base_urls", json.dumps([url]), "--verify.workers", "1",
-        ])  # fmt: skip
+        cfg, _ = load_config(
+            OrchestratorConfig,
+            [
+                "--output_dir",
+                str(args.output_dir),
+                "--max_steps",
+                str(args.steps),
+                "--async_level",
+                str(args.steps),
+                "--batch_size",
+                str(args.batch_size),
+                "--rollouts_per_example",
+                str(args.group),
+                "--max_inflight",
+                str(2 * args.batch_size // args.group),
+                "--sampling.max_tokens",
+                str(args.max_tokens),
+                "--client.base_urls",
+                json.dumps([url]),
+                "--verify.workers",
+                "1",
+            ],
+        )
         orch = Orchestrator(cfg)
         c0, w0 = cpu_s(), time.monotonic()
         asyncio.run(orch.run())
         cpu, wall = cpu_s() - c0, time.monotonic() - w0
     rollouts = args.steps * args.batch_size
-    row = {"rollouts": rollouts, "cpu_ms_per_rollout": cpu * 1000 / rollouts,
-           "rollouts_per_s": rollouts / wall, "wall_s": wall, "args": {k: str(v) for k, v in vars(args).items()}}  # fmt: skip
+    row = {
+        "rollouts": rollouts,
+        "cpu_ms_per_rollout": cpu * 1000 / rollouts,
+        "rollouts_per_s": rollouts / wall,
+        "wall_s": wall,
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(row, indent=2))
-    print(f"{rollouts} rollouts in {wall:.1f}s: {row['rollouts_per_s']:.0f} rollouts/s, "
-          f"{row['cpu_ms_per_rollout']:.3f} CPU ms per rollout in the orchestrator process")  # fmt: skip
+    print(
+        f"{rollouts} rollouts in {wall:.1f}s: {row['rollouts_per_s']:.0f} rollouts/s, "
+        f"{row['cpu_ms_per_rollout']:.3f} CPU ms per rollout in the orchestrator process"
+    )
 
 
 if __name__ == "__main__":

@@ -78,12 +78,18 @@ def main() -> None:
         server.stop()
     params = nbytes // 4
     row = {
-        "size": args.size, "bytes": nbytes, "approx_params": params, "repeats": args.repeats,
-        "raw_read_ms_median": statistics.median(reads), "rpc_ms_median": statistics.median(rpcs),
+        "size": args.size,
+        "bytes": nbytes,
+        "approx_params": params,
+        "repeats": args.repeats,
+        "raw_read_ms_median": statistics.median(reads),
+        "rpc_ms_median": statistics.median(rpcs),
         "load_ms_median": statistics.median(loads),
         "ratio_rpc_to_raw_read": statistics.median(rpcs) / statistics.median(reads),
-        "raw_read_ms": reads, "rpc_ms": rpcs, "load_ms": loads,
-    }  # fmt: skip
+        "raw_read_ms": reads,
+        "rpc_ms": rpcs,
+        "load_ms": loads,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(row, indent=2))
     print(

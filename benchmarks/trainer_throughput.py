@@ -34,16 +34,31 @@ def run(
         shutil.rmtree(out)
     for step in range(steps):
         write_step(out, step, samples, model_dir, world_size=nproc)
-    args = ["--model.name", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps), "--async_level", "0",
-            "--data.micro_batch_tokens", str(budget)]  # fmt: skip
+    args = [
+        "--model.name",
+        str(model_dir),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(steps),
+        "--async_level",
+        "0",
+        "--data.micro_batch_tokens",
+        str(budget),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(trainer_command(nproc, args), env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(proc.stdout[-3000:] + proc.stderr[-3000:])
     rows = [json.loads(x) for x in RunPaths(out).metrics_file.read_text().splitlines()]
     rates = [r["tokens_per_s"] for r in rows[1:]]
-    return {"nproc": nproc, "threads_per_rank": threads, "tokens_per_step": rows[0]["tokens"],
-            "tokens_per_s_median": statistics.median(rates), "tokens_per_s": rates}  # fmt: skip
+    return {
+        "nproc": nproc,
+        "threads_per_rank": threads,
+        "tokens_per_step": rows[0]["tokens"],
+        "tokens_per_s_median": statistics.median(rates),
+        "tokens_per_s": rates,
+    }
 
 
 def main() -> None:
@@ -76,8 +91,10 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"size": args.size, "rows": rows}, indent=2))
     for r in rows:
-        print(f"{r['nproc']} rank(s) x {r['threads_per_rank']} thread(s): {r['tokens_per_s_median']:.0f} tokens/s "
-              f"({r['tokens_per_step']} tokens/step)")  # fmt: skip
+        print(
+            f"{r['nproc']} rank(s) x {r['threads_per_rank']} thread(s): {r['tokens_per_s_median']:.0f} tokens/s "
+            f"({r['tokens_per_step']} tokens/step)"
+        )
     print(f"2 ranks / 1 rank = {rows[1]['tokens_per_s_median'] / rows[0]['tokens_per_s_median']:.2f}")
 
 

@@ -44,8 +44,14 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
 
     async def streamer(i: int) -> None:
         nonlocal started, completed
-        body = {"model": model, "prompt": f"{i} What is 1 + 1?", "max_tokens": args.max_tokens, "temperature": 1.0,
-                "stream": True, "ignore_eos": True}  # fmt: skip
+        body = {
+            "model": model,
+            "prompt": f"{i} What is 1 + 1?",
+            "max_tokens": args.max_tokens,
+            "temperature": 1.0,
+            "stream": True,
+            "ignore_eos": True,
+        }
         while not stop.is_set():
             started += 1
             try:
@@ -82,8 +88,13 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
     await asyncio.gather(*tasks, return_exceptions=True)
     await admin.aclose()
     await pool.aclose()
-    row = {"n": n, "mode": mode, "updates": len(results), "streams_completed": completed,
-           "client_loop_lag_ms": {"p50": pct(lags, 50), "p99": pct(lags, 99), "max": max(lags, default=0.0)}}  # fmt: skip
+    row = {
+        "n": n,
+        "mode": mode,
+        "updates": len(results),
+        "streams_completed": completed,
+        "client_loop_lag_ms": {"p50": pct(lags, 50), "p99": pct(lags, 99), "max": max(lags, default=0.0)},
+    }
     for key in ("wall_ms", "rpc_ms", "queue_ms"):
         vals = [getattr(r, key) for r in results]
         row[key] = {
@@ -100,9 +111,13 @@ def main() -> None:
     parser.add_argument(
         "--model", type=Path, default=None, help="model dir (default models/bench-<size>, built if missing)"
     )
-    parser.add_argument("--size", choices=sorted(PRESETS), default="small",
-                        help="model preset: 'tiny' decodes so fast on a CPU that per-token HTTP work saturates the "
-                        "front end; 'small' (~20M params) gives a GPU-like per-stream token rate")  # fmt: skip
+    parser.add_argument(
+        "--size",
+        choices=sorted(PRESETS),
+        default="small",
+        help="model preset: 'tiny' decodes so fast on a CPU that per-token HTTP work saturates the "
+        "front end; 'small' (~20M params) gives a GPU-like per-stream token rate",
+    )
     parser.add_argument("--n", default="16,256,1024", help="concurrent streams, comma-separated")
     parser.add_argument("--pool", type=int, default=256, help="shared inference pool size (max_connections)")
     parser.add_argument("--updates", type=int, default=8, help="weight updates per case")
@@ -129,9 +144,12 @@ def main() -> None:
                 row = asyncio.run(run_case(server.base_url, str(model), n, mode, dirs, args))
                 rows.append(row)
                 q = row["queue_ms"]
-                print(f"N={n:5d} {mode:9s} queue_ms p50={q['p50']:9.1f} p95={q['p95']:9.1f} p99={q['p99']:9.1f} "
-                      f"rpc_ms p50={row['rpc_ms']['p50']:7.1f} streams done={row['streams_completed']} "
-                      f"client loop lag p99={row['client_loop_lag_ms']['p99']:.1f}", flush=True)  # fmt: skip
+                print(
+                    f"N={n:5d} {mode:9s} queue_ms p50={q['p50']:9.1f} p95={q['p95']:9.1f} p99={q['p99']:9.1f} "
+                    f"rpc_ms p50={row['rpc_ms']['p50']:7.1f} streams done={row['streams_completed']} "
+                    f"client loop lag p99={row['client_loop_lag_ms']['p99']:.1f}",
+                    flush=True,
+                )
     finally:
         server.stop()
     args.json.parent.mkdir(parents=True, exist_ok=True)

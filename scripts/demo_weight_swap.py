@@ -25,9 +25,12 @@ def ask_all(client, model: str) -> list[str]:
     answers = []
     for q in QUESTIONS:
         out = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": q}], max_tokens=12, temperature=0.0,
+            model=model,
+            messages=[{"role": "user", "content": q}],
+            max_tokens=12,
+            temperature=0.0,
             extra_body={"ignore_eos": True},
-        )  # fmt: skip
+        )
         answers.append(out.choices[0].message.content)
     return answers
 

@@ -41,11 +41,29 @@ def config(
     server_url: str | list[str], tmp: Path, *extra: str, model=CollectConfig, tasks: Path | None = None
 ):
     urls = server_url if isinstance(server_url, list) else [server_url]
-    cfg, _ = load_config(model, [
-        "--input", str(tasks or tmp / "tasks.jsonl"), "--output", str(tmp / "out.jsonl"), "--env", "toy",
-        "--base_urls", json.dumps(urls), "--model", "m", "--responses_create_params.max_output_tokens", "6",
-        "--verify.workers", "0", "--no-progress", "--retry.backoff_s", "0.01", *extra,
-    ])  # fmt: skip
+    cfg, _ = load_config(
+        model,
+        [
+            "--input",
+            str(tasks or tmp / "tasks.jsonl"),
+            "--output",
+            str(tmp / "out.jsonl"),
+            "--env",
+            "toy",
+            "--base_urls",
+            json.dumps(urls),
+            "--model",
+            "m",
+            "--responses_create_params.max_output_tokens",
+            "6",
+            "--verify.workers",
+            "0",
+            "--no-progress",
+            "--retry.backoff_s",
+            "0.01",
+            *extra,
+        ],
+    )
     return cfg
 
 
@@ -61,8 +79,16 @@ def test_collects_scores_and_resumes_against_a_server(tmp_path, monkeypatch):
     write_tasks(tmp_path / "tasks.jsonl", 12)
     monkeypatch.setenv("TEST_COLLECT_KEY", "sk-test-secret-123")
     with LocalTestServer() as server:
-        cfg = config(server.base_url, tmp_path, "--num_repeats", "3", "--verify.workers", "2",
-                     "--api_key_env", "TEST_COLLECT_KEY")  # fmt: skip
+        cfg = config(
+            server.base_url,
+            tmp_path,
+            "--num_repeats",
+            "3",
+            "--verify.workers",
+            "2",
+            "--api_key_env",
+            "TEST_COLLECT_KEY",
+        )
         first = asyncio.run(collect(cfg))
         again = asyncio.run(collect(cfg))
     assert first.written == 36 and first.failed == 0 and again.written == 0 and again.already_done == 36
@@ -90,8 +116,26 @@ def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_p
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server:
         server.state.default_delay_s = 0.03
-        cmd = [*CLI, "--input", str(tasks), "--output", str(out), "--env", "toy", "--base_urls", server.base_url,
-               "--model", "m", "--num_repeats", "2", "--parallel", "8", "--verify.workers", "1", "--no-progress"]  # fmt: skip
+        cmd = [
+            *CLI,
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--env",
+            "toy",
+            "--base_urls",
+            server.base_url,
+            "--model",
+            "m",
+            "--num_repeats",
+            "2",
+            "--parallel",
+            "8",
+            "--verify.workers",
+            "1",
+            "--no-progress",
+        ]
         for kill_at in (15, 90, 200):
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 60
@@ -117,11 +161,33 @@ def test_shards_merged_equal_an_unsharded_run(tmp_path):
     whole_dir, shard_dir = tmp_path / "whole", tmp_path / "shards"
     whole_dir.mkdir(), shard_dir.mkdir()
     with LocalTestServer() as server:
-        asyncio.run(collect(config(server.base_url, whole_dir, "--num_repeats", "2", "--limit", "20",
-                                   tasks=tmp_path / "tasks.jsonl")))  # fmt: skip
+        asyncio.run(
+            collect(
+                config(
+                    server.base_url,
+                    whole_dir,
+                    "--num_repeats",
+                    "2",
+                    "--limit",
+                    "20",
+                    tasks=tmp_path / "tasks.jsonl",
+                )
+            )
+        )
         for i in range(3):
-            cfg = config(server.base_url, shard_dir, "--num_repeats", "2", "--limit", "20", "--shard", f"{i}/3",
-                         "--output", str(shard_dir / f"out_{i}.jsonl"), tasks=tmp_path / "tasks.jsonl")  # fmt: skip
+            cfg = config(
+                server.base_url,
+                shard_dir,
+                "--num_repeats",
+                "2",
+                "--limit",
+                "20",
+                "--shard",
+                f"{i}/3",
+                "--output",
+                str(shard_dir / f"out_{i}.jsonl"),
+                tasks=tmp_path / "tasks.jsonl",
+            )
             asyncio.run(collect(cfg))
     shards = [shard_dir / f"out_{i}.jsonl" for i in range(3)]
     assert sum(len(records(s)) for s in shards) == 40 and all(len(records(s)) > 0 for s in shards)
@@ -133,8 +199,10 @@ def test_shards_merged_equal_an_unsharded_run(tmp_path):
     assert result.records == 40 and result.duplicates == len(records(shards[0]))
 
     def essence(path: Path) -> list:
-        return [(r["task_index"], r["repeat_index"], r["task"], r["response"]["text"], r["reward"], r["metrics"])
-                for r in records(path)]  # fmt: skip
+        return [
+            (r["task_index"], r["repeat_index"], r["task"], r["response"]["text"], r["reward"], r["metrics"])
+            for r in records(path)
+        ]
 
     assert essence(tmp_path / "merged.jsonl") == sorted(essence(whole_dir / "out.jsonl"), key=lambda e: e[:2])
     merged_agg = json.loads((tmp_path / "merged_aggregate_metrics.json").read_text())
@@ -161,8 +229,20 @@ def test_malformed_task_lines_are_reported_and_skipped_or_fail_with_strict(tmp_p
     lines[3] = '{"id": "t3"}'
     tasks.write_text("\n".join(lines) + "\n")
     with LocalTestServer() as server:
-        base = [*CLI, "--input", str(tasks), "--output", str(tmp_path / "out.jsonl"), "--env", "toy",
-                "--base_urls", server.base_url, "--model", "m", "--no-progress"]  # fmt: skip
+        base = [
+            *CLI,
+            "--input",
+            str(tasks),
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--env",
+            "toy",
+            "--base_urls",
+            server.base_url,
+            "--model",
+            "m",
+            "--no-progress",
+        ]
         ok = subprocess.run(base, capture_output=True, text=True, timeout=120)
         written = (tmp_path / "out.jsonl").read_bytes()
         strict = subprocess.run([*base, "--strict"], capture_output=True, text=True, timeout=120)
@@ -258,8 +338,24 @@ def test_no_verify_then_verify_rollouts_scores_like_inline(tmp_path):
         )
         inline = asyncio.run(collect(config(server.base_url, tmp_path, "--num_repeats", "2")))
     assert all(r["reward"] is None and not r["verified"] for r in records(raw))
-    proc = subprocess.run([*CLI, "verify", "--input", str(raw), "--output", str(scored), "--env", "toy",
-                           "--verify.workers", "2", "--no-progress"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            *CLI,
+            "verify",
+            "--input",
+            str(raw),
+            "--output",
+            str(scored),
+            "--env",
+            "toy",
+            "--verify.workers",
+            "2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["num_records"] == 20
     got = {(r["task_index"], r["repeat_index"]): (r["reward"], r["metrics"]) for r in records(scored)}
@@ -268,8 +364,12 @@ def test_no_verify_then_verify_rollouts_scores_like_inline(tmp_path):
         for r in records(tmp_path / "out.jsonl")
     }
     assert got == want and inline.written == 20
-    again = subprocess.run([*CLI, "verify", "--input", str(raw), "--output", str(scored), "--env", "toy",
-                            "--no-progress"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    again = subprocess.run(
+        [*CLI, "verify", "--input", str(raw), "--output", str(scored), "--env", "toy", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0 and len(records(scored)) == 20  # resumed: nothing twice
 
 
@@ -277,12 +377,29 @@ def test_diagnose_tells_a_slow_server_from_a_slow_verifier(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 20)
     with LocalTestServer() as server:
         server.state.default_delay_s = 0.15
-        model_bound = asyncio.run(diagnose(config(server.base_url, tmp_path, "--low", "2", "--high", "10",
-                                                  model=DiagnoseConfig)))  # fmt: skip
+        model_bound = asyncio.run(
+            diagnose(config(server.base_url, tmp_path, "--low", "2", "--high", "10", model=DiagnoseConfig))
+        )
         server.state.default_delay_s = 0.0
-        verify_bound = asyncio.run(diagnose(config(
-            server.base_url, tmp_path, "--low", "2", "--high", "10", "--env", SLOW_ENV, "--env_options",
-            json.dumps({"mode": "slow", "delay_s": 0.05}), "--verify.workers", "1", model=DiagnoseConfig)))  # fmt: skip
+        verify_bound = asyncio.run(
+            diagnose(
+                config(
+                    server.base_url,
+                    tmp_path,
+                    "--low",
+                    "2",
+                    "--high",
+                    "10",
+                    "--env",
+                    SLOW_ENV,
+                    "--env_options",
+                    json.dumps({"mode": "slow", "delay_s": 0.05}),
+                    "--verify.workers",
+                    "1",
+                    model=DiagnoseConfig,
+                )
+            )
+        )
     assert model_bound["verdict"] == "under_parallelised", model_bound
     assert verify_bound["verdict"] == "verification", verify_bound
     assert not (tmp_path / "out.jsonl").exists()  # diagnose never writes the real output
@@ -310,8 +427,22 @@ def test_interrupt_exits_130_and_resumes(tmp_path, sig):
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server:
         server.state.default_delay_s = 0.05
-        cmd = [*CLI, "--input", str(tasks), "--output", str(out), "--env", "toy", "--base_urls", server.base_url,
-               "--model", "m", "--parallel", "4", "--no-progress"]  # fmt: skip
+        cmd = [
+            *CLI,
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--env",
+            "toy",
+            "--base_urls",
+            server.base_url,
+            "--model",
+            "m",
+            "--parallel",
+            "4",
+            "--no-progress",
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         while not out.exists() or out.read_bytes().count(b"\n") < 10:
             assert proc.poll() is None
@@ -328,8 +459,18 @@ def test_interrupt_exits_130_and_resumes(tmp_path, sig):
 @pytest.mark.slow
 def test_collects_from_the_real_vllm_server(inference_server, tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 6)
-    cfg = config(inference_server.base_url, tmp_path, "--num_repeats", "2", "--model", inference_server.model,
-                 "--responses_create_params.max_output_tokens", "8", "--responses_create_params.seed", "7")  # fmt: skip
+    cfg = config(
+        inference_server.base_url,
+        tmp_path,
+        "--num_repeats",
+        "2",
+        "--model",
+        inference_server.model,
+        "--responses_create_params.max_output_tokens",
+        "8",
+        "--responses_create_params.seed",
+        "7",
+    )
     result = asyncio.run(collect(cfg))
     assert result.written == 12 and result.failed == 0 and result.samples_per_s > 0
     for r in records(tmp_path / "out.jsonl"):
@@ -346,20 +487,47 @@ def test_the_analyzer_reads_the_collector_log(tmp_path, case):
     with LocalTestServer() as server:
         extra = ["--env", "toy"]
         if case == "slow_verifier":
-            extra = ["--env", SLOW_ENV, "--env_options", json.dumps({"mode": "slow", "delay_s": 0.03}),
-                     "--verify.workers", "1"]  # fmt: skip
+            extra = [
+                "--env",
+                SLOW_ENV,
+                "--env_options",
+                json.dumps({"mode": "slow", "delay_s": 0.03}),
+                "--verify.workers",
+                "1",
+            ]
         else:
             server.state.storm_retry_after = 0.2
             server.state.storm_until = time.monotonic() + 1.0
-        proc = subprocess.run([*CLI, "--input", str(tasks), "--output", str(out), "--base_urls", server.base_url,
-                               "--model", "m", "--parallel", "8", "--no-progress", *extra],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [
+                *CLI,
+                "--input",
+                str(tasks),
+                "--output",
+                str(out),
+                "--base_urls",
+                server.base_url,
+                "--model",
+                "m",
+                "--parallel",
+                "8",
+                "--no-progress",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = tmp_path / "out_collect.log"
     assert log.read_text().count("rollout.done") == 30
     report = tmp_path / "report"
-    subprocess.run([sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     summary = json.loads((report / "summary.json").read_text())
     kinds = [f["kind"] for f in summary["findings"]]
     if case == "slow_verifier":

@@ -38,11 +38,16 @@ def complete(server, prompt: str = PROMPT, n: int = 12) -> dict:
     r = httpx.post(
         f"{server.base_url}/v1/completions",
         json={
-            "model": server.model, "prompt": prompt, "max_tokens": n, "temperature": 0.0,
-            "logprobs": 1, "return_token_ids": True, "ignore_eos": True,
+            "model": server.model,
+            "prompt": prompt,
+            "max_tokens": n,
+            "temperature": 0.0,
+            "logprobs": 1,
+            "return_token_ids": True,
+            "ignore_eos": True,
         },
         timeout=120,
-    )  # fmt: skip
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -86,9 +91,13 @@ def test_openai_client_chat_and_completion_with_logprobs_and_token_ids(server):
     assert chat.usage.completion_tokens == 8
 
     comp = client.completions.create(
-        model=server.model, prompt=PROMPT, max_tokens=6, temperature=0.0, logprobs=1,
+        model=server.model,
+        prompt=PROMPT,
+        max_tokens=6,
+        temperature=0.0,
+        logprobs=1,
         extra_body={"return_token_ids": True, "ignore_eos": True},
-    )  # fmt: skip
+    )
     assert len(comp.choices[0].logprobs.token_logprobs) == 6
     assert len(comp.choices[0].model_extra["token_ids"]) == 6
 
@@ -119,9 +128,14 @@ def test_tokenizers_transformers_and_vllm_give_identical_ids(server, tiny_model)
     raw = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
     hf = AutoTokenizer.from_pretrained(tiny_model)
     texts = [
-        PROMPT, "hello  world's  don't\n\n  x", "Ünïcödé café 日本語 🙂", "a\tb\r\nc   ",
-        "<|im_start|>user\nhi<|im_end|>", "12345678 + 9 = 12345687", "",
-    ]  # fmt: skip
+        PROMPT,
+        "hello  world's  don't\n\n  x",
+        "Ünïcödé café 日本語 🙂",
+        "a\tb\r\nc   ",
+        "<|im_start|>user\nhi<|im_end|>",
+        "12345678 + 9 = 12345687",
+        "",
+    ]
     for text in texts:
         expected = raw.encode(text).ids
         assert hf(text, add_special_tokens=False)["input_ids"] == expected, text
@@ -170,9 +184,14 @@ def test_update_while_64_streams_are_in_flight(server, tiny_model):
 
     async def stream_one(client: httpx.AsyncClient, i: int) -> tuple[str | None, int]:  # (finish, tokens)
         body = {
-            "model": server.model, "prompt": f"{i} {PROMPT}", "max_tokens": 48, "temperature": 1.0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True},
-        }  # fmt: skip
+            "model": server.model,
+            "prompt": f"{i} {PROMPT}",
+            "max_tokens": 48,
+            "temperature": 1.0,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        }
         finish, tokens = None, 0
         async with client.stream("POST", f"{server.base_url}/v1/completions", json=body) as r:
             assert r.status_code == 200
@@ -203,8 +222,20 @@ def test_update_while_64_streams_are_in_flight(server, tiny_model):
     assert all(tokens == 48 for _, tokens in outcomes), outcomes
 
 
-BAD_CASES = ["no_stable", "outside_root", "symlink_escape", "wrong_shape", "wrong_dtype", "missing_tensor", "pickle_only",
-             "no_auth", "wrong_token", "malformed_json", "not_an_object", "missing_field"]  # fmt: skip
+BAD_CASES = [
+    "no_stable",
+    "outside_root",
+    "symlink_escape",
+    "wrong_shape",
+    "wrong_dtype",
+    "missing_tensor",
+    "pickle_only",
+    "no_auth",
+    "wrong_token",
+    "malformed_json",
+    "not_an_object",
+    "missing_field",
+]
 
 
 @pytest.mark.parametrize("case", BAD_CASES)

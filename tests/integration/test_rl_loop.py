@@ -26,8 +26,20 @@ DEBUG_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "debug" / "rl.t
 
 
 def rl(model: Path, out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(model),
-            "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "prime_rl.launcher.main",
+        "--config",
+        str(DEBUG_CONFIG),
+        "--model",
+        str(model),
+        "--output_dir",
+        str(out),
+        "--inference",
+        json.dumps({"port": free_port()}),
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
@@ -102,8 +114,17 @@ def test_async_level_0_is_on_policy(tiny_model, tmp_path):
 
 
 def test_orchestrator_without_server_fails_with_a_countdown(tmp_path):
-    argv = [sys.executable, "-m", "prime_rl.orchestrator.main", "--output_dir", str(tmp_path), "--startup_timeout_s", "3",
-            "--client.base_urls", '["http://127.0.0.1:9"]']  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "prime_rl.orchestrator.main",
+        "--output_dir",
+        str(tmp_path),
+        "--startup_timeout_s",
+        "3",
+        "--client.base_urls",
+        '["http://127.0.0.1:9"]',
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "waiting for inference server(s) http://127.0.0.1:9" in done.stderr
@@ -113,11 +134,30 @@ def test_orchestrator_without_server_fails_with_a_countdown(tmp_path):
 def orchestrator_config(server, out: Path, urls: list[str], *extra: str):
     from prime_rl.orchestrator.config import OrchestratorConfig
 
-    cfg, _ = load_config(OrchestratorConfig, [
-        "--output_dir", str(out), "--model", server.model, "--max_steps", "2", "--async_level", "1",
-        "--batch_size", "32", "--rollouts_per_example", "4", "--sampling.max_tokens", "48",
-        "--client.base_urls", json.dumps(urls), "--verify.workers", "1", *extra,
-    ])  # fmt: skip
+    cfg, _ = load_config(
+        OrchestratorConfig,
+        [
+            "--output_dir",
+            str(out),
+            "--model",
+            server.model,
+            "--max_steps",
+            "2",
+            "--async_level",
+            "1",
+            "--batch_size",
+            "32",
+            "--rollouts_per_example",
+            "4",
+            "--sampling.max_tokens",
+            "48",
+            "--client.base_urls",
+            json.dumps(urls),
+            "--verify.workers",
+            "1",
+            *extra,
+        ],
+    )
     return cfg
 
 
@@ -155,10 +195,23 @@ def test_server_dying_mid_run_moves_requests_to_the_other(inference_server, tmp_
 def test_verifier_faults_are_recorded_and_the_run_goes_on(inference_server, tmp_path, mode):
     from prime_rl.orchestrator.loop import Orchestrator
 
-    cfg = orchestrator_config(inference_server, tmp_path, [inference_server.base_url],
-                              "--env.name", FAULTY_ENV,
-                              "--env.options", json.dumps({"mode": mode, "every": 4}), "--verify.workers", "2",
-                              "--verify.timeout_s", "1", "--sampling.max_tokens", "8", "--batch_size", "16")  # fmt: skip
+    cfg = orchestrator_config(
+        inference_server,
+        tmp_path,
+        [inference_server.base_url],
+        "--env.name",
+        FAULTY_ENV,
+        "--env.options",
+        json.dumps({"mode": mode, "every": 4}),
+        "--verify.workers",
+        "2",
+        "--verify.timeout_s",
+        "1",
+        "--sampling.max_tokens",
+        "8",
+        "--batch_size",
+        "16",
+    )
     asyncio.run(Orchestrator(cfg).run())
     rows = metrics(tmp_path, "orchestrator")
     assert [r["step"] for r in rows] == [0, 1]
@@ -181,9 +234,23 @@ def _kill_run(proc: subprocess.Popen, out: Path) -> None:
 def test_resume_after_kill_continues_at_the_checkpoint(tiny_model, tmp_path):
     out = tmp_path / "run"
     port = free_port()
-    base = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
-            "--output_dir", str(out), "--inference", json.dumps({"port": port}), "--max_steps", "6",
-            "--trainer", json.dumps({"ckpt": {"interval": 2}, "optim": {"lr": 3e-3}})]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "prime_rl.launcher.main",
+        "--config",
+        str(DEBUG_CONFIG),
+        "--model",
+        str(tiny_model),
+        "--output_dir",
+        str(out),
+        "--inference",
+        json.dumps({"port": port}),
+        "--max_steps",
+        "6",
+        "--trainer",
+        json.dumps({"ckpt": {"interval": 2}, "optim": {"lr": 3e-3}}),
+    ]
     first = subprocess.Popen(
         base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -237,8 +304,21 @@ def test_a_dying_process_stops_the_others_and_is_named(tiny_model, tmp_path):
 
 def test_ctrl_c_stops_everything(tiny_model, tmp_path):
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "prime_rl.launcher.main", "--config", str(DEBUG_CONFIG), "--model", str(tiny_model),
-            "--output_dir", str(out), "--inference", json.dumps({"port": free_port()}), "--max_steps", "200"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "prime_rl.launcher.main",
+        "--config",
+        str(DEBUG_CONFIG),
+        "--model",
+        str(tiny_model),
+        "--output_dir",
+        str(out),
+        "--inference",
+        json.dumps({"port": free_port()}),
+        "--max_steps",
+        "200",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300

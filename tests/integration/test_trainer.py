@@ -98,11 +98,21 @@ def test_vllm_serves_the_trainers_weights(inference_server, tiny_model):
     run = run_on_policy(tiny_model, server.output_dir, samples, steps=1, extra_args=["--optim.lr", "2e-2"])
     weight_dir = run.weights(1)
     try:
-        r = httpx.post(f"{server.base_url}/update_weights", json={"weight_dir": str(weight_dir)},
-                       headers=server.admin_headers(), timeout=120)  # fmt: skip
+        r = httpx.post(
+            f"{server.base_url}/update_weights",
+            json={"weight_dir": str(weight_dir)},
+            headers=server.admin_headers(),
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
-        body = {"model": server.model, "prompt": "What is 3 + 4?", "max_tokens": 12, "temperature": 0.0,
-                "return_token_ids": True, "ignore_eos": True}  # fmt: skip
+        body = {
+            "model": server.model,
+            "prompt": "What is 3 + 4?",
+            "max_tokens": 12,
+            "temperature": 0.0,
+            "return_token_ids": True,
+            "ignore_eos": True,
+        }
         result = httpx.post(f"{server.base_url}/v1/completions", json=body, timeout=120).json()["choices"][0]
         expected, _ = hf_greedy(hf_model(weight_dir), result["prompt_token_ids"], 12)
         assert result["token_ids"] == expected
@@ -190,8 +200,13 @@ def test_bf16_training_publishes_the_base_checkpoint_dtypes(tiny_model, tmp_path
     """A bf16 trainer (the GPU default) on an fp32 checkpoint publishes fp32: servers accept it."""
     from prime_rl.transport.weights import check_compatible, manifest, weight_files
 
-    run = run_on_policy(tiny_model, tmp_path, make_samples(2, 2048, seed=8), steps=1,
-                        extra_args=[*LR, "--model.dtype", "bfloat16"])  # fmt: skip
+    run = run_on_policy(
+        tiny_model,
+        tmp_path,
+        make_samples(2, 2048, seed=8),
+        steps=1,
+        extra_args=[*LR, "--model.dtype", "bfloat16"],
+    )
     published = manifest(weight_files(run.weights(1)))
     check_compatible(published, manifest(weight_files(tiny_model)))  # raises on any dtype mismatch
     assert {i.dtype for i in published.values()} == {"F32"}

@@ -90,8 +90,15 @@ class TrainerRun:
     model for step 0) and waits for ``weights/step_{step+1}``.
     """
 
-    def __init__(self, model_dir: Path, output_dir: Path, samples: list[dict], max_steps: int, nproc: int = 1,
-                 extra_args: list[str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: Path,
+        output_dir: Path,
+        samples: list[dict],
+        max_steps: int,
+        nproc: int = 1,
+        extra_args: list[str] | None = None,
+    ):
         self.model_dir, self.output_dir, self.samples, self.nproc = (
             Path(model_dir),
             Path(output_dir),
@@ -99,8 +106,17 @@ class TrainerRun:
             nproc,
         )
         self.paths = RunPaths(self.output_dir)
-        self.args = ["--model.name", str(model_dir), "--output_dir", str(output_dir), "--max_steps", str(max_steps),
-                     "--async_level", "0", *(extra_args or [])]  # fmt: skip
+        self.args = [
+            "--model.name",
+            str(model_dir),
+            "--output_dir",
+            str(output_dir),
+            "--max_steps",
+            str(max_steps),
+            "--async_level",
+            "0",
+            *(extra_args or []),
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self, *more_args: str) -> TrainerRun:
@@ -138,8 +154,14 @@ class TrainerRun:
             self.proc.wait()
 
 
-def run_on_policy(model_dir: Path, output_dir: Path, samples: list[dict], steps: int, nproc: int = 1,
-                  extra_args: list[str] | None = None) -> TrainerRun:  # fmt: skip
+def run_on_policy(
+    model_dir: Path,
+    output_dir: Path,
+    samples: list[dict],
+    steps: int,
+    nproc: int = 1,
+    extra_args: list[str] | None = None,
+) -> TrainerRun:
     """Run the trainer for ``steps`` on-policy steps to completion."""
     run = TrainerRun(model_dir, output_dir, samples, steps, nproc, extra_args).start()
     try:

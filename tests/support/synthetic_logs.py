@@ -15,8 +15,16 @@ from pathlib import Path
 
 from prime_rl.tracing import format_tagged
 
-SCENARIOS = ("healthy", "frontend_queue_saturation", "slow_reload", "checkpoint_io", "trainer_bound",
-             "generation_bound", "verification_bound", "rate_limited")  # fmt: skip
+SCENARIOS = (
+    "healthy",
+    "frontend_queue_saturation",
+    "slow_reload",
+    "checkpoint_io",
+    "trainer_bound",
+    "generation_bound",
+    "verification_bound",
+    "rate_limited",
+)
 
 
 @dataclass
@@ -98,18 +106,46 @@ def make_run(
                 rng.uniform(20000, 40000) if scenario == "frontend_queue_saturation" else rng.uniform(1, 6)
             )
             recv_gap = queue * 0.95
-            run.orchestrator.append(_line(wall, format_tagged("weights", "client.send", tid, url="http://h:8000",
-                                                              path="/update_weights", t=mono)))  # fmt: skip
-            run.inference.append(_line(wall + recv_gap / 1000.0, format_tagged("weights", "server.recv", tid, path="/update_weights",
-                                                                               t=mono + recv_gap / 1000.0)))  # fmt: skip
-            run.inference.append(_line(wall + recv_gap / 1000.0, format_tagged("weights", "rpc.start", tid, op="update_weights",
-                                                                               t=mono + recv_gap / 1000.0)))  # fmt: skip
+            run.orchestrator.append(
+                _line(
+                    wall,
+                    format_tagged(
+                        "weights", "client.send", tid, url="http://h:8000", path="/update_weights", t=mono
+                    ),
+                )
+            )
+            run.inference.append(
+                _line(
+                    wall + recv_gap / 1000.0,
+                    format_tagged(
+                        "weights", "server.recv", tid, path="/update_weights", t=mono + recv_gap / 1000.0
+                    ),
+                )
+            )
+            run.inference.append(
+                _line(
+                    wall + recv_gap / 1000.0,
+                    format_tagged(
+                        "weights", "rpc.start", tid, op="update_weights", t=mono + recv_gap / 1000.0
+                    ),
+                )
+            )
             end = (queue + rpc) / 1000.0
-            run.inference.append(_line(wall + end, format_tagged("weights", "rpc.done", tid, op="update_weights", t=mono + end,
-                                                                 rpc_ms=rpc)))  # fmt: skip
+            run.inference.append(
+                _line(
+                    wall + end,
+                    format_tagged("weights", "rpc.done", tid, op="update_weights", t=mono + end, rpc_ms=rpc),
+                )
+            )
             wall_ms = queue + rpc
-            run.orchestrator.append(_line(wall + end, format_tagged("weights", "client.done", tid, wall_ms=wall_ms, rpc_ms=rpc,
-                                                                    queue_ms=wall_ms - rpc)))  # fmt: skip
+            run.orchestrator.append(
+                _line(
+                    wall + end,
+                    format_tagged(
+                        "weights", "client.done", tid, wall_ms=wall_ms, rpc_ms=rpc, queue_ms=wall_ms - rpc
+                    ),
+                )
+            )
             run.add("queue_ms", _r1(wall_ms - rpc))
             run.add("rpc_ms", _r1(rpc))
             wall += end
@@ -120,8 +156,14 @@ def make_run(
         dur = gen_ms * rng.uniform(0.9, 1.1)
         if scenario == "rate_limited":
             for _ in range(10):
-                run.orchestrator.append(_line(wall, format_tagged("gen", "request.retry", url="http://h", status=429, attempt=1,
-                                                                  wait_ms=500.0)))  # fmt: skip
+                run.orchestrator.append(
+                    _line(
+                        wall,
+                        format_tagged(
+                            "gen", "request.retry", url="http://h", status=429, attempt=1, wait_ms=500.0
+                        ),
+                    )
+                )
         wall += dur / 1000.0
         mono += dur / 1000.0
         run.orchestrator.append(
@@ -137,15 +179,32 @@ def make_run(
         run.add("verify_dur_ms", _r1(verify))
         staleness = min(step, async_level)
         trunc = 25.0 if scenario == "generation_bound" else 2.0
-        run.orchestrator.append(_line(wall, format_tagged("rollout", None, trunc_pct=trunc, current_step=step,
-                                                          ckpt_step=step - staleness, staleness=staleness)))  # fmt: skip
+        run.orchestrator.append(
+            _line(
+                wall,
+                format_tagged(
+                    "rollout",
+                    None,
+                    trunc_pct=trunc,
+                    current_step=step,
+                    ckpt_step=step - staleness,
+                    staleness=staleness,
+                ),
+            )
+        )
         run.add("trunc_pct", trunc)
         run.add("staleness", staleness)
         run.orchestrator.append(
             _line(wall, f"step {step} | reward 0.5 | some unrelated log text [with brackets]")
         )
         train_wait = 0.8 * dur if scenario == "generation_bound" else 30.0
-        run.trainer.append(_line(wall, format_tagged("train", "step.done", step=step, wait_ms=train_wait, train_ms=1200.0,
-                                                     write_ms=40.0)))  # fmt: skip
+        run.trainer.append(
+            _line(
+                wall,
+                format_tagged(
+                    "train", "step.done", step=step, wait_ms=train_wait, train_ms=1200.0, write_ms=40.0
+                ),
+            )
+        )
         run.add("train_wait_ms", _r1(train_wait))
     return run

@@ -165,8 +165,10 @@ def test_routes_succeed_and_middleware_logs_first_byte(setup):
         logger.remove(sink)
     parsed = [p for p in map(parse_tagged, lines) if p]
     assert [(p.trace_id, p.event) for p in parsed if p.trace_id == "mytrace"] == [
-        ("mytrace", "server.recv"), ("mytrace", "rpc.start"), ("mytrace", "rpc.done"),
-    ]  # fmt: skip
+        ("mytrace", "server.recv"),
+        ("mytrace", "rpc.start"),
+        ("mytrace", "rpc.done"),
+    ]
     reload_tid = next(
         p.trace_id for p in parsed if p.event == "rpc.start" and p.fields["op"] == "reload_weights"
     )

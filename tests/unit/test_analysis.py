@@ -29,9 +29,20 @@ def test_each_scenario_gets_its_diagnosis(tmp_path, scenario):
     else:
         assert summary["primary"]["kind"] == scenario, summary["findings"]
         assert summary["primary"]["title"] in md and "## Next steps" in md
-    for name in ("queue_ms_stats.txt", "rpc_ms_stats.txt", "ckpt_wait_stats.txt", "write_ms_stats.txt", "gen_dur_ms_stats.txt",
-                 "trunc_pct_stats.txt", "staleness_stats.txt", "verify_dur_ms_stats.txt", "slowest_updates.txt",
-                 "timeline.txt", "timeline.png", "summary.json"):  # fmt: skip
+    for name in (
+        "queue_ms_stats.txt",
+        "rpc_ms_stats.txt",
+        "ckpt_wait_stats.txt",
+        "write_ms_stats.txt",
+        "gen_dur_ms_stats.txt",
+        "trunc_pct_stats.txt",
+        "staleness_stats.txt",
+        "verify_dur_ms_stats.txt",
+        "slowest_updates.txt",
+        "timeline.txt",
+        "timeline.png",
+        "summary.json",
+    ):
         assert (tmp_path / "out" / name).is_file(), name
 
 
@@ -108,8 +119,13 @@ def test_run_directory_and_shell_wrapper(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "bottleneck_logs" / "analyze_logs.sh"
-    done = subprocess.run(["bash", str(script), str(run_dir), "--out", str(out)], capture_output=True, text=True,
-                          env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(script), str(run_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "Slow engine reload" in done.stdout
     summary = json.loads((out / "summary.json").read_text())

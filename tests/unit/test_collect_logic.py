@@ -20,15 +20,21 @@ from prime_rl.collect.store import (
     read_failures,
     repair_torn_tail,
     scan_output,
-)  # fmt: skip
+)
 from prime_rl.collect.tasks import InputError, iter_tasks, scan_tasks
 from prime_rl.config import ConfigError, load_config
 from prime_rl.envs.registry import load_env
 
 
 def rec(task: int, repeat: int, reward: float | None, text: str = "", **extra) -> dict:
-    return {"task_index": task, "repeat_index": repeat, "task": {"q": task}, "response": {"text": text},
-            "reward": reward, **extra}  # fmt: skip
+    return {
+        "task_index": task,
+        "repeat_index": repeat,
+        "task": {"q": task},
+        "response": {"text": text},
+        "reward": reward,
+        **extra,
+    }
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -46,13 +52,18 @@ def test_aggregates_of_a_hand_made_file(tmp_path):
     # task 0: rewards 1,0,0,1 answers a,b,b,a -> majority@4 tie (a first) passes; pass@1 .5
     # task 1: rewards 0,0,0,1 answers c,c,c,d  -> majority wrong; pass@1 .25
     # task 2: rewards 0,0,0,0                   -> nothing passes
-    rows = [rec(0, 0, 1.0, "A", metrics={"accuracy": 1.0}, usage={"output_tokens": 10}),
-            rec(0, 1, 0.0, "b", metrics={"accuracy": 0.0}, usage={"output_tokens": 20}),
-            rec(0, 2, 0.0, " b ", metrics={"accuracy": 0.0}),
-            rec(0, 3, 1.0, "a", metrics={"accuracy": 1.0}),
-            rec(1, 0, 0.0, answer="c"), rec(1, 1, 0.0, answer="c"), rec(1, 2, 0.0, answer="c"), rec(1, 3, 1.0, answer="d"),
-            *[rec(2, r, 0.0, "z") for r in range(4)],
-            rec(3, 0, None, "unscored", verify_error="verifier timed out")]  # fmt: skip
+    rows = [
+        rec(0, 0, 1.0, "A", metrics={"accuracy": 1.0}, usage={"output_tokens": 10}),
+        rec(0, 1, 0.0, "b", metrics={"accuracy": 0.0}, usage={"output_tokens": 20}),
+        rec(0, 2, 0.0, " b ", metrics={"accuracy": 0.0}),
+        rec(0, 3, 1.0, "a", metrics={"accuracy": 1.0}),
+        rec(1, 0, 0.0, answer="c"),
+        rec(1, 1, 0.0, answer="c"),
+        rec(1, 2, 0.0, answer="c"),
+        rec(1, 3, 1.0, answer="d"),
+        *[rec(2, r, 0.0, "z") for r in range(4)],
+        rec(3, 0, None, "unscored", verify_error="verifier timed out"),
+    ]
     path = tmp_path / "hand.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     agg = aggregate((r for _, r in iter_records(path)), pass_threshold=1.0)
@@ -147,7 +158,10 @@ def test_bad_task_lines_are_reported_with_line_numbers(tmp_path):
     write_tasks(path, 6, {1: "{oops", 3: json.dumps({"id": 3}), 4: "[1, 2]"})
     sel = scan_tasks(path, None)
     assert [(i.line, i.problem.split(" (")[0].split(":")[0]) for i in sel.issues] == [
-        (2, "not valid JSON"), (4, "no prompt"), (5, "expected a JSON object, got list")]  # fmt: skip
+        (2, "not valid JSON"),
+        (4, "no prompt"),
+        (5, "expected a JSON object, got list"),
+    ]
     assert sel.selected == [0, 2, 5] and sel.valid_total == 3
     with pytest.raises(InputError, match=r"tasks.jsonl:2: not valid JSON.*--strict"):
         scan_tasks(path, None, strict=True)
@@ -233,9 +247,24 @@ def test_collect_config_aliases_and_key_by_key_merge(tmp_path):
     conf.write_text(
         "responses_create_params:\n  model: gpt-4o-mini\n  max_output_tokens: 256\n  temperature: 0.7\n"
     )
-    cfg, _ = load_config(CollectConfig, ["--config", str(conf), "--input", "t.jsonl", "--output", "o.jsonl",
-                                         "--responses_create_params.temperature", "0.3", "--no-verify",
-                                         "--shard", "1/4", "--parallel", "8"])  # fmt: skip
+    cfg, _ = load_config(
+        CollectConfig,
+        [
+            "--config",
+            str(conf),
+            "--input",
+            "t.jsonl",
+            "--output",
+            "o.jsonl",
+            "--responses_create_params.temperature",
+            "0.3",
+            "--no-verify",
+            "--shard",
+            "1/4",
+            "--parallel",
+            "8",
+        ],
+    )
     p = cfg.responses_create_params
     assert (p.model, p.max_output_tokens, p.temperature) == ("gpt-4o-mini", 256, 0.3)
     assert cfg.verify.enabled is False and cfg.shard_index == (1, 4) and cfg.num_samples_in_parallel == 8
@@ -294,9 +323,14 @@ def test_retry_after_and_completion_parsing():
     assert parse_retry_after("2.5") == 2.5
     assert parse_retry_after(None) is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
-    comp = parse_completion({"model": "m", "choices": [{"message": {"content": "hi"}, "finish_reason": "stop",
-                                                        "token_ids": [1, 2]}],
-                             "usage": {"prompt_tokens": 5, "completion_tokens": 2}}, "u")  # fmt: skip
+    comp = parse_completion(
+        {
+            "model": "m",
+            "choices": [{"message": {"content": "hi"}, "finish_reason": "stop", "token_ids": [1, 2]}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+        },
+        "u",
+    )
     assert (comp.text, comp.token_ids, comp.input_tokens, comp.output_tokens) == ("hi", [1, 2], 5, 2)
 
 
@@ -304,8 +338,14 @@ def test_retry_after_and_completion_parsing():
 
 
 def row(level, wall, gen, verify=None, n429=0, failed=0):
-    return {"parallelism": level, "wall_s": wall, "gen_ms_mean": gen, "verify_ms_mean": verify,
-            "rate_limited": n429, "failed": failed}  # fmt: skip
+    return {
+        "parallelism": level,
+        "wall_s": wall,
+        "gen_ms_mean": gen,
+        "verify_ms_mean": verify,
+        "rate_limited": n429,
+        "failed": failed,
+    }
 
 
 def test_diagnose_follows_the_three_bottleneck_guide():
@@ -321,8 +361,19 @@ def test_the_shipped_collect_config_loads():
     from pathlib import Path
 
     conf = Path(__file__).resolve().parents[2] / "configs" / "collect.yaml"
-    cfg, _ = load_config(CollectConfig, ["--config", str(conf), "--input", "t.jsonl", "--output", "o.jsonl",
-                                         "--responses_create_params.temperature", "0.3"])  # fmt: skip
+    cfg, _ = load_config(
+        CollectConfig,
+        [
+            "--config",
+            str(conf),
+            "--input",
+            "t.jsonl",
+            "--output",
+            "o.jsonl",
+            "--responses_create_params.temperature",
+            "0.3",
+        ],
+    )
     assert cfg.num_repeats == 4 and cfg.responses_create_params.max_output_tokens == 512
     assert cfg.responses_create_params.temperature == 0.3 and cfg.retry.max_attempts == 3
 

@@ -19,18 +19,31 @@ def main(argv: list[str] | None = None) -> None:
         description="Read the tagged timing lines of orchestrator, inference and trainer logs and say where the time goes. "
         "Writes SUMMARY.md, *_stats.txt, slowest_updates.txt, timeline.txt/.png and summary.json.",
     )
-    parser.add_argument("inputs", nargs="+", type=Path,
-                        help="orchestrator.log [inference.log] [trainer logs ...], .gz or rotated parts, or a run directory")  # fmt: skip
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        help="orchestrator.log [inference.log] [trainer logs ...], .gz or rotated parts, or a run directory",
+    )
     parser.add_argument(
         "--out",
         type=Path,
         default=None,
         help="output directory (default bottleneck_logs/analysis_<timestamp>)",
     )
-    parser.add_argument("--async_level", type=int, default=None,
-                        help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)")  # fmt: skip
-    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"override a threshold ({', '.join(Thresholds.model_fields)}); listed in SUMMARY.md")  # fmt: skip
+    parser.add_argument(
+        "--async_level",
+        type=int,
+        default=None,
+        help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"override a threshold ({', '.join(Thresholds.model_fields)}); listed in SUMMARY.md",
+    )
     args = parser.parse_args(argv)
     try:
         overrides = dict(t.split("=", 1) for t in args.threshold)
@@ -54,8 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or Path("bottleneck_logs") / f"analysis_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
     write_report(analysis, out)
     head = analysis.primary["title"] if analysis.primary else "no bottleneck found"
-    print(f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "
-          f"{stats.seconds:.2f}s)")  # fmt: skip
+    print(
+        f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "
+        f"{stats.seconds:.2f}s)"
+    )
 
 
 if __name__ == "__main__":

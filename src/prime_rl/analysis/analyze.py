@@ -53,8 +53,16 @@ def describe(values: list[float]) -> dict[str, float]:
 
     mean = sum(vals) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
-    return {"count": n, "mean": mean, "stddev": std, "min": vals[0], "p50": pct(0.5), "p95": pct(0.95),
-            "p99": pct(0.99), "max": vals[-1]}  # fmt: skip
+    return {
+        "count": n,
+        "mean": mean,
+        "stddev": std,
+        "min": vals[0],
+        "p50": pct(0.5),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+        "max": vals[-1],
+    }
 
 
 @dataclass
@@ -153,10 +161,29 @@ def _occurrence(updates: dict[str, list[Update]], ev) -> Update:
 
 def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int | None = None) -> Analysis:
     updates: dict[str, list[Update]] = {}
-    series: dict[str, list[float]] = {k: [] for k in (
-        "queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "ckpt_wait_ms", "write_ms",
-        "gen_dur_ms", "verify_dur_ms", "trunc_pct", "staleness", "retry_wait_ms", "collect_ms", "train_wait_ms",
-        "train_ms", "collect_queue_ms", "collect_gen_ms", "collect_verify_ms")}  # fmt: skip
+    series: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "queue_ms",
+            "rpc_ms",
+            "wall_ms",
+            "server_rpc_ms",
+            "send_to_recv_ms",
+            "ckpt_wait_ms",
+            "write_ms",
+            "gen_dur_ms",
+            "verify_dur_ms",
+            "trunc_pct",
+            "staleness",
+            "retry_wait_ms",
+            "collect_ms",
+            "train_wait_ms",
+            "train_ms",
+            "collect_queue_ms",
+            "collect_gen_ms",
+            "collect_verify_ms",
+        )
+    }
     spans: list[Span] = []
     counts: Counter = Counter()
     open_gen: dict[str, float] = {}
@@ -229,8 +256,15 @@ def collect(events, parse: ParseStats, thresholds: Thresholds, async_level: int 
                     series["gen_dur_ms"].append(ms)
                     end = ev.ts or 0.0
                     start = open_gen.pop(key, end - ms / 1000.0)
-                    spans.append(Span("gen", start, end, f"generate step {ev.fields.get('step', '?')}",
-                                      {"completions": ev.fields.get("completions"), "dur_ms": ms}))  # fmt: skip
+                    spans.append(
+                        Span(
+                            "gen",
+                            start,
+                            end,
+                            f"generate step {ev.fields.get('step', '?')}",
+                            {"completions": ev.fields.get("completions"), "dur_ms": ms},
+                        )
+                    )
                 counts["completions"] += int(ev.num("completions") or 0)
             elif ev.event == "request.retry":
                 counts[f"retry.{ev.fields.get('status', '?')}"] += 1
@@ -301,21 +335,38 @@ def diagnose(a: Analysis) -> Analysis:
         and (q95 or 0) > th.queue_ms_min
     ):
         gap = _stat(a, "send_to_recv_ms", "p50")
-        where = (f"; client.send -> server.recv median {gap:.1f} ms, so the wait happens before the server sees the request"
-                 if gap is not None else "")  # fmt: skip
-        f.append({"kind": "frontend_queue_saturation", "title": "Front-end queue saturation: admin requests wait behind streaming inference",
-                  "evidence": f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
-                              f"{qmean / max(rmean, 1e-9):.1f}x{where}",
-                  "share": sum(a.series['queue_ms']) / run_ms if run_ms else 1.0,
-                  "next": ["Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
-                           "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool."]})  # fmt: skip
+        where = (
+            f"; client.send -> server.recv median {gap:.1f} ms, so the wait happens before the server sees the request"
+            if gap is not None
+            else ""
+        )
+        f.append(
+            {
+                "kind": "frontend_queue_saturation",
+                "title": "Front-end queue saturation: admin requests wait behind streaming inference",
+                "evidence": f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
+                f"{qmean / max(rmean, 1e-9):.1f}x{where}",
+                "share": sum(a.series["queue_ms"]) / run_ms if run_ms else 1.0,
+                "next": [
+                    "Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
+                    "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool.",
+                ],
+            }
+        )
     if r50 is not None and r50 > th.rpc_ms_high:
-        f.append({"kind": "slow_reload", "title": "Slow engine reload: the server takes long to load new weights",
-                  "evidence": f"rpc_ms median {r50:.1f} ms (p95 {_stat(a, 'rpc_ms', 'p95') or _stat(a, 'server_rpc_ms', 'p95'):.1f}) > {th.rpc_ms_high:.0f} ms",
-                  "share": sum(a.series['rpc_ms'] or a.series['server_rpc_ms']) / run_ms if run_ms else 0.5,
-                  "next": ["Profile weight loading in the worker extension (load_ms in rpc.done): disk vs copy vs repack.",
-                           "Use faster storage (local NVMe) or in-memory sharing (shm/mmap) for weights/step_N.",
-                           "Use a smaller or quantised model (int8/int4) if the reload dominates."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "slow_reload",
+                "title": "Slow engine reload: the server takes long to load new weights",
+                "evidence": f"rpc_ms median {r50:.1f} ms (p95 {_stat(a, 'rpc_ms', 'p95') or _stat(a, 'server_rpc_ms', 'p95'):.1f}) > {th.rpc_ms_high:.0f} ms",
+                "share": sum(a.series["rpc_ms"] or a.series["server_rpc_ms"]) / run_ms if run_ms else 0.5,
+                "next": [
+                    "Profile weight loading in the worker extension (load_ms in rpc.done): disk vs copy vs repack.",
+                    "Use faster storage (local NVMe) or in-memory sharing (shm/mmap) for weights/step_N.",
+                    "Use a smaller or quantised model (int8/int4) if the reload dominates.",
+                ],
+            }
+        )
     wait_total = sum(a.series["ckpt_wait_ms"])
     w50, w95 = _stat(a, "write_ms", "p50"), _stat(a, "write_ms", "p95")
     wait50 = _stat(a, "ckpt_wait_ms", "p50")
@@ -325,75 +376,138 @@ def diagnose(a: Analysis) -> Analysis:
     if (waits_a_lot and (io_share is None or io_share >= th.write_share)) or (
         w95 is not None and w95 > th.write_ms_high
     ):
-        f.append({"kind": "checkpoint_io", "title": "Checkpoint I/O: the orchestrator waits for the trainer's weight writes",
-                  "evidence": f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / max(run_ms, 1e-9):.0f}% of {run_ms / 1000:.1f} s)"
-                              + (f"; write_ms median {w50:.1f} ms, p95 {w95:.1f} ms" if w95 is not None else ""),
-                  "share": wait_total / run_ms if run_ms else 0.0,
-                  "next": ["Profile the trainer's weight write ([ckpt] write.done write_ms): is the sharded save working?",
-                           "Put output_dir on local SSD/NVMe, not a network filesystem.",
-                           "Raise async_level so generation overlaps the trainer's write (more staleness)."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "checkpoint_io",
+                "title": "Checkpoint I/O: the orchestrator waits for the trainer's weight writes",
+                "evidence": f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / max(run_ms, 1e-9):.0f}% of {run_ms / 1000:.1f} s)"
+                + (f"; write_ms median {w50:.1f} ms, p95 {w95:.1f} ms" if w95 is not None else ""),
+                "share": wait_total / run_ms if run_ms else 0.0,
+                "next": [
+                    "Profile the trainer's weight write ([ckpt] write.done write_ms): is the sharded save working?",
+                    "Put output_dir on local SSD/NVMe, not a network filesystem.",
+                    "Raise async_level so generation overlaps the trainer's write (more staleness).",
+                ],
+            }
+        )
     elif waits_a_lot:
-        f.append({"kind": "trainer_bound", "title": "Trainer-bound: generation waits for the trainer's next step",
-                  "evidence": f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / run_ms:.0f}% of {run_ms / 1000:.1f} s), "
-                              f"median {wait50:.0f} ms per step, while the weight write itself takes {w50:.1f} ms (median)",
-                  "share": wait_total / run_ms,
-                  "next": ["Speed up training: more trainer GPUs/ranks, larger micro-batches, bf16 on GPU.",
-                           "Raise async_level so more generation overlaps each training step (more staleness).",
-                           "Give the trainer dedicated cores/GPUs if it shares them with the inference server."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "trainer_bound",
+                "title": "Trainer-bound: generation waits for the trainer's next step",
+                "evidence": f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / run_ms:.0f}% of {run_ms / 1000:.1f} s), "
+                f"median {wait50:.0f} ms per step, while the weight write itself takes {w50:.1f} ms (median)",
+                "share": wait_total / run_ms,
+                "next": [
+                    "Speed up training: more trainer GPUs/ranks, larger micro-batches, bf16 on GPU.",
+                    "Raise async_level so more generation overlaps each training step (more staleness).",
+                    "Give the trainer dedicated cores/GPUs if it shares them with the inference server.",
+                ],
+            }
+        )
     gen_total = sum(a.series["gen_dur_ms"])
     train_wait = sum(a.series["train_wait_ms"])
     if a.series["train_wait_ms"]:  # the trainer says how long it waited for rollouts: the direct evidence
         gen_bound = bool(run_ms and train_wait / run_ms > th.train_wait_share)
-        why = (f"the trainer waited {train_wait / 1000:.1f} s for rollouts ({100 * train_wait / max(run_ms, 1e-9):.0f}% of "
-               f"{run_ms / 1000:.1f} s)")  # fmt: skip
+        why = (
+            f"the trainer waited {train_wait / 1000:.1f} s for rollouts ({100 * train_wait / max(run_ms, 1e-9):.0f}% of "
+            f"{run_ms / 1000:.1f} s)"
+        )
     else:  # no trainer log: generation's share of the run is all there is
         gen_bound = bool(run_ms and gen_total / run_ms > th.gen_share) and not any(
             x["kind"] in ("checkpoint_io", "trainer_bound") for x in f
         )
         why = f"generation {gen_total / 1000:.1f} s of {run_ms / 1000:.1f} s ({100 * gen_total / max(run_ms, 1e-9):.0f}%; no trainer log)"
     if gen_bound:
-        f.append({"kind": "generation_bound", "title": "Generation-bound: the run waits on the inference servers",
-                  "evidence": f"{why}; batch dur_ms median {_stat(a, 'gen_dur_ms', 'p50') or 0:.0f}",
-                  "share": (train_wait if a.series["train_wait_ms"] else gen_total) / run_ms,
-                  "next": ["Raise parallelism (max_inflight, more servers) until time per batch stops dropping.",
-                           "Tune the model server: tensor parallelism, max_num_seqs, max_num_batched_tokens, prefix caching.",
-                           "Lower max_tokens if trunc_pct shows most completions hit the limit."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "generation_bound",
+                "title": "Generation-bound: the run waits on the inference servers",
+                "evidence": f"{why}; batch dur_ms median {_stat(a, 'gen_dur_ms', 'p50') or 0:.0f}",
+                "share": (train_wait if a.series["train_wait_ms"] else gen_total) / run_ms,
+                "next": [
+                    "Raise parallelism (max_inflight, more servers) until time per batch stops dropping.",
+                    "Tune the model server: tensor parallelism, max_num_seqs, max_num_batched_tokens, prefix caching.",
+                    "Lower max_tokens if trunc_pct shows most completions hit the limit.",
+                ],
+            }
+        )
     v50, g50 = _stat(a, "verify_dur_ms", "p50"), _stat(a, "gen_dur_ms", "p50")
     if v50 is not None and g50 and v50 > th.verify_ratio * g50:
-        f.append({"kind": "verification_bound", "title": "Verification-bound: scoring costs more than generation",
-                  "evidence": f"verify dur_ms median {v50:.0f} per step vs generation {g50:.0f} ms ({v50 / g50:.1f}x)",
-                  "share": sum(a.series["verify_dur_ms"]) / run_ms if run_ms else 0.5,
-                  "next": ["Add verifier processes (verify.workers) or speed up the verifier (cache, fast mode).",
-                           "Defer verification: collect with --no-verify and score later with verify-rollouts."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "verification_bound",
+                "title": "Verification-bound: scoring costs more than generation",
+                "evidence": f"verify dur_ms median {v50:.0f} per step vs generation {g50:.0f} ms ({v50 / g50:.1f}x)",
+                "share": sum(a.series["verify_dur_ms"]) / run_ms if run_ms else 0.5,
+                "next": [
+                    "Add verifier processes (verify.workers) or speed up the verifier (cache, fast mode).",
+                    "Defer verification: collect with --no-verify and score later with verify-rollouts.",
+                ],
+            }
+        )
     cg, cv, cq = (_stat(a, f"collect_{k}_ms", "mean") for k in ("gen", "verify", "queue"))
     busy = sum(a.series["collect_ms"]) or 1.0
     if cg and cv is not None and cv > th.verify_ratio * cg:
-        f.append({"kind": "verification_bound", "title": "Verification-bound: samples wait longer for the verifier than for the model",
-                  "evidence": f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x)",
-                  "share": sum(a.series["collect_verify_ms"]) / busy,
-                  "next": ["Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
-                           "Defer verification: collect with --no-verify and score later with collect-rollouts verify."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "verification_bound",
+                "title": "Verification-bound: samples wait longer for the verifier than for the model",
+                "evidence": f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x)",
+                "share": sum(a.series["collect_verify_ms"]) / busy,
+                "next": [
+                    "Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
+                    "Defer verification: collect with --no-verify and score later with collect-rollouts verify.",
+                ],
+            }
+        )
     elif cg and a.series["collect_gen_ms"] and not (cq and cq > cg):
-        f.append({"kind": "collect_generation_bound", "title": "Model inference: collection time is generation time",
-                  "evidence": f"[collect] gen_ms mean {cg:.0f} ms of {_stat(a, 'collect_ms', 'mean') or 0:.0f} ms per sample"
-                              + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
-                  "share": sum(a.series["collect_gen_ms"]) / busy,
-                  "next": ["Run `collect-rollouts diagnose`: if time drops with parallelism, raise num_samples_in_parallel.",
-                           "Otherwise tune the model server (memory utilisation, batched tokens, more replicas)."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "collect_generation_bound",
+                "title": "Model inference: collection time is generation time",
+                "evidence": f"[collect] gen_ms mean {cg:.0f} ms of {_stat(a, 'collect_ms', 'mean') or 0:.0f} ms per sample"
+                + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
+                "share": sum(a.series["collect_gen_ms"]) / busy,
+                "next": [
+                    "Run `collect-rollouts diagnose`: if time drops with parallelism, raise num_samples_in_parallel.",
+                    "Otherwise tune the model server (memory utilisation, batched tokens, more replicas).",
+                ],
+            }
+        )
     if cq and cg and cq > cg:
-        f.append({"kind": "collect_queue", "title": "Client-side queueing: samples wait for a parallelism slot or a rate-limit pause",
-                  "evidence": f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms",
-                  "share": sum(a.series["collect_queue_ms"]) / busy,
-                  "next": ["If 429s are counted, the rate limit sets the pace: see the rate-limit finding.",
-                           "Otherwise raise num_samples_in_parallel (the server has room)."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "collect_queue",
+                "title": "Client-side queueing: samples wait for a parallelism slot or a rate-limit pause",
+                "evidence": f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms",
+                "share": sum(a.series["collect_queue_ms"]) / busy,
+                "next": [
+                    "If 429s are counted, the rate limit sets the pace: see the rate-limit finding.",
+                    "Otherwise raise num_samples_in_parallel (the server has room).",
+                ],
+            }
+        )
     n429 = a.counts.get("retry.429", 0)
     completions = a.counts.get("completions", 0)
     if n429 and (not completions or n429 / completions > th.rate_limited_frac):
-        f.append({"kind": "rate_limited", "title": "Rate-limited: the server answers 429",
-                  "evidence": f"{n429} retries after HTTP 429" + (f" for {completions} completions" if completions else "")
-                              + (f"; retry waits median {_stat(a, 'retry_wait_ms', 'p50'):.0f} ms" if a.series["retry_wait_ms"] else ""),
-                  "share": sum(a.series["retry_wait_ms"]) / run_ms if run_ms else 0.5,
-                  "next": ["Respect the rate limit: lower parallelism, honour Retry-After, spread load over more keys/servers."]})  # fmt: skip
+        f.append(
+            {
+                "kind": "rate_limited",
+                "title": "Rate-limited: the server answers 429",
+                "evidence": f"{n429} retries after HTTP 429"
+                + (f" for {completions} completions" if completions else "")
+                + (
+                    f"; retry waits median {_stat(a, 'retry_wait_ms', 'p50'):.0f} ms"
+                    if a.series["retry_wait_ms"]
+                    else ""
+                ),
+                "share": sum(a.series["retry_wait_ms"]) / run_ms if run_ms else 0.5,
+                "next": [
+                    "Respect the rate limit: lower parallelism, honour Retry-After, spread load over more keys/servers."
+                ],
+            }
+        )
     a.findings = sorted(f, key=lambda x: -x["share"])
     a.primary = a.findings[0] if a.findings else None
 
@@ -401,12 +515,16 @@ def diagnose(a: Analysis) -> Analysis:
     if a.async_level is not None and a.series["staleness"] and max(a.series["staleness"]) > a.async_level:
         w.append(f"staleness reached {max(a.series['staleness']):.0f}, above async_level {a.async_level}")
     if a.series["trunc_pct"] and sum(a.series["trunc_pct"]) / len(a.series["trunc_pct"]) > th.trunc_pct_warn:
-        w.append(f"mean trunc_pct {sum(a.series['trunc_pct']) / len(a.series['trunc_pct']):.1f}% > {th.trunc_pct_warn:.0f}%: "
-                 "completions hit max_tokens; raise it or expect clipped answers")  # fmt: skip
+        w.append(
+            f"mean trunc_pct {sum(a.series['trunc_pct']) / len(a.series['trunc_pct']):.1f}% > {th.trunc_pct_warn:.0f}%: "
+            "completions hit max_tokens; raise it or expect clipped answers"
+        )
     if not a.updates:
-        w.append("no [weights] lines: check that async_level is set right, that the trainer writes checkpoints "
-                 "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
-                 "and that the orchestrator log (and, for server.recv, the inference log) was given")  # fmt: skip
+        w.append(
+            "no [weights] lines: check that async_level is set right, that the trainer writes checkpoints "
+            "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
+            "and that the orchestrator log (and, for server.recv, the inference log) was given"
+        )
     elif not any(u.recv_ts is not None for u in a.updates):
         w.append(
             "no server-side [weights] lines: pass the inference log too to split queue time into client and server parts"
@@ -424,11 +542,20 @@ def diagnose(a: Analysis) -> Analysis:
 
 def to_json(a: Analysis) -> dict[str, Any]:
     return {
-        "primary": a.primary, "findings": a.findings, "warnings": a.warnings,
+        "primary": a.primary,
+        "findings": a.findings,
+        "warnings": a.warnings,
         "stats": {k: describe(v) for k, v in a.series.items()},
-        "counts": dict(a.counts), "run_seconds": a.run_seconds, "async_level": a.async_level,
+        "counts": dict(a.counts),
+        "run_seconds": a.run_seconds,
+        "async_level": a.async_level,
         "thresholds": a.thresholds.model_dump(),
-        "parse": {"files": a.parse.files, "lines": a.parse.lines, "tagged": a.parse.tagged, "malformed": a.parse.malformed,
-                  "seconds": a.parse.seconds},
+        "parse": {
+            "files": a.parse.files,
+            "lines": a.parse.lines,
+            "tagged": a.parse.tagged,
+            "malformed": a.parse.malformed,
+            "seconds": a.parse.seconds,
+        },
         "updates": [asdict(u) | {"send_to_recv_ms": u.send_to_recv_ms} for u in a.updates],
-    }  # fmt: skip
+    }

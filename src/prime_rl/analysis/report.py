@@ -50,8 +50,10 @@ def _clock(ts: float | None) -> str:
 
 
 def slowest_updates(a: Analysis, n: int = 10) -> str:
-    ups = sorted((u for u in a.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
-                 key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0))[:n]  # fmt: skip
+    ups = sorted(
+        (u for u in a.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
+        key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0),
+    )[:n]
     gens = [s for s in a.spans if s.kind == "gen"]
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"
@@ -63,8 +65,10 @@ def slowest_updates(a: Analysis, n: int = 10) -> str:
             if u.start is not None and u.end is not None and s.start < u.end and s.end > u.start
         ]
         gap = u.send_to_recv_ms
-        out.append(f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
-                   f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {', '.join(overlapping) or '-'}")  # fmt: skip
+        out.append(
+            f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
+            f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {', '.join(overlapping) or '-'}"
+        )
     if not ups:
         out.append("(no weight updates in these logs)")
     return "\n".join(out) + "\n"
@@ -75,8 +79,11 @@ def _fmt(v: float | None) -> str:
 
 
 def timeline(a: Analysis) -> str:
-    out = ["Weight updates, checkpoint waits/writes and generation batches in time order.",
-           "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.", ""]  # fmt: skip
+    out = [
+        "Weight updates, checkpoint waits/writes and generation batches in time order.",
+        "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
+        "",
+    ]
     gens = [s for s in a.spans if s.kind == "gen"]
     for s in a.spans:
         line = (
@@ -153,8 +160,12 @@ def summary_md(a: Analysis, has_png: bool) -> str:
             healthy.append(f"rpc_ms median {st['rpc_ms']['p50']:.1f} ms")
         if st["ckpt_wait_ms"].get("count"):
             healthy.append(f"ckpt wait median {st['ckpt_wait_ms']['p50']:.1f} ms")
-        lines += ["**No bottleneck found: queue delays and waits are within the thresholds.**", "",
-                  ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.", ""]  # fmt: skip
+        lines += [
+            "**No bottleneck found: queue delays and waits are within the thresholds.**",
+            "",
+            ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
+            "",
+        ]
     lines += [
         "## Key numbers",
         "",
@@ -183,8 +194,10 @@ def summary_md(a: Analysis, has_png: bool) -> str:
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
     lines += ["", "## Inputs and thresholds", ""]
-    lines.append(f"Parsed {a.parse.lines} lines ({a.parse.tagged} tagged, {a.parse.malformed} malformed) from "
-                 f"{len(a.parse.files)} file(s) in {a.parse.seconds:.2f} s: {', '.join(a.parse.files)}.")  # fmt: skip
+    lines.append(
+        f"Parsed {a.parse.lines} lines ({a.parse.tagged} tagged, {a.parse.malformed} malformed) from "
+        f"{len(a.parse.files)} file(s) in {a.parse.seconds:.2f} s: {', '.join(a.parse.files)}."
+    )
     lines.append("")
     for name, info in Thresholds.model_fields.items():
         lines.append(f"- `{name}` = {getattr(a.thresholds, name)}: {info.description}")

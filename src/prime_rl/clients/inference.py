@@ -265,9 +265,16 @@ class AdminClient:
                 rpc_ms = float(payload.get("rpc_ms", 0.0))
                 queue_ms = max(wall_ms - rpc_ms, 0.0)
                 log_tagged(
-                    "weights", "client.done", tid, url=url, path=path, wall_ms=wall_ms, rpc_ms=rpc_ms,
-                    queue_ms=queue_ms, attempts=attempts,
-                )  # fmt: skip
+                    "weights",
+                    "client.done",
+                    tid,
+                    url=url,
+                    path=path,
+                    wall_ms=wall_ms,
+                    rpc_ms=rpc_ms,
+                    queue_ms=queue_ms,
+                    attempts=attempts,
+                )
                 return AdminResult(url, tid, wall_ms, rpc_ms, queue_ms, attempts, payload)
             assert error is not None
             if not retryable or attempts > self.config.max_retries:

@@ -39,10 +39,17 @@ class Verdict:
 
 
 def _row(r: CollectResult, level: int) -> dict[str, Any]:
-    return {"parallelism": level, "wall_s": r.wall_s, "samples": r.written, "samples_per_s": r.samples_per_s,
-            "failed": r.failed, "rate_limited": r.rate_limited, "retries": r.retries,
-            "gen_ms_mean": mean(r.gen_ms) if r.gen_ms else None,
-            "verify_ms_mean": mean(r.verify_ms) if r.verify_ms else None}  # fmt: skip
+    return {
+        "parallelism": level,
+        "wall_s": r.wall_s,
+        "samples": r.written,
+        "samples_per_s": r.samples_per_s,
+        "failed": r.failed,
+        "rate_limited": r.rate_limited,
+        "retries": r.retries,
+        "gen_ms_mean": mean(r.gen_ms) if r.gen_ms else None,
+        "verify_ms_mean": mean(r.verify_ms) if r.verify_ms else None,
+    }
 
 
 def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
@@ -55,35 +62,60 @@ def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
             "Network/API rate limit" if limited else "Overloaded: errors appear at high parallelism",
             f"at {high['parallelism']} in flight: {high['rate_limited']} x 429 and {high['failed']} failed samples; "
             f"at {low['parallelism']}: {low['rate_limited']} x 429 and {low['failed']} failed",
-            ["Lower num_samples_in_parallel to below where errors start (for a hosted API: RPM / 60).",
-             "The collector already honours Retry-After and halves parallelism on 429; more keys, servers or a "
-             "higher API tier raise the ceiling."],
-        )  # fmt: skip
+            [
+                "Lower num_samples_in_parallel to below where errors start (for a hosted API: RPM / 60).",
+                "The collector already honours Retry-After and halves parallelism on 429; more keys, servers or a "
+                "higher API tier raise the ceiling.",
+            ],
+        )
     speedup = low["wall_s"] / high["wall_s"] if high["wall_s"] > 0 else 0.0
-    evidence = (f"{low['wall_s']:.1f} s at parallelism {low['parallelism']} vs {high['wall_s']:.1f} s at "
-                f"{high['parallelism']} ({speedup:.2f}x faster for {ratio:.0f}x the parallelism)")  # fmt: skip
+    evidence = (
+        f"{low['wall_s']:.1f} s at parallelism {low['parallelism']} vs {high['wall_s']:.1f} s at "
+        f"{high['parallelism']} ({speedup:.2f}x faster for {ratio:.0f}x the parallelism)"
+    )
     if speedup >= SPEEDUP_MODEL_BOUND:
-        return Verdict("under_parallelised", "Model inference, under-parallelised: time dropped a lot", evidence,
-                       [f"Raise num_samples_in_parallel to {high['parallelism']} or more; diagnose again with higher "
-                        "levels until the time stops dropping.",
-                        "Then tune the model server (gpu_memory_utilization, max_num_batched_tokens, max_model_len)."])  # fmt: skip
+        return Verdict(
+            "under_parallelised",
+            "Model inference, under-parallelised: time dropped a lot",
+            evidence,
+            [
+                f"Raise num_samples_in_parallel to {high['parallelism']} or more; diagnose again with higher "
+                "levels until the time stops dropping.",
+                "Then tune the model server (gpu_memory_utilization, max_num_batched_tokens, max_model_len).",
+            ],
+        )
     gen, ver = high["gen_ms_mean"] or 0.0, high["verify_ms_mean"]
     if ver is not None and gen > 0 and ver >= VERIFY_SHARE * gen:
-        return Verdict("verification", "Verification: scoring holds the samples back",
-                       f"{evidence}; responses waited {ver:.0f} ms for the verifier vs {gen:.0f} ms to generate",
-                       ["Add verifier processes (--verify.workers), cache or speed up the verifier (fast mode).",
-                        "Or collect with --no-verify and score later with `collect-rollouts verify` at high "
-                        "parallelism."])  # fmt: skip
+        return Verdict(
+            "verification",
+            "Verification: scoring holds the samples back",
+            f"{evidence}; responses waited {ver:.0f} ms for the verifier vs {gen:.0f} ms to generate",
+            [
+                "Add verifier processes (--verify.workers), cache or speed up the verifier (fast mode).",
+                "Or collect with --no-verify and score later with `collect-rollouts verify` at high "
+                "parallelism.",
+            ],
+        )
     growth = gen / low["gen_ms_mean"] if low["gen_ms_mean"] else 0.0
     if growth >= SATURATION * ratio:
-        return Verdict("model_saturated", "Model inference, server at capacity: latency grew with parallelism",
-                       f"{evidence}; mean generation {low['gen_ms_mean']:.0f} -> {gen:.0f} ms",
-                       ["More parallelism will not help: a faster or bigger server setup (more GPUs, tensor "
-                        "parallelism, more replicas in --base_urls), shorter max_output_tokens or a smaller model."])  # fmt: skip
-    return Verdict("network", "Network or API: time similar, and neither the server nor the verifier explains it",
-                   f"{evidence}; mean generation {low['gen_ms_mean'] or 0:.0f} -> {gen:.0f} ms",
-                   ["Check the network path and the API's own limits (per-key concurrency, tiers); try a closer "
-                    "region or more keys/servers."])  # fmt: skip
+        return Verdict(
+            "model_saturated",
+            "Model inference, server at capacity: latency grew with parallelism",
+            f"{evidence}; mean generation {low['gen_ms_mean']:.0f} -> {gen:.0f} ms",
+            [
+                "More parallelism will not help: a faster or bigger server setup (more GPUs, tensor "
+                "parallelism, more replicas in --base_urls), shorter max_output_tokens or a smaller model."
+            ],
+        )
+    return Verdict(
+        "network",
+        "Network or API: time similar, and neither the server nor the verifier explains it",
+        f"{evidence}; mean generation {low['gen_ms_mean'] or 0:.0f} -> {gen:.0f} ms",
+        [
+            "Check the network path and the API's own limits (per-key concurrency, tiers); try a closer "
+            "region or more keys/servers."
+        ],
+    )
 
 
 async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
@@ -92,14 +124,24 @@ async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
     workdir.mkdir(parents=True)
     rows = []
     for level in (cfg.low, cfg.high):
-        sub = cfg.model_copy(update={"num_samples_in_parallel": level, "estimate": False,
-                                     "output_jsonl_fpath": workdir / f"parallel_{level}.jsonl",
-                                     "retry": cfg.retry.model_copy(update={"min_parallel": 1})})  # fmt: skip
+        sub = cfg.model_copy(
+            update={
+                "num_samples_in_parallel": level,
+                "estimate": False,
+                "output_jsonl_fpath": workdir / f"parallel_{level}.jsonl",
+                "retry": cfg.retry.model_copy(update={"min_parallel": 1}),
+            }
+        )
         logger.info(f"diagnose: {cfg.limit} tasks x {cfg.num_repeats} at parallelism {level}")
         rows.append(_row(await collect(sub), level))
     verdict = judge(*rows)
-    report = {"runs": rows, "verdict": verdict.kind, "title": verdict.title, "evidence": verdict.evidence,
-              "next": verdict.next}  # fmt: skip
+    report = {
+        "runs": rows,
+        "verdict": verdict.kind,
+        "title": verdict.title,
+        "evidence": verdict.evidence,
+        "next": verdict.next,
+    }
     atomic_write_json(workdir / "diagnosis.json", report)
     return report
 
@@ -107,9 +149,11 @@ async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     lines = ["parallelism   wall_s   samples/s   gen_ms   verify_ms   429s   failed"]
     for r in report["runs"]:
-        lines.append(f"{r['parallelism']:>11}   {r['wall_s']:6.1f}   {r['samples_per_s']:9.2f}   "
-                     f"{r['gen_ms_mean'] or 0:6.0f}   {r['verify_ms_mean'] or 0:9.0f}   {r['rate_limited']:4}   "
-                     f"{r['failed']:6}")  # fmt: skip
+        lines.append(
+            f"{r['parallelism']:>11}   {r['wall_s']:6.1f}   {r['samples_per_s']:9.2f}   "
+            f"{r['gen_ms_mean'] or 0:6.0f}   {r['verify_ms_mean'] or 0:9.0f}   {r['rate_limited']:4}   "
+            f"{r['failed']:6}"
+        )
     lines += ["", f"Bottleneck: {report['title']}", f"  evidence: {report['evidence']}"]
     lines += [f"  next: {step}" for step in report["next"]]
     return "\n".join(lines)

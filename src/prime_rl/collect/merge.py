@@ -88,7 +88,9 @@ def merge(cfg: MergeConfig) -> MergeResult:
         finally:
             tmp.unlink(missing_ok=True)
     result.records = len(index)
-    logger.info(f"merged {len(cfg.inputs)} files into {out}: {result.records} records, "
-                f"{result.duplicates} duplicates dropped")  # fmt: skip
+    logger.info(
+        f"merged {len(cfg.inputs)} files into {out}: {result.records} records, "
+        f"{result.duplicates} duplicates dropped"
+    )
     result.aggregates = write_aggregates(out, cfg.pass_threshold)
     return result

@@ -80,8 +80,12 @@ class Aggregator:
         out: dict[str, Any] = {name: self.sums[name] / self.counts[name] for name in sorted(self.sums)}
         if "reward" in out:  # reward first, as users look for it
             out = {"reward": out.pop("reward"), **out}
-        out.update(num_records=self.records, num_tasks=len(self.samples), unscored=self.unscored,
-                   verify_failures=self.verify_failures)  # fmt: skip
+        out.update(
+            num_records=self.records,
+            num_tasks=len(self.samples),
+            unscored=self.unscored,
+            verify_failures=self.verify_failures,
+        )
         if self.samples:
             n_min = min(len(s) for s in self.samples.values())
             n_max = max(len(s) for s in self.samples.values())

@@ -16,8 +16,10 @@ def setup_collect_logging(log_file, level: str = "INFO") -> None:
     logger.remove()
     logger.add(
         lambda msg: tqdm.write(msg, end="", file=sys.stderr),
-        level=level, format="{message}", filter=lambda r: not r["message"].startswith("[collect]"),
-    )  # fmt: skip
+        level=level,
+        format="{message}",
+        filter=lambda r: not r["message"].startswith("[collect]"),
+    )
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         logger.add(log_file, level=level, format=LOG_FORMAT, encoding="utf-8")

@@ -38,7 +38,7 @@ from prime_rl.collect.store import (
     read_failures,
     scan_output,
     sibling,
-)  # fmt: skip
+)
 from prime_rl.collect.tasks import TaskSelection, iter_tasks, scan_tasks
 from prime_rl.envs.registry import load_env
 from prime_rl.logging import log_tagged
@@ -91,8 +91,12 @@ def request_params(cfg: CollectConfig, model: str) -> dict[str, Any]:
 def request_body(
     params: dict[str, Any], messages: list[dict[str, Any]], task_index: int, repeat: int
 ) -> dict:
-    body: dict[str, Any] = {"model": params["model"], "messages": messages, "temperature": params["temperature"],
-                            "max_completion_tokens": params["max_output_tokens"]}  # fmt: skip
+    body: dict[str, Any] = {
+        "model": params["model"],
+        "messages": messages,
+        "temperature": params["temperature"],
+        "max_completion_tokens": params["max_output_tokens"],
+    }
     if "top_p" in params:
         body["top_p"] = params["top_p"]
     if "stop" in params:
@@ -139,12 +143,14 @@ class CollectResult:
 
     def summary(self) -> str:
         cost = f" | cost {self.cost:.4f}" if self.cost is not None else ""
-        return (f"collected {self.written} rollouts in {self.wall_s:.1f} s: {self.samples_per_s:.2f} samples/s, "
-                f"{self.tokens_per_s:.0f} tokens/s ({self.output_tokens} output tokens) | failed {self.failed} "
-                f"(in {failures_path(self.output).name}, retried next run) | verifier failures {self.verify_failures} "
-                f"| 429s {self.rate_limited}, retries {self.retries}, parallelism min {self.min_parallel} "
-                f"end {self.final_parallel}{cost} | skipped: {self.already_done} already done, {self.given_up} given up, "
-                f"{self.bad_lines} bad input lines")  # fmt: skip
+        return (
+            f"collected {self.written} rollouts in {self.wall_s:.1f} s: {self.samples_per_s:.2f} samples/s, "
+            f"{self.tokens_per_s:.0f} tokens/s ({self.output_tokens} output tokens) | failed {self.failed} "
+            f"(in {failures_path(self.output).name}, retried next run) | verifier failures {self.verify_failures} "
+            f"| 429s {self.rate_limited}, retries {self.retries}, parallelism min {self.min_parallel} "
+            f"end {self.final_parallel}{cost} | skipped: {self.already_done} already done, {self.given_up} given up, "
+            f"{self.bad_lines} bad input lines"
+        )
 
 
 class Collector:
@@ -192,8 +198,19 @@ class Collector:
 
     # ------------------------------------------------------------------ one pair
 
-    async def _one(self, backend: ChatBackend, scorer: Scorer | None, writer: AppendWriter, failures: AppendWriter,
-                   params: dict, task_index: int, repeat: int, row: dict, messages: list, admission) -> None:  # fmt: skip
+    async def _one(
+        self,
+        backend: ChatBackend,
+        scorer: Scorer | None,
+        writer: AppendWriter,
+        failures: AppendWriter,
+        params: dict,
+        task_index: int,
+        repeat: int,
+        row: dict,
+        messages: list,
+        admission,
+    ) -> None:
         tid = new_trace_id()
         created = time.monotonic()
         body = request_body(params, messages, task_index, repeat)
@@ -216,10 +233,23 @@ class Collector:
                     wait = e.retry_after if e.retry_after is not None else retry.default_retry_after_s
                     before = self.limiter.current
                     if self.limiter.on_rate_limited(sent, wait):
-                        log_tagged("collect", "parallel.change", None, before=before, after=self.limiter.current,
-                                   reason=429)  # fmt: skip
-                    log_tagged("collect", "request.retry", tid, status=429, wait_ms=wait * 1000, attempt=n429,
-                               retry_after=e.retry_after is not None)  # fmt: skip
+                        log_tagged(
+                            "collect",
+                            "parallel.change",
+                            None,
+                            before=before,
+                            after=self.limiter.current,
+                            reason=429,
+                        )
+                    log_tagged(
+                        "collect",
+                        "request.retry",
+                        tid,
+                        status=429,
+                        wait_ms=wait * 1000,
+                        attempt=n429,
+                        retry_after=e.retry_after is not None,
+                    )
                     if n429 > retry.max_429_retries:
                         raise
                     self.limiter.release()
@@ -233,8 +263,14 @@ class Collector:
                     held = False
                     self.result.retries += 1
                     delay = await sleep_backoff(attempts, retry, self.rng)
-                    log_tagged("collect", "request.retry", tid, status=e.status or "conn", wait_ms=delay * 1000,
-                               attempt=attempts)  # fmt: skip
+                    log_tagged(
+                        "collect",
+                        "request.retry",
+                        tid,
+                        status=e.status or "conn",
+                        wait_ms=delay * 1000,
+                        attempt=attempts,
+                    )
             gen_ms = (time.monotonic() - sent) * 1000
             self.limiter.release()
             held = False
@@ -256,23 +292,58 @@ class Collector:
             writer.write(record)
             self._count(record, comp)
             t = record["timings"]
-            log_tagged("collect", "rollout.done", tid, task=task_index, repeat=repeat, status=200,
-                       dur_ms=t["total_ms"], queue_ms=queue_ms, gen_ms=gen_ms, verify_ms=t.get("verify_ms"),
-                       out_tokens=comp.output_tokens, attempts=record["attempts"])  # fmt: skip
+            log_tagged(
+                "collect",
+                "rollout.done",
+                tid,
+                task=task_index,
+                repeat=repeat,
+                status=200,
+                dur_ms=t["total_ms"],
+                queue_ms=queue_ms,
+                gen_ms=gen_ms,
+                verify_ms=t.get("verify_ms"),
+                out_tokens=comp.output_tokens,
+                attempts=record["attempts"],
+            )
         except RequestError as e:
             self.result.failed += 1
-            failures.write({"task_index": task_index, "repeat_index": repeat, "error": str(e),
-                            "kind": type(e).__name__, "status": e.status, "attempts": attempts + n429,
-                            "time": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
-            log_tagged("collect", "rollout.failed", tid, task=task_index, repeat=repeat, status=e.status or "conn",
-                       dur_ms=(time.monotonic() - created) * 1000, kind=type(e).__name__)  # fmt: skip
+            failures.write(
+                {
+                    "task_index": task_index,
+                    "repeat_index": repeat,
+                    "error": str(e),
+                    "kind": type(e).__name__,
+                    "status": e.status,
+                    "attempts": attempts + n429,
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
+            )
+            log_tagged(
+                "collect",
+                "rollout.failed",
+                tid,
+                task=task_index,
+                repeat=repeat,
+                status=e.status or "conn",
+                dur_ms=(time.monotonic() - created) * 1000,
+                kind=type(e).__name__,
+            )
         finally:
             if held:
                 self.limiter.release()
             admission.release()
 
-    def _record(self, task_index: int, repeat: int, row: dict, comp: Completion, params: dict, seed: int | None,
-                attempts: int) -> dict:  # fmt: skip
+    def _record(
+        self,
+        task_index: int,
+        repeat: int,
+        row: dict,
+        comp: Completion,
+        params: dict,
+        seed: int | None,
+        attempts: int,
+    ) -> dict:
         response: dict[str, Any] = {"text": comp.text, "finish_reason": comp.finish_reason}
         if comp.token_ids is not None:
             response["token_ids"] = comp.token_ids
@@ -281,11 +352,23 @@ class Collector:
         sample_params = (
             dict(params) if seed is None else {**params, "seed": seed}
         )  # the seed this sample was sent
-        return {"task_index": task_index, "repeat_index": repeat, "task": row, "response": response,
-                "usage": {"input_tokens": comp.input_tokens, "output_tokens": comp.output_tokens,
-                          "total_tokens": comp.input_tokens + comp.output_tokens},
-                "reward": None, "verified": False, "model": comp.model or params["model"], "params": sample_params,
-                "server": comp.url, "attempts": attempts}  # fmt: skip
+        return {
+            "task_index": task_index,
+            "repeat_index": repeat,
+            "task": row,
+            "response": response,
+            "usage": {
+                "input_tokens": comp.input_tokens,
+                "output_tokens": comp.output_tokens,
+                "total_tokens": comp.input_tokens + comp.output_tokens,
+            },
+            "reward": None,
+            "verified": False,
+            "model": comp.model or params["model"],
+            "params": sample_params,
+            "server": comp.url,
+            "attempts": attempts,
+        }
 
     def _count(self, record: dict, comp: Completion) -> None:
         r = self.result
@@ -307,9 +390,12 @@ class Collector:
 
     def _postfix(self) -> str:
         r = self.result
-        parts = [f"reward={self.reward_sum / self.reward_n:.3f}" if self.reward_n else "reward=-",
-                 f"par={self.limiter.inflight}/{self.limiter.current}", f"429s={r.rate_limited}",
-                 f"fail={r.failed}"]  # fmt: skip
+        parts = [
+            f"reward={self.reward_sum / self.reward_n:.3f}" if self.reward_n else "reward=-",
+            f"par={self.limiter.inflight}/{self.limiter.current}",
+            f"429s={r.rate_limited}",
+            f"fail={r.failed}",
+        ]
         if r.cost is not None and r.written:
             parts.append(f"cost={r.cost:.4f}/~{r.cost / r.written * r.todo:.4f}")
         return " ".join(parts)
@@ -345,11 +431,15 @@ class Collector:
                     todo.setdefault(ti, []).append(rep)
         r.todo = sum(len(v) for v in todo.values())
         if r.given_up:
-            logger.warning(f"{r.given_up} pairs failed in {cfg.retry.max_attempts} runs and are skipped "
-                           f"(see {failures_path(out).name}; raise --retry.max_attempts to try again)")  # fmt: skip
+            logger.warning(
+                f"{r.given_up} pairs failed in {cfg.retry.max_attempts} runs and are skipped "
+                f"(see {failures_path(out).name}; raise --retry.max_attempts to try again)"
+            )
         if state.records:
-            logger.info(f"resuming {out}: {r.already_done} of {len(sel.selected) * cfg.num_repeats} samples already "
-                        f"there, {r.todo} to go")  # fmt: skip
+            logger.info(
+                f"resuming {out}: {r.already_done} of {len(sel.selected) * cfg.num_repeats} samples already "
+                f"there, {r.todo} to go"
+            )
         if self.env is None:
             logger.warning(
                 "no --env: responses are collected unscored (score them later with collect-rollouts verify)"
@@ -371,15 +461,20 @@ class Collector:
             params = request_params(cfg, model)
             self._check_same_params(first, params)
             self.price = self.prices.lookup(model)
-            logger.info(f"collecting {r.todo} samples ({len(todo)} tasks x up to {cfg.num_repeats}) with {model} "
-                        f"from {', '.join(backend.base_urls)} at parallelism {cfg.num_samples_in_parallel}"
-                        + ("" if self.verify else " (unscored)"))  # fmt: skip
+            logger.info(
+                f"collecting {r.todo} samples ({len(todo)} tasks x up to {cfg.num_repeats}) with {model} "
+                f"from {', '.join(backend.base_urls)} at parallelism {cfg.num_samples_in_parallel}"
+                + ("" if self.verify else " (unscored)")
+            )
             scorer = Scorer(cfg.env, cfg.env_options, cfg.verify) if self.verify else None  # type: ignore[arg-type]
             admission = asyncio.Semaphore(2 * cfg.num_samples_in_parallel + 2 * cfg.verify.workers)
             progress = Progress(cfg.progress, r.todo + r.already_done, r.already_done)
             refresher = asyncio.create_task(self._refresh(progress))
             pending: set[asyncio.Task] = set()
-            with AppendWriter(cfg.output_jsonl_fpath) as writer, AppendWriter(failures_path(cfg.output_jsonl_fpath), lazy=True) as failures:  # fmt: skip
+            with (
+                AppendWriter(cfg.output_jsonl_fpath) as writer,
+                AppendWriter(failures_path(cfg.output_jsonl_fpath), lazy=True) as failures,
+            ):
                 try:
                     for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, set(todo), self.env):
                         for rep in todo[ti]:
@@ -424,12 +519,19 @@ class Collector:
         price = self.price or self.prices.lookup(cfg.responses_create_params.model)
         per_sample = PriceTable.cost(price, in_tok, out_tok)
         remaining = max(0, full - agg.get("num_records", 0))
-        est = {"samples_in_file": full, "samples_done": agg.get("num_records", 0), "samples_remaining": remaining,
-               "mean_input_tokens": in_tok, "mean_output_tokens": out_tok,
-               "cost_per_sample": per_sample, "projected_total_cost": None if per_sample is None else per_sample * full,
-               "projected_remaining_cost": None if per_sample is None else per_sample * remaining,
-               "samples_per_s": r.samples_per_s, "parallelism": cfg.num_samples_in_parallel,
-               "projected_remaining_s": remaining / r.samples_per_s if r.samples_per_s else None}  # fmt: skip
+        est = {
+            "samples_in_file": full,
+            "samples_done": agg.get("num_records", 0),
+            "samples_remaining": remaining,
+            "mean_input_tokens": in_tok,
+            "mean_output_tokens": out_tok,
+            "cost_per_sample": per_sample,
+            "projected_total_cost": None if per_sample is None else per_sample * full,
+            "projected_remaining_cost": None if per_sample is None else per_sample * remaining,
+            "samples_per_s": r.samples_per_s,
+            "parallelism": cfg.num_samples_in_parallel,
+            "projected_remaining_s": remaining / r.samples_per_s if r.samples_per_s else None,
+        }
         atomic_write_json(sibling(cfg.output_jsonl_fpath, "_estimate.json"), est)
         return est
 

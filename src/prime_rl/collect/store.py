@@ -240,8 +240,10 @@ def exclusive(output: Path) -> Iterator[None]:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OutputError(f"{output} is being written by another process (lock {lock.name}); "
-                              "wait for it or write to another --output") from None  # fmt: skip
+            raise OutputError(
+                f"{output} is being written by another process (lock {lock.name}); "
+                "wait for it or write to another --output"
+            ) from None
         try:
             yield
         finally:

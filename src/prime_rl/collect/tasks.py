@@ -71,9 +71,12 @@ def _parse(raw: bytes, env: Environment | None) -> tuple[dict[str, Any], list[di
 
 
 def scan_tasks(
-    path: Path, env: Environment | None, limit: int | None = None, shard: tuple[int, int] = (0, 1),
+    path: Path,
+    env: Environment | None,
+    limit: int | None = None,
+    shard: tuple[int, int] = (0, 1),
     strict: bool = False,
-) -> TaskSelection:  # fmt: skip
+) -> TaskSelection:
     """Validate every line; select the first ``limit`` valid tasks, then those of ``shard``.
 
     A bad line is recorded as an issue (or raises :class:`InputError` when ``strict``)."""

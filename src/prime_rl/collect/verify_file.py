@@ -36,9 +36,11 @@ class VerifyResult:
 
     def summary(self) -> str:
         rate = self.scored / self.wall_s if self.wall_s > 0 else 0.0
-        return (f"scored {self.scored} records in {self.wall_s:.1f} s ({rate:.1f}/s), copied {self.copied} already "
-                f"scored, skipped {self.already_done} already in the output and {self.bad_records} unusable; "
-                f"verifier failures {self.verify_failures}")  # fmt: skip
+        return (
+            f"scored {self.scored} records in {self.wall_s:.1f} s ({rate:.1f}/s), copied {self.copied} already "
+            f"scored, skipped {self.already_done} already in the output and {self.bad_records} unusable; "
+            f"verifier failures {self.verify_failures}"
+        )
 
 
 async def verify_file(cfg: VerifyFileConfig) -> VerifyResult:
@@ -65,8 +67,14 @@ async def _verify_file(cfg: VerifyFileConfig) -> VerifyResult:
             writer.write(record)
             result.scored += 1
             result.verify_failures += record.get("verify_error") is not None
-            log_tagged("collect", "verify.done", None, task=record["task_index"], repeat=record["repeat_index"],
-                       dur_ms=record["timings"]["verify_ms"])  # fmt: skip
+            log_tagged(
+                "collect",
+                "verify.done",
+                None,
+                task=record["task_index"],
+                repeat=record["repeat_index"],
+                dur_ms=record["timings"]["verify_ms"],
+            )
         finally:
             slots.release()
 
@@ -93,15 +101,19 @@ async def _verify_file(cfg: VerifyFileConfig) -> VerifyResult:
                     pending.add(task)
                     task.add_done_callback(pending.discard)
                 done.add(key)
-                progress.refresh(result.scored + result.copied + result.already_done + result.bad_records,
-                                 f"failures={result.verify_failures}")  # fmt: skip
+                progress.refresh(
+                    result.scored + result.copied + result.already_done + result.bad_records,
+                    f"failures={result.verify_failures}",
+                )
             while pending:
                 await asyncio.gather(*list(pending))
     finally:
         for task in pending:
             task.cancel()
-        progress.refresh(result.scored + result.copied + result.already_done + result.bad_records,
-                         f"failures={result.verify_failures}")  # fmt: skip
+        progress.refresh(
+            result.scored + result.copied + result.already_done + result.bad_records,
+            f"failures={result.verify_failures}",
+        )
         progress.close()
         scorer.close()
     result.wall_s = time.monotonic() - started

@@ -94,10 +94,19 @@ def start_server(
     output_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     argv = [
-        sys.executable, "-m", "prime_rl.inference.main",
-        "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "--output_dir", str(output_dir), *(extra_args if extra_args is not None else CPU_TEST_ARGS),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "prime_rl.inference.main",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--output_dir",
+        str(output_dir),
+        *(extra_args if extra_args is not None else CPU_TEST_ARGS),
+    ]
     full_env = {**os.environ, **(env or {})}
     if admin_token:
         full_env["PRIME_ADMIN_TOKEN"] = admin_token

@@ -148,7 +148,7 @@ PRESETS = {
         num_attention_heads=8,
         num_key_value_heads=4,
         head_dim=64,
-    ),  # fmt: skip
+    ),
     "medium": TinyModelSpec(
         vocab_size=8192,
         hidden_size=768,
@@ -157,7 +157,7 @@ PRESETS = {
         num_attention_heads=12,
         num_key_value_heads=12,
         head_dim=64,
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -67,9 +67,12 @@ def task_messages(task: Task, system: str | None = None) -> list[dict[str, Any]]
     ``responses_create_params.input`` (the same), else ``question`` (a string). Raises
     :class:`EnvError` naming the problem when there is none or it has the wrong shape."""
     params = task.get("responses_create_params")
-    for name, value in (("prompt", task.get("prompt")), ("messages", task.get("messages")),
-                        ("responses_create_params.input", params.get("input") if isinstance(params, dict) else None),
-                        ("question", task.get("question"))):  # fmt: skip
+    for name, value in (
+        ("prompt", task.get("prompt")),
+        ("messages", task.get("messages")),
+        ("responses_create_params.input", params.get("input") if isinstance(params, dict) else None),
+        ("question", task.get("question")),
+    ):
         if value is None:
             continue
         if isinstance(value, str):

@@ -47,8 +47,11 @@ class MathQAEnv(Environment):
                 rng.shuffle(order)
             for i in order:
                 row = self.rows[i]
-                yield {"id": f"{row['id']}@{epoch}", "prompt": user_prompt(str(row["question"]), self.system_prompt),
-                       "answer": str(row["answer"])}  # fmt: skip
+                yield {
+                    "id": f"{row['id']}@{epoch}",
+                    "prompt": user_prompt(str(row["question"]), self.system_prompt),
+                    "answer": str(row["answer"]),
+                }
             epoch += 1
 
     def score(self, task: Task, completion: str) -> Score:

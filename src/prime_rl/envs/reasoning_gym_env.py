@@ -16,8 +16,13 @@ DEFAULT_SYSTEM = "Answer with the final answer only."
 
 
 class ReasoningGymEnv(Environment):
-    def __init__(self, dataset: str = "basic_arithmetic", size: int = 1000, config: dict[str, Any] | None = None,
-                 system_prompt: str = DEFAULT_SYSTEM):  # fmt: skip
+    def __init__(
+        self,
+        dataset: str = "basic_arithmetic",
+        size: int = 1000,
+        config: dict[str, Any] | None = None,
+        system_prompt: str = DEFAULT_SYSTEM,
+    ):
         self.dataset_name, self.size, self.config, self.system_prompt = (
             dataset,
             size,
@@ -47,8 +52,13 @@ class ReasoningGymEnv(Environment):
             ds = self._make(seed + epoch)
             for i in range(len(ds)):
                 entry = ds[i]
-                yield {"id": f"rg-{self.dataset_name}-{seed + epoch}-{i}", "prompt": user_prompt(entry["question"], self.system_prompt),
-                       "answer": entry["answer"], "rg_seed": seed + epoch, "rg_index": i}  # fmt: skip
+                yield {
+                    "id": f"rg-{self.dataset_name}-{seed + epoch}-{i}",
+                    "prompt": user_prompt(entry["question"], self.system_prompt),
+                    "answer": entry["answer"],
+                    "rg_seed": seed + epoch,
+                    "rg_index": i,
+                }
             epoch += 1
 
     def score(self, task: Task, completion: str) -> Score:

@@ -105,13 +105,23 @@ class VerifierPool:
             status, value, metrics, answer, ms = worker.conn.recv()
         except TimeoutError:
             self._replace(worker, f"a call took over {self.timeout_s:.1f}s")
-            return Verdict(0.0, {}, f"verifier timed out after {self.timeout_s:.1f}s", self.timeout_s * 1000.0,
-                           (time.monotonic() - submitted) * 1000.0)  # fmt: skip
+            return Verdict(
+                0.0,
+                {},
+                f"verifier timed out after {self.timeout_s:.1f}s",
+                self.timeout_s * 1000.0,
+                (time.monotonic() - submitted) * 1000.0,
+            )
         except (EOFError, OSError, BrokenPipeError) as e:
             code = worker.process.exitcode
             self._replace(worker, f"it died (exit code {code})")
-            return Verdict(0.0, {}, f"verifier process died (exit code {code}): {type(e).__name__}", 0.0,
-                           (time.monotonic() - submitted) * 1000.0)  # fmt: skip
+            return Verdict(
+                0.0,
+                {},
+                f"verifier process died (exit code {code}): {type(e).__name__}",
+                0.0,
+                (time.monotonic() - submitted) * 1000.0,
+            )
         idle.put_nowait(worker)
         latency = (time.monotonic() - submitted) * 1000.0
         if status == "ok":

@@ -51,17 +51,27 @@ def vllm_argv(config: InferenceConfig, passthrough: list[str]) -> list[str]:
     if dtype == "auto" and on_cpu():
         dtype = "float32"
     argv = [
-        "--model", config.model,
-        "--host", config.host,
-        "--port", str(config.port),
-        "--tensor-parallel-size", str(config.tensor_parallel_size),
-        "--gpu-memory-utilization", str(config.gpu_memory_utilization),
-        "--dtype", dtype,
-        "--seed", str(config.seed),
-        "--logprobs-mode", config.logprobs_mode,
-        "--worker-extension-cls", EXTENSION_QUALNAME,
-        "--middleware", MIDDLEWARE_QUALNAME,
-    ]  # fmt: skip
+        "--model",
+        config.model,
+        "--host",
+        config.host,
+        "--port",
+        str(config.port),
+        "--tensor-parallel-size",
+        str(config.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(config.gpu_memory_utilization),
+        "--dtype",
+        dtype,
+        "--seed",
+        str(config.seed),
+        "--logprobs-mode",
+        config.logprobs_mode,
+        "--worker-extension-cls",
+        EXTENSION_QUALNAME,
+        "--middleware",
+        MIDDLEWARE_QUALNAME,
+    ]
     if config.served_model_name:
         argv += ["--served-model-name", config.served_model_name]
     if config.max_model_len:

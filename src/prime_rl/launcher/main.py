@@ -97,17 +97,43 @@ def _build(cls: type[BaseConfig], block: str, values: dict[str, Any]) -> Any:
 def plan(cfg: RLConfig) -> Plan:
     """Build the three configs from the root one and check that they agree."""
     out = str(cfg.output_dir)
-    inference = _build(InferenceConfig, "inference", deep_merge(
-        {"model": cfg.model, "output_dir": out, "max_model_len": cfg.seq_len}, cfg.inference))  # fmt: skip
+    inference = _build(
+        InferenceConfig,
+        "inference",
+        deep_merge({"model": cfg.model, "output_dir": out, "max_model_len": cfg.seq_len}, cfg.inference),
+    )
     host = "127.0.0.1" if inference.host in ("0.0.0.0", "::", "") else inference.host
     served = inference.served_model_name or inference.model
-    orchestrator = _build(OrchestratorConfig, "orchestrator", deep_merge(
-        {"model": served, "output_dir": out, "max_steps": cfg.max_steps, "async_level": cfg.async_level,
-         "seq_len": cfg.seq_len, "trainer_world_size": cfg.trainer_nproc, "startup_timeout_s": cfg.startup_timeout_s,
-         "client": {"base_urls": [f"http://{host}:{inference.port}"]}}, cfg.orchestrator))  # fmt: skip
-    trainer = _build(TrainerConfig, "trainer", deep_merge(
-        {"model": {"name": cfg.model}, "output_dir": out, "max_steps": cfg.max_steps, "async_level": cfg.async_level},
-        cfg.trainer))  # fmt: skip
+    orchestrator = _build(
+        OrchestratorConfig,
+        "orchestrator",
+        deep_merge(
+            {
+                "model": served,
+                "output_dir": out,
+                "max_steps": cfg.max_steps,
+                "async_level": cfg.async_level,
+                "seq_len": cfg.seq_len,
+                "trainer_world_size": cfg.trainer_nproc,
+                "startup_timeout_s": cfg.startup_timeout_s,
+                "client": {"base_urls": [f"http://{host}:{inference.port}"]},
+            },
+            cfg.orchestrator,
+        ),
+    )
+    trainer = _build(
+        TrainerConfig,
+        "trainer",
+        deep_merge(
+            {
+                "model": {"name": cfg.model},
+                "output_dir": out,
+                "max_steps": cfg.max_steps,
+                "async_level": cfg.async_level,
+            },
+            cfg.trainer,
+        ),
+    )
     if orchestrator.ckpt_interval is None and trainer.ckpt.interval is not None:
         orchestrator = orchestrator.model_copy(update={"ckpt_interval": trainer.ckpt.interval})
     problems = []
@@ -144,8 +170,15 @@ class Child:
         self.name, self.log_path = name, log_path
         self.quiet = False  # set while stopping: shutdown noise goes to the log file only
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, text=True, errors="replace")  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+        )
         self._pump = threading.Thread(target=self._copy, daemon=True)
         self._pump.start()
 
@@ -239,13 +272,35 @@ def launch(cfg: RLConfig, p: Plan) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        children.append(Child("inference", [py, "-m", "prime_rl.inference.main", "--config",
-                                            str(paths.configs_dir / "rl_inference_input.json")],
-                              paths.logs_dir / "inference.stdout.log", env))  # fmt: skip
+        children.append(
+            Child(
+                "inference",
+                [
+                    py,
+                    "-m",
+                    "prime_rl.inference.main",
+                    "--config",
+                    str(paths.configs_dir / "rl_inference_input.json"),
+                ],
+                paths.logs_dir / "inference.stdout.log",
+                env,
+            )
+        )
         children.append(Child("trainer", trainer_argv, paths.logs_dir / "trainer" / "stdout.log", env))
-        children.append(Child("orchestrator", [py, "-m", "prime_rl.orchestrator.main", "--config",
-                                               str(paths.configs_dir / "rl_orchestrator_input.json")],
-                              paths.logs_dir / "orchestrator.stdout.log", env))  # fmt: skip
+        children.append(
+            Child(
+                "orchestrator",
+                [
+                    py,
+                    "-m",
+                    "prime_rl.orchestrator.main",
+                    "--config",
+                    str(paths.configs_dir / "rl_orchestrator_input.json"),
+                ],
+                paths.logs_dir / "orchestrator.stdout.log",
+                env,
+            )
+        )
         by_name = {c.name: c for c in children}
         logger.info(
             f"started inference, trainer ({cfg.trainer_nproc} process(es)) and orchestrator; logs in {paths.logs_dir}"

@@ -62,8 +62,15 @@ def write_step_batches(
         raise ValueError(f"step {step}: {len(rollouts)} rollouts cannot feed {world_size} trainer ranks")
     paths = []
     for rank, mine in enumerate(assign_to_ranks(rollouts, world_size)):
-        samples = [{"prompt_ids": r.prompt_ids, "completion_ids": r.completion_ids,
-                    "completion_logprobs": r.completion_logprobs, "advantage": r.advantage} for r in mine]  # fmt: skip
+        samples = [
+            {
+                "prompt_ids": r.prompt_ids,
+                "completion_ids": r.completion_ids,
+                "completion_logprobs": r.completion_logprobs,
+                "advantage": r.advantage,
+            }
+            for r in mine
+        ]
         batch = RolloutBatch.from_samples(samples, temperature=temperature, step=step, rank=rank)
         path = rollout_path(rollouts_dir, rank)
         write_rollout_batch(path, batch)

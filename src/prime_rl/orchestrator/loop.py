@@ -274,10 +274,16 @@ class Orchestrator:
     async def _generate(self, index: int, task: Task, ckpt_step: int) -> None:
         cfg = self.cfg
         body: dict[str, Any] = {
-            "model": cfg.model, "messages": task["prompt"], "n": cfg.rollouts_per_example,
-            "max_tokens": cfg.sampling.max_tokens, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
-            "logprobs": True, "return_token_ids": True, "skip_special_tokens": False,
-        }  # fmt: skip
+            "model": cfg.model,
+            "messages": task["prompt"],
+            "n": cfg.rollouts_per_example,
+            "max_tokens": cfg.sampling.max_tokens,
+            "temperature": cfg.sampling.temperature,
+            "top_p": cfg.sampling.top_p,
+            "logprobs": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
         if cfg.sampling.seed is not None:
             body["seed"] = cfg.sampling.seed + self._requests
         self._requests += 1
@@ -342,8 +348,15 @@ class Orchestrator:
                     self.down.add(url)
             self.counters["retries"] += 1
             delay = delay if delay is not None else min(0.5 * 2**attempt, 10.0) * (0.5 + random.random())
-            log_tagged("gen", "request.retry", url=url, status=status or "error", attempt=attempt + 1, wait_ms=delay * 1000.0,
-                       elapsed_ms=(time.monotonic() - start) * 1000.0)  # fmt: skip
+            log_tagged(
+                "gen",
+                "request.retry",
+                url=url,
+                status=status or "error",
+                attempt=attempt + 1,
+                wait_ms=delay * 1000.0,
+                elapsed_ms=(time.monotonic() - start) * 1000.0,
+            )
             await asyncio.sleep(delay)
         raise OrchestratorError(
             f"rollout request failed after {self.cfg.max_request_retries + 1} attempts; last error: {last}"
@@ -382,8 +395,18 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ metrics, progress, resume
 
-    def _metrics(self, step: int, rollouts: list[Rollout], trunc_pct: float, staleness: int, wait_ms: float,
-                 gen_ms: float, verify_ms: float, failures: int, step_s: float) -> None:  # fmt: skip
+    def _metrics(
+        self,
+        step: int,
+        rollouts: list[Rollout],
+        trunc_pct: float,
+        staleness: int,
+        wait_ms: float,
+        gen_ms: float,
+        verify_ms: float,
+        failures: int,
+        step_s: float,
+    ) -> None:
         rewards = [r.reward for r in rollouts]
         mean = sum(rewards) / len(rewards)
         std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
@@ -394,13 +417,26 @@ class Orchestrator:
             extra[f"env/{key}"] = sum(vals) / len(vals)
         secs = max(step_s, 1e-9)  # wall time of the whole step: batches produced ahead are not free
         row = {
-            "process": "orchestrator", "step": step, "reward_mean": mean, "reward_std": std,
-            "pass_rate": sum(x >= 1.0 for x in rewards) / len(rewards), "trunc_pct": trunc_pct, "staleness": staleness,
+            "process": "orchestrator",
+            "step": step,
+            "reward_mean": mean,
+            "reward_std": std,
+            "pass_rate": sum(x >= 1.0 for x in rewards) / len(rewards),
+            "trunc_pct": trunc_pct,
+            "staleness": staleness,
             "seq_len_mean": sum(r.num_tokens for r in rollouts) / len(rollouts),
-            "completion_len_mean": completion_tokens / len(rollouts), "rollouts_per_s": len(rollouts) / secs,
-            "tokens_per_s": completion_tokens / secs, "wait_weights_ms": wait_ms, "gen_ms": gen_ms, "verify_ms": verify_ms,
-            "verify_failures": failures, "step_s": step_s, "ckpt_step": self.ckpt_step, **self.counters, **extra,
-        }  # fmt: skip
+            "completion_len_mean": completion_tokens / len(rollouts),
+            "rollouts_per_s": len(rollouts) / secs,
+            "tokens_per_s": completion_tokens / secs,
+            "wait_weights_ms": wait_ms,
+            "gen_ms": gen_ms,
+            "verify_ms": verify_ms,
+            "verify_failures": failures,
+            "step_s": step_s,
+            "ckpt_step": self.ckpt_step,
+            **self.counters,
+            **extra,
+        }
         logger.info(
             f"step {step} | reward {mean:.3f} ± {std:.3f} | pass {row['pass_rate']:.2f} | trunc {trunc_pct:.1f}% | "
             f"staleness {staleness} | {row['rollouts_per_s']:.1f} rollouts/s | gen {gen_ms:.0f} ms | "

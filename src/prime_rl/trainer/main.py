@@ -12,8 +12,16 @@ def command(nproc: int, args: list[str]) -> list[str]:
     """The trainer's command line: one process, or torchrun with ``nproc`` ranks on this host."""
     if nproc == 1:
         return [sys.executable, "-m", "prime_rl.trainer.main", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "prime_rl.trainer.main", *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "prime_rl.trainer.main",
+        *args,
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -217,11 +217,20 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
             )
             summary = result.stats.summary()
             metrics = {
-                "process": "trainer", "step": step, "loss": result.loss, **summary, "grad_norm": result.grad_norm,
-                "lr": lr, "tokens": result.tokens, "tokens_per_s": result.tokens / max(train_s, 1e-9),
-                "train_s": train_s, "wait_s": waited, "write_ms": write_ms,
-                "peak_mem_mb": _peak_memory_mb(world.device), "total_tokens": total_tokens,
-            }  # fmt: skip
+                "process": "trainer",
+                "step": step,
+                "loss": result.loss,
+                **summary,
+                "grad_norm": result.grad_norm,
+                "lr": lr,
+                "tokens": result.tokens,
+                "tokens_per_s": result.tokens / max(train_s, 1e-9),
+                "train_s": train_s,
+                "wait_s": waited,
+                "write_ms": write_ms,
+                "peak_mem_mb": _peak_memory_mb(world.device),
+                "total_tokens": total_tokens,
+            }
             logger.info(
                 f"step {step} | loss {result.loss:.4f} | entropy {summary['entropy']:.3f} | mismatch_kl "
                 f"{summary['mismatch_kl']:.2e} | grad_norm {result.grad_norm:.3f} | lr {lr:.2e} | "
