@@ -1,6 +1,6 @@
 """Logging: loguru with a console sink and file sinks under ``<output_dir>/logs/``.
 
-Every process calls :func:`setup_logging` once at start. Tagged timing lines (DESIGN.md) go
+Every process calls :func:`setup_logging` once at start. Tagged timing lines (docs/design.md) go
 through :func:`log_tagged`, so the grammar lives in one place (:mod:`prime_rl.tracing`).
 Standard-library logging (vLLM, uvicorn, httpx) is routed into the same sinks.
 """

@@ -1,4 +1,4 @@
-"""The ``<output_dir>`` layout of DESIGN.md in one place, plus atomic publishing helpers.
+"""The ``<output_dir>`` layout of docs/design.md in one place, plus atomic publishing helpers.
 
 Every file another process reads is published atomically: written to a temporary name in the
 same directory, fsynced, then renamed with ``os.replace``. A directory is complete only once its

@@ -1,5 +1,6 @@
 """``collect-rollouts diagnose``: the same small sample at low and high parallelism, and what
-bounds throughput, following the three-bottleneck guide:
+bounds throughput (the collector's counterpart of the diagnostic signatures in
+bottleneck_logs/README.md):
 
 - more errors or 429s at high parallelism -> the server or API is overloaded / rate-limited;
 - time drops a lot (>= 1.5x faster) -> the model server had spare capacity: under-parallelised;
@@ -31,7 +32,10 @@ SATURATION = 0.6
 
 
 @dataclass
-class Verdict:
+class Diagnosis:
+    """What bounds collection throughput: ``kind`` (the ``verdict`` key of ``diagnosis.json``), a
+    title, the numbers behind it and what to do next."""
+
     kind: str
     title: str
     evidence: str
@@ -52,12 +56,12 @@ def _row(r: CollectResult, level: int) -> dict[str, Any]:
     }
 
 
-def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
-    """Apply the guide's rules to the two runs (rows of :func:`_row`)."""
+def judge(low: dict[str, Any], high: dict[str, Any]) -> Diagnosis:
+    """Apply the rules of the module docstring to the two runs (rows of :func:`_row`)."""
     ratio = high["parallelism"] / low["parallelism"]
     if high["rate_limited"] > low["rate_limited"] or high["failed"] > low["failed"]:
         limited = high["rate_limited"] > low["rate_limited"]
-        return Verdict(
+        return Diagnosis(
             "rate_limited" if limited else "overloaded",
             "Network/API rate limit" if limited else "Overloaded: errors appear at high parallelism",
             f"at {high['parallelism']} in flight: {high['rate_limited']} x 429 and {high['failed']} failed samples; "
@@ -74,7 +78,7 @@ def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
         f"{high['parallelism']} ({speedup:.2f}x faster for {ratio:.0f}x the parallelism)"
     )
     if speedup >= SPEEDUP_MODEL_BOUND:
-        return Verdict(
+        return Diagnosis(
             "under_parallelised",
             "Model inference, under-parallelised: time dropped a lot",
             evidence,
@@ -86,7 +90,7 @@ def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
         )
     gen, ver = high["gen_ms_mean"] or 0.0, high["verify_ms_mean"]
     if ver is not None and gen > 0 and ver >= VERIFY_SHARE * gen:
-        return Verdict(
+        return Diagnosis(
             "verification",
             "Verification: scoring holds the samples back",
             f"{evidence}; responses waited {ver:.0f} ms for the verifier vs {gen:.0f} ms to generate",
@@ -98,7 +102,7 @@ def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
         )
     growth = gen / low["gen_ms_mean"] if low["gen_ms_mean"] else 0.0
     if growth >= SATURATION * ratio:
-        return Verdict(
+        return Diagnosis(
             "model_saturated",
             "Model inference, server at capacity: latency grew with parallelism",
             f"{evidence}; mean generation {low['gen_ms_mean']:.0f} -> {gen:.0f} ms",
@@ -107,7 +111,7 @@ def judge(low: dict[str, Any], high: dict[str, Any]) -> Verdict:
                 "parallelism, more replicas in --base_urls), shorter max_output_tokens or a smaller model."
             ],
         )
-    return Verdict(
+    return Diagnosis(
         "network",
         "Network or API: time similar, and neither the server nor the verifier explains it",
         f"{evidence}; mean generation {low['gen_ms_mean'] or 0:.0f} -> {gen:.0f} ms",
@@ -134,13 +138,13 @@ async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
         )
         logger.info(f"diagnose: {cfg.limit} tasks x {cfg.num_repeats} at parallelism {level}")
         rows.append(_row(await collect(sub), level))
-    verdict = judge(*rows)
+    diagnosis = judge(*rows)
     report = {
         "runs": rows,
-        "verdict": verdict.kind,
-        "title": verdict.title,
-        "evidence": verdict.evidence,
-        "next": verdict.next,
+        "verdict": diagnosis.kind,
+        "title": diagnosis.title,
+        "evidence": diagnosis.evidence,
+        "next": diagnosis.next,
     }
     atomic_write_json(workdir / "diagnosis.json", report)
     return report

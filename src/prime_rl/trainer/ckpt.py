@@ -3,8 +3,10 @@
 ``step_N`` holds the state after N optimizer steps (the state that published ``weights/step_N``),
 so a resumed run continues at train step N. Model parameters and optimizer tensors are saved
 sharded with ``torch.distributed.checkpoint`` in its safetensors format (every rank writes its
-own shard; loading reshards, so a checkpoint loads on a different number of ranks). Scalars
-(step, scheduler, token counts) go to ``progress.json``. Nothing is pickled. The directory is
+own shard; loading reshards, so a checkpoint loads on a different number of ranks). Scalars go to
+``progress.json``: ``step``, ``world_size``, token counts and, under ``"scheduler"``, the lr
+scheduler's ``state_dict()`` without its lr lambdas (``last_epoch``, ``_step_count``, ``base_lrs``,
+``_last_lr``, ...; the lambdas are rebuilt from the config). Nothing is pickled. The directory is
 written under a temporary name, renamed, and marked ``STABLE``; a checkpoint without ``STABLE``
 (a torn one) is never picked up.
 """
@@ -19,10 +21,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from loguru import logger
+from torch.optim.lr_scheduler import LRScheduler
 
 from prime_rl.logging import log_tagged
 from prime_rl.paths import (
     STABLE,
+    CheckpointError,
     atomic_write_json,
     complete_checkpoint_steps,
     fsync_dir,
@@ -32,6 +37,7 @@ from prime_rl.paths import resolve_resume_step as paths_resolve_resume_step
 from prime_rl.trainer.model import World
 
 COMPONENT = "trainer"
+SCHEDULER_KEY = "scheduler"
 
 
 def _barrier(world: World) -> None:
@@ -55,6 +61,72 @@ def _tensor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> d
     return out
 
 
+def scheduler_state(scheduler: LRScheduler) -> dict[str, Any]:
+    """``scheduler.state_dict()`` as plain JSON: the lr lambdas are left out (they are functions,
+    rebuilt from the config); a tensor lr becomes a float."""
+    out: dict[str, Any] = {}
+    for key, value in scheduler.state_dict().items():
+        if key == "lr_lambdas":
+            continue
+        if isinstance(value, (list, tuple)):
+            value = [float(v) if isinstance(v, torch.Tensor) else v for v in value]
+        elif isinstance(value, torch.Tensor):
+            value = float(value)
+        out[key] = value
+    json.dumps(out)  # fail at save time, not at resume, if something is not JSON
+    return out
+
+
+def _derived_scheduler_state(scheduler: LRScheduler, step: int) -> dict[str, Any]:
+    """The state a LambdaLR-style scheduler has after ``step`` optimizer steps from the start."""
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if lambdas is None:
+        raise CheckpointError(
+            f"cannot derive the state of a {type(scheduler).__name__} from the step; "
+            "the checkpoint has no scheduler state"
+        )
+    base_lrs = [float(b) for b in scheduler.base_lrs]
+    return {
+        "base_lrs": base_lrs,
+        "last_epoch": step,
+        "_step_count": step + 1,
+        "_is_initial": False,
+        "_get_lr_called_within_step": False,
+        "_last_lr": [b * fn(step) for b, fn in zip(base_lrs, lambdas, strict=True)],
+    }
+
+
+def restore_scheduler(
+    scheduler: LRScheduler, state: dict[str, Any] | None, step: int, *, source: Path | None = None
+) -> None:
+    """Load ``state`` (from :func:`scheduler_state`) into ``scheduler`` and set the optimizer's lr
+    to the scheduler's current value. ``state=None`` (a checkpoint written before the scheduler
+    was saved) derives the state from ``step`` instead, with a warning."""
+    if state is None:
+        logger.warning(
+            f"checkpoint {source or f'step_{step}'} has no scheduler state (older format): "
+            f"deriving it from the step ({step})"
+        )
+        state = _derived_scheduler_state(scheduler, step)
+    elif state.get("last_epoch") != step:
+        logger.warning(
+            f"checkpoint step {step} holds scheduler state at last_epoch={state.get('last_epoch')}; "
+            "using the saved state"
+        )
+    full = dict(state)
+    if hasattr(scheduler, "lr_lambdas"):
+        full["lr_lambdas"] = [None] * len(scheduler.lr_lambdas)
+    scheduler.load_state_dict(full)
+    lrs = scheduler.get_last_lr()
+    if len(lrs) != len(scheduler.optimizer.param_groups):
+        raise CheckpointError(
+            f"scheduler state has {len(lrs)} learning rates for {len(scheduler.optimizer.param_groups)} "
+            "optimizer param groups"
+        )
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+
+
 def complete_steps(root: Path) -> list[int]:
     """Steps under ``checkpoints/`` whose trainer part carries ``STABLE``, ascending."""
     return complete_checkpoint_steps(root, COMPONENT)
@@ -67,8 +139,10 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     progress: dict[str, Any],
     world: World,
+    scheduler: LRScheduler | None = None,
 ) -> Path:
-    """Collective: every rank writes its shard; rank 0 writes progress, renames and marks STABLE."""
+    """Collective: every rank writes its shard; rank 0 writes progress (with the scheduler's state
+    under ``"scheduler"`` when one is given), renames and marks STABLE."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
@@ -86,7 +160,10 @@ def save_checkpoint(
     )
     _barrier(world)
     if world.is_main:
-        atomic_write_json(tmp / "progress.json", {**progress, "step": step, "world_size": world.world_size})
+        scalars = {**progress, "step": step, "world_size": world.world_size}
+        if scheduler is not None:
+            scalars[SCHEDULER_KEY] = scheduler_state(scheduler)
+        atomic_write_json(tmp / "progress.json", scalars)
         fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
@@ -104,9 +181,15 @@ def resolve_resume_step(root: Path, step: int | None) -> int:
 
 
 def load_checkpoint(
-    root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, world: World
+    root: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    world: World,
+    scheduler: LRScheduler | None = None,
 ) -> dict[str, Any]:
-    """Collective: load model and optimizer state in place (resharding as needed); return progress."""
+    """Collective: load model and optimizer state in place (resharding as needed) and, when given,
+    the scheduler's (which also sets the optimizer's lr); return progress."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
     from torch.distributed.checkpoint.state_dict import (
@@ -126,7 +209,10 @@ def load_checkpoint(
         if k.startswith("optim."):
             optim_sd[k[len("optim.") :]] = v
     set_optimizer_state_dict(model, optimizer, optim_sd, options=flat_opts)
-    return json.loads((path / "progress.json").read_text())
+    progress = json.loads((path / "progress.json").read_text())
+    if scheduler is not None:
+        restore_scheduler(scheduler, progress.get(SCHEDULER_KEY), step, source=path)
+    return progress
 
 
 def prune_checkpoints(root: Path, keep: int | None, world: World) -> None:

@@ -46,6 +46,15 @@ def lr_factor(cfg: SchedulerConfig, max_steps: int):
     return factor
 
 
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, max_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The lr schedule as a stateful scheduler: after ``n`` optimizer steps (and ``n`` calls to
+    ``step()``) the lr is ``optim.lr * lr_factor(n)``. Its state is saved in every checkpoint
+    and restored on resume (:func:`prime_rl.trainer.ckpt.load_checkpoint`)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg, max_steps))
+
+
 def _dummy_micro_batch() -> MicroBatch:
     """A one-token micro-batch with no loss tokens: keeps FSDP collectives in step across ranks."""
     one = torch.zeros(1, dtype=torch.int64)
@@ -157,7 +166,7 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         eps=cfg.optim.eps,
         weight_decay=cfg.optim.weight_decay,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.scheduler, cfg.max_steps))
+    scheduler = build_scheduler(optimizer, cfg.scheduler, cfg.max_steps)
     publisher = (
         WeightPublisher(model, cfg.model.name, paths.weights_root, cfg.weights.max_shard_bytes)
         if world.is_main
@@ -167,12 +176,9 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
     start_step, total_tokens = 0, 0
     if cfg.resume.enabled:
         start_step = ckpt.resolve_resume_step(paths.checkpoints_root, cfg.resume.step)
-        progress = ckpt.load_checkpoint(paths.checkpoints_root, start_step, model, optimizer, world)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_factor(cfg.scheduler, cfg.max_steps), last_epoch=start_step - 1
+        progress = ckpt.load_checkpoint(
+            paths.checkpoints_root, start_step, model, optimizer, world, scheduler=scheduler
         )
-        for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
-            group["lr"] = lr
         total_tokens = int(progress.get("total_tokens", 0))
         logger.info(f"resumed from checkpoint step {start_step} ({paths.checkpoint_dir(start_step)})")
         # the orchestrator resumes on weights/step_N, which retention may have deleted: publish it again
@@ -202,7 +208,13 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         total_tokens += result.tokens
         if cfg.ckpt.interval and (step + 1) % cfg.ckpt.interval == 0:
             ckpt.save_checkpoint(
-                paths.checkpoints_root, step + 1, model, optimizer, {"total_tokens": total_tokens}, world
+                paths.checkpoints_root,
+                step + 1,
+                model,
+                optimizer,
+                {"total_tokens": total_tokens},
+                world,
+                scheduler=scheduler,
             )
             ckpt.prune_checkpoints(paths.checkpoints_root, cfg.ckpt.keep, world)
 
