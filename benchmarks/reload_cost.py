@@ -18,7 +18,8 @@ import statistics
 import time
 from pathlib import Path
 
-from prime_rl.clients.inference import AdminClient, ClientConfig
+from prime_rl.clients.admin import AdminClient
+from prime_rl.clients.config import ClientConfig
 from prime_rl.dev.server import start_server
 from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.dev.weights import write_perturbed_weights

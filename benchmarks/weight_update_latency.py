@@ -17,7 +17,9 @@ import statistics
 import time
 from pathlib import Path
 
-from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool
+from prime_rl.clients.admin import AdminClient
+from prime_rl.clients.config import ClientConfig
+from prime_rl.clients.pool import InferencePool
 from prime_rl.dev.server import start_server
 from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.dev.weights import write_perturbed_weights
@@ -55,8 +57,8 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
         while not stop.is_set():
             started += 1
             try:
-                async with pool.http.stream("POST", f"{base_url}/v1/completions", json=body) as r:
-                    async for _ in r.aiter_raw():
+                async with pool.session.post(f"{base_url}/v1/completions", json=body) as r:
+                    async for _ in r.content.iter_any():
                         if stop.is_set():
                             break
                 completed += 1

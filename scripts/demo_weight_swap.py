@@ -12,7 +12,8 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from prime_rl.clients.inference import AdminClient, ClientConfig
+from prime_rl.clients.admin import AdminClient
+from prime_rl.clients.config import ClientConfig
 from prime_rl.dev.server import start_server
 from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.logging import setup_logging

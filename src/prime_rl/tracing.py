@@ -1,4 +1,4 @@
-"""Trace ids, monotonic timers and the tagged-line grammar of DESIGN.md.
+"""Trace ids, monotonic timers and the tagged-line grammar of docs/design.md.
 
 A tagged line is ``[<tag>]`` or ``[<tag>][<trace_id>]``, then an event name (optional: the
 ``[rollout]`` line has none), then ``key=value`` pairs. Values never contain whitespace; durations (keys ending in ``_ms``) carry one decimal and
@@ -13,6 +13,9 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+
+TRACE_HEADER = "x-trace-id"
+"""HTTP header that carries a trace id from a client to a server (admin and chat requests)."""
 
 _TAG_RE = r"[A-Za-z0-9_.-]+"
 _LINE_RE = re.compile(

@@ -12,7 +12,9 @@ import pytest
 import torch
 from tests.support.reference import hf_greedy, hf_model
 
-from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool, WeightUpdateError
+from prime_rl.clients.admin import AdminClient, WeightUpdateError
+from prime_rl.clients.config import ClientConfig
+from prime_rl.clients.pool import InferencePool
 from prime_rl.dev.weights import perturbed_state_dict, write_perturbed_weights, write_weight_dir
 from prime_rl.tracing import parse_tagged
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from prime_rl.collect.backend import parse_completion, parse_retry_after
+from prime_rl.clients.backoff import parse_retry_after
+from prime_rl.clients.chat import parse_completion
 from prime_rl.collect.config import CollectConfig, MergeConfig, Price
 from prime_rl.collect.diagnose import judge
 from prime_rl.collect.limiter import AdaptiveLimiter

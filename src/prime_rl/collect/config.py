@@ -7,7 +7,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from prime_rl.clients.config import RetryPolicy
 from prime_rl.config import BaseConfig, StrictModel
+from prime_rl.envs.config import VerifyConfig
 
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
     # USD per 1M tokens, list prices as of 2025; override or extend with --prices
@@ -52,11 +54,10 @@ class ResponsesCreateParams(StrictModel):
     """Any other request fields, sent as given (e.g. {"service_tier": "flex"})."""
 
 
-class RetryConfig(StrictModel):
-    """Timeouts, retries and the reaction to rate limits."""
-
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    """Seconds to establish a connection."""
+class RetryConfig(RetryPolicy):
+    """Timeouts, retries and the reaction to rate limits: the shared client retry shape
+    (connect_timeout_s, max_retries, backoff_s, backoff_max_s) plus the collector's read timeout,
+    429 handling and give-up rules."""
 
     read_timeout_s: float = Field(default=600.0, gt=0)
     """Seconds a request may wait for its answer."""
@@ -66,12 +67,6 @@ class RetryConfig(StrictModel):
 
     max_429_retries: int = Field(default=50, ge=0)
     """Retries of one request answered 429 (rate limits are expected; this bounds a stuck limit)."""
-
-    backoff_s: float = Field(default=0.5, ge=0)
-    """First retry delay; doubles per retry up to backoff_max_s, with jitter (50-100%)."""
-
-    backoff_max_s: float = Field(default=30.0, ge=0)
-    """Largest retry delay."""
 
     default_retry_after_s: float = Field(default=1.0, ge=0)
     """Pause after a 429 that carries no Retry-After header."""
@@ -84,7 +79,7 @@ class RetryConfig(StrictModel):
     left in the failures file (raise this to try again)."""
 
 
-class VerifySettings(StrictModel):
+class VerifySettings(VerifyConfig):
     """Scoring of each response with the environment's verifier."""
 
     enabled: bool = True

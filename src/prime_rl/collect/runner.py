@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from loguru import logger
 
-from prime_rl.collect.backend import ChatBackend, Completion, RateLimited, RequestError, sleep_backoff
+from prime_rl.clients.chat import ChatBackend, Completion, RateLimited, RequestError
 from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.limiter import AdaptiveLimiter
 from prime_rl.collect.metrics import Aggregator, PriceTable
@@ -70,6 +70,19 @@ def resolve_api_key(cfg: CollectConfig) -> str | None:
         value = data.get(cfg.api_key_env)
         return str(value) if value else None
     return None
+
+
+def chat_backend(cfg: CollectConfig, api_key: str | None) -> ChatBackend:
+    """The chat client of a run: its servers, timeouts and a connection pool a little larger
+    than its parallelism."""
+    return ChatBackend(
+        cfg.base_urls,
+        api_key=api_key,
+        token_ids=cfg.token_ids,
+        max_connections=cfg.num_samples_in_parallel + 8,
+        connect_timeout_s=cfg.retry.connect_timeout_s,
+        read_timeout_s=cfg.retry.read_timeout_s,
+    )
 
 
 def request_params(cfg: CollectConfig, model: str) -> dict[str, Any]:
@@ -262,7 +275,8 @@ class Collector:
                     self.limiter.release()
                     held = False
                     self.result.retries += 1
-                    delay = await sleep_backoff(attempts, retry, self.rng)
+                    delay = retry.delay(attempts, self.rng)
+                    await asyncio.sleep(delay)
                     log_tagged(
                         "collect",
                         "request.retry",
@@ -456,7 +470,7 @@ class Collector:
 
     async def _collect(self, sel: TaskSelection, todo: dict[int, list[int]], first: dict | None) -> None:
         cfg, r = self.cfg, self.result
-        async with ChatBackend.from_config(cfg, resolve_api_key(cfg)) as backend:
+        async with chat_backend(cfg, resolve_api_key(cfg)) as backend:
             model = cfg.responses_create_params.model or await backend.first_model()
             params = request_params(cfg, model)
             self._check_same_params(first, params)

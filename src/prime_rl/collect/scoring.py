@@ -5,17 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prime_rl.collect.config import VerifySettings
 from prime_rl.envs.base import Task
+from prime_rl.envs.config import VerifyConfig
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import Verdict, VerifierPool
 
 
 class Scorer:
     """``await score(task, text) -> Verdict``; a verifier that raises, hangs or dies gives a
-    Verdict with ``error`` set (the record keeps the response, without a reward)."""
+    Verdict with ``error`` set (the record keeps the response, without a reward). ``workers``
+    0 in ``settings`` scores inline, in this process."""
 
-    def __init__(self, env_name: str, options: dict[str, Any], settings: VerifySettings):
+    def __init__(self, env_name: str, options: dict[str, Any], settings: VerifyConfig):
         self.inline = settings.workers == 0
         if self.inline:
             self._env = load_env(env_name, options)

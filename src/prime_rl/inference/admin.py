@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from loguru import logger
 
 from prime_rl.logging import log_tagged
-from prime_rl.tracing import new_trace_id, now
+from prime_rl.tracing import TRACE_HEADER, new_trace_id, now
 from prime_rl.transport.weights import (
     TensorInfo,
     WeightDirError,
@@ -36,7 +36,6 @@ from prime_rl.transport.weights import (
 )
 
 ADMIN_PATHS = ("/update_weights", "/reload_weights")
-TRACE_HEADER = "x-trace-id"
 _TRACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 

@@ -1,4 +1,4 @@
-"""The async_level barrier of DESIGN.md, as pure functions (unit-tested with plain numbers).
+"""The async_level barrier of docs/design.md, as pure functions (unit-tested with plain numbers).
 
 Before generating for step ``s``: if ``s - ckpt_step > async_level``, wait for
 ``weights/step_{s - async_level}``, load it on every server, and set ``ckpt_step`` to it. A

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from prime_rl.clients.inference import ClientConfig
+from prime_rl.clients.config import ClientConfig, RetryPolicy
 from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
+from prime_rl.envs.config import EnvConfig, VerifyConfig
+
+__all__ = [
+    "AdvantageConfig",
+    "EnvConfig",
+    "OrchestratorConfig",
+    "SamplingConfig",
+    "VerifyConfig",
+]
+
+# rollout requests back off from 0.5 s, doubling up to 10 s (see prime_rl.clients.backoff)
+REQUEST_BACKOFF_S = 0.5
+REQUEST_BACKOFF_MAX_S = 10.0
 
 
 class SamplingConfig(StrictModel):
@@ -25,29 +38,6 @@ class SamplingConfig(StrictModel):
 
     seed: int | None = None
     """Base sampling seed (each request gets seed + a counter); None: unseeded."""
-
-
-class EnvConfig(StrictModel):
-    """The environment: task source and verifier."""
-
-    name: str = "toy"
-    """Registered environment name (toy, reasoning_gym, math)."""
-
-    options: dict[str, Any] = {}
-    """Options of the environment (e.g. {"path": "data/math.jsonl"} for math)."""
-
-    seed: int = 0
-    """Seed of the task order."""
-
-
-class VerifyConfig(StrictModel):
-    """Scoring off the event loop."""
-
-    workers: int = Field(default=2, ge=1)
-    """Verifier processes."""
-
-    timeout_s: float = Field(default=30.0, gt=0)
-    """Seconds one score() call may take; a slower one is recorded as a failure (reward 0)."""
 
 
 class AdvantageConfig(StrictModel):
@@ -143,3 +133,14 @@ class OrchestratorConfig(BaseConfig):
     @property
     def groups_per_step(self) -> int:
         return self.batch_size // self.rollouts_per_example
+
+    @property
+    def request_retry(self) -> RetryPolicy:
+        """The retry policy of rollout requests, in the shared client shape: ``max_request_retries``
+        retries, the inference pool's connect timeout, backoff from 0.5 s capped at 10 s."""
+        return RetryPolicy(
+            connect_timeout_s=self.client.connect_timeout_s,
+            max_retries=self.max_request_retries,
+            backoff_s=REQUEST_BACKOFF_S,
+            backoff_max_s=REQUEST_BACKOFF_MAX_S,
+        )

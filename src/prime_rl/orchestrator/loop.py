@@ -18,10 +18,12 @@ import shutil
 import time
 from typing import Any
 
-import httpx
 from loguru import logger
 
-from prime_rl.clients.inference import AdminClient, InferencePool, WeightUpdateError
+from prime_rl.clients.admin import AdminClient, WeightUpdateError
+from prime_rl.clients.chat import chat_url
+from prime_rl.clients.errors import RateLimited, Rejected, RequestError, TransportError
+from prime_rl.clients.pool import HealthProbe, InferencePool
 from prime_rl.envs.base import Task
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import VerifierPool
@@ -40,10 +42,6 @@ class OrchestratorError(RuntimeError):
     """The run cannot go on (servers unreachable, requests failing past their retries, no weights)."""
 
 
-def _retryable(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
 class Orchestrator:
     def __init__(self, cfg: OrchestratorConfig):
         self.cfg = cfg
@@ -52,6 +50,8 @@ class Orchestrator:
         self.pool = InferencePool(cfg.client)
         self.admin = AdminClient(cfg.client, pool=self.pool)
         self.verifier = VerifierPool(cfg.env.name, cfg.env.options, cfg.verify.workers, cfg.verify.timeout_s)
+        self.retry = cfg.request_retry
+        self._rng = random.Random()
         self.step = 0
         self.ckpt_step = 0
         self.ready: list[Group] = []
@@ -100,15 +100,12 @@ class Orchestrator:
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         pending = list(self.pool.base_urls)
         next_note = 0.0
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with HealthProbe() as probe:
             while pending:
                 for url in list(pending):
-                    try:
-                        if (await client.get(f"{url}/health")).status_code == 200:
-                            pending.remove(url)
-                            logger.info(f"inference server {url} is up")
-                    except httpx.HTTPError:
-                        pass
+                    if await probe.ok(url):
+                        pending.remove(url)
+                        logger.info(f"inference server {url} is up")
                 if not pending:
                     return
                 left = deadline - time.monotonic()
@@ -318,36 +315,33 @@ class Orchestrator:
             self.ready.append(Group(index, str(task.get("id", index)), ckpt_step, kept, gen_ms))
 
     async def _request(self, body: dict) -> dict | None:
-        """POST one chat completion, retrying on other servers; None when the server refuses the task."""
+        """POST one chat completion, retrying on other servers; None when the server refuses the task.
+
+        429, 5xx, connection errors and timeouts are retried (``max_request_retries``; the wait
+        is the server's Retry-After, else :func:`prime_rl.clients.backoff.backoff_delay`); any
+        other 4xx refuses the task. A server that refuses connections is held down until the
+        health loop brings it back.
+        """
         last = "no attempt"
-        for attempt in range(self.cfg.max_request_retries + 1):
+        for attempt in range(self.retry.max_retries + 1):
             url = await self._pick()
             start = time.monotonic()
-            status: int | None = None
             try:
-                with self.pool.track(url):
-                    r = await self.pool.http.post(
-                        f"{url}/v1/chat/completions", json=body, timeout=self.cfg.request_timeout_s
-                    )
-                status = r.status_code
-                if r.status_code == 200:
-                    return r.json()
-                last = f"HTTP {r.status_code}: {r.text[:300]}"
-                if not _retryable(r.status_code):
-                    self.counters["request_errors"] += 1
-                    logger.warning(f"task refused by {url} ({last}); skipping it")
-                    return None
-                retry_after = r.headers.get("retry-after")
-                delay = (
-                    float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
+                return await self.pool.post_json(
+                    url, chat_url(url), body, timeout_s=self.cfg.request_timeout_s
                 )
-            except (httpx.TransportError, httpx.TimeoutException) as e:
-                last = f"{type(e).__name__}: {e}"
-                delay = None
-                if isinstance(e, httpx.ConnectError):
+            except Rejected as e:
+                self.counters["request_errors"] += 1
+                logger.warning(f"task refused by {url} (HTTP {e.status}: {e.body[:300]}); skipping it")
+                return None
+            except RequestError as e:
+                status = None if isinstance(e, TransportError) else e.status
+                last = e.detail if isinstance(e, TransportError) else f"HTTP {e.status}: {e.body[:300]}"
+                if isinstance(e, TransportError) and e.connect_failed:
                     self.down.add(url)
+                retry_after = e.retry_after if isinstance(e, RateLimited) else None
             self.counters["retries"] += 1
-            delay = delay if delay is not None else min(0.5 * 2**attempt, 10.0) * (0.5 + random.random())
+            delay = self.retry.delay(attempt + 1, self._rng, retry_after)
             log_tagged(
                 "gen",
                 "request.retry",
@@ -359,7 +353,7 @@ class Orchestrator:
             )
             await asyncio.sleep(delay)
         raise OrchestratorError(
-            f"rollout request failed after {self.cfg.max_request_retries + 1} attempts; last error: {last}"
+            f"rollout request failed after {self.retry.max_retries + 1} attempts; last error: {last}"
         )
 
     async def _pick(self) -> str:
@@ -375,22 +369,23 @@ class Orchestrator:
 
     async def _health_loop(self) -> None:
         """Bring recovered servers back: health check, then load the current weights, then serve."""
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with HealthProbe() as probe:
             while True:
                 await asyncio.sleep(2.0)
                 for url in sorted(self.down):
+                    if not await probe.ok(url):
+                        continue
                     try:
-                        if (await client.get(f"{url}/health")).status_code != 200:
-                            continue
                         if self.ckpt_step > 0:
                             await self.admin.update_weights(
                                 str(self.paths.weights_dir(self.ckpt_step).resolve()), urls=[url]
                             )
                         else:
                             await self.admin.reload_weights(urls=[url])
-                    except (httpx.HTTPError, WeightUpdateError):
+                    except WeightUpdateError:
                         continue
                     self.down.discard(url)
+                    self.pool.mark_up(url)
                     logger.info(f"inference server {url} is back (policy step {self.ckpt_step})")
 
     # ------------------------------------------------------------------ metrics, progress, resume

@@ -1,4 +1,4 @@
-"""Admin client and inference pool over real HTTP, against the local scripted test server."""
+"""The admin client over real HTTP (aiohttp), against the local scripted test server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from tests.support.http_server import LocalTestServer, Reply
 
-from prime_rl.clients.inference import AdminClient, ClientConfig, InferencePool, WeightUpdateError
+from prime_rl.clients.admin import AdminClient, WeightUpdateError
+from prime_rl.clients.config import ClientConfig
+from prime_rl.clients.pool import InferencePool
 
 
 @pytest.fixture
@@ -105,8 +107,8 @@ def test_shared_pool_queues_admin_behind_streams_and_dedicated_does_not(servers,
 
         async def stream():
             body = {"model": "m", "prompt": "p", "stream": True}
-            async with pool.http.stream("POST", f"{a.base_url}/v1/completions", json=body) as r:
-                async for _ in r.aiter_lines():
+            async with pool.session.post(f"{a.base_url}/v1/completions", json=body) as r:
+                async for _ in r.content:
                     pass
 
         tasks = [asyncio.create_task(stream()) for _ in range(4)]
@@ -129,28 +131,6 @@ def test_shared_pool_queues_admin_behind_streams_and_dedicated_does_not(servers,
         assert active == 4, "the dedicated update should not wait for any stream"
 
 
-def test_pool_picks_least_loaded_and_uses_openai_sdk(servers):
-    a, b = servers
-
-    async def scenario():
-        pool = InferencePool(config(a, b))
-        try:
-            with pool.track(pool.pick()):
-                second = pool.pick()
-            assert second == b.base_url
-            assert pool.pick(exclude={b.base_url}) == a.base_url  # a server marked down is never picked
-            assert pool.pick(exclude={a.base_url, b.base_url}) is None
-            client = pool.openai(a.base_url)
-            assert client is pool.openai(a.base_url)
-            out = await client.completions.create(model="m", prompt="hi", max_tokens=3)
-            return out
-        finally:
-            await pool.aclose()
-
-    out = asyncio.run(scenario())
-    assert out.choices[0].text == "xxx" and out.usage.completion_tokens == 3
-
-
 def test_shared_mode_needs_the_pool():
     with pytest.raises(ValueError, match="shared"):
         AdminClient(ClientConfig(admin={"mode": "shared"}))
@@ -161,3 +141,24 @@ def test_admin_token_from_env(monkeypatch, servers):
     a, _ = servers
     asyncio.run(with_admin(config(a), lambda adm: adm.reload_weights()))
     assert a.state.seen[0][2]["authorization"] == "Bearer from-env"
+
+
+def test_dedicated_admin_has_a_small_connector_of_its_own(servers):
+    """At most two admin connections per server; shared mode uses the pool's session."""
+    cfg = config(*servers)
+
+    async def scenario():
+        pool = InferencePool(cfg)
+        dedicated = AdminClient(cfg, pool=pool)
+        shared = AdminClient(config(*servers, mode="shared"), pool=pool)
+        try:
+            connector = dedicated.session.connector
+            assert connector.limit_per_host == 2 and connector.limit == 2 * len(servers)
+            assert dedicated.session is not pool.session and shared.session is pool.session
+            await shared.aclose()
+            assert not pool.session.closed  # closing a shared admin client leaves the pool's session
+        finally:
+            await dedicated.aclose()
+            await pool.aclose()
+
+    asyncio.run(scenario())

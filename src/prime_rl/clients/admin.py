@@ -1,0 +1,213 @@
+"""The admin client: /update_weights and /reload_weights to every inference server at once.
+
+Weight updates never go through the inference pool by default: when every pooled connection
+holds a stream, a request waits for a free connection and ``queue_ms`` grows to seconds while the
+server's ``rpc_ms`` stays small (the front-end queue saturation the bottleneck guide describes).
+The :class:`AdminClient` therefore has its own small aiohttp connector (at most two connections
+per server), its own timeouts and bounded retries, and sends to every server concurrently.
+``mode="shared"`` reuses the inference pool's session, the old behaviour, kept for comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from loguru import logger
+
+from prime_rl.clients.config import ClientConfig
+from prime_rl.clients.errors import RequestError, ServerError, TransportError
+from prime_rl.clients.pool import JSON_CONTENT, InferencePool, normalise_url, request_json
+from prime_rl.logging import log_tagged
+from prime_rl.tracing import TRACE_HEADER, new_trace_id, now
+
+CONNECTIONS_PER_SERVER = 2
+"""Most admin requests in flight to one server at once (dedicated mode)."""
+
+
+class AdminError(Exception):
+    """A weight update was refused (4xx) or failed after its retries; names server and reason."""
+
+    def __init__(self, url: str, reason: str, status: int | None = None):
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.status = status
+
+
+class WeightUpdateError(Exception):
+    """One or more servers did not take a weight update."""
+
+    def __init__(self, op: str, errors: list[AdminError]):
+        lines = "; ".join(str(e) for e in errors)
+        super().__init__(f"{op} failed on {len(errors)} server(s): {lines}")
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class AdminResult:
+    """One server's answer to an admin request, with the client-side timings."""
+
+    url: str
+    trace_id: str
+    wall_ms: float
+    rpc_ms: float
+    queue_ms: float
+    attempts: int
+    body: dict[str, Any]
+
+
+class AdminClient:
+    """Sends /update_weights and /reload_weights to every server concurrently.
+
+    Logs ``[weights][tid] client.send url=... path=... t=...`` before each attempt and
+    ``client.done wall_ms=... rpc_ms=... queue_ms=...`` (queue_ms = wall_ms - rpc_ms) per server.
+    Connection errors, timeouts and 5xx answers are retried (``admin.max_retries``, backoff of
+    :func:`prime_rl.clients.backoff.backoff_delay`); any 4xx is final.
+    """
+
+    def __init__(self, config: ClientConfig, pool: InferencePool | None = None, token: str | None = None):
+        self.config = config.admin
+        self.base_urls = [normalise_url(u) for u in config.base_urls]
+        if self.config.token is not None:
+            token = self.config.token.get_secret_value()
+        self._token = token or os.environ.get("PRIME_ADMIN_TOKEN") or None
+        self._owns_session = self.config.mode == "dedicated"
+        if not self._owns_session and pool is None:
+            raise ValueError("admin mode 'shared' needs the inference pool")
+        self._pool = pool
+        self._own: aiohttp.ClientSession | None = None
+        self._rng = random.Random()
+        # connect covers the wait for a pooled connection too (shared mode queues there)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=self.config.timeout_s,
+            sock_connect=self.config.connect_timeout_s,
+            sock_read=self.config.timeout_s,
+        )
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The session admin requests use: its own (dedicated) or the inference pool's (shared)."""
+        if not self._owns_session:
+            assert self._pool is not None
+            return self._pool.session
+        if self._own is None or self._own.closed:
+            connector = aiohttp.TCPConnector(
+                limit=CONNECTIONS_PER_SERVER * len(self.base_urls), limit_per_host=CONNECTIONS_PER_SERVER
+            )
+            self._own = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._own
+
+    async def aclose(self) -> None:
+        """Close the dedicated session (the shared one belongs to the pool)."""
+        if self._own is not None:
+            await self._own.close()
+            self._own = None
+
+    async def update_weights(
+        self, weight_dir: str, trace_id: str | None = None, urls: list[str] | None = None
+    ) -> list[AdminResult]:
+        """Tell every server (or ``urls``) to load ``weight_dir``; :class:`WeightUpdateError` if any fails."""
+        return await self._broadcast("/update_weights", {"weight_dir": str(weight_dir)}, trace_id, urls)
+
+    async def reload_weights(
+        self, trace_id: str | None = None, urls: list[str] | None = None
+    ) -> list[AdminResult]:
+        """Tell every server (or ``urls``) to go back to its base weights."""
+        return await self._broadcast("/reload_weights", {}, trace_id, urls)
+
+    async def _broadcast(
+        self, path: str, body: dict, trace_id: str | None, urls: list[str] | None
+    ) -> list[AdminResult]:
+        tid = trace_id or new_trace_id()
+        targets = self.base_urls if urls is None else [normalise_url(u) for u in urls]
+        outcomes = await asyncio.gather(
+            *(self._call(url, path, body, tid) for url in targets), return_exceptions=True
+        )
+        errors: list[AdminError] = []
+        results: list[AdminResult] = []
+        for url, out in zip(targets, outcomes, strict=True):
+            if isinstance(out, AdminResult):
+                results.append(out)
+            elif isinstance(out, AdminError):
+                errors.append(out)
+            elif isinstance(out, BaseException):
+                errors.append(AdminError(url, f"{type(out).__name__}: {out}"))
+        if errors:
+            raise WeightUpdateError(path.lstrip("/"), errors)
+        return results
+
+    def _headers(self, tid: str) -> dict[str, str]:
+        headers = {**JSON_CONTENT, TRACE_HEADER: tid}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    async def _call(self, url: str, path: str, body: dict, tid: str) -> AdminResult:
+        attempts = 0
+        while True:
+            attempts += 1
+            start = now()
+            log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts)
+            try:
+                payload = await request_json(
+                    self.session, "POST", f"{url}{path}", url, body, self._headers(tid), self._timeout
+                )
+            except RequestError as e:
+                wall_ms = (now() - start) * 1000.0
+                retryable = isinstance(e, (ServerError, TransportError))
+                error = AdminError(url, _reason(e), None if isinstance(e, TransportError) else e.status)
+            else:
+                wall_ms = (now() - start) * 1000.0
+                rpc_ms = float(payload.get("rpc_ms", 0.0))
+                queue_ms = max(wall_ms - rpc_ms, 0.0)
+                log_tagged(
+                    "weights",
+                    "client.done",
+                    tid,
+                    url=url,
+                    path=path,
+                    wall_ms=wall_ms,
+                    rpc_ms=rpc_ms,
+                    queue_ms=queue_ms,
+                    attempts=attempts,
+                )
+                return AdminResult(url, tid, wall_ms, rpc_ms, queue_ms, attempts, payload)
+            if not retryable or attempts > self.config.max_retries:
+                log_tagged(
+                    "weights",
+                    "client.error",
+                    tid,
+                    url=url,
+                    path=path,
+                    wall_ms=wall_ms,
+                    status=error.status,
+                    attempts=attempts,
+                )
+                raise error
+            delay = self.config.delay(attempts, self._rng)
+            logger.warning(
+                f"[weights][{tid}] {path} to {url} failed ({error.reason}); retry {attempts} in {delay:.2f}s"
+            )
+            await asyncio.sleep(delay)
+
+
+def _reason(error: RequestError) -> str:
+    """``HTTP <status>: <the answer's error text>`` for an answer, else the transport failure."""
+    if isinstance(error, TransportError):
+        return error.detail
+    try:
+        data = json.loads(error.body)
+    except ValueError:
+        return f"HTTP {error.status}: {error.body[:300]}"
+    if isinstance(data, dict):
+        detail = str(data.get("error") or data.get("detail") or data)[:500]
+    else:
+        detail = str(data)[:300]
+    return f"HTTP {error.status}: {detail}"

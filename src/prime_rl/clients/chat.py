@@ -1,0 +1,165 @@
+"""Chat requests to OpenAI-compatible servers (our ``inference``, plain vLLM, hosted APIs).
+
+:class:`ChatBackend` sends one chat completion per call through an
+:class:`~prime_rl.clients.pool.InferencePool` (least-loaded server that is up; a server refusing
+connections is skipped for a while) and returns a :class:`Completion`; every failure is raised
+as a classified :class:`~prime_rl.clients.errors.RequestError` so the caller decides: 429 ->
+``RateLimited`` (with ``Retry-After``), 5xx/connection/timeout -> retryable, other 4xx ->
+``Rejected``. Retrying is the caller's job (``collect-rollouts`` does it with its limiter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+
+from prime_rl.clients.config import ClientConfig
+from prime_rl.clients.errors import (
+    RateLimited,
+    Rejected,
+    RequestError,
+    ServerError,
+    TransportError,
+)
+from prime_rl.clients.pool import InferencePool
+from prime_rl.tracing import TRACE_HEADER
+
+__all__ = [
+    "ChatBackend",
+    "Completion",
+    "RateLimited",
+    "Rejected",
+    "RequestError",
+    "ServerError",
+    "TransportError",
+    "chat_url",
+    "models_url",
+    "parse_completion",
+]
+
+
+@dataclass
+class Completion:
+    """One chat completion: its text, usage, token ids (when the server gives them) and server."""
+
+    text: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    token_ids: list[int] | None
+    prompt_token_ids: list[int] | None
+    model: str | None
+    url: str
+
+
+def chat_url(base: str) -> str:
+    """The chat/completions URL of a server given with or without ``/v1``."""
+    base = base.rstrip("/")
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+
+def models_url(base: str) -> str:
+    """The models URL of a server given with or without ``/v1``."""
+    base = base.rstrip("/")
+    return base + ("/models" if base.endswith("/v1") else "/v1/models")
+
+
+def parse_completion(data: Any, url: str) -> Completion:
+    """A chat.completion body -> :class:`Completion` (raises TransportError on a malformed one)."""
+    try:
+        choice = data["choices"][0]
+        message = choice.get("message") or {}
+        usage = data.get("usage") or {}
+        token_ids = choice.get("token_ids")
+        return Completion(
+            text=message.get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or (len(token_ids) if token_ids else 0)),
+            token_ids=token_ids,
+            prompt_token_ids=data.get("prompt_token_ids"),
+            model=data.get("model"),
+            url=url,
+        )
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+        raise TransportError(
+            f"{url}: malformed chat completion ({type(e).__name__}: {e})", 200, url
+        ) from None
+
+
+class ChatBackend:
+    """Sends chat requests; use as ``async with ChatBackend(...) as backend``.
+
+    ``token_ids``: ``always``/``auto`` ask for vLLM's ``return_token_ids``; ``auto`` stops asking
+    when a server rejects the field (hosted APIs do); ``never`` does not ask.
+    ``max_connections`` bounds the connections to all servers together.
+    """
+
+    def __init__(
+        self,
+        base_urls: list[str],
+        *,
+        api_key: str | None = None,
+        token_ids: Literal["auto", "always", "never"] = "auto",
+        max_connections: int = 24,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 600.0,
+    ):
+        config = ClientConfig(
+            base_urls=base_urls,
+            api_key=api_key,
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            timeout_s=read_timeout_s,
+        )
+        self.pool = InferencePool(config)
+        self.base_urls = self.pool.base_urls
+        self.ask_token_ids = token_ids != "never"
+        self.token_ids_mode = token_ids
+
+    @property
+    def inflight(self) -> dict[str, int]:
+        """Requests in flight per server."""
+        return self.pool.inflight
+
+    async def __aenter__(self) -> ChatBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.pool.aclose()
+
+    def pick(self) -> str:
+        """The least-loaded server that is up; when all are down, the least-loaded of them all."""
+        base = self.pool.pick(fallback=True)
+        assert base is not None  # nothing is excluded, so fallback always finds one
+        return base
+
+    async def first_model(self) -> str:
+        """The first model a server lists (for runs that name none)."""
+        errors = []
+        for base in self.base_urls:
+            try:
+                async with self.pool.session.get(models_url(base), headers=self.pool.headers) as resp:
+                    if resp.status == 200:
+                        data = await resp.json(content_type=None)
+                        return str(data["data"][0]["id"])
+                    errors.append(f"{base}: HTTP {resp.status}")
+            except (aiohttp.ClientError, TimeoutError, KeyError, IndexError, ValueError) as e:
+                errors.append(f"{base}: {type(e).__name__}: {e}")
+        raise RequestError("no model given and none could be listed (" + "; ".join(errors) + ")")
+
+    async def chat(self, body: dict[str, Any], trace_id: str) -> Completion:
+        """One attempt; raises a :class:`RequestError` subclass on any failure."""
+        base = self.pick()
+        if self.ask_token_ids:
+            body = {**body, "return_token_ids": True}
+        try:
+            data = await self.pool.post_json(base, chat_url(base), body, {TRACE_HEADER: trace_id})
+        except Rejected as e:
+            if self.ask_token_ids and self.token_ids_mode == "auto" and "return_token_ids" in e.body[:500]:
+                self.ask_token_ids = False  # a hosted API that rejects vLLM's field: stop asking
+                return await self.chat({k: v for k, v in body.items() if k != "return_token_ids"}, trace_id)
+            raise
+        return parse_completion(data, base)
