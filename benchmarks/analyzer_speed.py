@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from prime_rl.analysis.analyze import Thresholds, collect, diagnose
+from prime_rl.analysis.analyze import analyze
 from prime_rl.analysis.parser import ParseStats, parse_files
+from prime_rl.analysis.thresholds import Thresholds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
 from tests.support.synthetic_logs import make_run  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> None:
         build(path, args.lines, every)
         stats = ParseStats()
         start = time.perf_counter()
-        analysis = diagnose(collect(parse_files([("orchestrator", path)], stats), stats, Thresholds()))
+        analysis = analyze(parse_files([("orchestrator", path)], stats), stats, Thresholds())
         secs = time.perf_counter() - start
         rows.append(
             {
@@ -63,7 +64,7 @@ def main() -> None:
                 "seconds": secs,
                 "lines_per_s": stats.lines / secs,
                 "mb": path.stat().st_size / 1e6,
-                "primary": analysis.primary["kind"] if analysis.primary else None,
+                "primary": analysis.primary.kind if analysis.primary else None,
             }
         )
         print(

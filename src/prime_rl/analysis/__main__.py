@@ -8,12 +8,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from prime_rl.analysis.analyze import Thresholds, collect, diagnose
+from prime_rl.analysis.analyze import analyze
 from prime_rl.analysis.parser import ParseStats, discover, parse_files
 from prime_rl.analysis.report import write_report
+from prime_rl.analysis.thresholds import Thresholds
 
 
-def main(argv: list[str] | None = None) -> None:
+def _arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="analyze_logs",
         description="Read the tagged timing lines of orchestrator, inference and trainer logs and say where the time goes. "
@@ -44,6 +45,21 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME=VALUE",
         help=f"override a threshold ({', '.join(Thresholds.model_fields)}); listed in SUMMARY.md",
     )
+    return parser
+
+
+def _async_level(inputs: list[Path]) -> int | None:
+    """The run's async_level from <run>/configs/orchestrator.json, when a run directory was given."""
+    async_level = None
+    for p in inputs:
+        cfg = Path(p) / "configs" / "orchestrator.json"
+        if cfg.is_file():
+            async_level = json.loads(cfg.read_text()).get("async_level")
+    return async_level
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _arg_parser()
     args = parser.parse_args(argv)
     try:
         overrides = dict(t.split("=", 1) for t in args.threshold)
@@ -56,17 +72,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(e))
     if not files:
         parser.error(f"no log files under {', '.join(map(str, args.inputs))}")
-    async_level = args.async_level
-    if async_level is None:
-        for p in args.inputs:
-            cfg = Path(p) / "configs" / "orchestrator.json"
-            if cfg.is_file():
-                async_level = json.loads(cfg.read_text()).get("async_level")
+    async_level = args.async_level if args.async_level is not None else _async_level(args.inputs)
     stats = ParseStats()
-    analysis = diagnose(collect(parse_files(files, stats), stats, thresholds, async_level))
+    analysis = analyze(parse_files(files, stats), stats, thresholds, async_level)
     out = args.out or Path("bottleneck_logs") / f"analysis_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
     write_report(analysis, out)
-    head = analysis.primary["title"] if analysis.primary else "no bottleneck found"
+    head = analysis.primary.title if analysis.primary else "no bottleneck found"
     print(
         f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "
         f"{stats.seconds:.2f}s)"

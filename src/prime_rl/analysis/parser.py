@@ -1,4 +1,4 @@
-"""Streaming parser for the tagged timing lines of DESIGN.md.
+"""Streaming parser for the tagged timing lines whose grammar is in ``docs/design.md``.
 
 Logs are read in large binary chunks and scanned with one compiled regex, so Python only touches
 tagged lines; gzip files (``.gz``) and rotated parts are read the same way. A line that carries

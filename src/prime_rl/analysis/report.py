@@ -1,12 +1,19 @@
-"""Write the analysis directory: SUMMARY.md, *_stats.txt, slowest_updates.txt, timeline.txt/.png, summary.json."""
+"""Write the analysis directory: SUMMARY.md, *_stats.txt, slowest_updates.txt, timeline.txt/.png, summary.json.
+
+The files are described in ``bottleneck_logs/README.md``.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from prime_rl.analysis.analyze import Analysis, Thresholds, describe, to_json
+from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.thresholds import Thresholds
 
 STAT_FILES = {
     "queue_ms_stats.txt": ("queue_ms", "Queue delay (client wall_ms - server rpc_ms) per weight update"),
@@ -49,12 +56,13 @@ def _clock(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts is not None else "?"
 
 
-def slowest_updates(a: Analysis, n: int = 10) -> str:
+def slowest_updates(d: Collected, n: int = 10) -> str:
+    """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped."""
     ups = sorted(
-        (u for u in a.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
+        (u for u in d.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
         key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0),
     )[:n]
-    gens = [s for s in a.spans if s.kind == "gen"]
+    gens = [s for s in d.spans if s.kind == "gen"]
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"
     ]
@@ -78,48 +86,50 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def timeline(a: Analysis) -> str:
+def timeline(d: Collected) -> str:
+    """timeline.txt: every span in time order; updates with their queue/rpc split and overlaps."""
     out = [
         "Weight updates, checkpoint waits/writes and generation batches in time order.",
         "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         "",
     ]
-    gens = [s for s in a.spans if s.kind == "gen"]
-    for s in a.spans:
+    gens = [s for s in d.spans if s.kind == "gen"]
+    for s in d.spans:
         line = (
             f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
         )
         if s.kind == "update":
             over = [g.label for g in gens if g.start < s.end and g.end > s.start]
-            u = next((u for u in a.updates if f"update {u.tid}" == s.label), None)
+            u = next((u for u in d.updates if f"update {u.tid}" == s.label), None)
             gap = u.send_to_recv_ms if u else None
             line += f"  queue_ms={_fmt(s.info.get('queue_ms'))} rpc_ms={_fmt(s.info.get('rpc_ms'))}"
             line += f" send->recv={_fmt(gap)}" if gap is not None else ""
             line += f"  overlaps: {', '.join(over) if over else 'no batch'}"
         out.append(line)
-    if not a.spans:
+    if not d.spans:
         out.append("(no timed events)")
     return "\n".join(out) + "\n"
 
 
 def plot_timeline(a: Analysis, path: Path) -> bool:
     """timeline.png: one row per kind of event; returns False when there is nothing to draw."""
-    if not a.spans:
+    d = a.data
+    if not d.spans:
         return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t0 = min(s.start for s in a.spans)
+    t0 = min(s.start for s in d.spans)
     rows = ["gen", "ckpt_wait", "ckpt_write", "update"]
     colors = {"gen": "tab:blue", "ckpt_wait": "tab:orange", "ckpt_write": "tab:green", "update": "tab:red"}
     fig, ax = plt.subplots(figsize=(12, 3.2))
     for i, kind in enumerate(rows):
-        bars = [(s.start - t0, max(s.end - s.start, 1e-3)) for s in a.spans if s.kind == kind]
+        bars = [(s.start - t0, max(s.end - s.start, 1e-3)) for s in d.spans if s.kind == kind]
         if bars:
             ax.broken_barh(bars, (i - 0.35, 0.7), color=colors[kind])
-    for u in a.updates:  # the queue part of each update, hatched
+    for u in d.updates:  # the queue part of each update, hatched
         if u.start is not None and u.queue_ms:
             ax.broken_barh(
                 [(u.start - t0, u.queue_ms / 1000.0)],
@@ -132,7 +142,7 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
         range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"]
     )
     ax.set_xlabel("seconds since the first event")
-    title = a.primary["title"] if a.primary else "no bottleneck found"
+    title = a.primary.title if a.primary else "no bottleneck found"
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -140,77 +150,116 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     return True
 
 
-def summary_md(a: Analysis, has_png: bool) -> str:
-    st = {k: describe(v) for k, v in a.series.items()}
-    lines = ["# Bottleneck analysis", ""]
+def _headline(a: Analysis) -> list[str]:
+    """The primary bottleneck and its evidence, or the numbers that show there is none."""
     if a.primary:
-        lines += [
-            f"**Primary bottleneck: {a.primary['title']}.**",
-            "",
-            f"Evidence: {a.primary['evidence']}.",
-            "",
-        ]
-    else:
-        healthy = []
-        if st["queue_ms"].get("count"):
-            healthy.append(
-                f"queue_ms median {st['queue_ms']['p50']:.1f} ms (max {st['queue_ms']['max']:.1f})"
-            )
-        if st["rpc_ms"].get("count"):
-            healthy.append(f"rpc_ms median {st['rpc_ms']['p50']:.1f} ms")
-        if st["ckpt_wait_ms"].get("count"):
-            healthy.append(f"ckpt wait median {st['ckpt_wait_ms']['p50']:.1f} ms")
-        lines += [
-            "**No bottleneck found: queue delays and waits are within the thresholds.**",
-            "",
-            ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
-            "",
-        ]
-    lines += [
+        return [f"**Primary bottleneck: {a.primary.title}.**", "", f"Evidence: {a.primary.evidence}.", ""]
+    d = a.data
+    healthy = []
+    if d.stat("queue_ms", "count"):
+        healthy.append(
+            f"queue_ms median {d.stat('queue_ms', 'p50'):.1f} ms (max {d.stat('queue_ms', 'max'):.1f})"
+        )
+    if d.stat("rpc_ms", "count"):
+        healthy.append(f"rpc_ms median {d.stat('rpc_ms', 'p50'):.1f} ms")
+    if d.stat("ckpt_wait_ms", "count"):
+        healthy.append(f"ckpt wait median {d.stat('ckpt_wait_ms', 'p50'):.1f} ms")
+    return [
+        "**No bottleneck found: queue delays and waits are within the thresholds.**",
+        "",
+        ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
+        "",
+    ]
+
+
+def _key_numbers(d: Collected) -> list[str]:
+    lines = [
         "## Key numbers",
         "",
         "| metric | count | mean | p50 | p95 | p99 | max |",
         "|---|---|---|---|---|---|---|",
     ]
     for series, title in STAT_FILES.values():
-        s = st[series]
+        s = d.describe(series)
         if s.get("count"):
             lines.append(
                 f"| {title} | {s['count']} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p95']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |"
             )
+    return lines
+
+
+def _findings_and_steps(a: Analysis) -> list[str]:
+    """Secondary findings, warnings and every finding's next steps."""
+    lines = []
     if a.findings[1:]:
         lines += ["", "## Secondary findings", ""]
         for f in a.findings[1:]:
-            lines.append(f"- **{f['title']}**: {f['evidence']}.")
+            lines.append(f"- **{f.title}**: {f.evidence}.")
     if a.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
-    steps = [s for f in a.findings for s in f["next"]]
+    steps = [s for f in a.findings for s in f.next]
     lines += ["", "## Next steps", ""]
     lines += (
         [f"{i}. {s}" for i, s in enumerate(steps, 1)]
         if steps
         else ["Nothing to fix; re-run the analysis after changing the load."]
     )
-    if has_png:
-        lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
-    lines += ["", "## Inputs and thresholds", ""]
+    return lines
+
+
+def _inputs(a: Analysis) -> list[str]:
+    """What was parsed, and every threshold with its description."""
+    p = a.data.parse
+    lines = ["", "## Inputs and thresholds", ""]
     lines.append(
-        f"Parsed {a.parse.lines} lines ({a.parse.tagged} tagged, {a.parse.malformed} malformed) from "
-        f"{len(a.parse.files)} file(s) in {a.parse.seconds:.2f} s: {', '.join(a.parse.files)}."
+        f"Parsed {p.lines} lines ({p.tagged} tagged, {p.malformed} malformed) from "
+        f"{len(p.files)} file(s) in {p.seconds:.2f} s: {', '.join(p.files)}."
     )
     lines.append("")
     for name, info in Thresholds.model_fields.items():
         lines.append(f"- `{name}` = {getattr(a.thresholds, name)}: {info.description}")
+    return lines
+
+
+def summary_md(a: Analysis, has_png: bool) -> str:
+    """SUMMARY.md: the primary bottleneck, key numbers, other findings, warnings, next steps, inputs."""
+    lines = ["# Bottleneck analysis", ""] + _headline(a) + _key_numbers(a.data) + _findings_and_steps(a)
+    if has_png:
+        lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
+    lines += _inputs(a)
     return "\n".join(lines) + "\n"
 
 
+def to_json(a: Analysis) -> dict[str, Any]:
+    """summary.json: findings, warnings, every series' statistics, counts, inputs and the updates."""
+    d = a.data
+    return {
+        "primary": a.primary.to_dict() if a.primary else None,
+        "findings": [f.to_dict() for f in a.findings],
+        "warnings": list(a.warnings),
+        "stats": {k: d.describe(k) for k in d.series},
+        "counts": dict(d.counts),
+        "run_seconds": d.run_seconds,
+        "async_level": d.async_level,
+        "thresholds": a.thresholds.model_dump(),
+        "parse": {
+            "files": d.parse.files,
+            "lines": d.parse.lines,
+            "tagged": d.parse.tagged,
+            "malformed": d.parse.malformed,
+            "seconds": d.parse.seconds,
+        },
+        "updates": [asdict(u) | {"send_to_recv_ms": u.send_to_recv_ms} for u in d.updates],
+    }
+
+
 def write_report(a: Analysis, out: Path) -> Path:
+    """Write every file of the analysis directory ``out``; returns ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    st = {k: describe(v) for k, v in a.series.items()}
     for name, (series, title) in STAT_FILES.items():
-        (out / name).write_text(format_stats(title, st[series]))
-    (out / "slowest_updates.txt").write_text(slowest_updates(a))
-    (out / "timeline.txt").write_text(timeline(a))
+        (out / name).write_text(format_stats(title, a.data.describe(series)))
+    (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
+    (out / "timeline.txt").write_text(timeline(a.data))
     has_png = plot_timeline(a, out / "timeline.png")
     (out / "summary.json").write_text(json.dumps(to_json(a), indent=2, default=str))
     (out / "SUMMARY.md").write_text(summary_md(a, has_png))

@@ -1,0 +1,309 @@
+"""The diagnosis rules: one function per bottleneck, each returning a :class:`Finding` or None.
+
+A rule reads only the collected data (:class:`~prime_rl.analysis.stats.Collected`) and the
+thresholds, so rules do not depend on each other; where two findings exclude each other (checkpoint
+I/O vs trainer-bound) both rules test the same shared condition. :data:`RULES` is the order the
+ranking walks; findings with equal shares keep it. The signatures are summarised in
+``bottleneck_logs/README.md`` ("Diagnostic signatures").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.thresholds import Thresholds
+
+Rule = Callable[[Collected, Thresholds], Finding | None]
+
+
+def _rpc_p50_mean(d: Collected) -> tuple[float | None, float | None]:
+    """Median and mean engine RPC time: the client's rpc_ms, else the server log's rpc_ms."""
+    r50, rmean = d.stat("rpc_ms", "p50"), d.stat("rpc_ms", "mean")
+    if r50 is None:
+        r50, rmean = d.stat("server_rpc_ms", "p50"), d.stat("server_rpc_ms", "mean")
+    return r50, rmean
+
+
+def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
+    """Weight updates wait in front of the server: mean ``queue_ms`` above ``queue_ratio`` x mean
+    ``rpc_ms`` (the server's rpc_ms when the client gives none) and p95 ``queue_ms`` above
+    ``queue_ms_min``. Queueing comes in bursts (an update waits when the pool happens to be full), so
+    means (totals) are compared, not medians."""
+    q50, q95 = d.stat("queue_ms", "p50"), d.stat("queue_ms", "p95")
+    qmean = d.stat("queue_ms", "mean")
+    _, rmean = _rpc_p50_mean(d)
+    if qmean is None or rmean is None:
+        return None
+    if not (qmean > th.queue_ratio * max(rmean, 1e-9) and (q95 or 0) > th.queue_ms_min):
+        return None
+    gap = d.stat("send_to_recv_ms", "p50")
+    where = (
+        f"; client.send -> server.recv median {gap:.1f} ms, so the wait happens before the server sees the request"
+        if gap is not None
+        else ""
+    )
+    run_ms = d.run_ms
+    return Finding(
+        kind="frontend_queue_saturation",
+        title="Front-end queue saturation: admin requests wait behind streaming inference",
+        evidence=f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
+        f"{qmean / max(rmean, 1e-9):.1f}x{where}",
+        share=d.total("queue_ms") / run_ms if run_ms else 1.0,
+        next=(
+            "Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
+            "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool.",
+        ),
+    )
+
+
+def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
+    """The server takes long to load new weights: median ``rpc_ms`` (the server's when the client
+    gives none) above ``rpc_ms_high``."""
+    r50, _ = _rpc_p50_mean(d)
+    if r50 is None or not r50 > th.rpc_ms_high:
+        return None
+    p95 = d.stat("rpc_ms", "p95") or d.stat("server_rpc_ms", "p95")
+    run_ms = d.run_ms
+    return Finding(
+        kind="slow_reload",
+        title="Slow engine reload: the server takes long to load new weights",
+        evidence=f"rpc_ms median {r50:.1f} ms (p95 {p95:.1f}) > {th.rpc_ms_high:.0f} ms",
+        share=sum(d.series["rpc_ms"] or d.series["server_rpc_ms"]) / run_ms if run_ms else 0.5,
+        next=(
+            "Profile weight loading in the worker extension (load_ms in rpc.done): disk vs copy vs repack.",
+            "Use faster storage (local NVMe) or in-memory sharing (shm/mmap) for weights/step_N.",
+            "Use a smaller or quantised model (int8/int4) if the reload dominates.",
+        ),
+    )
+
+
+def _waits_a_lot(d: Collected, th: Thresholds) -> bool:
+    """The orchestrator's waits for weights ([ckpt] wait.done) exceed ``ckpt_wait_share`` of the run."""
+    run_ms = d.run_ms
+    return bool(run_ms and d.total("ckpt_wait_ms") / run_ms > th.ckpt_wait_share)
+
+
+def _is_checkpoint_io(d: Collected, th: Thresholds) -> bool:
+    """Long waits that the write explains (median write >= ``write_share`` of the median wait, or no
+    write lines to tell), or slow writes on their own (p95 write_ms above ``write_ms_high``)."""
+    w50, w95 = d.stat("write_ms", "p50"), d.stat("write_ms", "p95")
+    wait50 = d.stat("ckpt_wait_ms", "p50")
+    # a long wait with a short write means the trainer's compute, not its I/O, is what generation waits for
+    io_share = (w50 / wait50) if (w50 is not None and wait50) else None
+    return (_waits_a_lot(d, th) and (io_share is None or io_share >= th.write_share)) or (
+        w95 is not None and w95 > th.write_ms_high
+    )
+
+
+def checkpoint_io(d: Collected, th: Thresholds) -> Finding | None:
+    """The orchestrator waits for the trainer's weight writes: see :func:`_is_checkpoint_io`."""
+    if not _is_checkpoint_io(d, th):
+        return None
+    run_ms = d.run_ms
+    wait_total = d.total("ckpt_wait_ms")
+    w50, w95 = d.stat("write_ms", "p50"), d.stat("write_ms", "p95")
+    return Finding(
+        kind="checkpoint_io",
+        title="Checkpoint I/O: the orchestrator waits for the trainer's weight writes",
+        evidence=f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / max(run_ms, 1e-9):.0f}% of {run_ms / 1000:.1f} s)"
+        + (f"; write_ms median {w50:.1f} ms, p95 {w95:.1f} ms" if w95 is not None else ""),
+        share=wait_total / run_ms if run_ms else 0.0,
+        next=(
+            "Profile the trainer's weight write ([ckpt] write.done write_ms): is the sharded save working?",
+            "Put output_dir on local SSD/NVMe, not a network filesystem.",
+            "Raise async_level so generation overlaps the trainer's write (more staleness).",
+        ),
+    )
+
+
+def trainer_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """Generation waits for the trainer's next step: the waits for weights exceed ``ckpt_wait_share``
+    of the run while the median write is under ``write_share`` of the median wait (and no write's
+    p95 is above ``write_ms_high``, which would make it checkpoint I/O)."""
+    if not _waits_a_lot(d, th) or _is_checkpoint_io(d, th):
+        return None
+    run_ms = d.run_ms
+    wait_total = d.total("ckpt_wait_ms")
+    wait50, w50 = d.stat("ckpt_wait_ms", "p50"), d.stat("write_ms", "p50")
+    return Finding(
+        kind="trainer_bound",
+        title="Trainer-bound: generation waits for the trainer's next step",
+        evidence=f"ckpt wait {wait_total / 1000:.1f} s in all ({100 * wait_total / run_ms:.0f}% of {run_ms / 1000:.1f} s), "
+        f"median {wait50:.0f} ms per step, while the weight write itself takes {w50:.1f} ms (median)",
+        share=wait_total / run_ms,
+        next=(
+            "Speed up training: more trainer GPUs/ranks, larger micro-batches, bf16 on GPU.",
+            "Raise async_level so more generation overlaps each training step (more staleness).",
+            "Give the trainer dedicated cores/GPUs if it shares them with the inference server.",
+        ),
+    )
+
+
+def generation_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """The run waits on the inference servers: the trainer's waits for rollouts ([train] step.done
+    wait_ms) exceed ``train_wait_share`` of the run; without a trainer log, generation ([gen]
+    batch.done dur_ms) exceeds ``gen_share`` of the run and no checkpoint wait explains the run."""
+    run_ms = d.run_ms
+    gen_total, train_wait = d.total("gen_dur_ms"), d.total("train_wait_ms")
+    if d.series["train_wait_ms"]:  # the trainer says how long it waited for rollouts: the direct evidence
+        if not (run_ms and train_wait / run_ms > th.train_wait_share):
+            return None
+        why = (
+            f"the trainer waited {train_wait / 1000:.1f} s for rollouts ({100 * train_wait / max(run_ms, 1e-9):.0f}% of "
+            f"{run_ms / 1000:.1f} s)"
+        )
+    else:  # no trainer log: generation's share of the run is all there is
+        if (
+            not (run_ms and gen_total / run_ms > th.gen_share)
+            or _waits_a_lot(d, th)
+            or _is_checkpoint_io(d, th)
+        ):
+            return None
+        why = f"generation {gen_total / 1000:.1f} s of {run_ms / 1000:.1f} s ({100 * gen_total / max(run_ms, 1e-9):.0f}%; no trainer log)"
+    return Finding(
+        kind="generation_bound",
+        title="Generation-bound: the run waits on the inference servers",
+        evidence=f"{why}; batch dur_ms median {d.stat('gen_dur_ms', 'p50') or 0:.0f}",
+        share=(train_wait if d.series["train_wait_ms"] else gen_total) / run_ms,
+        next=(
+            "Raise parallelism (max_inflight, more servers) until time per batch stops dropping.",
+            "Tune the model server: tensor parallelism, max_num_seqs, max_num_batched_tokens, prefix caching.",
+            "Lower max_tokens if trunc_pct shows most completions hit the limit.",
+        ),
+    )
+
+
+def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """Scoring costs more than generation: median [verify] batch.done dur_ms above ``verify_ratio`` x
+    median [gen] batch.done dur_ms."""
+    v50, g50 = d.stat("verify_dur_ms", "p50"), d.stat("gen_dur_ms", "p50")
+    if v50 is None or not g50 or not v50 > th.verify_ratio * g50:
+        return None
+    run_ms = d.run_ms
+    return Finding(
+        kind="verification_bound",
+        title="Verification-bound: scoring costs more than generation",
+        evidence=f"verify dur_ms median {v50:.0f} per step vs generation {g50:.0f} ms ({v50 / g50:.1f}x)",
+        share=d.total("verify_dur_ms") / run_ms if run_ms else 0.5,
+        next=(
+            "Add verifier processes (verify.workers) or speed up the verifier (cache, fast mode).",
+            "Defer verification: collect with --no-verify and score later with verify-rollouts.",
+        ),
+    )
+
+
+def _collect_means(d: Collected) -> tuple[float | None, float | None, float | None]:
+    """Mean gen_ms, verify_ms and queue_ms per sample of the offline collector ([collect] rollout.done)."""
+    return (
+        d.stat("collect_gen_ms", "mean"),
+        d.stat("collect_verify_ms", "mean"),
+        d.stat("collect_queue_ms", "mean"),
+    )
+
+
+def _collect_verify_slow(d: Collected, th: Thresholds) -> bool:
+    cg, cv, _ = _collect_means(d)
+    return bool(cg and cv is not None and cv > th.verify_ratio * cg)
+
+
+def _collect_busy_ms(d: Collected) -> float:
+    """The collector's summed [collect] dur_ms (1.0 when there is none): the base of its shares."""
+    return d.total("collect_ms") or 1.0
+
+
+def collect_verification_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """Offline collection waits on the verifier: mean [collect] verify_ms above ``verify_ratio`` x mean
+    gen_ms."""
+    if not _collect_verify_slow(d, th):
+        return None
+    cg, cv, _ = _collect_means(d)
+    return Finding(
+        kind="verification_bound",
+        title="Verification-bound: samples wait longer for the verifier than for the model",
+        evidence=f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x)",
+        share=d.total("collect_verify_ms") / _collect_busy_ms(d),
+        next=(
+            "Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
+            "Defer verification: collect with --no-verify and score later with collect-rollouts verify.",
+        ),
+    )
+
+
+def collect_generation_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """Offline collection time is model time: [collect] gen_ms present, neither verification-bound
+    (see :func:`collect_verification_bound`) nor queued (mean queue_ms above mean gen_ms)."""
+    cg, cv, cq = _collect_means(d)
+    if not cg or not d.series["collect_gen_ms"] or (cq and cq > cg) or _collect_verify_slow(d, th):
+        return None
+    return Finding(
+        kind="collect_generation_bound",
+        title="Model inference: collection time is generation time",
+        evidence=f"[collect] gen_ms mean {cg:.0f} ms of {d.stat('collect_ms', 'mean') or 0:.0f} ms per sample"
+        + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
+        share=d.total("collect_gen_ms") / _collect_busy_ms(d),
+        next=(
+            "Run `collect-rollouts diagnose`: if time drops with parallelism, raise num_samples_in_parallel.",
+            "Otherwise tune the model server (memory utilisation, batched tokens, more replicas).",
+        ),
+    )
+
+
+def collect_queue(d: Collected, th: Thresholds) -> Finding | None:
+    """Offline samples wait on the client side (a parallelism slot or a rate-limit pause): mean
+    [collect] queue_ms above mean gen_ms."""
+    cg, _, cq = _collect_means(d)
+    if not (cq and cg and cq > cg):
+        return None
+    return Finding(
+        kind="collect_queue",
+        title="Client-side queueing: samples wait for a parallelism slot or a rate-limit pause",
+        evidence=f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms",
+        share=d.total("collect_queue_ms") / _collect_busy_ms(d),
+        next=(
+            "If 429s are counted, the rate limit sets the pace: see the rate-limit finding.",
+            "Otherwise raise num_samples_in_parallel (the server has room).",
+        ),
+    )
+
+
+def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
+    """The server answers 429: retries after HTTP 429 ([gen]/[collect] request.retry status=429, or an
+    older collector line with status=429) above ``rate_limited_frac`` of completions, or any 429
+    when no completions are counted."""
+    n429 = d.counts.get("retry.429", 0)
+    completions = d.counts.get("completions", 0)
+    if not (n429 and (not completions or n429 / completions > th.rate_limited_frac)):
+        return None
+    run_ms = d.run_ms
+    return Finding(
+        kind="rate_limited",
+        title="Rate-limited: the server answers 429",
+        evidence=f"{n429} retries after HTTP 429"
+        + (f" for {completions} completions" if completions else "")
+        + (
+            f"; retry waits median {d.stat('retry_wait_ms', 'p50'):.0f} ms"
+            if d.series["retry_wait_ms"]
+            else ""
+        ),
+        share=d.total("retry_wait_ms") / run_ms if run_ms else 0.5,
+        next=(
+            "Respect the rate limit: lower parallelism, honour Retry-After, spread load over more keys/servers.",
+        ),
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    frontend_queue_saturation,
+    slow_reload,
+    checkpoint_io,
+    trainer_bound,
+    generation_bound,
+    verification_bound,
+    collect_verification_bound,
+    collect_generation_bound,
+    collect_queue,
+    rate_limited,
+)
+"""Every rule, in the order findings with equal shares are listed."""

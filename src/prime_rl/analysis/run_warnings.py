@@ -1,0 +1,68 @@
+"""Warnings: things worth knowing that are not bottlenecks (staleness, truncation, missing or bad lines).
+
+One function per warning, each returning its sentence or None; :data:`WARNINGS` is the order
+SUMMARY.md lists them in. See ``bottleneck_logs/README.md`` for what to do about each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.thresholds import Thresholds
+
+Check = Callable[[Collected, Thresholds], str | None]
+
+
+def staleness_above_async_level(d: Collected, th: Thresholds) -> str | None:
+    """[rollout] staleness above the run's async_level (when it is known)."""
+    staleness = d.series["staleness"]
+    if d.async_level is not None and staleness and max(staleness) > d.async_level:
+        return f"staleness reached {max(staleness):.0f}, above async_level {d.async_level}"
+    return None
+
+
+def truncation(d: Collected, th: Thresholds) -> str | None:
+    """Mean [rollout] trunc_pct above ``trunc_pct_warn``."""
+    trunc = d.series["trunc_pct"]
+    if trunc and sum(trunc) / len(trunc) > th.trunc_pct_warn:
+        return (
+            f"mean trunc_pct {sum(trunc) / len(trunc):.1f}% > {th.trunc_pct_warn:.0f}%: "
+            "completions hit max_tokens; raise it or expect clipped answers"
+        )
+    return None
+
+
+def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
+    """No weight update at all, or none with its server side (no inference log given)."""
+    if not d.updates:
+        return (
+            "no [weights] lines: check that async_level is set right, that the trainer writes checkpoints "
+            "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
+            "and that the orchestrator log (and, for server.recv, the inference log) was given"
+        )
+    if not any(u.recv_ts is not None for u in d.updates):
+        return "no server-side [weights] lines: pass the inference log too to split queue time into client and server parts"
+    return None
+
+
+def malformed_lines(d: Collected, th: Thresholds) -> str | None:
+    """Tagged lines the parser had to skip."""
+    if d.parse.malformed:
+        return f"{d.parse.malformed} malformed tagged line(s) skipped (e.g. {d.parse.malformed_examples[:1]})"
+    return None
+
+
+def failed_updates(d: Collected, th: Thresholds) -> str | None:
+    """Weight updates that ended in [weights] client.error."""
+    failed = sum(u.failed for u in d.updates)
+    return f"{failed} weight update(s) failed (client.error)" if failed else None
+
+
+WARNINGS: tuple[Check, ...] = (
+    staleness_above_async_level,
+    truncation,
+    missing_weight_lines,
+    malformed_lines,
+    failed_updates,
+)

@@ -1,0 +1,85 @@
+"""The report: SUMMARY.md, summary.json and the text files, from hand-built analyses and synthetic logs."""
+
+from __future__ import annotations
+
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.report import format_stats, slowest_updates, summary_md, timeline, to_json
+from prime_rl.analysis.stats import describe
+from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import Update
+
+PRIMARY = Finding("slow_reload", "Slow reload", "rpc_ms median 20000.0 ms", 0.6, ("Profile.", "Faster disk."))
+SECOND = Finding("checkpoint_io", "Checkpoint I/O", "ckpt wait 30.0 s", 0.3, ("Use NVMe.",))
+
+
+def test_summary_names_the_primary_then_the_rest(collected):
+    a = Analysis(collected(rpc_ms=[20000.0] * 3), Thresholds(), (PRIMARY, SECOND), ("a warning",))
+    md = summary_md(a, has_png=False)
+    assert md.startswith(
+        "# Bottleneck analysis\n\n**Primary bottleneck: Slow reload.**\n\nEvidence: rpc_ms median"
+    )
+    assert "- **Checkpoint I/O**: ckpt wait 30.0 s." in md and "- a warning" in md
+    assert "1. Profile.\n2. Faster disk.\n3. Use NVMe." in md
+    assert "| Server RPC time per weight update (client view) | 3 | 20000.0 |" in md
+    assert "## Timeline" not in md and "- `queue_ratio` = 3.0: " in md
+
+
+def test_summary_without_findings_gives_the_healthy_numbers(collected):
+    a = Analysis(collected(queue_ms=[5.0, 7.0], ckpt_wait_ms=[20.0]), Thresholds(), (), ())
+    md = summary_md(a, has_png=True)
+    assert (
+        "**No bottleneck found" in md and "queue_ms median 6.0 ms (max 7.0); ckpt wait median 20.0 ms." in md
+    )
+    assert "Nothing to fix" in md and "![timeline](timeline.png)" in md
+    assert "No timed events to judge." in summary_md(Analysis(collected(), Thresholds(), (), ()), False)
+
+
+def test_json_lists_findings_as_dicts(collected):
+    a = Analysis(collected(rpc_ms=[1.0]), Thresholds(), (PRIMARY, SECOND), ())
+    out = to_json(a)
+    assert list(out) == [
+        "primary",
+        "findings",
+        "warnings",
+        "stats",
+        "counts",
+        "run_seconds",
+        "async_level",
+        "thresholds",
+        "parse",
+        "updates",
+    ]
+    assert (
+        out["primary"]
+        == out["findings"][0]
+        == {
+            "kind": "slow_reload",
+            "title": "Slow reload",
+            "evidence": "rpc_ms median 20000.0 ms",
+            "share": 0.6,
+            "next": ["Profile.", "Faster disk."],
+        }
+    )
+    assert out["stats"]["rpc_ms"]["count"] == 1 and out["stats"]["queue_ms"] == {"count": 0}
+    assert to_json(Analysis(collected(), Thresholds(), (), ()))["primary"] is None
+
+
+def test_text_files(collected):
+    assert format_stats("T", {"count": 0}) == "T\n  count: 0 (no such lines)\n"
+    assert "  count:   2\n  mean:    1.5\n" in format_stats("T", describe([1.0, 2.0]))
+    d = collected(updates=(Update("t1", send_ts=100.0, wall_ms=800.0, rpc_ms=300.0, queue_ms=500.0),))
+    text = slowest_updates(d)
+    assert text.splitlines()[1].split()[:1] == ["t1"] and "800.0" in text and "500.0" in text
+    assert "(no weight updates" in slowest_updates(collected())
+    assert "(no timed events)" in timeline(collected())
+
+
+def test_front_end_saturation_names_the_numbers_and_the_fix(tmp_path, analyze):
+    files = make_run("frontend_queue_saturation", seed=2).write(tmp_path / "logs")
+    summary, md = analyze(files.values(), tmp_path / "out")
+    assert "Front-end queue saturation" in md and "queue_ms mean" in md and "vs rpc_ms mean" in md
+    assert "client.send -> server.recv median" in summary["primary"]["evidence"]
+    assert any("dedicated admin client" in s for s in summary["primary"]["next"])

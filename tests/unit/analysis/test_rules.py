@@ -1,0 +1,186 @@
+"""The rules one by one on minimal hand-built inputs (each fires, and does not fire when it must not),
+the warnings, the ranking, and thresholds and warnings end to end."""
+
+from __future__ import annotations
+
+import pytest
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.analysis import analyze as analyze_mod
+from prime_rl.analysis import rules, run_warnings
+from prime_rl.analysis.analyze import rank_findings
+from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import Update
+
+TH = Thresholds()
+# a 100 s run; series not given are empty (see the ``collected`` fixture)
+FIRES = {
+    rules.frontend_queue_saturation: dict(queue_ms=[5000.0] * 4, rpc_ms=[200.0] * 4),
+    rules.slow_reload: dict(rpc_ms=[20000.0] * 3),
+    rules.checkpoint_io: dict(ckpt_wait_ms=[10000.0] * 3, write_ms=[9000.0] * 3),
+    rules.trainer_bound: dict(ckpt_wait_ms=[10000.0] * 3, write_ms=[40.0] * 3),
+    rules.generation_bound: dict(train_wait_ms=[20000.0] * 2, gen_dur_ms=[20000.0] * 2),
+    rules.verification_bound: dict(verify_dur_ms=[1000.0], gen_dur_ms=[1500.0]),
+    rules.collect_verification_bound: dict(collect_gen_ms=[500.0], collect_verify_ms=[400.0]),
+    rules.collect_generation_bound: dict(
+        collect_gen_ms=[500.0], collect_verify_ms=[10.0], collect_queue_ms=[10.0], collect_ms=[520.0]
+    ),
+    rules.collect_queue: dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),
+    rules.rate_limited: dict(counts={"retry.429": 5, "completions": 100}, retry_wait_ms=[500.0] * 5),
+}
+QUIET = {
+    rules.frontend_queue_saturation: [
+        dict(queue_ms=[100.0] * 4, rpc_ms=[200.0] * 4),  # queue well below rpc
+        dict(queue_ms=[900.0] * 4, rpc_ms=[10.0] * 4),  # large ratio, but p95 queue under queue_ms_min
+        dict(queue_ms=[5000.0] * 4),  # no rpc time at all
+    ],
+    rules.slow_reload: [dict(rpc_ms=[500.0] * 3), dict(server_rpc_ms=[500.0] * 3), {}],
+    rules.checkpoint_io: [
+        dict(ckpt_wait_ms=[10000.0] * 3, write_ms=[40.0] * 3),  # long waits, short writes: trainer-bound
+        dict(ckpt_wait_ms=[100.0] * 3, write_ms=[90.0] * 3),  # short waits
+    ],
+    rules.trainer_bound: [
+        dict(ckpt_wait_ms=[10000.0] * 3, write_ms=[9000.0] * 3),  # the write explains the wait
+        dict(ckpt_wait_ms=[10000.0] * 3),  # no write lines: counted as I/O
+        dict(ckpt_wait_ms=[100.0] * 3, write_ms=[40.0] * 3),  # short waits
+    ],
+    rules.generation_bound: [
+        dict(train_wait_ms=[100.0] * 2, gen_dur_ms=[45000.0] * 2),  # the trainer log overrules gen's share
+        dict(gen_dur_ms=[45000.0] * 2, ckpt_wait_ms=[10000.0] * 3),  # no trainer log; waits explain the run
+        dict(gen_dur_ms=[1000.0] * 2),
+    ],
+    rules.verification_bound: [dict(verify_dur_ms=[30.0], gen_dur_ms=[1500.0]), dict(verify_dur_ms=[30.0])],
+    rules.collect_verification_bound: [dict(collect_gen_ms=[500.0], collect_verify_ms=[100.0])],
+    rules.collect_generation_bound: [
+        dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),  # queued: collect_queue instead
+        dict(collect_gen_ms=[500.0], collect_verify_ms=[400.0]),  # verification-bound instead
+        {},
+    ],
+    rules.collect_queue: [
+        dict(collect_gen_ms=[500.0], collect_queue_ms=[10.0]),
+        dict(collect_queue_ms=[10.0]),
+    ],
+    rules.rate_limited: [
+        dict(counts={"completions": 100}),
+        dict(counts={"retry.429": 1, "completions": 1000}),  # 0.1% of completions
+    ],
+}
+KINDS = {
+    rules.collect_verification_bound: "verification_bound",
+}
+
+
+def test_every_rule_is_listed_documented_and_tested():
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 10
+    assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.__name__)
+def test_rule_fires_on_its_signature(rule, collected):
+    f = rule(collected(**FIRES[rule]), TH)
+    assert isinstance(f, Finding)
+    assert f.kind == KINDS.get(rule, rule.__name__)
+    assert f.title and f.evidence and f.next and f.share > 0
+
+
+@pytest.mark.parametrize("rule", rules.RULES, ids=lambda r: r.__name__)
+def test_rule_stays_quiet_otherwise(rule, collected):
+    for case in QUIET[rule]:
+        assert rule(collected(**case), TH) is None, case
+
+
+def test_rpc_time_falls_back_to_the_server_log(collected):
+    assert rules.slow_reload(collected(server_rpc_ms=[20000.0] * 3), TH).kind == "slow_reload"
+    d = collected(queue_ms=[5000.0] * 4, server_rpc_ms=[200.0] * 4)
+    assert rules.frontend_queue_saturation(d, TH).kind == "frontend_queue_saturation"
+
+
+def test_slow_writes_alone_are_checkpoint_io(collected):
+    d = collected(ckpt_wait_ms=[100.0], write_ms=[40000.0])
+    assert rules.checkpoint_io(d, TH) is not None and rules.trainer_bound(d, TH) is None
+
+
+def test_generation_bound_without_a_trainer_log(collected):
+    f = rules.generation_bound(collected(gen_dur_ms=[45000.0] * 2), TH)
+    assert f is not None and "no trainer log" in f.evidence and f.share == 0.9
+
+
+def test_rate_limited_with_no_completions_counted(collected):
+    f = rules.rate_limited(collected(counts={"retry.429": 1}), TH)
+    assert f is not None and f.evidence == "1 retries after HTTP 429" and f.share == 0.0
+
+
+def test_thresholds_move_the_line(collected):
+    d = collected(**FIRES[rules.slow_reload])
+    assert rules.slow_reload(d, Thresholds(rpc_ms_high=30000)) is None
+
+
+def test_findings_are_ranked_by_share(collected):
+    # 20 s of reloads (the earlier rule), 50 s of checkpoint waits: the larger share comes first
+    d = collected(rpc_ms=[20000.0], ckpt_wait_ms=[10000.0] * 5, write_ms=[9000.0] * 5)
+    a = rank_findings(d, TH)
+    assert [f.kind for f in a.findings] == ["checkpoint_io", "slow_reload"]
+    assert a.primary is a.findings[0] and a.findings[1].share == pytest.approx(0.2)
+    assert rank_findings(collected(), TH).primary is None
+
+
+def test_equal_shares_keep_the_rule_order(collected, monkeypatch):
+    def first(d, th):
+        return Finding("a", "A", "e", 0.5, ())
+
+    def second(d, th):
+        return Finding("b", "B", "e", 0.5, ())
+
+    def bigger(d, th):
+        return Finding("c", "C", "e", 0.7, ())
+
+    monkeypatch.setattr(analyze_mod, "RULES", (first, second, lambda d, th: None, bigger))
+    assert [f.kind for f in rank_findings(collected(), TH).findings] == ["c", "a", "b"]
+
+
+WARNS = {
+    run_warnings.staleness_above_async_level: (
+        dict(async_level=1, staleness=[0.0, 2.0]),
+        dict(staleness=[5.0]),
+    ),
+    run_warnings.truncation: (dict(trunc_pct=[20.0, 30.0]), dict(trunc_pct=[5.0, 6.0])),
+    run_warnings.missing_weight_lines: (dict(), dict(updates=(Update("t1", recv_ts=1.0),))),
+    run_warnings.malformed_lines: (dict(malformed=2), dict()),
+    run_warnings.failed_updates: (
+        dict(updates=(Update("t1", recv_ts=1.0, failed=True),)),
+        dict(updates=(Update("t1", recv_ts=1.0),)),
+    ),
+}
+
+
+@pytest.mark.parametrize("check", run_warnings.WARNINGS, ids=lambda c: c.__name__)
+def test_each_warning_fires_and_stays_quiet(check, collected):
+    fires, quiet = WARNS[check]
+    assert check(collected(**fires), TH)
+    assert check(collected(**quiet), TH) is None
+    assert check.__doc__
+
+
+def test_updates_without_server_lines_ask_for_the_inference_log(collected):
+    text = run_warnings.missing_weight_lines(collected(updates=(Update("t1", send_ts=1.0),)), TH)
+    assert "pass the inference log too" in text
+
+
+def test_missing_server_log_still_diagnoses_with_a_warning(tmp_path, analyze):
+    files = make_run("frontend_queue_saturation", seed=5).write(tmp_path / "logs")
+    summary, md = analyze([files["orchestrator"]], tmp_path / "out")
+    assert summary["primary"]["kind"] == "frontend_queue_saturation"
+    assert "pass the inference log too" in md
+
+
+def test_staleness_and_truncation_warnings_and_thresholds(tmp_path, analyze):
+    files = make_run("generation_bound", seed=6, async_level=2).write(tmp_path / "logs")
+    summary, md = analyze(
+        files.values(), tmp_path / "out", "--async_level", "1", "--threshold", "trunc_pct_warn=20"
+    )
+    assert any("above async_level 1" in w for w in summary["warnings"])
+    assert any("trunc_pct" in w for w in summary["warnings"])
+    assert "`trunc_pct_warn` = 20.0" in md
+    summary, _ = analyze(files.values(), tmp_path / "out2", "--threshold", "train_wait_share=0.99")
+    assert summary["primary"] is None or summary["primary"]["kind"] != "generation_bound"

@@ -1,0 +1,111 @@
+"""Collection: events into series, counts and spans; weight updates joined by trace id; statistics."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.analysis.parser import Event, ParseStats
+from prime_rl.analysis.stats import collect, describe
+
+
+def ev(tag, event, tid=None, ts=None, **fields):
+    return Event(tag, event, tid, {k: str(v) for k, v in fields.items()}, ts, "orchestrator")
+
+
+def test_describe_empty_and_single():
+    assert describe([]) == {"count": 0}
+    assert describe([float("nan")]) == {"count": 0}
+    one = describe([3.0])
+    assert one["count"] == 1 and one["stddev"] == 0.0 and one["p50"] == one["p99"] == one["max"] == 3.0
+
+
+def test_events_fill_series_counts_and_spans():
+    events = [
+        ev("ckpt", "wait.start", ts=100.0, target_step=1),
+        ev("ckpt", "wait.done", ts=102.0, target_step=1, wait_ms=2000),
+        ev("ckpt", "write.done", ts=101.5, step=1, write_ms=500),
+        ev("gen", "batch.start", ts=102.0, step=2),
+        ev("gen", "request.retry", ts=102.5, status=429, wait_ms=300),
+        ev("gen", "batch.done", ts=104.0, step=2, completions=8, dur_ms=2000),
+        ev("verify", "batch.done", ts=104.1, dur_ms=40),
+        ev("rollout", "", ts=104.2, trunc_pct=5, staleness=1),
+        ev("train", "step.done", ts=105.0, wait_ms=10, train_ms=900),
+        ev("collect", "rollout.done", "c1", ts=106.0, dur_ms=70, queue_ms=5, gen_ms=50, verify_ms=15),
+        ev("collect", "rollout.failed", "c2", ts=107.0, status=429, dur_ms=20),
+        ev("collect", "request.retry", "c3", ts=107.5, status="conn", wait_ms=100),
+    ]
+    d = collect(iter(events), ParseStats(), async_level=1)
+    s = d.series
+    assert s["ckpt_wait_ms"] == [2000.0] and s["write_ms"] == [500.0] and s["gen_dur_ms"] == [2000.0]
+    assert s["verify_dur_ms"] == [40.0] and s["trunc_pct"] == [5.0] and s["staleness"] == [1.0]
+    assert s["train_wait_ms"] == [10.0] and s["train_ms"] == [900.0]
+    assert (
+        s["collect_ms"] == [70.0, 20.0] and s["collect_gen_ms"] == [50.0] and s["collect_verify_ms"] == [15.0]
+    )
+    assert s["retry_wait_ms"] == [300.0, 100.0]
+    assert d.counts["completions"] == 9 and d.counts["retry.429"] == 2 and d.counts["retry.conn"] == 1
+    assert d.counts["gen.batch.done"] == 1 and d.counts["rollout.-"] == 1
+    assert [(sp.kind, sp.start, sp.end) for sp in d.spans] == [
+        ("ckpt_wait", 100.0, 102.0),
+        ("ckpt_write", 101.0, 101.5),
+        ("gen", 102.0, 104.0),
+    ]
+    assert d.run_seconds == 7.5 and d.run_ms == 7500.0 and d.async_level == 1 and not d.updates
+    assert d.stat("gen_dur_ms", "p50") == 2000.0 and d.stat("queue_ms", "p50") is None
+    assert d.total("collect_ms") == 90.0
+
+
+def test_client_and_server_lines_join_into_one_update():
+    events = [
+        ev("weights", "client.send", "t1", ts=10.0, path="/update_weights", url="http://h", t=1.0),
+        ev("weights", "server.recv", "t1", ts=10.5, path="/update_weights", t=1.5),
+        ev("weights", "rpc.start", "t1", ts=10.5, target="step_1"),
+        ev("weights", "rpc.done", "t1", ts=10.7, rpc_ms=200),
+        ev("weights", "client.done", "t1", ts=10.7, wall_ms=700, rpc_ms=200),
+        ev("weights", "client.send", "t2", ts=20.0, path="/pause"),  # not a weight update
+    ]
+    d = collect(iter(events), ParseStats())
+    (u,) = d.updates
+    assert (u.tid, u.queue_ms, u.server_rpc_ms, u.target, u.failed) == ("t1", 500.0, 200.0, "step_1", False)
+    assert u.send_to_recv_ms == 500.0 and u.start == 10.0 and u.end == 10.7
+    assert d.series["queue_ms"] == [500.0] and d.series["send_to_recv_ms"] == [500.0]
+    assert [sp.kind for sp in d.spans] == ["update"]
+
+
+def test_statistics_match_an_independent_computation(tmp_path, analyze):
+    run = make_run("healthy", steps=40, seed=3)
+    files = run.write(tmp_path / "logs")
+    summary, _ = analyze(files.values(), tmp_path / "out")
+    for key in ("queue_ms", "rpc_ms", "ckpt_wait_ms", "gen_dur_ms", "write_ms", "verify_dur_ms", "staleness"):
+        vals = run.values[key]
+        st = summary["stats"][key]
+        assert st["count"] == len(vals), key
+        assert st["mean"] == pytest.approx(statistics.fmean(vals), abs=1e-6), key
+        assert st["stddev"] == pytest.approx(statistics.stdev(vals), abs=1e-6), key
+        assert st["min"] == min(vals) and st["max"] == max(vals)
+        for q in (50, 95, 99):
+            assert st[f"p{q}"] == pytest.approx(float(np.percentile(vals, q)), abs=1e-6), (key, q)
+    text = (tmp_path / "out" / "queue_ms_stats.txt").read_text()
+    assert f"count:   {len(run.values['queue_ms'])}" in text and "p99:" in text
+
+
+def test_trace_ids_repeated_across_appended_runs_are_joined_per_run(tmp_path, analyze):
+    """Logs appended over two runs reuse trace ids: each client.send pairs with its own server lines."""
+    first = make_run("frontend_queue_saturation", steps=6, seed=8)
+    second = make_run("healthy", steps=6, seed=9, start_offset_s=3600.0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("orchestrator", "inference"):
+        lines = getattr(first, name) + getattr(second, name)
+        (logs / f"{name}.log").write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
+    updates = summary["updates"]
+    assert len(updates) == len(first.values["queue_ms"]) + len(second.values["queue_ms"])
+    gaps = [u["send_to_recv_ms"] for u in updates]
+    assert all(g is not None and 0 <= g < 60_000 for g in gaps), (
+        gaps
+    )  # never across the hour between the runs
