@@ -5,30 +5,58 @@ Each component defines one :class:`BaseConfig` subclass beside its code (``infer
 increasing priority:
 
 1. field defaults,
-2. ``--config FILE`` (YAML ``.yaml``/``.yml`` or TOML ``.toml``; several files merge in order),
+2. ``--config FILE`` (YAML ``.yaml``/``.yml``, TOML ``.toml`` or JSON; several files merge in order),
 3. environment variables ``PRIME_<FIELD>`` (nested: ``PRIME_SAMPLING__MAX_TOKENS``),
 4. command-line flags: ``--output_dir DIR``, ``--sampling.max_tokens 512``, ``--flag`` /
    ``--no-flag`` for booleans, ``--key=value``; dashes and underscores are interchangeable.
 
 Unknown keys and bad values fail at load, naming the key and the reason (:class:`ConfigError`).
+
+The command line is pydantic-settings' :class:`CliSettingsSource` (an argparse parser it builds
+from the model: dotted nested keys, ``--flag/--no-flag``, lists as ``a,b`` or JSON, ``null``, a
+block as JSON, :attr:`BaseConfig.cli_aliases` as its ``cli_shortcuts``); pydantic-settings merges
+its values over the env vars and the config files (one source per file). Kept here is what it lacks:
+
+- :func:`_canonical_argv` respells tokens its parser would reject: ``--max_steps`` (it knows the
+  kebab-case ``--max-steps``), ``--flag false``/``--flag=false`` (its ``--flag/--no-flag`` takes no
+  value), a bare ``--<block>``/``--no-<block>`` (its block flag wants JSON): the block's
+  ``enabled`` switch, or true/false for the block's validator;
+- :func:`_parse_known`, the source's ``parse_args_method``, reads ``--config``, takes ``none`` for
+  ``null`` and ``""`` for an empty list, and sorts argparse's leftovers: passed through
+  (:attr:`BaseConfig.passthrough_unknown_flags`), positional (:attr:`BaseConfig.positional_field`),
+  or an error with our wording (did-you-mean hint); ``--`` and ``--help`` are handled before;
+- :func:`render_help` lists every flag with its type, default and docstring, one per line;
+- :func:`read_config_file`: the library's file sources skip a missing file and raise the parsers'
+  own errors; ours name the file and the problem.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
+import os
+import re
 import sys
 import tomllib
 import types
 import typing
+from argparse import SUPPRESS, ArgumentParser, BooleanOptionalAction, Namespace
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from prime_rl.paths import atomic_write_json
 
@@ -37,6 +65,10 @@ C = TypeVar("C", bound="BaseConfig")
 
 class ConfigError(ValueError):
     """A configuration could not be loaded: unknown key, bad value, unreadable file."""
+
+
+class HelpRequested(Exception):
+    """``--help`` was given; the message is the help text."""
 
 
 class StrictModel(BaseModel):
@@ -64,18 +96,8 @@ class ResumeConfig(StrictModel):
         return data
 
 
-class _DictSource(PydanticBaseSettingsSource):
-    """A settings source holding an already-parsed nested dict (config files)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]):
-        super().__init__(settings_cls)
-        self._data = data
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
+# the class load_config is loading and its config files' contents, in order
+_LOADING: ContextVar[tuple[type, list[dict[str, Any]]] | None] = ContextVar("_LOADING", default=None)
 
 
 class BaseConfig(BaseSettings):
@@ -88,6 +110,9 @@ class BaseConfig(BaseSettings):
         env_nested_delimiter="__",
         nested_model_default_partial_update=True,
         validate_default=True,
+        cli_implicit_flags=True,
+        cli_kebab_case=True,
+        cli_exit_on_error=False,
     )
 
     process: ClassVar[str] = "process"
@@ -102,8 +127,6 @@ class BaseConfig(BaseSettings):
     positional_field: ClassVar[str | None] = None
     """A list field that collects bare (non ``--``) command-line arguments, if any."""
 
-    _file_data: ClassVar[dict[str, Any]] = {}
-
     @classmethod
     def settings_customise_sources(
         cls,
@@ -113,8 +136,11 @@ class BaseConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # command line (passed as init kwargs) > environment > config files > defaults
-        return (init_settings, env_settings, _DictSource(settings_cls, cls._file_data))
+        # (command line, put first by pydantic-settings) > init kwargs > environment > config files,
+        # the last file first; a config nested in another one (the rl blocks) reads no files
+        loading = _LOADING.get()
+        files = loading[1] if loading is not None and loading[0] is settings_cls else []
+        return (init_settings, env_settings, *(InitSettingsSource(settings_cls, d) for d in reversed(files)))
 
     def write_resolved(self, path: Path) -> None:
         """Write the resolved config as JSON (secrets masked) atomically to ``path``."""
@@ -125,7 +151,7 @@ class BaseConfig(BaseSettings):
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML or TOML config file into a dict; errors name the file and the problem."""
+    """Read a YAML, TOML or JSON config file into a dict; errors name the file and the problem."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path}: not found")
@@ -157,189 +183,110 @@ def _normalise_keys(data: Any) -> Any:
     return data
 
 
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``override`` into a copy of ``base`` key by key (nested dicts merge, not replace)."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 # --------------------------------------------------------------------------- command line
 
-
-def _unwrap_optional(annotation: Any) -> Any:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    inner = _unwrap_optional(annotation)
-    if isinstance(inner, type) and issubclass(inner, BaseModel):
-        return inner
-    return None
+def _is_block(action: Any) -> bool:
+    return action is not None and action.const == "{}"  # the library's `--block [JSON]` flag
 
 
-def _is_bool(annotation: Any) -> bool:
-    return _unwrap_optional(annotation) is bool
+def _is_optional(action: Any) -> bool:
+    return "null" in str(action.metavar).strip("{}").split(",")  # the library's metavar: {int,null}
 
 
-def _is_collection(annotation: Any) -> bool:
-    origin = typing.get_origin(_unwrap_optional(annotation))
-    return origin in (list, tuple, set, dict)
-
-
-def _resolve_field(model: type[BaseModel], dotted: str) -> FieldInfo | None:
-    """The field at a dotted path (``sampling.max_tokens``), or None when there is none."""
-    current: type[BaseModel] | None = model
-    info: FieldInfo | None = None
-    for part in dotted.split("."):
-        if current is None or part not in current.model_fields:
-            return None
-        info = current.model_fields[part]
-        current = _model_of(info.annotation)
-    return info
-
-
-def _all_flags(model: type[BaseModel], prefix: str = "") -> list[str]:
-    flags = []
-    for name, info in model.model_fields.items():
-        sub = _model_of(info.annotation)
-        if sub is not None:
-            flags.extend(_all_flags(sub, f"{prefix}{name}."))
-        else:
-            flags.append(f"{prefix}{name}")
-    return flags
-
-
-def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        node = target.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--{dotted}: conflicts with a value given for --{part}")
-        target = node
-    target[parts[-1]] = value
-
-
-def _parse_value(info: FieldInfo, raw: str) -> Any:
-    if _is_collection(info.annotation) or _model_of(info.annotation) is not None:
-        stripped = raw.strip()
-        if stripped.startswith(("[", "{")):
-            try:
-                return json.loads(stripped)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"value {raw!r} is not valid JSON: {e}") from e
-        if (
-            _is_collection(info.annotation)
-            and typing.get_origin(_unwrap_optional(info.annotation)) is not dict
-        ):
-            return [item for item in stripped.split(",") if item] if stripped else []
-    if raw.lower() in ("none", "null") and _unwrap_optional(info.annotation) is not info.annotation:
-        return None
-    return raw
-
-
-class ParsedArgs(BaseModel):
-    """What :func:`parse_cli` found on a command line."""
-
-    config_files: list[Path] = []
-    values: dict[str, Any] = {}
-    passthrough: list[str] = []
-    help: bool = False
-
-
-def parse_cli(model: type[BaseConfig], argv: Sequence[str]) -> ParsedArgs:
-    """Turn ``argv`` into nested override values for ``model`` (see the module docstring)."""
-    out = ParsedArgs()
-    args = list(argv)
-    i = 0
+def _canonical_argv(parser: ArgumentParser, args: list[str]) -> list[str]:
+    """Respell the tokens the library's parser would reject (see the module docstring)."""
+    known = parser._option_string_actions
+    out, i = [], 0
     while i < len(args):
         token = args[i]
+        following = args[i + 1] if i + 1 < len(args) else None
         i += 1
-        if token in ("-h", "--help"):
-            out.help = True
-            continue
-        if token == "--":
-            if not model.passthrough_unknown_flags:
-                raise ConfigError("'--' given, but this command takes no pass-through arguments")
-            out.passthrough.extend(args[i:])
-            break
-        if not token.startswith("--") or token == "--":
-            if model.positional_field is not None:
-                out.values.setdefault(model.positional_field, []).append(token)
-                continue
-            raise ConfigError(f"unexpected argument {token!r} (options look like --key value)")
-        body = token[2:]
-        key, has_eq, inline = body.partition("=")
-        key = key.replace("-", "_")
-        key = model.cli_aliases.get(key, key)
-        value: str | None = inline if has_eq else None
-        if key == "config":
-            if value is None:
-                if i >= len(args):
-                    raise ConfigError("--config needs a file path")
-                value = args[i]
-                i += 1
-            out.config_files.append(Path(value))
-            continue
-        info = _resolve_field(model, key)
-        negated = False
-        if info is None and key.startswith("no_"):
-            alt = _resolve_field(model, key[3:])
-            if alt is not None and (_is_bool(alt.annotation) or _model_of(alt.annotation) is not None):
-                info, key, negated = alt, key[3:], True  # --no-flag, or --no-block (its validator decides)
-        if info is None:
-            if model.passthrough_unknown_flags:
-                out.passthrough.append(token)
-                if not has_eq and i < len(args) and not args[i].startswith("--"):
-                    out.passthrough.append(args[i])
-                    i += 1
-                continue
-            close = difflib.get_close_matches(key, _all_flags(model), n=3)
-            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
-            raise ConfigError(f"unknown option --{key}{hint}; see --help")
-        if negated and not _is_bool(info.annotation):
-            if value is not None:
-                raise ConfigError(f"--no-{key} takes no value")
-            parsed = False
-        elif _is_bool(info.annotation):
-            if negated:
-                if value is not None:
-                    raise ConfigError(f"--no-{key} takes no value")
-                parsed: Any = False
-            elif value is not None:
-                parsed = value
-            elif i < len(args) and args[i].lower() in ("true", "false", "1", "0", "yes", "no"):
-                parsed = args[i]
-                i += 1
-            else:
-                parsed = True
-        elif (
-            value is None
-            and _model_of(info.annotation) is not None
-            and (i >= len(args) or args[i].startswith("--"))
-        ):
-            parsed = True  # a bare block flag (--resume): the block's own validator decides what it means
+        name, eq, value = token.partition("=")
+        flag = name.replace("_", "-") if name.startswith("--") else name
+        action = known.get(flag)
+        if action is None and flag.startswith("--no-") and _is_block(known.get("--" + flag[5:])):
+            out.append(f"{flag}.enabled" if f"{flag}.enabled" in known else f"--{flag[5:]}=false")
+        elif isinstance(action, BooleanOptionalAction) and not flag.startswith("--no-"):
+            if not eq and following is not None and following.lower() in _BOOL_WORDS:
+                value, eq, i = following, "=", i + 1
+            on = _BOOL_WORDS.get(value.lower()) if eq else True
+            out.append(token if on is None else flag if on else f"--no-{flag[2:]}")
+        elif _is_block(action) and not eq and (following is None or following.startswith("--")):
+            out.append(f"{flag}.enabled" if f"{flag}.enabled" in known else f"{flag}=true")
         else:
-            if value is None:
-                if i >= len(args) or (args[i].startswith("--") and len(args[i]) > 2):
-                    raise ConfigError(f"--{key} needs a value")
-                value = args[i]
-                i += 1
-            try:
-                parsed = _parse_value(info, value)
-            except ConfigError as e:
-                raise ConfigError(f"--{key}: {e}") from e
-        _set_path(out.values, key, parsed)
+            out.append(token if action is None else flag + eq + value)
     return out
+
+
+def _parse_known(model: type[BaseConfig], found: dict[str, Any]):
+    """The CLI source's ``parse_args_method``: argparse's known args, then the leftovers sorted."""
+
+    def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
+        ns, extras = parser.parse_known_args(args)
+        found["config_files"] = [Path(p) for p in vars(ns).pop("config", [])]
+        found["passthrough"], positional, takes_value = [], [], False
+        for arg in extras:  # in command-line order; an unknown flag may take the next bare word
+            if arg.startswith("--") and model.passthrough_unknown_flags:
+                found["passthrough"].append(arg)
+                takes_value = "=" not in arg
+            elif arg.startswith("--"):
+                name = arg.partition("=")[0]
+                dests = [a.dest for a in parser._actions if a.option_strings and a.dest != "help"]
+                close = difflib.get_close_matches(name[2:].replace("-", "_"), dests, n=3)
+                hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+                raise ConfigError(f"unknown option {name}{hint}; see --help")
+            elif takes_value:
+                found["passthrough"].append(arg)
+                takes_value = False
+            elif model.positional_field is not None:
+                positional.append(arg)
+            else:
+                raise ConfigError(f"unexpected argument {arg!r} (options look like --key value)")
+        if positional:
+            field = model.positional_field
+            setattr(ns, field, [*getattr(ns, field, []), json.dumps(positional)])
+        actions = {a.dest: a for a in parser._actions}
+        for dest, value in vars(ns).items():
+            if value == [""]:  # `--tags ""`: an empty list
+                setattr(ns, dest, ["[]"])
+            if isinstance(value, str) and value.lower() in ("none", "null") and _is_optional(actions[dest]):
+                setattr(ns, dest, "null")
+        return ns
+
+    return parse
+
+
+def _command_line(model: type[C], argv: Sequence[str]) -> tuple[CliSettingsSource, dict[str, Any]]:
+    """The CLI settings source for ``model`` with ``argv`` parsed; ``found`` has files and pass-through."""
+    args = list(argv)
+    tail: list[str] = []
+    if "--" in args:
+        if not model.passthrough_unknown_flags:
+            raise ConfigError("'--' given, but this command takes no pass-through arguments")
+        args, tail = args[: args.index("--")], args[args.index("--") + 1 :]
+    if "-h" in args or "--help" in args:
+        raise HelpRequested(render_help(model))
+    shortcuts: dict[str, list[str]] = {}
+    for alias, key in model.cli_aliases.items():
+        shortcuts.setdefault(key.replace("_", "-"), []).append(alias)
+    found: dict[str, Any] = {}
+    source = CliSettingsSource(model, cli_shortcuts=shortcuts, parse_args_method=_parse_known(model, found))
+    parser = source.root_parser
+    parser.add_argument("--config", action="append", default=SUPPRESS)
+    try:
+        source(args=_canonical_argv(parser, args))
+    except SettingsError as e:
+        message = str(e).removeprefix("error parsing CLI: ")
+        missing = re.fullmatch(r"argument (-[^\s/]+)\S*: expected one argument", message)
+        if missing:
+            action = parser._option_string_actions.get(missing[1])
+            message = f"--{action.dest if action else missing[1].lstrip('-')} needs a value"
+        raise ConfigError(message) from None
+    found["passthrough"] += tail
+    return source, found
 
 
 # --------------------------------------------------------------------------- loading
@@ -367,25 +314,17 @@ def load_config(model: type[C], argv: Sequence[str] | None = None) -> tuple[C, l
 
     Raises :class:`ConfigError` with every bad key and its reason.
     """
-    parsed = parse_cli(model, sys.argv[1:] if argv is None else argv)
-    if parsed.help:
-        raise HelpRequested(render_help(model))
-    file_data: dict[str, Any] = {}
-    for path in parsed.config_files:
-        file_data = deep_merge(file_data, read_config_file(path))
-    previous = model._file_data
-    model._file_data = file_data
+    cli, found = _command_line(model, sys.argv[1:] if argv is None else argv)
+    loading = _LOADING.set((model, [read_config_file(p) for p in found["config_files"]]))
     try:
-        config = model(**parsed.values)
+        config = model(_cli_settings_source=cli)
     except ValidationError as e:
         raise ConfigError(_format_validation_error(model.process, e)) from None
+    except SettingsError as e:  # a flag's JSON that does not parse
+        raise ConfigError(f"{e}: {e.__cause__}" if e.__cause__ else str(e)) from None
     finally:
-        model._file_data = previous
-    return config, parsed.passthrough
-
-
-class HelpRequested(Exception):
-    """``--help`` was given; the message is the help text."""
+        _LOADING.reset(loading)
+    return config, found["passthrough"]
 
 
 def parse_config(model: type[C], argv: Sequence[str] | None = None) -> tuple[C, list[str]]:
@@ -393,11 +332,30 @@ def parse_config(model: type[C], argv: Sequence[str] | None = None) -> tuple[C, 
     try:
         return load_config(model, argv)
     except HelpRequested as h:
-        print(h)
+        try:
+            print(h, flush=True)
+        except BrokenPipeError:  # `rl --help | head`: the reader left
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(0) from None
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+# --------------------------------------------------------------------------- help
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    inner = _unwrap_optional(annotation)
+    return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
 
 
 def _type_name(annotation: Any) -> str:
@@ -412,13 +370,13 @@ def _type_name(annotation: Any) -> str:
 
 def render_help(model: type[BaseConfig]) -> str:
     """``--help`` text: usage, sources, and every flag with its type, default and docstring."""
-    doc = (model.__doc__ or "").strip()
+    doc = inspect.cleandoc(model.__doc__ or "")
     positional = f" [{model.positional_field.upper()} ...]" if model.positional_field else ""
     lines = [f"usage: {model.process} [--config FILE ...] [--key value ...]{positional}", ""]
     if doc:
         lines += [doc, ""]
     lines += [
-        "Values come from field defaults < --config files (YAML/TOML) < env PRIME_<KEY> (nested: __)",
+        "Values come from field defaults < --config files (YAML/TOML/JSON) < env PRIME_<KEY> (nested: __)",
         "< command-line flags. Nested keys use dots (--sampling.max_tokens 512); booleans take",
         "--flag / --no-flag. Dashes and underscores in names are interchangeable.",
     ]
@@ -432,8 +390,10 @@ def render_help(model: type[BaseConfig]) -> str:
 
     def walk(m: type[BaseModel], prefix: str) -> None:
         fields = list(m.model_fields.items())
-        if not prefix:  # required options first
-            fields.sort(key=lambda item: not item[1].is_required())
+        if not prefix:  # required options first (a block is no option)
+            fields.sort(
+                key=lambda item: not item[1].is_required() or _model_of(item[1].annotation) is not None
+            )
         for name, info in fields:
             sub = _model_of(info.annotation)
             if sub is not None:
@@ -447,11 +407,9 @@ def render_help(model: type[BaseConfig]) -> str:
             )
             if _unwrap_optional(info.annotation) is SecretStr:
                 default = "default: unset" if not info.is_required() else "required"
-            flag = f"--{prefix}{name}"
-            kind = "" if _is_bool(info.annotation) else f" {_type_name(info.annotation)}"
-            lines.append(f"  {flag}{kind}  ({default})")
-            desc = (info.description or "").strip()
-            for dl in desc.splitlines():
+            kind = "" if _unwrap_optional(info.annotation) is bool else f" {_type_name(info.annotation)}"
+            lines.append(f"  --{prefix}{name}{kind}  ({default})")
+            for dl in (info.description or "").strip().splitlines():
                 lines.append(f"      {dl.strip()}")
 
     walk(model, "")

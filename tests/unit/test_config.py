@@ -189,3 +189,16 @@ def test_inference_vllm_argv_is_parsed_by_vllm():
     assert "prime_rl.inference.admin.FirstByteMiddleware" in args.middleware
     with pytest.raises(SystemExit):
         parse_vllm_args(vllm_argv(cfg, ["--no-such-vllm-flag"]))
+
+
+def test_none_empty_lists_bare_block_flags_and_stray_words():
+    from prime_rl.orchestrator.config import OrchestratorConfig
+
+    cfg, _ = load_config(OrchestratorConfig, ["--sampling.seed", "none", "--resume", "--resume.step", "3"])
+    assert cfg.sampling.seed is None and (cfg.resume.enabled, cfg.resume.step) == (True, 3)
+    cfg, _ = load_config(OrchestratorConfig, ["--sampling.seed", "5", "--no-resume"])
+    assert cfg.sampling.seed == 5 and not cfg.resume.enabled
+    cfg, _ = load_config(DemoConfig, ["--tags", "", "--sampling.max-tokens=5", "--max_steps=-1"])
+    assert cfg.tags == [] and cfg.sampling.max_tokens == 5 and cfg.max_steps == -1
+    with pytest.raises(ConfigError, match="unexpected argument 'stray'"):
+        load_config(InferenceConfig, ["--model", "m", "--enforce-eager", "stray"])

@@ -1,4 +1,4 @@
-"""Barrier, advantages, rank packing, environments, verifier faults, launcher consistency."""
+"""Barrier, advantages, rank packing, environments, verifier faults, task ledger."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import pytest
 from tests.support import FAULTY_ENV
 
-from prime_rl.config import ConfigError, load_config
 from prime_rl.envs.base import EnvError
 from prime_rl.envs.registry import available, load_env
 from prime_rl.envs.verify import VerifierPool
@@ -150,43 +149,6 @@ def test_verifier_faults_become_recorded_failures(mode):
     assert bad.reward == 0.0 and bad.error
     assert {"raise": "ValueError", "hang": "timed out", "die": "died"}[mode] in bad.error
     assert good.error is None and good.reward == 1.0 and again.reward == 1.0
-
-
-def test_rl_config_is_checked_across_processes(tmp_path):
-    from prime_rl.launcher.main import RLConfig, plan
-
-    base = ["--output_dir", str(tmp_path), "--model", "m"]
-    cfg, _ = load_config(RLConfig, [*base, "--trainer_nproc", "2", "--trainer", '{"ckpt": {"interval": 5}}'])
-    p = plan(cfg)
-    assert p.orchestrator.trainer_world_size == 2 and p.orchestrator.ckpt_interval == 5
-    assert p.orchestrator.client.base_urls == ["http://127.0.0.1:8000"]
-    assert p.inference.max_model_len == 2048 and p.trainer.model.name == "m"
-
-    for bad, fragment in [
-        (["--orchestrator", '{"async_level": 0}'], "async_level"),
-        (["--trainer", '{"max_steps": 3}'], "max_steps"),
-        (["--orchestrator", '{"model": "other"}'], "served model name"),
-        (["--inference", '{"max_model_len": 64}'], "max_model_len"),
-        (["--orchestrator", '{"batch_size": 10, "rollouts_per_example": 4}'], "multiple"),
-        (["--trainer", '{"optim": {"lr": -1}}'], "[trainer] optim.lr"),
-    ]:
-        cfg, _ = load_config(RLConfig, [*base, *bad])
-        with pytest.raises(ConfigError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
-            plan(cfg)
-
-
-def test_rl_refuses_a_used_run_dir_without_resume_or_clean(tmp_path):
-    from prime_rl.launcher.main import RLConfig, prepare_run_dir
-
-    (tmp_path / "rollouts" / "step_0").mkdir(parents=True)
-    cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path)])
-    with pytest.raises(ConfigError, match="--resume.*--clean"):
-        prepare_run_dir(cfg)
-    cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path), "--resume"])
-    with pytest.raises(ConfigError, match="no checkpoint"):
-        prepare_run_dir(cfg)
-    cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path), "--clean"])
-    assert prepare_run_dir(cfg) is None and not (tmp_path / "rollouts").exists()
 
 
 def test_task_ledger_survives_resume_without_repeating_or_skipping():

@@ -1,0 +1,162 @@
+"""The ``rl`` config: the keys the three processes share, set once, and one typed block per process.
+
+``[inference]``, ``[orchestrator]`` and ``[trainer]`` are the processes' own configs
+(:class:`InferenceConfig`, :class:`OrchestratorConfig`, :class:`TrainerConfig`), so an unknown or bad
+key fails at load, named ``orchestrator.<key>``, and ``rl --help`` lists every block key. A block may
+be partial: before the blocks are validated, the top-level keys fill them (:data:`SHARED`), and so
+do a few values derived from another block (the orchestrator's server URL and served model name,
+its checkpoint interval). A block key that contradicts the top-level key it repeats is an error
+naming both; so are the cross-process disagreements the launcher cannot resolve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
+
+from prime_rl.config import BaseConfig
+from prime_rl.inference.config import InferenceConfig
+from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.paths import RunPaths
+from prime_rl.trainer.config import TrainerConfig
+
+BLOCKS = ("inference", "orchestrator", "trainer")
+
+# top-level key -> the block keys it sets; a block that sets one too must agree with it
+SHARED: dict[str, tuple[str, ...]] = {
+    "output_dir": ("inference.output_dir", "orchestrator.output_dir", "trainer.output_dir"),
+    "max_steps": ("orchestrator.max_steps", "trainer.max_steps"),
+    "async_level": ("orchestrator.async_level", "trainer.async_level"),
+    "seq_len": ("orchestrator.seq_len",),
+    "trainer_nproc": ("orchestrator.trainer_world_size",),
+    "startup_timeout_s": ("orchestrator.startup_timeout_s",),
+}
+
+# top-level key -> block keys it only defaults: the server and the trainer may name the same
+# weights differently (a hub name and a local copy), and the server's context may be longer
+DEFAULTS: dict[str, tuple[str, ...]] = {
+    "model": ("inference.model", "trainer.model.name"),
+    "seq_len": ("inference.max_model_len",),
+}
+
+
+def _get(obj: Any, dotted: str, default: Any = None) -> Any:
+    """The value at a dotted path in nested models or dicts (``default`` where there is none)."""
+    for part in dotted.split("."):
+        obj = obj.get(part, default) if isinstance(obj, dict) else getattr(obj, part, default)
+    return obj
+
+
+def _setdefault(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data[a][b]...`` unless it is set, copying the dicts on the way (they are the sources')."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        child = data.get(part, {})
+        if not isinstance(child, dict):
+            return  # not a mapping: validation says so
+        data[part] = data = dict(child)
+    data.setdefault(leaf, value)
+
+
+class RLConfig(BaseConfig):
+    """Run inference, orchestrator and trainer together on one machine.
+
+    The top-level keys are set once for the three processes. Each block holds its process's own
+    keys (inference --help, orchestrator --help, trainer --help). A block key that repeats a
+    top-level one (output_dir, max_steps, async_level, seq_len, trainer_nproc, startup_timeout_s)
+    takes its value and may only agree with it; model only fills inference.model and
+    trainer.model.name, which may name the same weights by other paths.
+    """
+
+    process: ClassVar[str] = "rl"
+
+    model: str = "models/tiny"
+    """HF model directory or hub name: served, trained and requested by all three."""
+
+    output_dir: Path = Path("outputs/rl")
+    """The shared run directory."""
+
+    max_steps: int = Field(default=20, ge=1)
+    """Training steps."""
+
+    async_level: int = Field(default=1, ge=0)
+    """Max policy lag of rollouts (0 = on-policy)."""
+
+    seq_len: int = Field(default=2048, ge=2)
+    """Max prompt + completion tokens (the server's max_model_len)."""
+
+    trainer_nproc: int = Field(default=1, ge=1)
+    """Trainer processes (torchrun --nproc-per-node) on this machine."""
+
+    clean: bool = False
+    """Delete an earlier run's rollouts, weights, checkpoints and metrics in output_dir first."""
+
+    resume: bool = False
+    """Resume from the latest checkpoint that both trainer and orchestrator completed."""
+
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+    """How long the orchestrator waits for the inference server to come up."""
+
+    # no defaults: _fill_blocks always builds them (a default would be merged into the block as if set)
+    inference: InferenceConfig
+    """The inference server (inference --help)."""
+
+    orchestrator: OrchestratorConfig
+    """The orchestrator (orchestrator --help)."""
+
+    trainer: TrainerConfig
+    """The trainer (trainer --help)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_blocks(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {**data, **{name: data.get(name) or {} for name in BLOCKS}}
+        root = {key: data.get(key, cls.model_fields[key].default) for key in {*SHARED, *DEFAULTS}}
+        for table in (SHARED, DEFAULTS):
+            for key, targets in table.items():
+                for target in targets:
+                    _setdefault(data, target, root[key])
+        host = _get(data, "inference.host", InferenceConfig.model_fields["host"].default)
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        port = _get(data, "inference.port", InferenceConfig.model_fields["port"].default)
+        _setdefault(data, "orchestrator.client.base_urls", [f"http://{host}:{port}"])
+        served = _get(data, "inference.served_model_name") or _get(data, "inference.model")
+        _setdefault(data, "orchestrator.model", served)
+        if _get(data, "trainer.ckpt.interval") is not None:
+            _setdefault(data, "orchestrator.ckpt_interval", _get(data, "trainer.ckpt.interval"))
+        return data
+
+    @model_validator(mode="after")
+    def _check_agreement(self) -> RLConfig:
+        inference, orchestrator, trainer = self.inference, self.orchestrator, self.trainer
+        problems = [
+            f"{target} = {_get(self, target)} contradicts {key} = {getattr(self, key)}: set {key} once, at the top level"
+            for key, targets in SHARED.items()
+            for target in targets
+            if _get(self, target) != getattr(self, key)
+        ]
+        if orchestrator.ckpt_interval != trainer.ckpt.interval:
+            problems.append(
+                f"checkpoint interval: orchestrator has {orchestrator.ckpt_interval}, trainer has {trainer.ckpt.interval}"
+            )
+        served = inference.served_model_name or inference.model
+        if orchestrator.model != served:
+            problems.append(
+                f"orchestrator.model {orchestrator.model!r} is not the served model name {served!r}"
+            )
+        if inference.max_model_len and inference.max_model_len < orchestrator.seq_len:
+            problems.append(
+                f"inference.max_model_len {inference.max_model_len} < seq_len {orchestrator.seq_len}"
+            )
+        weights_root = RunPaths(trainer.output_dir).weights_root
+        if inference.resolved_weights_root.resolve() != weights_root.resolve():
+            problems.append(
+                f"inference.weights_root {inference.resolved_weights_root} is not the trainer's {weights_root}"
+            )
+        if problems:
+            raise ValueError("inconsistent rl config:\n    " + "\n    ".join(problems))
+        return self

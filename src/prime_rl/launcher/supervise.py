@@ -1,0 +1,177 @@
+"""Start inference, trainer and orchestrator and supervise them until the run ends.
+
+Each child runs in its own session (process group) with its output in a log file; step lines and
+errors are echoed to the console. When one dies the others are stopped (SIGTERM to the group,
+SIGKILL after a grace period) and :func:`launch` returns 1 naming it and printing the end of its
+log; Ctrl-C or SIGTERM stops everything (130); a finished run returns 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from prime_rl.config import BaseConfig, ResumeConfig
+from prime_rl.launcher.config import RLConfig
+from prime_rl.launcher.rundir import prepare_run_dir
+from prime_rl.paths import RunPaths, atomic_write_json
+from prime_rl.trainer.main import command as trainer_command
+
+_ECHO = re.compile(r"\| (WARNING|ERROR|CRITICAL)|\| step \d+ \||Traceback")
+
+
+class Child:
+    """One supervised process; its output goes to a log file, step lines and errors to the console."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]):
+        self.name, self.log_path = name, log_path
+        self.quiet = False  # set while stopping: shutdown noise goes to the log file only
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+        )
+        self._pump = threading.Thread(target=self._copy, daemon=True)
+        self._pump.start()
+
+    def _copy(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            for line in self.proc.stdout:
+                f.write(line)
+                f.flush()
+                if not self.quiet and _ECHO.search(line):
+                    sys.stdout.write(f"[{self.name}] {line}")
+                    sys.stdout.flush()
+
+    def tail(self, n: int = 25) -> str:
+        self._pump.join(timeout=2)
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "<no output>"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        self.quiet = True
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def _dump_for_child(c: BaseConfig) -> dict[str, Any]:
+    data = c.model_dump(mode="json")
+    for key in ("admin_token", "api_key"):  # secrets travel by env var, never in a file
+        data.pop(key, None)
+    if isinstance(data.get("client"), dict):
+        data["client"].pop("api_key", None)
+        if isinstance(data["client"].get("admin"), dict):
+            data["client"]["admin"].pop("token", None)
+    return data
+
+
+def _child_env(cfg: RLConfig) -> dict[str, str]:
+    """The children's environment: ours, unbuffered output, and the secrets the files leave out."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    secrets = {
+        "PRIME_ADMIN_TOKEN": cfg.inference.admin_token,  # the server and the orchestrator's admin client
+        "PRIME_CLIENT__API_KEY": cfg.orchestrator.client.api_key,
+    }
+    env.update({name: s.get_secret_value() for name, s in secrets.items() if s is not None})
+    return env
+
+
+def launch(cfg: RLConfig) -> int:
+    """Prepare the run directory, write the three configs, start the processes and supervise them."""
+    paths = RunPaths(cfg.output_dir)
+    resume_step = prepare_run_dir(cfg)
+    configs: dict[str, BaseConfig] = {
+        "inference": cfg.inference,
+        "orchestrator": cfg.orchestrator,
+        "trainer": cfg.trainer,
+    }
+    if resume_step is not None:
+        resume = ResumeConfig(enabled=True, step=resume_step)
+        for name in ("orchestrator", "trainer"):
+            configs[name] = configs[name].model_copy(update={"resume": resume})
+        logger.info(f"resuming at step {resume_step}")
+    cfg.write_resolved(paths.config_file("rl"))
+    for name, c in configs.items():
+        atomic_write_json(paths.configs_dir / f"rl_{name}_input.json", _dump_for_child(c))
+    env = _child_env(cfg)
+
+    def module(name: str) -> list[str]:
+        config_file = str(paths.configs_dir / f"rl_{name}_input.json")
+        return [sys.executable, "-m", f"prime_rl.{name}.main", "--config", config_file]
+
+    trainer_argv = trainer_command(
+        cfg.trainer_nproc, ["--config", str(paths.configs_dir / "rl_trainer_input.json")]
+    )
+    children: list[Child] = []
+    stopping = threading.Event()
+
+    def on_signal(signum, _frame):
+        stopping.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        children.append(Child("inference", module("inference"), paths.logs_dir / "inference.stdout.log", env))
+        children.append(Child("trainer", trainer_argv, paths.logs_dir / "trainer" / "stdout.log", env))
+        children.append(
+            Child("orchestrator", module("orchestrator"), paths.logs_dir / "orchestrator.stdout.log", env)
+        )
+        by_name = {c.name: c for c in children}
+        logger.info(
+            f"started inference, trainer ({cfg.trainer_nproc} process(es)) and orchestrator; logs in {paths.logs_dir}"
+        )
+        while not stopping.is_set():
+            time.sleep(0.5)
+            for c in children:
+                code = c.proc.poll()
+                if code is None:
+                    continue
+                if c.name == "orchestrator" and code == 0:
+                    trainer = by_name["trainer"]
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        trainer.proc.wait(timeout=600)
+                    if trainer.proc.returncode == 0:
+                        logger.info(f"run complete: {cfg.max_steps} steps; metrics in {paths.metrics_file}")
+                        return 0
+                    c = trainer
+                    code = trainer.proc.returncode
+                elif c.name == "trainer" and code == 0:
+                    continue  # done training; the orchestrator finishes its last step
+                logger.error(
+                    f"{c.name} exited with code {code}; stopping the others. Last lines of {c.log_path}:\n{c.tail()}"
+                )
+                return 1
+        logger.warning("interrupted: stopping every process")
+        return 130
+    finally:
+        for c in children:
+            c.quiet = True
+        for c in reversed(children):
+            c.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
