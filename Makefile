@@ -14,7 +14,7 @@ MODEL := models/tiny
 # `import transformers` next to torch+cpu; triton (1 GB) is unused on CPU.
 CPU_UNWANTED := torchvision torchaudio torchcodec triton
 
-.PHONY: install demo demo-swap test test-fast lint format model bench clean
+.PHONY: install demo demo-swap test test-fast lint format model bench uv-check clean
 
 install: $(STAMP)
 
@@ -64,6 +64,30 @@ bench: model
 	$(PY) benchmarks/analyzer_speed.py
 	$(PY) benchmarks/queue_saturation.py
 	$(PY) benchmarks/collector_overhead.py --vllm
+
+# The uv path of the README, checked in its own environment (.venv-uv) so it never touches .venv:
+# lock, sync the cpu and dev extras, start every command, run a few tests. On a machine whose pip
+# takes torch+cpu from a local wheel folder (pip's find-links), that folder is handed to uv at run
+# time and the lock uses the published metadata (UV_NO_SOURCES) instead of the PyTorch index.
+UV_MIN := 0.13
+LOCAL_WHEELS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_ENV = UV_PROJECT_ENVIRONMENT=.venv-uv UV_PYTHON=3.11 UV_COMPILE_BYTECODE=1 \
+	$(if $(LOCAL_WHEELS),UV_FIND_LINKS="$(LOCAL_WHEELS)" UV_NO_SOURCES=1)
+UV = $(or $(shell command -v uv 2>/dev/null),$(VENV)/bin/uv)
+
+uv-check: | $(PY)
+	@command -v uv >/dev/null 2>&1 || test -x $(VENV)/bin/uv || $(PIP) install --quiet 'uv>=$(UV_MIN)'
+	$(UV_ENV) $(UV) lock
+	$(UV_ENV) $(UV) sync --quiet --extra cpu --extra dev
+	@for cmd in inference trainer orchestrator rl; do \
+		$(UV_ENV) $(UV) run --quiet --extra cpu --extra dev $$cmd --help >/dev/null || { echo "uv run $$cmd --help failed"; exit 1; }; \
+		echo "uv run --extra cpu --extra dev $$cmd --help: ok"; \
+	done
+	@for cmd in collect-rollouts verify-rollouts analyze-logs; do \
+		$(UV_ENV) $(UV) run --no-sync $$cmd --help >/dev/null || { echo "uv run $$cmd --help failed"; exit 1; }; \
+		echo "uv run --no-sync $$cmd --help: ok"; \
+	done
+	$(UV_ENV) $(UV) run --no-sync pytest -q -p no:cacheprovider tests/unit/test_config.py tests/unit/test_import_graph.py
 
 clean:
 	rm -rf outputs bottleneck_logs/analysis_* .pytest_cache
