@@ -1,3 +1,5 @@
+"""prime_rl.paths: atomic writes leave no partial file; the STABLE marker."""
+
 from __future__ import annotations
 
 import pytest

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from tests.support.http_server import LocalTestServer, Reply
 
+from prime_rl.clients.backoff import parse_retry_after
 from prime_rl.clients.chat import (
     ChatBackend,
     RateLimited,
@@ -15,6 +16,7 @@ from prime_rl.clients.chat import (
     TransportError,
     chat_url,
     models_url,
+    parse_completion,
 )
 
 CHAT = "/v1/chat/completions"
@@ -101,3 +103,18 @@ def test_always_token_ids_keeps_the_rejection(server):
     server.state.script(CHAT, Reply(status=400, body={"error": "unknown field: return_token_ids"}))
     with pytest.raises(Rejected):
         run(ChatBackend([server.base_url], token_ids="always"), lambda b: b.chat(BODY, "t"))
+
+
+def test_retry_after_and_completion_parsing():
+    assert parse_retry_after("2.5") == 2.5
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
+    comp = parse_completion(
+        {
+            "model": "m",
+            "choices": [{"message": {"content": "hi"}, "finish_reason": "stop", "token_ids": [1, 2]}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+        },
+        "u",
+    )
+    assert (comp.text, comp.token_ids, comp.input_tokens, comp.output_tokens) == ("hi", [1, 2], 5, 2)

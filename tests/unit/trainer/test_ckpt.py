@@ -1,4 +1,4 @@
-"""Trainer checkpoints carry the lr scheduler's state: a resumed run continues the schedule exactly."""
+"""Trainer checkpoints: only complete ones are resumed, and they carry the lr scheduler's state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 import torch
 from loguru import logger
 
+from prime_rl.paths import CheckpointError, mark_stable
 from prime_rl.trainer import ckpt
+from prime_rl.trainer.ckpt import complete_steps, resolve_resume_step
 from prime_rl.trainer.config import SchedulerConfig
 from prime_rl.trainer.model import World
 from prime_rl.trainer.train import build_scheduler
@@ -98,3 +100,23 @@ def test_checkpoint_without_scheduler_state_derives_it_from_the_step(tmp_path):
     assert any("no scheduler state" in w for w in warnings), warnings
     assert scheduler2.state_dict() == scheduler.state_dict()
     assert _run(model2, optimizer2, scheduler2, range(at, MAX_STEPS)) == uninterrupted[2 * at :]
+
+
+def test_resume_picks_only_complete_checkpoints(tmp_path):
+    for s, stable in [(2, True), (4, True), (6, False)]:
+        part = tmp_path / f"step_{s}" / "trainer"
+        part.mkdir(parents=True)
+        if stable:
+            mark_stable(part)
+    for stray in (".step_8.tmp", "step_x", "step_9-old"):  # temporary and foreign names are not steps
+        (tmp_path / stray / "trainer").mkdir(parents=True)
+        mark_stable(tmp_path / stray / "trainer")
+    assert complete_steps(tmp_path) == [2, 4]
+    assert resolve_resume_step(tmp_path, None) == 4  # the torn step_6 is never picked up
+    assert resolve_resume_step(tmp_path, 2) == 2
+    with pytest.raises(CheckpointError, match="incomplete"):
+        resolve_resume_step(tmp_path, 6)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        resolve_resume_step(tmp_path, 9)
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        resolve_resume_step(tmp_path / "nothing", None)

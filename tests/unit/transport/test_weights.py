@@ -1,3 +1,5 @@
+"""prime_rl.transport.weights: weight dirs inside the root only, safetensors headers, index files, compatibility."""
+
 from __future__ import annotations
 
 import json

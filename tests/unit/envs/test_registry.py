@@ -1,0 +1,67 @@
+"""prime_rl.envs.registry and the built-in environments: scoring, and errors that name the problem."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prime_rl.envs.base import EnvError
+from prime_rl.envs.registry import available, load_env
+
+
+def test_environments_score_their_tasks(tmp_path):
+    assert {"toy", "math", "reasoning_gym"} <= set(available())
+    toy = load_env("toy")
+    task = next(toy.tasks(0))
+    assert task["prompt"][-1]["role"] == "user"
+    assert toy.score(task, "aei ou!").reward == 1.0 and toy.score(task, "xyz").reward == 0.0
+    assert toy.score(task, "").reward == 0.0
+
+    data = tmp_path / "math.jsonl"
+    data.write_text(json.dumps({"question": "1/2 + 1/4?", "answer": "3/4"}) + "\n")
+    math_env = load_env("math", {"path": str(data)})
+    t = next(math_env.tasks(0))
+    assert math_env.score(t, "The answer is \\boxed{0.75}").reward == 1.0
+    assert math_env.score(t, "\\boxed{2}").reward == 0.0
+
+    rg = load_env("reasoning_gym", {"dataset": "basic_arithmetic", "size": 5})
+    t = next(rg.tasks(3))
+    assert rg.score(t, str(t["answer"])).reward == 1.0
+    assert rg.score(t, "not a number").reward == 0.0
+
+
+def test_environment_errors_name_the_problem(tmp_path):
+    with pytest.raises(EnvError, match="unknown environment 'nope'"):
+        load_env("nope")
+    with pytest.raises(EnvError, match="needs the option 'path'"):
+        load_env("math").tasks(0)  # scoring alone needs no path (offline collection)
+    assert load_env("math").score({"answer": "4"}, "\\boxed{4}").reward == 1.0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "1"}\n{"question": "q2"}\n')
+    with pytest.raises(EnvError, match=r"bad.jsonl:2: missing field 'answer'"):
+        load_env("math", {"path": str(bad)})
+    bad.write_text("{oops\n")
+    with pytest.raises(EnvError, match=r"bad.jsonl:1: not valid JSON"):
+        load_env("math", {"path": str(bad)})
+    with pytest.raises(EnvError, match="bad options"):
+        load_env("toy", {"unexpected": 1})
+    with pytest.raises(EnvError, match="cannot import"):
+        load_env("no.such.module:Env")
+
+
+def test_environments_load_from_a_module_path_or_a_file(tmp_path):
+    from tests.support import FAULTY_ENV
+
+    assert type(load_env(FAULTY_ENV, {"mode": "raise"})).__name__ == "FaultyEnv"
+    assert type(load_env("prime_rl.envs.toy:VowelEnv")).__name__ == "VowelEnv"
+    user = tmp_path / "my_env.py"
+    user.write_text("from prime_rl.envs.toy import VowelEnv\n\nclass Mine(VowelEnv):\n    pass\n")
+    env = load_env(f"{user}:Mine")
+    assert type(env).__name__ == "Mine" and env.name == f"{user}:Mine"
+    with pytest.raises(EnvError, match=r"cannot import: no file"):
+        load_env(f"{tmp_path / 'missing.py'}:Mine")
+    with pytest.raises(EnvError, match="cannot import"):
+        load_env(f"{user}:NoSuchClass")
+    with pytest.raises(EnvError, match=r"unknown environment 'nope'.*path/to/file.py:Class"):
+        load_env("nope")
