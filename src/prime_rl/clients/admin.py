@@ -2,7 +2,7 @@
 
 Weight updates never go through the inference pool by default: when every pooled connection
 holds a stream, a request waits for a free connection and ``queue_ms`` grows to seconds while the
-server's ``rpc_ms`` stays small (the front-end queue saturation the bottleneck guide describes).
+server's ``rpc_ms`` stays small (front-end queue saturation, see bottleneck_logs/README.md).
 The :class:`AdminClient` therefore has its own small aiohttp connector (at most two connections
 per server), its own timeouts and bounded retries, and sends to every server concurrently.
 ``mode="shared"`` reuses the inference pool's session, the old behaviour, kept for comparison.

@@ -5,23 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support.samples import rec
 
 from prime_rl.collect.config import Price
 from prime_rl.collect.metrics import PriceTable, aggregate, pass_at_k
 from prime_rl.collect.store import (
     iter_records,
 )
-
-
-def rec(task: int, repeat: int, reward: float | None, text: str = "", **extra) -> dict:
-    return {
-        "task_index": task,
-        "repeat_index": repeat,
-        "task": {"q": task},
-        "response": {"text": text},
-        "reward": reward,
-        **extra,
-    }
 
 
 def test_pass_at_k_matches_the_unbiased_estimator():

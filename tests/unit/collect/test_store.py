@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support.samples import rec
 
 from prime_rl.collect.store import (
     AppendWriter,
@@ -13,17 +14,6 @@ from prime_rl.collect.store import (
     repair_torn_tail,
     scan_output,
 )
-
-
-def rec(task: int, repeat: int, reward: float | None, text: str = "", **extra) -> dict:
-    return {
-        "task_index": task,
-        "repeat_index": repeat,
-        "task": {"q": task},
-        "response": {"text": text},
-        "reward": reward,
-        **extra,
-    }
 
 
 def test_a_torn_last_line_is_cut_and_nothing_before_it_changes(tmp_path):

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import torch
+from tests.support.samples import SAMPLES
 
 from prime_rl.trainer.data import micro_batches
 from prime_rl.transport.rollouts import (
     RolloutBatch,
 )
-
-SAMPLES = [
-    {
-        "prompt_ids": [5, 6],
-        "completion_ids": [7, 8, 9],
-        "completion_logprobs": [-1.0, -2.0, -0.5],
-        "advantage": 1.0,
-    },
-    {"prompt_ids": [10], "completion_ids": [11, 12], "completion_logprobs": [-0.1, -0.2], "advantage": -0.5},
-    {"prompt_ids": [3, 4, 5], "completion_ids": [6], "completion_logprobs": [-3.0], "advantage": 0.0},
-]
 
 
 def test_micro_batches_pack_whole_samples_within_budget():

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import save_file
+from tests.support.samples import SAMPLES
 
 from prime_rl.transport.rollouts import (
     FORMAT,
@@ -17,17 +18,6 @@ from prime_rl.transport.rollouts import (
     wait_for_rollouts,
     write_rollout_batch,
 )
-
-SAMPLES = [
-    {
-        "prompt_ids": [5, 6],
-        "completion_ids": [7, 8, 9],
-        "completion_logprobs": [-1.0, -2.0, -0.5],
-        "advantage": 1.0,
-    },
-    {"prompt_ids": [10], "completion_ids": [11, 12], "completion_logprobs": [-0.1, -0.2], "advantage": -0.5},
-    {"prompt_ids": [3, 4, 5], "completion_ids": [6], "completion_logprobs": [-3.0], "advantage": 0.0},
-]
 
 
 def test_batch_round_trip(tmp_path):
