@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import FAULTY_ENV
-from tests.support.http_server import LocalTestServer
+from tests.support.http_server import LocalTestServer, text_by_seed
 
 from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig
 from prime_rl.collect.diagnose import diagnose
@@ -109,6 +109,95 @@ def test_collects_scores_and_resumes_against_a_server(tmp_path, monkeypatch):
     }
     for f in tmp_path.iterdir():
         assert "sk-test-secret" not in f.read_text(errors="replace"), f
+
+
+def test_aggregates_of_mixed_rewards_and_verifier_failures_match_hand_computed_values(tmp_path):
+    # toy env, pass threshold 1.0: A = "aeiou" (reward 1, passes), W1 = "aab" (2/3), W2 = "bcd" (0)
+    A, W1, W2 = "aeiou", "aab", "bcd"
+    answers = {0: [A, A, A, A], 1: [W1, A, W2, A], 2: [W1, W1, W1, A], 3: [W2, W2, W2, W2]}
+    write_tasks(tmp_path / "tasks.jsonl", 4)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    with LocalTestServer() as server:
+        server.state.reply_text = text_by_seed(lambda t, r: answers[t][r])
+        result = asyncio.run(
+            collect(
+                config(
+                    server.base_url,
+                    mixed,
+                    "--num_repeats",
+                    "4",
+                    "--responses_create_params.seed",
+                    "0",  # the server reads (task, repeat) back from each sample's seed
+                    "--verify.workers",
+                    "2",
+                    tasks=tmp_path / "tasks.jsonl",
+                )
+            )
+        )
+    assert result.written == 16 and result.failed == 0
+    rows = records(mixed / "out.jsonl")
+    assert {(r["task_index"], r["repeat_index"]): r["response"]["text"] for r in rows} == {
+        (t, i): text for t, texts in answers.items() for i, text in enumerate(texts)
+    }
+    assert {r["response"]["text"]: r["reward"] for r in rows} == {A: 1.0, W1: pytest.approx(2 / 3), W2: 0.0}
+    agg = json.loads((mixed / "out_aggregate_metrics.json").read_text())
+    # reward: t0 4*1 + t1 (2/3 + 1 + 0 + 1) + t2 (3 * 2/3 + 1) + t3 0 = 4 + 8/3 + 3 = 29/3, over 16
+    assert agg["reward"] == pytest.approx(29 / 48)
+    assert agg["num_records"] == 16 and agg["num_tasks"] == 4 and agg["samples_per_task"] == 4
+    assert agg["unscored"] == 0 and agg["verify_failures"] == 0 and agg["verify_failure_rate"] == 0.0
+    # passing per task c = 4, 2, 1, 0 of n = 4. pass@1 = (4/4 + 2/4 + 1/4 + 0) / 4 = 7/16
+    assert agg["pass@1"] == pytest.approx(7 / 16)
+    # pass@2 = 1 - C(n-c,2)/C(4,2): 1, 1 - 1/6 = 5/6, 1 - 3/6 = 1/2, 0 -> (1 + 5/6 + 1/2) / 4 = 7/12
+    assert agg["pass@2"] == pytest.approx(7 / 12)
+    # pass@4: tasks 0-2 have a passing sample, task 3 none -> 3/4
+    assert agg["pass@4"] == pytest.approx(3 / 4)
+    # majority@2 (repeats 0,1): t0 A,A passes; t1 W1,A tie -> W1 (first) fails; t2 W1; t3 W2 -> 1/4
+    assert agg["majority@2"] == pytest.approx(1 / 4)
+    # majority@4: t0 A; t1 A (2 votes) beats W1, W2 (1 each): passes; t2 W1 (3); t3 W2 -> 2/4
+    assert agg["majority@4"] == pytest.approx(2 / 4)
+
+    # verifier failures: FaultyEnv raises on tasks whose n is even (every=2), else rewards 1.0
+    faulty_tasks = tmp_path / "faulty_tasks.jsonl"
+    faulty_tasks.write_text(
+        "".join(
+            json.dumps({"id": f"f{i}", "prompt": f"Say anything ({i}).", "n": i}) + "\n" for i in range(4)
+        )
+    )
+    faulty = tmp_path / "faulty"
+    faulty.mkdir()
+    with LocalTestServer() as server:
+        result = asyncio.run(
+            collect(
+                config(
+                    server.base_url,
+                    faulty,
+                    "--num_repeats",
+                    "2",
+                    "--env",
+                    FAULTY_ENV,
+                    "--env_options",
+                    json.dumps({"mode": "raise", "every": 2}),
+                    tasks=faulty_tasks,
+                )
+            )
+        )
+    assert result.written == 8 and result.verify_failures == 4
+    rows = records(faulty / "out.jsonl")
+    assert sorted((r["task_index"], r["reward"], bool(r.get("verify_error"))) for r in rows) == [
+        (0, None, True), (0, None, True), (1, 1.0, False), (1, 1.0, False),
+        (2, None, True), (2, None, True), (3, 1.0, False), (3, 1.0, False),
+    ]  # fmt: skip
+    agg = json.loads((faulty / "out_aggregate_metrics.json").read_text())
+    # reward: the mean over the 4 scored samples only (all 1.0); the 4 failures are reported apart
+    assert agg["reward"] == 1.0 and agg["unscored"] == 4
+    assert agg["num_records"] == 8 and agg["num_tasks"] == 4 and agg["samples_per_task"] == 2
+    assert agg["verify_failures"] == 4 and agg["verify_failure_rate"] == pytest.approx(4 / 8)
+    # a verifier failure is a failed sample: c = 0, 2, 0, 2 of n = 2 per task
+    # pass@1 = (0 + 1 + 0 + 1) / 4 = 1/2 (dropping the failures gave 2/2 = 1.0)
+    assert agg["pass@1"] == pytest.approx(1 / 2)
+    # pass@2 and majority@2: tasks 1 and 3 pass, tasks 0 and 2 (no vote at all) fail -> 2/4
+    assert agg["pass@2"] == pytest.approx(2 / 4) and agg["majority@2"] == pytest.approx(2 / 4)
 
 
 def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_path):

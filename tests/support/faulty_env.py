@@ -10,9 +10,9 @@ from prime_rl.envs.base import Environment, Score, Task, user_prompt
 
 
 class FaultyEnv(Environment):
-    """Scores like ``toy``, except completions containing a trigger: 'raise' modes raise, 'hang'
-    sleeps far past any timeout, 'die' kills the worker process, applied to every ``every``-th
-    task (by its ``n``); 'slow' makes every call take ``delay_s``."""
+    """Gives reward 1.0 to every completion, except on every ``every``-th task (by its ``n``, not
+    the completion): there 'raise' raises, 'hang' sleeps far past any timeout, 'die' kills the
+    worker process. 'slow' makes every call take ``delay_s`` and never fails."""
 
     def __init__(self, mode: str = "raise", every: int = 2, delay_s: float = 0.05):
         self.mode, self.every, self.delay_s = mode, every, delay_s

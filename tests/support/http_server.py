@@ -2,8 +2,10 @@
 
 It serves real HTTP on loopback (uvicorn in a background thread) and answers instantly or as
 scripted: a delay, a status code (429 with ``Retry-After``, 5xx), or a long stream that holds its
-connection. It is the "instant server" of the benchmarks and the fault injector of the client
-tests; it is never used where a test is about vLLM itself.
+connection. Its text is ``x`` repeated ``max_tokens`` times, or what ``ScriptState.reply_text``
+makes of the request (mixed answers, so that rewards differ: see :func:`text_by_seed`). It is the
+"instant server" of the benchmarks and the fault injector of the client tests; it is never used
+where a test is about vLLM itself.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -57,6 +59,9 @@ class ScriptState:
     requests: int = 0
     answered: list[tuple[float, int, str]] = field(default_factory=list)
     """(time, status, x-trace-id) of every chat/completions answer, in order."""
+    reply_text: Callable[[dict], str] | None = None
+    """The text of every (non-streamed) completions answer, from the request body; unset: ``x``
+    times ``max_tokens``. Token counts stay ``max_tokens`` either way."""
     seen: list[tuple[str, float, dict]] = field(default_factory=list)
     active_streams: int = 0
     active_at_arrival: list[int] = field(default_factory=list)
@@ -114,7 +119,7 @@ def build_app(state: ScriptState) -> Starlette:
         if body.get("stream"):
             return StreamingResponse(_stream(body), media_type="text/event-stream")
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4)
-        text = "x" * n
+        text = state.reply_text(body) if state.reply_text is not None else "x" * n
         k = int(body.get("n") or 1)
         usage = {"prompt_tokens": 3, "completion_tokens": n * k, "total_tokens": 3 + n * k}
         if path.endswith("/chat/completions"):
@@ -182,6 +187,20 @@ def build_app(state: ScriptState) -> Starlette:
             Route("/health", health, methods=["GET"]),
         ]
     )
+
+
+def text_by_seed(answers: Callable[[int, int], str]) -> Callable[[dict], str]:
+    """A ``reply_text`` that answers ``answers(task_index, repeat_index)``, read back from the
+    per-sample seed the collector sends when run with ``--responses_create_params.seed 0``
+    (``task_index * 1009 + repeat_index``, see ``prime_rl.collect.runner.request_body``)."""
+
+    def reply(body: dict) -> str:
+        if body.get("seed") is None:
+            raise ValueError("text_by_seed needs a seed in the request (--responses_create_params.seed 0)")
+        task_index, repeat_index = divmod(int(body["seed"]), 1009)
+        return answers(task_index, repeat_index)
+
+    return reply
 
 
 class LocalTestServer:

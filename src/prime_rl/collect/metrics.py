@@ -5,6 +5,20 @@ verifier metric by its own name, ``usage.*``, ``timings.*``), plus, when tasks w
 than once, ``pass@k`` (unbiased estimator over each task's samples) and ``majority@k`` (the most
 frequent answer among a task's first k samples is a passing one). A sample passes when its
 reward is at least ``pass_threshold``.
+
+Samples without a reward (``reward: null``: the verifier raised or hung, ``verify_error`` says
+why, or the record was never scored) are handled as follows:
+
+- ``reward`` (and each verifier metric) is the mean over the samples that have one, i.e. over
+  scored samples only; the samples it leaves out are counted in ``unscored``.
+- In ``pass@k`` and ``majority@k`` such a sample is a *failed* sample: it counts in its task's
+  ``n`` (the number of samples of the task) and never among the ``c`` passing ones, and it has
+  no answer, so it casts no vote and cannot win ``majority@k``; a task whose first k samples
+  are all unscored fails. Dropping them instead would bias both upward, as a verifier that
+  crashes on hard answers would hide exactly the failures. ``pass@k``/``majority@k`` are left
+  out when no sample of the file was scored or failed verification (a ``--no-verify`` file).
+- Verifier failures are also reported on their own: ``verify_failures`` (records with a
+  ``verify_error``) and ``verify_failure_rate`` (that over ``num_records``).
 """
 
 from __future__ import annotations
@@ -47,7 +61,9 @@ class Aggregator:
     pass_threshold: float = 1.0
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: Counter[str] = field(default_factory=Counter)
-    samples: dict[int, list[tuple[int, bool, str]]] = field(default_factory=lambda: defaultdict(list))
+    samples: dict[int, list[tuple[int, bool, str | None]]] = field(default_factory=lambda: defaultdict(list))
+    """Per task: (repeat_index, passed, answer key) of every sample; unscored ones are
+    (repeat_index, False, None): failed, and without a vote."""
     records: int = 0
     verify_failures: int = 0
     unscored: int = 0
@@ -62,14 +78,15 @@ class Aggregator:
         reward = record.get("reward")
         if record.get("verify_error"):
             self.verify_failures += 1
+        sample: tuple[int, bool, str | None]
         if not _numeric(reward):
             self.unscored += 1
+            sample = (int(record["repeat_index"]), False, None)  # a failed sample, with no vote
         else:
             self._add("reward", reward)
             passed = float(reward) >= self.pass_threshold
-            self.samples[int(record["task_index"])].append(
-                (int(record["repeat_index"]), passed, answer_key(record))
-            )
+            sample = (int(record["repeat_index"]), passed, answer_key(record))
+        self.samples[int(record["task_index"])].append(sample)
         for name, value in (record.get("metrics") or {}).items():
             self._add(f"metrics.{name}" if name == "reward" else name, value)
         for block in ("usage", "timings"):
@@ -85,12 +102,15 @@ class Aggregator:
             num_tasks=len(self.samples),
             unscored=self.unscored,
             verify_failures=self.verify_failures,
+            verify_failure_rate=self.verify_failures / self.records if self.records else 0.0,
         )
         if self.samples:
             n_min = min(len(s) for s in self.samples.values())
             n_max = max(len(s) for s in self.samples.values())
             out["samples_per_task"] = n_min if n_min == n_max else {"min": n_min, "max": n_max}
-            if n_min > 1:
+            scored = self.records - self.unscored
+            # a --no-verify file (nothing scored, nothing failed verification) has no pass@k
+            if n_min > 1 and (scored or self.verify_failures):
                 ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k <= n_min} | {n_min})
                 for k in ks:
                     per_task = [pass_at_k(len(s), sum(p for _, p, _ in s), k) for s in self.samples.values()]
@@ -102,8 +122,12 @@ class Aggregator:
         return out
 
 
-def _majority_passes(samples: list[tuple[int, bool, str]], k: int) -> bool:
-    first = sorted(samples)[:k]
+def _majority_passes(samples: list[tuple[int, bool, str | None]], k: int) -> bool:
+    """Whether the most frequent answer among the first k samples (by repeat) is a passing one.
+    Unscored samples (answer None) take their place among the k but cast no vote."""
+    first = [s for s in sorted(samples, key=lambda s: s[0])[:k] if s[2] is not None]
+    if not first:
+        return False
     votes = Counter(answer for _, _, answer in first)
     top = max(votes.values())
     winner = next(answer for _, _, answer in first if votes[answer] == top)  # ties: the earliest
