@@ -8,7 +8,8 @@ own shard; loading reshards, so a checkpoint loads on a different number of rank
 scheduler's ``state_dict()`` without its lr lambdas (``last_epoch``, ``_step_count``, ``base_lrs``,
 ``_last_lr``, ...; the lambdas are rebuilt from the config). Nothing is pickled. The directory is
 written under a temporary name, renamed, and marked ``STABLE``; a checkpoint without ``STABLE``
-(a torn one) is never picked up.
+(a torn one) is never picked up. Overwriting a step removes the old directory's ``STABLE`` (and
+syncs that) before deleting anything in it.
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def save_checkpoint(
         atomic_write_json(tmp / "progress.json", scalars)
         fsync_dir(tmp)
         if final.exists():
+            # overwriting: un-mark first, so no reader ever sees a STABLE dir with files missing
+            (final / STABLE).unlink(missing_ok=True)
+            fsync_dir(final)
             shutil.rmtree(final)
         tmp.rename(final)
         fsync_dir(step_dir)

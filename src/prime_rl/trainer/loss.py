@@ -1,22 +1,45 @@
 """GRPO-family policy losses on packed micro-batches.
 
-All functions work on flat per-token tensors of one packed micro-batch. The ratio is taken to
-the *inference* logprobs (the policy that actually sampled), so it covers both staleness and the
-trainer/inference numerical mismatch:
+All functions work on flat per-token tensors of one packed micro-batch. Three policies are
+involved, and two different ratios between them:
 
-    r_t = exp(logp_t - logp_inference_t)
+- ``pi_theta``: the trainer's policy being optimised (``logp``, with gradient);
+- ``pi_old``: the trainer's own policy at sampling time (``old_logp``). With one optimizer step
+  per batch (this trainer) it is ``pi_theta`` before the step, i.e. ``old_logp = sg(logp)``
+  (``sg`` = stop-gradient, ``logp.detach()``), which is the default;
+- ``pi_inference``: the inference engine's policy that actually sampled the tokens (the rollout
+  file's ``inference_logprobs``). It differs from ``pi_old`` by numerics (other kernels, other
+  precision) and, with ``async_level > 0``, by staleness.
 
-- ``grpo``: per-token PPO objective ``min(r A, clip(r, 1-eps_low, 1+eps_high) A)`` (or, in mask
-  mode, ``r A`` on tokens whose ratio is inside the bounds), summed and divided by the *global*
+**Policy ratio** (PPO trust region, what ``eps_low``/``eps_high`` clip or mask)::
+
+    r_t = pi_theta(y_t) / pi_old(y_t) = exp(logp_t - old_logp_t)
+
+Its value is 1 when ``old_logp = sg(logp)``, and its gradient is ``r_t * grad(logp_t)``.
+
+**Mismatch weight** (trainer/inference correction, ``is_correction``), per sequence ``i`` over
+its ``n_i`` loss tokens, never differentiated::
+
+    rho_i = exp(mean_t (old_logp_t - inference_logp_t))   # pi_old / pi_inference
+    none:     w_i = 1
+    truncate: w_i = min(rho_i, is_max)                     # TIS, truncated importance sampling
+    mask:     w_i = 1 if is_min <= rho_i <= is_max else 0  # MIS, masked importance sampling
+
+Each is applied exactly once. With ``f_clip(r, A) = min(r A, clip(r, 1-eps_low, 1+eps_high) A)``
+(``ratio_mode = "clip"``) or ``f_mask(r, A) = r A 1[1-eps_low <= r <= 1+eps_high]`` (``"mask"``):
+
+- ``grpo``: ``L = -(1/N_tok) sum_t w_{i(t)} f(r_t, A_t)`` over loss tokens, ``N_tok`` the *global*
   number of loss tokens (all micro-batches, all ranks), so 1 rank and K ranks give the same update.
 - ``dr_grpo``: the same token objective divided by the constant ``num_samples * dr_grpo_norm``
   (no length normalisation).
-- ``gspo``: sequence ratio ``s_i = exp(mean_t log r_t)`` with the clipped/masked objective per
-  sequence, divided by the global number of sequences.
+- ``gspo``: sequence ratio ``s_i = exp(mean_t (logp_t - old_logp_t))`` (geometric mean of
+  ``r_t``) and sequence advantage ``A_i`` (mean over its tokens):
+  ``L = -(1/N_seq) sum_i w_i f(s_i, A_i)``, ``N_seq`` the global number of sequences.
 
-Optional sequence-level IS correction (``is_correction``): ``rho_i = exp(mean_t sg(log r_t))``;
-``truncate`` weights each sequence's term by ``min(rho_i, is_max)``, ``mask`` drops sequences
-with ``rho_i`` outside ``[is_min, is_max]``.
+With the default ``old_logp = sg(logp)`` the gradient is therefore ``-w_i A_t grad(logp_t) / N``
+per token (GSPO: ``-w_i A_i grad(logp_t) / (n_i N_seq)``), i.e. the on-policy policy gradient with
+the TIS/MIS correction of the inference mismatch. Clipping only bites when ``old_logp`` is passed
+explicitly (several optimizer steps on one batch).
 """
 
 from __future__ import annotations
@@ -93,21 +116,27 @@ def policy_loss(
     cfg: LossConfig,
     normalizer: float,
     entropy: torch.Tensor | None = None,
+    old_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """The micro-batch's share of the step loss (already divided by the global ``normalizer``)."""
+    """The micro-batch's share of the step loss (already divided by the global ``normalizer``).
+
+    ``old_logp``: the trainer's logprobs at sampling time (pi_old); default ``logp.detach()`` (one
+    optimizer step per batch). See the module docstring for the formulas."""
     mask = loss_mask.to(logp.dtype)
-    log_ratio = (logp - inference_logp) * mask
-    ratio = torch.exp(log_ratio)
-    low, high = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+    old_logp = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
+    inference_logp = inference_logp.detach().to(logp.dtype)
+    policy_log_ratio = (logp - old_logp) * mask  # log pi_theta/pi_old
+    mismatch_log_ratio = (old_logp - inference_logp) * mask  # log pi_old/pi_inference, no gradient
+    low, high = cfg.clip_bounds
 
     tokens_per_seq = _segment_sum(mask, sample_ids, num_samples)
     has_tokens = tokens_per_seq > 0
-    seq_mean_log_ratio = _segment_sum(log_ratio, sample_ids, num_samples) / tokens_per_seq.clamp_min(1.0)
+    seq_len = tokens_per_seq.clamp_min(1.0)
 
     seq_weight = torch.ones(num_samples, dtype=logp.dtype, device=logp.device)
     is_masked = torch.zeros(num_samples, dtype=torch.bool, device=logp.device)
     if cfg.is_correction != "none":
-        rho = torch.exp(seq_mean_log_ratio.detach())
+        rho = torch.exp(_segment_sum(mismatch_log_ratio, sample_ids, num_samples) / seq_len)
         if cfg.is_correction == "truncate":
             seq_weight = rho.clamp(max=cfg.is_max)
         else:
@@ -120,17 +149,20 @@ def policy_loss(
         is_masked_sequences=float(is_masked.sum()),
     )
     with torch.no_grad():
-        # k3 estimator of KL(pi_inference || pi_trainer) on the sampled tokens
-        stats.mismatch_kl_sum = float(((ratio - 1.0 - log_ratio) * mask).sum())
+        # k3 estimator of KL(pi_inference || pi_old) on the sampled tokens
+        stats.mismatch_kl_sum = float(
+            ((torch.exp(mismatch_log_ratio) - 1.0 - mismatch_log_ratio) * mask).sum()
+        )
         if entropy is not None:
             stats.entropy_sum = float((entropy * mask).sum())
 
     if cfg.type == "gspo":  # one ratio per sequence, weighted by its token count in the stats
-        seq_ratio = torch.exp(seq_mean_log_ratio)
-        seq_adv = _segment_sum(advantages * mask, sample_ids, num_samples) / tokens_per_seq.clamp_min(1.0)
+        seq_ratio = torch.exp(_segment_sum(policy_log_ratio, sample_ids, num_samples) / seq_len)
+        seq_adv = _segment_sum(advantages * mask, sample_ids, num_samples) / seq_len
         obj = _ppo_objective(seq_ratio, seq_adv, low, high, cfg.ratio_mode, tokens_per_seq, stats)
         loss = -(obj * seq_weight * has_tokens.to(logp.dtype)).sum() / normalizer
         return loss, stats
+    ratio = torch.exp(policy_log_ratio)
     obj = _ppo_objective(ratio, advantages, low, high, cfg.ratio_mode, mask, stats)
     loss = -(obj * seq_weight[sample_ids] * mask).sum() / normalizer
     return loss, stats

@@ -120,3 +120,33 @@ def test_resume_picks_only_complete_checkpoints(tmp_path):
         resolve_resume_step(tmp_path, 9)
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         resolve_resume_step(tmp_path / "nothing", None)
+
+
+def test_overwriting_a_checkpoint_unmarks_it_before_deleting_anything(tmp_path, monkeypatch):
+    import shutil
+
+    sched, _ = SCHEDULES["mid-decay"]
+    model, optimizer, scheduler = _fresh(sched)
+    final = ckpt.save_checkpoint(tmp_path, 3, model, optimizer, {}, WORLD, scheduler=scheduler)
+    assert complete_steps(tmp_path) == [3]
+
+    real_rmtree = shutil.rmtree
+    stable_when_removing: list[bool] = []
+
+    def crashing_rmtree(path, *args, **kwargs):
+        if Path(path) != final:
+            return real_rmtree(path, *args, **kwargs)
+        stable_when_removing.append((final / "STABLE").exists())
+        next(p for p in final.iterdir() if p.name != "STABLE").unlink()  # one file gone, then a crash
+        raise OSError("disk went away mid-delete")
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", crashing_rmtree)
+    with pytest.raises(OSError, match="mid-delete"):
+        ckpt.save_checkpoint(tmp_path, 3, model, optimizer, {}, WORLD, scheduler=scheduler)
+    assert stable_when_removing == [False]  # the marker went first
+    assert complete_steps(tmp_path) == []  # the half-deleted step is not offered for resume
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", real_rmtree)  # a clean overwrite is complete again
+    ckpt.save_checkpoint(tmp_path, 3, model, optimizer, {"total_tokens": 1}, WORLD, scheduler=scheduler)
+    assert complete_steps(tmp_path) == [3]
+    assert json.loads((final / "progress.json").read_text())["total_tokens"] == 1

@@ -1,4 +1,9 @@
-"""GRPO-family losses against hand-written references on small tensors."""
+"""GRPO-family losses against hand-written formulas on tiny tensors: the loss value and its gradient.
+
+Notation (see ``prime_rl/trainer/loss.py``): policy ratio ``r_t = pi_theta/pi_old`` (clipped by
+eps), mismatch weight ``w_i`` from ``rho_i = exp(mean_t log(pi_old/pi_inference))`` (is_correction:
+none 1, truncate min(rho, is_max), mask 1[is_min <= rho <= is_max]). Each is applied once.
+"""
 
 from __future__ import annotations
 
@@ -10,125 +15,170 @@ import torch
 from prime_rl.trainer.config import LossConfig
 from prime_rl.trainer.loss import normalizer_for, policy_loss, token_logprobs_and_entropy
 
-# two samples packed: sample 0 = 2 prompt + 3 completion tokens, sample 1 = 1 prompt + 2 completion
-SAMPLE_IDS = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
-MASK = torch.tensor([False, False, True, True, True, False, True, True])
-ADV = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, -0.5, -0.5, -0.5])
-INF = torch.tensor([0.0, 0.0, -1.0, -2.0, -0.5, 0.0, -1.5, -0.7])
+# three samples packed: sample 0 = 2 prompt + 3 completion tokens, samples 1 and 2 = 1 prompt + 2
+SAMPLE_IDS = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])
+MASK = torch.tensor([False, False, True, True, True, False, True, True, False, True, True])
+ADV = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, -0.5, -0.5, -0.5, 2.0, 2.0, 2.0])
+INF = torch.tensor([0.0, 0.0, -1.0, -2.0, -0.5, 0.0, -1.5, -0.7, 0.0, -0.3, -1.2])
+NUM_SAMPLES, LOSS_TOKENS, TOKENS_PER_SAMPLE, SAMPLE_ADV = 3, 7, [3, 2, 2], [1.0, -0.5, 2.0]
+# the trainer's logprobs (pi_old = pi_theta before the step): mean log(pi_old/pi_inf) per sample
+# is 1.0, -0.2, -1.0 (prompt positions are arbitrary, the mask drops them)
+MISMATCH = torch.tensor([-3.0, 0.4, 1.2, 0.9, 0.9, 2.0, -0.3, -0.1, -1.0, -0.8, -1.2])
+OLD = INF + MISMATCH
+RHO = [math.exp(1.0), math.exp(-0.2), math.exp(-1.0)]
+IS_MIN, IS_MAX, DR_NORM = 0.5, 2.0, 10
+# by hand: rho0 = e > 2 (truncated to 2, masked), rho1 = 0.82 (kept as is), rho2 = 0.37 < 0.5
+# (truncate has no lower cap: weight 0.37; mask drops it)
+WEIGHTS = {"none": [1.0, 1.0, 1.0], "truncate": [2.0, RHO[1], RHO[2]], "mask": [0.0, 1.0, 0.0]}
 
 
-def run(cfg: LossConfig, logp: torch.Tensor, normalizer: float):
+def run(cfg: LossConfig, logp: torch.Tensor, normalizer: float, old_logp: torch.Tensor | None = None):
     logp = logp.clone().requires_grad_(True)
-    loss, stats = policy_loss(logp, INF, ADV, MASK, SAMPLE_IDS, 2, cfg, normalizer)
+    extra = {} if old_logp is None else {"old_logp": old_logp}  # default: pi_old = sg(pi_theta)
+    loss, stats = policy_loss(logp, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES, cfg, normalizer, **extra)
     loss.backward()
     return loss, logp.grad, stats
 
 
-def test_ratio_one_gives_the_plain_policy_gradient():
-    # at logp == inference logp, d/dlogp of -(r*A) is -A on loss tokens: REINFORCE
-    cfg = LossConfig(type="grpo")
-    loss, grad, stats = run(cfg, INF, normalizer=5.0)
-    assert loss.item() == pytest.approx(-(3 * 1.0 + 2 * -0.5) / 5.0)
-    expected = torch.where(MASK, -ADV / 5.0, torch.zeros_like(ADV))
-    assert torch.allclose(grad, expected)
-    assert stats.loss_tokens == 5 and stats.sequences == 2 and stats.clipped_sum == 0
-    assert stats.mismatch_kl_sum == pytest.approx(0.0, abs=1e-7)
+def loss_cfg(kind: str, correction: str, **kw) -> LossConfig:
+    return LossConfig(
+        type=kind, is_correction=correction, is_min=IS_MIN, is_max=IS_MAX, dr_grpo_norm=DR_NORM, **kw
+    )
+
+
+def test_the_hand_weights_are_the_sequence_mismatch_ratios():
+    for i in range(NUM_SAMPLES):
+        sel = MASK & (i == SAMPLE_IDS)
+        assert math.exp(float((OLD - INF)[sel].mean())) == pytest.approx(RHO[i], rel=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["none", "truncate", "mask"])
+@pytest.mark.parametrize("kind", ["grpo", "dr_grpo", "gspo"])
+def test_one_step_loss_and_gradient_match_the_hand_formulas(kind, correction):
+    """pi_old = sg(pi_theta): r = 1, so the loss is -sum w A / N and the gradient -w A / N per token
+    (GSPO: -w_i A_i / (n_i N) on each of its tokens). The mismatch weight is applied once: the
+    clipped ratio does not also carry pi_theta/pi_inference."""
+    cfg = loss_cfg(kind, correction)
+    w = WEIGHTS[correction]
+    norm = normalizer_for(cfg, global_loss_tokens=LOSS_TOKENS, global_sequences=NUM_SAMPLES)
+    expected_norm = {"grpo": LOSS_TOKENS, "dr_grpo": NUM_SAMPLES * DR_NORM, "gspo": NUM_SAMPLES}[kind]
+    assert norm == expected_norm
+
+    loss, grad, stats = run(cfg, OLD, norm)
+
+    sid, adv, mask = SAMPLE_IDS.tolist(), ADV.tolist(), MASK.tolist()
+    if kind == "gspo":
+        ref_loss = -sum(w[i] * SAMPLE_ADV[i] for i in range(NUM_SAMPLES)) / norm
+        ref_grad = [
+            -w[sid[t]] * SAMPLE_ADV[sid[t]] / (TOKENS_PER_SAMPLE[sid[t]] * norm) if mask[t] else 0.0
+            for t in range(len(sid))
+        ]
+    else:
+        ref_loss = -sum(w[sid[t]] * adv[t] for t in range(len(sid)) if mask[t]) / norm
+        ref_grad = [-w[sid[t]] * adv[t] / norm if mask[t] else 0.0 for t in range(len(sid))]
+    assert loss.item() == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+    assert grad.tolist() == pytest.approx(ref_grad, rel=1e-5, abs=1e-7)
+    assert stats.loss_tokens == LOSS_TOKENS and stats.sequences == NUM_SAMPLES
+    assert stats.clipped_sum == 0  # r = 1: nothing to clip
+    assert stats.is_masked_sequences == (2 if correction == "mask" else 0)
+
+
+def reference(kind, correction, ratio_mode, logp, old, eps_low, eps_high, norm):
+    """The loss and d loss / d logp of the module docstring, token by token in plain Python."""
+    sid, adv, mask, inf = SAMPLE_IDS.tolist(), ADV.tolist(), MASK.tolist(), INF.tolist()
+    lo, hi = 1 - eps_low, 1 + eps_high
+    toks = [[t for t in range(len(sid)) if mask[t] and sid[t] == i] for i in range(NUM_SAMPLES)]
+    w = []
+    for i in range(NUM_SAMPLES):
+        rho = math.exp(sum(old[t] - inf[t] for t in toks[i]) / len(toks[i]))
+        w.append(
+            {"none": 1.0, "truncate": min(rho, IS_MAX), "mask": float(IS_MIN <= rho <= IS_MAX)}[correction]
+        )
+
+    def objective(r, a):  # (value, d value / d r)
+        if ratio_mode == "clip":
+            gets_gradient = not ((r > hi and a > 0) or (r < lo and a < 0))
+            return min(r * a, min(max(r, lo), hi) * a), (a if gets_gradient else 0.0)
+        inside = lo <= r <= hi
+        return (r * a if inside else 0.0), (a if inside else 0.0)
+
+    loss, grad = 0.0, [0.0] * len(sid)
+    for i in range(NUM_SAMPLES):
+        if kind == "gspo":
+            n = len(toks[i])
+            s = math.exp(sum(logp[t] - old[t] for t in toks[i]) / n)
+            a = sum(adv[t] for t in toks[i]) / n
+            value, dvalue = objective(s, a)
+            loss -= w[i] * value / norm
+            for t in toks[i]:  # ds/dlogp_t = s / n
+                grad[t] = -w[i] * dvalue * s / (n * norm)
+        else:
+            for t in toks[i]:
+                r = math.exp(logp[t] - old[t])
+                value, dvalue = objective(r, adv[t])
+                loss -= w[i] * value / norm
+                grad[t] = -w[i] * dvalue * r / norm  # dr/dlogp_t = r
+    return loss, grad
+
+
+# several optimizer steps on one batch: pi_theta has moved away from pi_old, so the policy ratio
+# leaves 1 and the eps bounds apply. Token deltas log(pi_theta/pi_old) below cross both bounds.
+TOKEN_STEP = torch.tensor([9.0, 9.0, 0.5, 0.1, 0.0, 9.0, -0.5, 0.05, 9.0, 0.3, -0.1])
+# GSPO-sized sequence deltas (mean per sample): 0.0, +1e-3 (A<0: the min keeps the gradient)...
+SEQ_STEP = torch.tensor([9.0, 9.0, 2e-4, 0.0, -2e-4, 9.0, 2e-3, 0.0, 9.0, 1e-3, 1e-3])
+
+
+@pytest.mark.parametrize("ratio_mode", ["clip", "mask"])
+@pytest.mark.parametrize("correction", ["none", "truncate", "mask"])
+@pytest.mark.parametrize("kind", ["grpo", "dr_grpo", "gspo"])
+def test_moved_policy_clips_the_policy_ratio_and_weights_by_the_mismatch_once(kind, correction, ratio_mode):
+    cfg = loss_cfg(kind, correction, ratio_mode=ratio_mode)
+    eps_low, eps_high = (3e-4, 4e-4) if kind == "gspo" else (0.2, 0.28)  # the per-loss defaults
+    assert cfg.resolved_eps == (eps_low, eps_high)
+    logp = OLD + (SEQ_STEP if kind == "gspo" else TOKEN_STEP)
+    norm = normalizer_for(cfg, LOSS_TOKENS, NUM_SAMPLES)
+    loss, grad, stats = run(cfg, logp, norm, old_logp=OLD)
+    ref_loss, ref_grad = reference(
+        kind, correction, ratio_mode, logp.tolist(), OLD.tolist(), eps_low, eps_high, norm
+    )
+    assert loss.item() == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+    assert grad.tolist() == pytest.approx(ref_grad, rel=1e-5, abs=1e-7)
+    # the bounds did bite somewhere, and somewhere they did not
+    assert (stats.clipped_sum if ratio_mode == "clip" else stats.masked_sum) > 0
+    if correction != "mask":
+        assert any(g != 0 for g in ref_grad)
+
+
+def test_default_pi_old_is_the_detached_trainer_policy():
+    cfg = loss_cfg("grpo", "truncate")
+    a = run(cfg, OLD, 7.0)
+    b = run(cfg, OLD, 7.0, old_logp=OLD.clone())
+    assert a[0].item() == pytest.approx(b[0].item()) and torch.allclose(a[1], b[1])
 
 
 def test_prompt_tokens_never_get_gradient():
-    _, grad, _ = run(LossConfig(), INF + 0.3, normalizer=5.0)
-    assert torch.all(grad[~MASK] == 0)
-
-
-def reference_grpo_clip(logp, eps_low, eps_high):
-    total = 0.0
-    for t in range(len(logp)):
-        if not MASK[t]:
-            continue
-        r = math.exp(logp[t] - INF[t])
-        a = float(ADV[t])
-        total += min(r * a, min(max(r, 1 - eps_low), 1 + eps_high) * a)
-    return -total
-
-
-def test_clipping_at_the_bounds_matches_reference_and_zeroes_gradient():
-    # token 2: ratio e^0.5 = 1.65 > 1.28 with A>0 -> clipped; token 6: ratio e^-0.5=0.61 < 0.8 with A<0 -> clipped
-    logp = INF.clone()
-    logp[2] += 0.5
-    logp[6] -= 0.5
-    logp[3] += 0.1  # inside the bounds
-    cfg = LossConfig(type="grpo", eps_low=0.2, eps_high=0.28)
-    loss, grad, stats = run(cfg, logp, normalizer=5.0)
-    assert loss.item() == pytest.approx(reference_grpo_clip(logp.tolist(), 0.2, 0.28) / 5.0, rel=1e-6)
-    assert grad[2] == 0 and grad[6] == 0 and grad[3] != 0
-    assert stats.clipped_sum == 2
-
-
-def test_mask_mode_drops_tokens_outside_the_bounds_whatever_the_sign():
-    logp = INF.clone()
-    logp[2] += 0.5  # r = 1.65 > 1.28
-    logp[7] += 0.5  # A < 0, r = 1.65: clip mode would keep its gradient, mask mode drops it
-    loss, grad, stats = run(LossConfig(ratio_mode="mask"), logp, normalizer=5.0)
-    assert grad[2] == 0 and grad[7] == 0 and grad[3] != 0
-    assert stats.masked_sum == 2
-    kept = [3, 4, 6]
-    ref = -sum(math.exp(logp[t] - INF[t]) * ADV[t] for t in kept) / 5.0
-    assert loss.item() == pytest.approx(float(ref), rel=1e-6)
-
-
-def test_dr_grpo_uses_a_constant_normaliser():
-    cfg = LossConfig(type="dr_grpo", dr_grpo_norm=100)
-    norm = normalizer_for(cfg, global_loss_tokens=5, global_sequences=2)
-    assert norm == 200
-    assert normalizer_for(LossConfig(type="grpo"), 5, 2) == 5
-    loss, grad, _ = run(cfg, INF, norm)
-    assert torch.allclose(grad, torch.where(MASK, -ADV / 200.0, torch.zeros_like(ADV)))
-    # a longer completion is not down-weighted: the per-token gradient is the same constant
-    assert grad[2] == grad[3] == grad[4]
-
-
-def test_gspo_uses_the_sequence_geometric_mean_ratio():
-    logp = INF.clone()
-    logp[2:5] += torch.tensor([0.3, -0.1, 0.1])  # mean log ratio 0.1 -> s0 = e^0.1 (inside bounds)
-    logp[6:8] += torch.tensor([0.2, 0.0])  # mean 0.1 -> s1 = e^0.1
-    cfg = LossConfig(type="gspo")
-    norm = normalizer_for(cfg, 5, 2)
-    assert norm == 2
-    loss, grad, _ = run(cfg, logp, norm)
-    s = math.exp(0.1)
-    assert loss.item() == pytest.approx(-(s * 1.0 + s * -0.5) / 2, rel=1e-5)
-    # d/dlogp_t of -s_i*A_i/2 = -s_i*A_i/(2 n_i): equal for every token of a sequence
-    assert torch.allclose(grad[2:5], torch.full((3,), -s * 1.0 / (2 * 3)), atol=1e-6)
-    assert torch.allclose(grad[6:8], torch.full((2,), s * 0.5 / (2 * 2)), atol=1e-6)
+    for kind in ("grpo", "gspo"):
+        _, grad, _ = run(loss_cfg(kind, "truncate"), OLD + 0.01, 5.0, old_logp=OLD)
+        assert torch.all(grad[~MASK] == 0)
 
 
 def test_gspo_clips_a_whole_sequence():
-    logp = INF.clone()
-    logp[2:5] += 0.5  # s0 = e^0.5 > 1.28 with A>0 -> clipped
-    _, grad, stats = run(LossConfig(type="gspo"), logp, 2.0)
+    # s0 = e^0.01 > 1 + 4e-4 with A > 0 -> clipped; the gspo defaults bite where 0.28 would not
+    logp = OLD.clone()
+    logp[2:5] += 0.01
+    _, grad, stats = run(LossConfig(type="gspo"), logp, 3.0, old_logp=OLD)
     assert torch.all(grad[2:5] == 0) and torch.all(grad[6:8] != 0)
     assert stats.clipped_sum == 3  # counted in tokens
-
-
-def test_is_correction_truncate_and_mask():
-    logp = INF.clone()
-    logp[2:5] += 1.0  # rho0 = e^1 = 2.72; sequence 1 on-policy (rho1 = 1)
-    base = dict(ratio_mode="mask", eps_low=0.99, eps_high=10.0)  # keep the ratio mask out of the way
-    _, g_none, _ = run(LossConfig(**base), logp, 5.0)
-    _, g_trunc, _ = run(LossConfig(**base, is_correction="truncate", is_max=2.0), logp, 5.0)
-    assert torch.allclose(g_trunc[2:5], g_none[2:5] * 2.0)  # weight min(rho, 2) = 2 (ratio itself ~e)
-    assert torch.allclose(g_trunc[6:8], g_none[6:8])  # rho = 1
-    _, g_mask, stats = run(LossConfig(**base, is_correction="mask", is_max=2.0), logp, 5.0)
-    assert torch.all(g_mask[2:5] == 0) and torch.allclose(g_mask[6:8], g_none[6:8])
-    assert stats.is_masked_sequences == 1
+    _, grad, stats = run(LossConfig(type="gspo", eps_low=0.2, eps_high=0.28), logp, 3.0, old_logp=OLD)
+    assert torch.all(grad[2:5] != 0) and stats.clipped_sum == 0
 
 
 def test_mismatch_kl_is_the_k3_estimator():
     logp = INF.clone()
     logp[MASK] += 0.2
-    _, _, stats = run(LossConfig(ratio_mode="mask", eps_high=10.0, eps_low=0.99), logp, 5.0)
+    _, _, stats = run(LossConfig(), logp, 5.0)
     r = math.exp(0.2)
-    assert stats.mismatch_kl_sum == pytest.approx(5 * (r - 1 - 0.2), rel=1e-5)
+    assert stats.mismatch_kl_sum == pytest.approx(LOSS_TOKENS * (r - 1 - 0.2), rel=1e-5)
 
 
 def test_token_logprobs_with_temperature_against_manual_softmax():
@@ -148,11 +198,19 @@ def test_token_logprobs_with_temperature_against_manual_softmax():
     )
 
 
-def test_loss_gradient_matches_finite_differences():
-    cfg = LossConfig(type="grpo")
+@pytest.mark.parametrize("kind", ["grpo", "gspo"])
+def test_loss_gradient_matches_finite_differences(kind):
+    # with pi_old held fixed the loss is an ordinary function of logp
+    cfg = loss_cfg(kind, "truncate")
+    old = OLD.double()
 
     def f(lp):
-        return policy_loss(lp, INF.double(), ADV.double(), MASK, SAMPLE_IDS, 2, cfg, 5.0)[0]
+        return policy_loss(
+            lp, INF.double(), ADV.double(), MASK, SAMPLE_IDS, NUM_SAMPLES, cfg, 5.0, old_logp=old
+        )[0]
 
-    start = (INF + torch.tensor([0, 0, 0.05, -0.1, 0.02, 0, 0.1, -0.05])).double().requires_grad_(True)
+    step = torch.tensor([0, 0, 0.05, -0.1, 0.02, 0, 0.1, -0.05, 0, 0.03, 0.01]) * (
+        1e-3 if kind == "gspo" else 1
+    )
+    start = (old + step.double()).requires_grad_(True)
     assert torch.autograd.gradcheck(f, (start,))
