@@ -11,12 +11,14 @@ naming both; so are the cross-process disagreements the launcher cannot resolve.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from prime_rl.config import BaseConfig
+from prime_rl.config import BaseConfig, ConfigError
 from prime_rl.inference.config import InferenceConfig
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.paths import RunPaths
@@ -131,6 +133,14 @@ class RLConfig(BaseConfig):
         return data
 
     @model_validator(mode="after")
+    def _resume_or_clean(self) -> RLConfig:
+        if self.resume and self.clean:
+            raise ValueError(
+                "--resume and --clean contradict each other: --resume continues the run, --clean deletes it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_agreement(self) -> RLConfig:
         inference, orchestrator, trainer = self.inference, self.orchestrator, self.trainer
         problems = [
@@ -160,3 +170,54 @@ class RLConfig(BaseConfig):
         if problems:
             raise ValueError("inconsistent rl config:\n    " + "\n    ".join(problems))
         return self
+
+
+# a hub repo id: org/name, each part letters, digits, '-', '_', '.' (not first), no '..' or '--'
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def model_path_problem(name: str) -> str | None:
+    """Why ``name`` cannot be loaded as a model, or None when it may be.
+
+    An existing path must be a readable directory holding a readable ``config.json``. A missing one
+    is an error unless it has the shape of a hub name, ``org/name``, which the loaders take from the
+    hub cache (or download). A missing name looks local, and is an error, when it starts with ``.``,
+    ``/`` or ``~``, has no ``/`` or more than one, or its first part is an existing directory
+    (``models/tny`` where ``models/`` exists).
+    """
+    try:
+        path = Path(name).expanduser()
+        exists = path.exists()
+    except (OSError, RuntimeError) as e:  # a path too long, a parent we may not search, ~nobody
+        return f"model directory {name}: {getattr(e, 'strerror', None) or e}"
+    if exists:
+        if not path.is_dir():
+            return f"model {name}: not a directory"
+        if not os.access(path, os.R_OK | os.X_OK):
+            return f"model directory {name}: not readable"
+        config = path / "config.json"
+        if not config.is_file():
+            return f"model directory {name}: no config.json (not a Hugging Face model directory)"
+        if not os.access(config, os.R_OK):
+            return f"model directory {name}: {config.name} not readable"
+        return None
+    hub_shaped = (
+        _HUB_ID.match(name) is not None
+        and ".." not in name
+        and "--" not in name
+        and not os.path.isdir(name.split("/")[0])
+    )
+    if hub_shaped:
+        return None
+    return f"model directory {name}: not found (a hub model is named org/name)"
+
+
+def check_models(cfg: RLConfig) -> None:
+    """Refuse, before anything starts, a model the server or the trainer cannot load (one line)."""
+    for key, name in (
+        ("inference.model", cfg.inference.model),
+        ("trainer.model.name", cfg.trainer.model.name),
+    ):
+        if problem := model_path_problem(name):
+            where = "" if name == cfg.model else f" ({key})"
+            raise ConfigError(problem + where)

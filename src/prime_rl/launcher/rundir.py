@@ -1,17 +1,76 @@
 """The run directory before a start: refuse an earlier run's leftovers, or wipe them (``--clean``),
-or resume from the latest checkpoint both trainer and orchestrator completed (``--resume``)."""
+or resume from the latest checkpoint both trainer and orchestrator completed (``--resume``).
+
+On ``--resume`` at step N (checkpoint ``step_N``: N steps done, step N is the next one):
+
+- a finished run (a complete checkpoint at ``max_steps`` or later, or ``weights/step_M/STABLE`` with
+  M >= ``max_steps``: the trainer publishes those only after its last step) raises
+  :class:`RunComplete` and nothing is touched;
+- ``rollouts/step_S`` for S >= N, ``weights/step_S`` for S > N and ``checkpoints/step_S`` for S > N
+  (incomplete ones: a complete one newer than N would have been chosen) are deleted;
+- ``metrics.jsonl`` is rewritten atomically keeping the rows with ``step`` < N (both processes
+  number rows by the step they did, from 0, and redo steps N, N+1, ...). A row that is not a JSON
+  object with an integer ``step`` is kept as it is (what it is cannot be told, so it is not
+  destroyed), except an unparsable last line without a newline: a write the crash cut short.
+"""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 from prime_rl.config import ConfigError
 from prime_rl.launcher.config import RLConfig
-from prime_rl.paths import RunPaths, complete_checkpoint_steps, step_dirs
+from prime_rl.paths import RunPaths, atomic_write_bytes, complete_checkpoint_steps, is_stable, step_dirs
+
+
+class RunComplete(Exception):
+    """``--resume`` on a run that already did ``max_steps``: nothing to do."""
+
+
+def finished_step(paths: RunPaths, max_steps: int) -> int | None:
+    """The step showing that a run of ``max_steps`` is done, or None when it is not."""
+    done = [
+        s
+        for s in complete_checkpoint_steps(paths.checkpoints_root, "trainer", "orchestrator")
+        if s >= max_steps
+    ]
+    done += [s for s, d in step_dirs(paths.weights_root).items() if s >= max_steps and is_stable(d)]
+    return max(done) if done else None
+
+
+def _metric_step(line: bytes) -> int | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def truncate_metrics(paths: RunPaths, step: int) -> int:
+    """Rewrite ``metrics.jsonl`` atomically without the rows of steps >= ``step``; returns rows dropped."""
+    path = paths.metrics_file
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n") and _metric_step(lines[-1]) is None:
+        lines.pop()  # a write the crash cut short
+    kept = [line for line in lines if (s := _metric_step(line)) is None or s < step]
+    out = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in kept)
+    if out != data:
+        atomic_write_bytes(path, out)
+    return len(data.splitlines()) - len(kept)
 
 
 def prepare_run_dir(cfg: RLConfig) -> int | None:
-    """Check (and on --clean, wipe) the run directory; on --resume, return the step to resume at."""
+    """Check (and on --clean, wipe) the run directory; on --resume, return the step to resume at.
+
+    Raises :class:`RunComplete` on --resume when the run is already finished.
+    """
+    if cfg.resume and cfg.clean:
+        raise ConfigError("--resume and --clean contradict each other: pass one")
     paths = RunPaths(cfg.output_dir)
     leftovers = [
         p
@@ -19,6 +78,12 @@ def prepare_run_dir(cfg: RLConfig) -> int | None:
         if p.is_dir() and any(p.iterdir())
     ]
     if cfg.resume:
+        done = finished_step(paths, cfg.max_steps)
+        if done is not None:
+            raise RunComplete(
+                f"run in {cfg.output_dir} is complete ({done} steps done, max_steps = {cfg.max_steps}): "
+                "nothing to resume; raise --max_steps to train further"
+            )
         steps = complete_checkpoint_steps(paths.checkpoints_root, "trainer", "orchestrator")
         if not steps:
             raise ConfigError(
@@ -29,9 +94,11 @@ def prepare_run_dir(cfg: RLConfig) -> int | None:
         for s, d in step_dirs(paths.rollouts_root).items():
             if s >= step:
                 shutil.rmtree(d)
-        for s, d in step_dirs(paths.weights_root).items():
-            if s > step:
-                shutil.rmtree(d)
+        for root in (paths.weights_root, paths.checkpoints_root):
+            for s, d in step_dirs(root).items():
+                if s > step:
+                    shutil.rmtree(d)
+        truncate_metrics(paths, step)
         return step
     if leftovers and not cfg.clean:
         raise ConfigError(

@@ -8,7 +8,9 @@ log; Ctrl-C or SIGTERM stops everything (130); a finished run returns 0.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -17,17 +19,27 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loguru import logger
 
-from prime_rl.config import BaseConfig, ResumeConfig
-from prime_rl.launcher.config import RLConfig
-from prime_rl.launcher.rundir import prepare_run_dir
+from prime_rl.config import BaseConfig
+from prime_rl.launcher.config import RLConfig, check_models
+from prime_rl.launcher.rundir import RunComplete, prepare_run_dir
 from prime_rl.paths import RunPaths, atomic_write_json
 from prime_rl.trainer.main import command as trainer_command
 
+C = TypeVar("C", bound=BaseConfig)
+
 _ECHO = re.compile(r"\| (WARNING|ERROR|CRITICAL)|\| step \d+ \||Traceback")
+
+
+def _console(text: str, stream: Any = None) -> None:
+    """Write to the console; a console that is gone (closed pipe) must not stop a log pump."""
+    stream = stream or sys.stdout
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(text)
+        stream.flush()
 
 
 class Child:
@@ -36,6 +48,8 @@ class Child:
     def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]):
         self.name, self.log_path = name, log_path
         self.quiet = False  # set while stopping: shutdown noise goes to the log file only
+        self.log_error: OSError | None = None  # why the log file could not be written, if it could not
+        self._recent: collections.deque[str] = collections.deque(maxlen=200)  # for tail() without a log
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             argv,
@@ -50,21 +64,55 @@ class Child:
         self._pump.start()
 
     def _copy(self) -> None:
+        """Copy the child's output to its log file, echoing step lines and errors to the console.
+
+        The pipe is drained to the end whatever happens, so the child never blocks on a full pipe:
+        if the log file cannot be written (a full disk), that is reported once on the console, the
+        file is given up, and the echo goes on; :meth:`tail` then shows the lines kept in memory.
+        """
         assert self.proc.stdout is not None
-        with open(self.log_path, "a", encoding="utf-8") as f:
+        f = None
+        try:
+            f = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in the finally below, errors kept)
+        except OSError as e:
+            self._log_failed(e)
+        try:
             for line in self.proc.stdout:
-                f.write(line)
-                f.flush()
+                self._recent.append(line)
+                if f is not None:
+                    try:
+                        f.write(line)
+                        f.flush()
+                    except OSError as e:
+                        self._log_failed(e)
+                        with contextlib.suppress(OSError):
+                            f.close()
+                        f = None
                 if not self.quiet and _ECHO.search(line):
-                    sys.stdout.write(f"[{self.name}] {line}")
-                    sys.stdout.flush()
+                    _console(f"[{self.name}] {line}")
+        finally:
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+
+    def _log_failed(self, e: OSError) -> None:
+        self.log_error = e
+        what = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else type(e).__name__
+        _console(
+            f"[rl] cannot write {self.name}'s log {self.log_path} ({what}: {e.strerror or e}); "
+            "its output is no longer saved, errors are still shown here\n",
+            stream=sys.stderr,
+        )
 
     def tail(self, n: int = 25) -> str:
         self._pump.join(timeout=2)
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "<no output>"
+        if self.log_error is None:
+            try:
+                return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+            except OSError:
+                pass
+        lines = list(self._recent)[-n:]
+        return "".join(lines).rstrip("\n") if lines else "<no output>"
 
     def stop(self, timeout_s: float = 15.0) -> None:
         self.quiet = True
@@ -78,6 +126,15 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+
+def with_resume(c: C, step: int) -> C:
+    """A copy of a child's config that resumes at ``step``, validated as the child will load it.
+
+    Not ``model_copy(update=...)``: that validates nothing, so a dict given for the ``resume`` model
+    field stayed a dict and pydantic warned ("Expected `ResumeConfig`") on every dump.
+    """
+    return type(c).model_validate({**c.model_dump(), "resume": {"enabled": True, "step": step}})
 
 
 def _dump_for_child(c: BaseConfig) -> dict[str, Any]:
@@ -105,16 +162,20 @@ def _child_env(cfg: RLConfig) -> dict[str, str]:
 def launch(cfg: RLConfig) -> int:
     """Prepare the run directory, write the three configs, start the processes and supervise them."""
     paths = RunPaths(cfg.output_dir)
-    resume_step = prepare_run_dir(cfg)
+    check_models(cfg)
+    try:
+        resume_step = prepare_run_dir(cfg)
+    except RunComplete as done:
+        logger.info(str(done))
+        return 0
     configs: dict[str, BaseConfig] = {
         "inference": cfg.inference,
         "orchestrator": cfg.orchestrator,
         "trainer": cfg.trainer,
     }
     if resume_step is not None:
-        resume = ResumeConfig(enabled=True, step=resume_step)
         for name in ("orchestrator", "trainer"):
-            configs[name] = configs[name].model_copy(update={"resume": resume})
+            configs[name] = with_resume(configs[name], resume_step)
         logger.info(f"resuming at step {resume_step}")
     cfg.write_resolved(paths.config_file("rl"))
     for name, c in configs.items():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from prime_rl.config import ConfigError, HelpRequested, load_config
-from prime_rl.launcher.config import RLConfig
+from prime_rl.launcher.config import RLConfig, check_models, model_path_problem
 
 DEBUG_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "debug" / "rl.toml"
 
@@ -113,3 +114,57 @@ def test_the_demo_config_loads():
     assert cfg.orchestrator.ckpt_interval == cfg.trainer.ckpt.interval == 10
     assert cfg.orchestrator.client.base_urls == ["http://127.0.0.1:8011"]
     assert cfg.inference.enforce_eager and cfg.orchestrator.env.name == "toy"
+
+
+def test_model_names_a_readable_directory_or_a_hub_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "config.json").write_text("{}")
+    (tmp_path / "models" / "empty").mkdir()
+    (tmp_path / "weights.bin").write_text("")
+    ok = [
+        "models/tiny",
+        str(tmp_path / "models" / "tiny"),
+        "./models/tiny",
+        "Qwen/Qwen3-0.6B",
+        "org/my.model_v2",
+    ]
+    for name in ok:
+        assert model_path_problem(name) is None, name
+    bad = {
+        "models/tny": "not found",  # models/ exists: a local path with a typo, not a hub name
+        "./tiny": "not found",
+        "/nowhere/tiny": "not found",
+        "~/nowhere-at-all/tiny": "not found",
+        "tiny": "not found",  # no '/': not a hub name (hub names are org/name)
+        "a/b/c": "not found",
+        "org/../name": "not found",
+        "models/empty": "no config.json",
+        "weights.bin": "not a directory",
+    }
+    for name, why in bad.items():
+        problem = model_path_problem(name)
+        assert problem is not None and why in problem and name in problem, (name, problem)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads everything")
+def test_an_unreadable_model_directory_is_refused(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    model.chmod(0)
+    try:
+        assert "not readable" in model_path_problem(str(model))
+    finally:
+        model.chmod(0o755)
+
+
+def test_the_model_check_names_the_block_that_differs(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg, _ = load_config(RLConfig, ["--model", str(model), "--trainer.model.name", str(tmp_path / "gone")])
+    with pytest.raises(ConfigError, match=r"gone: not found .*\(trainer\.model\.name\)"):
+        check_models(cfg)
+    cfg, _ = load_config(RLConfig, ["--model", str(model)])
+    check_models(cfg)

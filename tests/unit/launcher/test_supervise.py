@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
-from prime_rl.config import load_config
+import pytest
+from pydantic import ValidationError
+
+import prime_rl.launcher.supervise as supervise
+from prime_rl.config import ResumeConfig, load_config
 from prime_rl.launcher.config import RLConfig
-from prime_rl.launcher.supervise import Child, _child_env, _dump_for_child
+from prime_rl.launcher.supervise import Child, _child_env, _dump_for_child, with_resume
+from prime_rl.paths import mark_stable
 
 
 def test_secrets_travel_by_env_never_in_the_written_configs(tmp_path, monkeypatch):
@@ -69,3 +76,83 @@ def test_stop_ends_the_child_s_process_group_with_sigkill_after_sigterm(tmp_path
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+class _FullDisk:
+    """A log file on a disk that fills up after ``room`` writes."""
+
+    def __init__(self, path, room: int):
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self.room = room
+
+    def write(self, text: str) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= 1
+        return self._f.write(text)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def test_a_full_disk_is_reported_once_and_the_child_is_still_drained(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(supervise, "open", lambda path, *a, **k: _FullDisk(path, room=5), raising=False)
+    # far more than a pipe holds (64 KiB): the child blocks unless its output is still read
+    script = (
+        "import sys\n"
+        "for i in range(10): print(f'line {i}', flush=True)\n"
+        "print('2024 | ERROR    | first error', flush=True)\n"
+        "for i in range(4000): print('x' * 100)\n"
+        "print('2024 | ERROR    | last error', flush=True)\n"
+    )
+    log = tmp_path / "test.log"
+    child = Child("test", [sys.executable, "-c", script], log, dict(os.environ))
+    try:
+        assert child.proc.wait(timeout=30) == 0
+        child._pump.join(timeout=10)
+        assert not child._pump.is_alive()
+        out, err = capsys.readouterr()
+        assert "[test] 2024 | ERROR    | first error" in out and "[test] 2024 | ERROR    | last error" in out
+        assert err.count("cannot write") == 1 and str(log) in err and "ENOSPC" in err
+        assert log.read_text().splitlines() == [f"line {i}" for i in range(5)]
+        assert child.tail(2).splitlines()[-1] == "2024 | ERROR    | last error"  # from memory
+    finally:
+        child.stop(timeout_s=0.5)
+
+
+def test_resume_reaches_the_children_validated_without_warnings(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    for component in ("trainer", "orchestrator"):
+        mark_stable(tmp_path / "run" / "checkpoints" / "step_2" / component)
+
+    class Started(Exception):
+        pass
+
+    def refuse(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(supervise, "Child", refuse)
+    cfg, _ = load_config(RLConfig, ["--model", str(model), "--output_dir", str(tmp_path / "run"), "--resume"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Started):
+            supervise.launch(cfg)
+    for name in ("trainer", "orchestrator"):
+        data = json.loads((tmp_path / "run" / "configs" / f"rl_{name}_input.json").read_text())
+        assert data["resume"] == {"enabled": True, "step": 2}
+    assert not cfg.trainer.resume.enabled  # the launcher's own config is left as it was
+    resumed = with_resume(cfg.trainer, 2)
+    assert isinstance(resumed.resume, ResumeConfig) and resumed.resume.step == 2
+    with pytest.raises(ValidationError):  # the value is validated: a bad one fails here, not in the child
+        with_resume(cfg.trainer, -1)
