@@ -66,13 +66,13 @@ bench: model
 	$(PY) benchmarks/collector_overhead.py --vllm
 
 # The uv path of the README, checked in its own environment (.venv-uv) so it never touches .venv:
-# lock, sync the cpu and dev extras, start every command, run a few tests. On a machine whose pip
-# takes torch+cpu from a local wheel folder (pip's find-links), that folder is handed to uv at run
-# time and the lock uses the published metadata (UV_NO_SOURCES) instead of the PyTorch index.
+# lock, sync the cpu and dev extras, start every command, run a few tests. uv gets torch+cpu where
+# pip gets it: a local wheel folder (pip's find-links) or the PyTorch CPU index given to pip as
+# PIP_EXTRA_INDEX_URL, both read at run time.
 UV_MIN := 0.13
 LOCAL_WHEELS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 UV_ENV = UV_PROJECT_ENVIRONMENT=.venv-uv UV_PYTHON=3.11 UV_COMPILE_BYTECODE=1 \
-	$(if $(LOCAL_WHEELS),UV_FIND_LINKS="$(LOCAL_WHEELS)" UV_NO_SOURCES=1)
+	$(if $(LOCAL_WHEELS),UV_FIND_LINKS="$(LOCAL_WHEELS)") $(if $(PIP_EXTRA_INDEX_URL),UV_INDEX="$(PIP_EXTRA_INDEX_URL)")
 UV = $(or $(shell command -v uv 2>/dev/null),$(VENV)/bin/uv)
 
 uv-check: | $(PY)
