@@ -54,16 +54,20 @@ class Completion:
     url: str
 
 
+def api_url(base: str, path: str) -> str:
+    """``<base>/v1/<path>`` for a server given with or without ``/v1``."""
+    base = base.rstrip("/")
+    return f"{base}/{path}" if base.endswith("/v1") else f"{base}/v1/{path}"
+
+
 def chat_url(base: str) -> str:
     """The chat/completions URL of a server given with or without ``/v1``."""
-    base = base.rstrip("/")
-    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+    return api_url(base, "chat/completions")
 
 
 def models_url(base: str) -> str:
     """The models URL of a server given with or without ``/v1``."""
-    base = base.rstrip("/")
-    return base + ("/models" if base.endswith("/v1") else "/v1/models")
+    return api_url(base, "models")
 
 
 def parse_completion(data: Any, url: str) -> Completion:
