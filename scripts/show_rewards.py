@@ -1,4 +1,4 @@
-"""Print the orchestrator's reward per step from a run's metrics.jsonl, with a text bar.
+"""Print the orchestrator's reward and truncation per step from a run's metrics.jsonl, with a bar.
 
 usage: python scripts/show_rewards.py outputs/rl-debug/metrics.jsonl
 """
@@ -21,11 +21,16 @@ def main() -> None:
     print(f"\nreward per step ({path}):")
     for r in steps:
         bar = "#" * int(round(r["reward_mean"] * 50))
-        print(f"  step {r['step']:3d}  reward {r['reward_mean']:.3f}  staleness {r['staleness']}  {bar}")
+        print(
+            f"  step {r['step']:3d}  reward {r['reward_mean']:.3f}  truncated {r['trunc_pct']:5.1f}%  "
+            f"staleness {r['staleness']}  {bar}"
+        )
     k = max(1, len(steps) // 5)
     first = sum(r["reward_mean"] for r in steps[:k]) / k
     last = sum(r["reward_mean"] for r in steps[-k:]) / k
     print(f"\nmean reward, first {k} steps: {first:.3f}; last {k} steps: {last:.3f} ({last - first:+.3f})")
+    trunc = sum(r["trunc_pct"] for r in steps) / len(steps)
+    print(f"mean truncation: {trunc:.1f}% of completions hit max_tokens")
 
 
 if __name__ == "__main__":

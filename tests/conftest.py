@@ -1,8 +1,23 @@
-"""Fixtures shared by unit and integration tests."""
+"""Fixtures shared by unit and integration tests, and the session-end check for leaked processes.
+
+The test session makes itself a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a process any
+test started that outlives its parent (vLLM's engine under a killed server, a launcher's children)
+is re-parented to pytest instead of init, so it stays a descendant of the session. When the session
+ends, after every fixture is torn down, a descendant still running fails the run (exit 1), named
+with its pid and process name, and is killed. multiprocessing's own helpers of this process (its
+resource tracker and forkserver, which live as long as the interpreter) are not leaks.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +25,88 @@ import pytest
 from prime_rl.dev.tiny_model import build_tiny_model
 
 ADMIN_TOKEN = "test-admin-token"
+PR_SET_CHILD_SUBREAPER = 36
+LEAK_GRACE_S = 10.0  # a process stopped by a test's last teardown may still be exiting
+
+
+def pytest_configure(config):
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _own_helpers() -> set[int]:
+    """multiprocessing's helper processes of this interpreter: they end with it, they are no leak."""
+    pids = {
+        getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None),
+        getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None),
+    }
+    return {pid for pid in pids if pid}
+
+
+def _reap_zombies() -> None:
+    """Reap dead children nobody waits for (orphans re-parented to this subreaper)."""
+    import psutil
+
+    for p in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+
+
+def leftover_processes(exclude: set[int] = frozenset()) -> list:
+    """This process's running descendants (psutil.Process), less its own helpers and ``exclude``."""
+    import psutil
+
+    _reap_zombies()
+    skip = _own_helpers() | set(exclude)
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in skip and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+    return found
+
+
+def _describe(p) -> str:
+    import psutil
+
+    try:
+        cmd = " ".join(p.cmdline())[:160]
+        return f"pid {p.pid} {p.name()!r} (pgid {os.getpgid(p.pid)}, parent {p.ppid()}): {cmd}"
+    except (psutil.Error, ProcessLookupError):
+        return f"pid {p.pid} (gone)"
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own sessionfinish tore down what was still set up
+def pytest_sessionfinish(session, exitstatus):
+    if not sys.platform.startswith("linux"):
+        return
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while (left := leftover_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    lines = [_describe(p) for p in left]
+    for p in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    _reap_zombies()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = (
+        f"{len(lines)} process(es) started by the tests outlived the session (killed now):\n  "
+        + "\n  ".join(lines)
+    )
+    if reporter is not None:
+        reporter.write("\n")
+        reporter.write_sep("=", "leaked processes", red=True)
+        reporter.write_line(message, red=True)
+    else:
+        sys.stderr.write(message + "\n")
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):

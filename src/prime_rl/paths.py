@@ -72,6 +72,11 @@ class RunPaths:
     def metrics_file(self) -> Path:
         return self.root / "metrics.jsonl"
 
+    @property
+    def lock_file(self) -> Path:
+        """``.rl.lock``: held (flock) by the launcher of the run and the processes it started."""
+        return self.root / ".rl.lock"
+
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename inside it is durable (no-op where unsupported)."""

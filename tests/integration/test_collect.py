@@ -1,203 +1,41 @@
-"""collect-rollouts over real HTTP: the local OpenAI-compatible test server for faults (429
-storms, 500s, a dead server, slow answers), the real vLLM server for the real thing, real files
-and real SIGKILLs of the collector process."""
+"""collect-rollouts as a process, end to end: the real CLI in a child process, real signals and
+SIGKILLs, real files, the deferred ``verify`` and the log analyzer on its log, and a run against the
+real vLLM server. The fake OpenAI-compatible server (``tests.support.http_server``) stands in for
+the model server where a test needs to control it: hold requests at a chosen point, answer 429s.
+Whole runs in-process against the fake server are unit tests (tests/unit/collect/test_runs.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
-from pathlib import Path
+from collections import Counter
 
 import pytest
 from tests.support import FAULTY_ENV
-from tests.support.http_server import LocalTestServer, text_by_seed
+from tests.support.collect import CLI, collect_config, keys, records, sigint_reaches_children, write_tasks
+from tests.support.http_server import LocalTestServer
 
-from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig
-from prime_rl.collect.diagnose import diagnose
-from prime_rl.collect.merge import merge
-from prime_rl.collect.runner import collect
-from prime_rl.collect.store import iter_records
-from prime_rl.config import load_config
-from prime_rl.dev.server import free_port
-
-CLI = [sys.executable, "-m", "prime_rl.collect.main"]
-SLOW_ENV = FAULTY_ENV
+from prime_rl.collect.runner import collect, request_body
+from prime_rl.collect.store import failures_path
+from prime_rl.envs.registry import load_env
 
 
-def write_tasks(path: Path, n: int) -> Path:
-    path.write_text(
-        "".join(json.dumps({"id": f"t{i}", "prompt": f"Say vowels, number {i}."}) + "\n" for i in range(n))
-    )
-    return path
+def completions_seen(server: LocalTestServer) -> int:
+    """Chat completion requests the server has received so far (answered, failed or held)."""
+    return sum(1 for path, _, _ in server.state.seen if path.endswith("completions"))
 
 
-def config(
-    server_url: str | list[str], tmp: Path, *extra: str, model=CollectConfig, tasks: Path | None = None
-):
-    urls = server_url if isinstance(server_url, list) else [server_url]
-    cfg, _ = load_config(
-        model,
-        [
-            "--input",
-            str(tasks or tmp / "tasks.jsonl"),
-            "--output",
-            str(tmp / "out.jsonl"),
-            "--env",
-            "toy",
-            "--base_urls",
-            json.dumps(urls),
-            "--model",
-            "m",
-            "--responses_create_params.max_output_tokens",
-            "6",
-            "--verify.workers",
-            "0",
-            "--no-progress",
-            "--retry.backoff_s",
-            "0.01",
-            *extra,
-        ],
-    )
-    return cfg
-
-
-def records(path: Path) -> list[dict]:
-    return [r for _, r in iter_records(path)]
-
-
-def keys(path: Path) -> Counter:
-    return Counter((r["task_index"], r["repeat_index"]) for r in records(path))
-
-
-def test_collects_scores_and_resumes_against_a_server(tmp_path, monkeypatch):
-    write_tasks(tmp_path / "tasks.jsonl", 12)
-    monkeypatch.setenv("TEST_COLLECT_KEY", "sk-test-secret-123")
-    with LocalTestServer() as server:
-        cfg = config(
-            server.base_url,
-            tmp_path,
-            "--num_repeats",
-            "3",
-            "--verify.workers",
-            "2",
-            "--api_key_env",
-            "TEST_COLLECT_KEY",
-        )
-        first = asyncio.run(collect(cfg))
-        again = asyncio.run(collect(cfg))
-    assert first.written == 36 and first.failed == 0 and again.written == 0 and again.already_done == 36
-    rows = records(tmp_path / "out.jsonl")
-    assert keys(tmp_path / "out.jsonl") == Counter({(t, r): 1 for t in range(12) for r in range(3)})
-    row = rows[0]
-    assert row["task"]["id"].startswith("t") and row["response"]["text"] == "x" * 6
-    assert len(row["response"]["token_ids"]) == row["usage"]["output_tokens"] == 6
-    assert row["usage"]["total_tokens"] == row["usage"]["input_tokens"] + 6
-    assert row["reward"] == 0.0 and row["metrics"] == {"vowel_frac": 0.0, "letters": 6.0} and row["verified"]
-    assert set(row["timings"]) == {"queue_ms", "gen_ms", "verify_ms", "total_ms"}
-    assert row["params"] == {"model": "m", "max_output_tokens": 6, "temperature": 1.0}
-    agg = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
-    assert agg["num_records"] == 36 and agg["pass@3"] == 0.0 and agg["letters"] == 6.0
-    # the key reached the server, and nothing written holds it
-    assert {h.get("authorization") for p, _, h in server.state.seen if p.endswith("completions")} == {
-        "Bearer sk-test-secret-123"
-    }
-    for f in tmp_path.iterdir():
-        assert "sk-test-secret" not in f.read_text(errors="replace"), f
-
-
-def test_aggregates_of_mixed_rewards_and_verifier_failures_match_hand_computed_values(tmp_path):
-    # toy env, pass threshold 1.0: A = "aeiou" (reward 1, passes), W1 = "aab" (2/3), W2 = "bcd" (0)
-    A, W1, W2 = "aeiou", "aab", "bcd"
-    answers = {0: [A, A, A, A], 1: [W1, A, W2, A], 2: [W1, W1, W1, A], 3: [W2, W2, W2, W2]}
-    write_tasks(tmp_path / "tasks.jsonl", 4)
-    mixed = tmp_path / "mixed"
-    mixed.mkdir()
-    with LocalTestServer() as server:
-        server.state.reply_text = text_by_seed(lambda t, r: answers[t][r])
-        result = asyncio.run(
-            collect(
-                config(
-                    server.base_url,
-                    mixed,
-                    "--num_repeats",
-                    "4",
-                    "--responses_create_params.seed",
-                    "0",  # the server reads (task, repeat) back from each sample's seed
-                    "--verify.workers",
-                    "2",
-                    tasks=tmp_path / "tasks.jsonl",
-                )
-            )
-        )
-    assert result.written == 16 and result.failed == 0
-    rows = records(mixed / "out.jsonl")
-    assert {(r["task_index"], r["repeat_index"]): r["response"]["text"] for r in rows} == {
-        (t, i): text for t, texts in answers.items() for i, text in enumerate(texts)
-    }
-    assert {r["response"]["text"]: r["reward"] for r in rows} == {A: 1.0, W1: pytest.approx(2 / 3), W2: 0.0}
-    agg = json.loads((mixed / "out_aggregate_metrics.json").read_text())
-    # reward: t0 4*1 + t1 (2/3 + 1 + 0 + 1) + t2 (3 * 2/3 + 1) + t3 0 = 4 + 8/3 + 3 = 29/3, over 16
-    assert agg["reward"] == pytest.approx(29 / 48)
-    assert agg["num_records"] == 16 and agg["num_tasks"] == 4 and agg["samples_per_task"] == 4
-    assert agg["unscored"] == 0 and agg["verify_failures"] == 0 and agg["verify_failure_rate"] == 0.0
-    # passing per task c = 4, 2, 1, 0 of n = 4. pass@1 = (4/4 + 2/4 + 1/4 + 0) / 4 = 7/16
-    assert agg["pass@1"] == pytest.approx(7 / 16)
-    # pass@2 = 1 - C(n-c,2)/C(4,2): 1, 1 - 1/6 = 5/6, 1 - 3/6 = 1/2, 0 -> (1 + 5/6 + 1/2) / 4 = 7/12
-    assert agg["pass@2"] == pytest.approx(7 / 12)
-    # pass@4: tasks 0-2 have a passing sample, task 3 none -> 3/4
-    assert agg["pass@4"] == pytest.approx(3 / 4)
-    # majority@2 (repeats 0,1): t0 A,A passes; t1 W1,A tie -> W1 (first) fails; t2 W1; t3 W2 -> 1/4
-    assert agg["majority@2"] == pytest.approx(1 / 4)
-    # majority@4: t0 A; t1 A (2 votes) beats W1, W2 (1 each): passes; t2 W1 (3); t3 W2 -> 2/4
-    assert agg["majority@4"] == pytest.approx(2 / 4)
-
-    # verifier failures: FaultyEnv raises on tasks whose n is even (every=2), else rewards 1.0
-    faulty_tasks = tmp_path / "faulty_tasks.jsonl"
-    faulty_tasks.write_text(
-        "".join(
-            json.dumps({"id": f"f{i}", "prompt": f"Say anything ({i}).", "n": i}) + "\n" for i in range(4)
-        )
-    )
-    faulty = tmp_path / "faulty"
-    faulty.mkdir()
-    with LocalTestServer() as server:
-        result = asyncio.run(
-            collect(
-                config(
-                    server.base_url,
-                    faulty,
-                    "--num_repeats",
-                    "2",
-                    "--env",
-                    FAULTY_ENV,
-                    "--env_options",
-                    json.dumps({"mode": "raise", "every": 2}),
-                    tasks=faulty_tasks,
-                )
-            )
-        )
-    assert result.written == 8 and result.verify_failures == 4
-    rows = records(faulty / "out.jsonl")
-    assert sorted((r["task_index"], r["reward"], bool(r.get("verify_error"))) for r in rows) == [
-        (0, None, True), (0, None, True), (1, 1.0, False), (1, 1.0, False),
-        (2, None, True), (2, None, True), (3, 1.0, False), (3, 1.0, False),
-    ]  # fmt: skip
-    agg = json.loads((faulty / "out_aggregate_metrics.json").read_text())
-    # reward: the mean over the 4 scored samples only (all 1.0); the 4 failures are reported apart
-    assert agg["reward"] == 1.0 and agg["unscored"] == 4
-    assert agg["num_records"] == 8 and agg["num_tasks"] == 4 and agg["samples_per_task"] == 2
-    assert agg["verify_failures"] == 4 and agg["verify_failure_rate"] == pytest.approx(4 / 8)
-    # a verifier failure is a failed sample: c = 0, 2, 0, 2 of n = 2 per task
-    # pass@1 = (0 + 1 + 0 + 1) / 4 = 1/2 (dropping the failures gave 2/2 = 1.0)
-    assert agg["pass@1"] == pytest.approx(1 / 2)
-    # pass@2 and majority@2: tasks 1 and 3 pass, tasks 0 and 2 (no vote at all) fail -> 2/4
-    assert agg["pass@2"] == pytest.approx(2 / 4) and agg["majority@2"] == pytest.approx(2 / 4)
+def wait_for(condition, proc: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail if ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, f"the collector exited (rc {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
+        time.sleep(0.01)
 
 
 def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_path):
@@ -245,69 +83,67 @@ def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_p
     assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == 300
 
 
-def test_shards_merged_equal_an_unsharded_run(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 23)
-    whole_dir, shard_dir = tmp_path / "whole", tmp_path / "shards"
-    whole_dir.mkdir(), shard_dir.mkdir()
-    with LocalTestServer() as server:
-        asyncio.run(
-            collect(
-                config(
-                    server.base_url,
-                    whole_dir,
-                    "--num_repeats",
-                    "2",
-                    "--limit",
-                    "20",
-                    tasks=tmp_path / "tasks.jsonl",
-                )
-            )
-        )
-        for i in range(3):
-            cfg = config(
-                server.base_url,
-                shard_dir,
-                "--num_repeats",
-                "2",
-                "--limit",
-                "20",
-                "--shard",
-                f"{i}/3",
-                "--output",
-                str(shard_dir / f"out_{i}.jsonl"),
-                tasks=tmp_path / "tasks.jsonl",
-            )
-            asyncio.run(collect(cfg))
-    shards = [shard_dir / f"out_{i}.jsonl" for i in range(3)]
-    assert sum(len(records(s)) for s in shards) == 40 and all(len(records(s)) > 0 for s in shards)
-    # the first shard listed twice: its pairs are deduplicated, not doubled
-    cfg, _ = load_config(
-        MergeConfig, ["--output", str(tmp_path / "merged.jsonl"), *map(str, shards), str(shards[0])]
-    )
-    result = merge(cfg)
-    assert result.records == 40 and result.duplicates == len(records(shards[0]))
-
-    def essence(path: Path) -> list:
-        return [
-            (r["task_index"], r["repeat_index"], r["task"], r["response"]["text"], r["reward"], r["metrics"])
-            for r in records(path)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_exits_130_keeps_every_finished_record_and_the_rerun_does_the_rest(tmp_path, sig):
+    n, answered, parallel = 40, 10, 4
+    tasks = write_tasks(tmp_path / "tasks.jsonl", n)
+    out = tmp_path / "out.jsonl"
+    with LocalTestServer() as server, sigint_reaches_children():
+        cmd = [
+            *CLI,
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--env",
+            "toy",
+            "--base_urls",
+            server.base_url,
+            "--model",
+            "m",
+            "--parallel",
+            str(parallel),
+            "--no-progress",
         ]
-
-    assert essence(tmp_path / "merged.jsonl") == sorted(essence(whole_dir / "out.jsonl"), key=lambda e: e[:2])
-    merged_agg = json.loads((tmp_path / "merged_aggregate_metrics.json").read_text())
-    whole_agg = json.loads((whole_dir / "out_aggregate_metrics.json").read_text())
-    for k in ("reward", "pass@1", "pass@2", "majority@2", "num_records", "num_tasks", "usage.total_tokens"):
-        assert merged_agg[k] == pytest.approx(whole_agg[k]), k
-
-
-def test_merge_refuses_files_from_different_task_files(tmp_path):
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text(json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 1}}) + "\n")
-    b.write_text(json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 2}}) + "\n")
-    cfg, _ = load_config(MergeConfig, ["--output", str(tmp_path / "m.jsonl"), str(a), str(b)])
-    with pytest.raises(ValueError, match=r"b.jsonl:1: task 0 repeat 0 is a different task"):
-        merge(cfg)
-    assert not (tmp_path / "m.jsonl").exists()
+        # the first `answered` requests are answered; every later one waits, unanswered, until
+        # released. The signal goes once those records are written and `parallel` requests are held:
+        # the run can then neither finish nor write anything more before the signal reaches it.
+        server.state.hold_after = answered
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(
+                lambda: (
+                    server.state.held == parallel
+                    and out.exists()
+                    and out.read_bytes().count(b"\n") == answered
+                ),
+                proc,
+                f"{answered} records written and {parallel} requests held",
+            )
+            before = out.read_bytes()
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # it did not stop: no collector outlives the test
+                proc.kill()
+                proc.communicate()
+        server.state.release()
+        assert proc.returncode == 130, err[-2000:]
+        assert "interrupted: every finished sample is in the output" in err
+        assert "run the same command again to resume" in err
+        # every finished record is there, whole; nothing torn, nothing added, no failure recorded
+        assert out.read_bytes() == before and before.endswith(b"\n")
+        assert sorted(keys(out).values()) == [1] * answered
+        assert not failures_path(out).exists()
+        sent_before = completions_seen(server)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        resent = completions_seen(server) - sent_before
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{answered} of {n} samples already there, {n - answered} to go" in done.stderr
+    assert resent == n - answered  # nothing finished is asked for again
+    assert out.read_bytes().startswith(before)
+    assert keys(out) == Counter({(t, 0): 1 for t in range(n)})
+    assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == n
 
 
 def test_malformed_task_lines_are_reported_and_skipped_or_fail_with_strict(tmp_path):
@@ -342,90 +178,18 @@ def test_malformed_task_lines_are_reported_and_skipped_or_fail_with_strict(tmp_p
     assert (tmp_path / "out.jsonl").read_bytes() == written
 
 
-def test_a_429_storm_honours_retry_after_and_parallelism_falls_and_recovers(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 400)
-    with LocalTestServer() as server:
-        server.state.storm_retry_after = 0.3
-        server.state.storm_until = time.monotonic() + 1.2
-        result = asyncio.run(collect(config(server.base_url, tmp_path, "--parallel", "16")))
-        answered = list(server.state.answered)
-    assert result.written == 400 and result.failed == 0
-    assert result.rate_limited > 0
-    assert result.min_parallel < 16  # it backed off ...
-    assert result.final_parallel == 16  # ... and climbed back once the storm was over
-    by_trace = defaultdict(list)
-    for t, status, trace in answered:
-        by_trace[trace].append((t, status))
-    waits = [
-        b[0] - a[0] for seq in by_trace.values() for a, b in zip(seq, seq[1:], strict=False) if a[1] == 429
-    ]
-    assert waits and min(waits) >= 0.3 - 0.02  # no retry came before its Retry-After
-    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(400)})
-
-
-def test_server_errors_and_a_dead_server_are_retried(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 40)
-    dead = f"http://127.0.0.1:{free_port()}"
-    with LocalTestServer() as server:
-        server.state.fail_every = 4  # every 4th request: HTTP 500
-        result = asyncio.run(collect(config([dead, server.base_url], tmp_path, "--parallel", "4")))
-    assert result.written == 40 and result.failed == 0 and result.retries >= 10
-    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(40)})
-
-
-def test_connections_dropped_mid_request_are_retried_on_another_server(tmp_path):
-    from tests.support.proxy import TcpProxy
-
-    write_tasks(tmp_path / "tasks.jsonl", 60)
-    with LocalTestServer() as server:
-        server.state.default_delay_s = 0.1  # requests are in flight when the proxy dies
-
-        async def scenario():
-            proxy = await TcpProxy(server.port).start()
-            run = asyncio.create_task(
-                collect(config([proxy.url, server.base_url], tmp_path, "--parallel", "8"))
-            )
-            while proxy.connections < 2 and not run.done():
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.05)
-            await proxy.kill()  # drops every connection through it, mid-request
-            return await asyncio.wait_for(run, 120)
-
-        result = asyncio.run(scenario())
-    assert result.written == 60 and result.failed == 0 and result.retries >= 1
-    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(60)})
-
-
-def test_failed_pairs_go_to_the_failures_file_and_are_retried_next_run_bounded(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 6)
-    out, failures = tmp_path / "out.jsonl", tmp_path / "out_failures.jsonl"
-    args = ("--retry.max_retries", "1", "--retry.max_attempts", "2")
-    with LocalTestServer() as server:
-        server.state.fail_every = 1  # everything fails
-        first = asyncio.run(collect(config(server.base_url, tmp_path, *args)))
-        assert first.failed == 6 and not out.read_text()
-        rows = records(failures)
-        assert len(rows) == 6 and "HTTP 500" in rows[0]["error"] and rows[0]["attempts"] == 2
-        second = asyncio.run(collect(config(server.base_url, tmp_path, *args)))  # the next run retries them
-        assert second.failed == 6 and len(records(failures)) == 12
-        server.state.fail_every = 0
-        third = asyncio.run(collect(config(server.base_url, tmp_path, *args)))
-        assert third.given_up == 6 and third.written == 0  # two runs failed them: bounded
-        fourth = asyncio.run(collect(config(server.base_url, tmp_path, "--retry.max_attempts", "3")))
-    assert fourth.written == 6 and fourth.given_up == 0
-    assert keys(out) == Counter({(t, 0): 1 for t in range(6)})
-
-
 def test_no_verify_then_verify_rollouts_scores_like_inline(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 10)
     raw, scored = tmp_path / "raw.jsonl", tmp_path / "scored.jsonl"
     with LocalTestServer() as server:
         asyncio.run(
             collect(
-                config(server.base_url, tmp_path, "--no-verify", "--output", str(raw), "--num_repeats", "2")
+                collect_config(
+                    server.base_url, tmp_path, "--no-verify", "--output", str(raw), "--num_repeats", "2"
+                )
             )
         )
-        inline = asyncio.run(collect(config(server.base_url, tmp_path, "--num_repeats", "2")))
+        inline = asyncio.run(collect(collect_config(server.base_url, tmp_path, "--num_repeats", "2")))
     assert all(r["reward"] is None and not r["verified"] for r in records(raw))
     proc = subprocess.run(
         [
@@ -462,113 +226,6 @@ def test_no_verify_then_verify_rollouts_scores_like_inline(tmp_path):
     assert again.returncode == 0 and len(records(scored)) == 20  # resumed: nothing twice
 
 
-def test_diagnose_tells_a_slow_server_from_a_slow_verifier(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 20)
-    with LocalTestServer() as server:
-        server.state.default_delay_s = 0.15
-        model_bound = asyncio.run(
-            diagnose(config(server.base_url, tmp_path, "--low", "2", "--high", "10", model=DiagnoseConfig))
-        )
-        server.state.default_delay_s = 0.0
-        verify_bound = asyncio.run(
-            diagnose(
-                config(
-                    server.base_url,
-                    tmp_path,
-                    "--low",
-                    "2",
-                    "--high",
-                    "10",
-                    "--env",
-                    SLOW_ENV,
-                    "--env_options",
-                    json.dumps({"mode": "slow", "delay_s": 0.05}),
-                    "--verify.workers",
-                    "1",
-                    model=DiagnoseConfig,
-                )
-            )
-        )
-    assert model_bound["verdict"] == "under_parallelised", model_bound
-    assert verify_bound["verdict"] == "verification", verify_bound
-    assert not (tmp_path / "out.jsonl").exists()  # diagnose never writes the real output
-    assert (tmp_path / "out_diagnose" / "diagnosis.json").exists()
-
-
-def test_estimate_extrapolates_cost_and_time_to_the_whole_file(tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 40)
-    prices = json.dumps({"m": {"input_per_1m": 1.0, "output_per_1m": 2.0}})
-    with LocalTestServer() as server:
-        result = asyncio.run(
-            collect(config(server.base_url, tmp_path, "--limit", "10", "--estimate", "--prices", prices))
-        )
-    est = json.loads((tmp_path / "out_estimate.json").read_text())
-    per_sample = (3 * 1.0 + 6 * 2.0) / 1e6  # the test server: 3 prompt tokens, 6 generated
-    assert result.cost == pytest.approx(10 * per_sample)
-    assert est["samples_in_file"] == 40 and est["samples_remaining"] == 30
-    assert est["projected_total_cost"] == pytest.approx(40 * per_sample)
-    assert est["projected_remaining_s"] > 0
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_exits_130_and_resumes(tmp_path, sig):
-    tasks = write_tasks(tmp_path / "tasks.jsonl", 200)
-    out = tmp_path / "out.jsonl"
-    with LocalTestServer() as server:
-        server.state.default_delay_s = 0.05
-        cmd = [
-            *CLI,
-            "--input",
-            str(tasks),
-            "--output",
-            str(out),
-            "--env",
-            "toy",
-            "--base_urls",
-            server.base_url,
-            "--model",
-            "m",
-            "--parallel",
-            "4",
-            "--no-progress",
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        while not out.exists() or out.read_bytes().count(b"\n") < 10:
-            assert proc.poll() is None
-            time.sleep(0.01)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130 and "run the same command again to resume" in err
-        assert out.read_bytes().endswith(b"\n")
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0
-    assert keys(out) == Counter({(t, 0): 1 for t in range(200)})
-
-
-@pytest.mark.slow
-def test_collects_from_the_real_vllm_server(inference_server, tmp_path):
-    write_tasks(tmp_path / "tasks.jsonl", 6)
-    cfg = config(
-        inference_server.base_url,
-        tmp_path,
-        "--num_repeats",
-        "2",
-        "--model",
-        inference_server.model,
-        "--responses_create_params.max_output_tokens",
-        "8",
-        "--responses_create_params.seed",
-        "7",
-    )
-    result = asyncio.run(collect(cfg))
-    assert result.written == 12 and result.failed == 0 and result.samples_per_s > 0
-    for r in records(tmp_path / "out.jsonl"):
-        assert len(r["response"]["token_ids"]) == r["usage"]["output_tokens"] <= 8
-        assert len(r["response"]["prompt_token_ids"]) == r["usage"]["input_tokens"] > 0
-        assert 0.0 <= r["reward"] <= 1.0 and r["model"] == inference_server.model
-    assert os.path.exists(tmp_path / "out_aggregate_metrics.json")
-
-
 @pytest.mark.parametrize("case", ["slow_verifier", "rate_limited"])
 def test_the_analyzer_reads_the_collector_log(tmp_path, case):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 30)
@@ -578,7 +235,7 @@ def test_the_analyzer_reads_the_collector_log(tmp_path, case):
         if case == "slow_verifier":
             extra = [
                 "--env",
-                SLOW_ENV,
+                FAULTY_ENV,
                 "--env_options",
                 json.dumps({"mode": "slow", "delay_s": 0.03}),
                 "--verify.workers",
@@ -624,3 +281,72 @@ def test_the_analyzer_reads_the_collector_log(tmp_path, case):
     else:
         assert "rate_limited" in kinds and summary["counts"]["retry.429"] > 0
     assert summary["stats"]["collect_gen_ms"]["count"] == 30
+
+
+@pytest.mark.slow
+def test_records_from_the_real_vllm_server_hold_its_tokens_their_text_and_the_env_score(
+    inference_server, tiny_model, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 6)
+    max_tokens, seed = 8, 7
+    cfg = collect_config(
+        inference_server.base_url,
+        tmp_path,
+        "--num_repeats",
+        "2",
+        "--model",
+        inference_server.model,
+        "--responses_create_params.max_output_tokens",
+        str(max_tokens),
+        "--responses_create_params.seed",
+        str(seed),
+    )
+    result = asyncio.run(collect(cfg))
+    assert result.written == 12 and result.failed == 0 and result.samples_per_s > 0
+    out = tmp_path / "out.jsonl"
+    assert keys(out) == Counter({(t, r): 1 for t in range(6) for r in range(2)})
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    vocab = json.loads((tiny_model / "config.json").read_text())["vocab_size"]  # more than len(tok)
+    env = load_env("toy", {})
+    rows = [json.loads(line) for line in tasks.read_text().splitlines()]
+    params = {
+        "model": inference_server.model,
+        "max_output_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": seed,
+    }
+    rewards = []
+    for r in records(out):
+        t, rep, resp, usage = r["task_index"], r["repeat_index"], r["response"], r["usage"]
+        assert r["task"] == rows[t]
+        # the prompt vLLM saw is the chat template of this task's prompt
+        want_prompt = tok.apply_chat_template(
+            env.prompt(rows[t]), add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        assert resp["prompt_token_ids"] == list(want_prompt)
+        assert usage["input_tokens"] == len(want_prompt)
+        # the text is what the token ids decode to, and the counts and finish reason agree with them
+        ids = resp["token_ids"]
+        assert 1 <= len(ids) == usage["output_tokens"] <= max_tokens
+        assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+        assert all(isinstance(i, int) and 0 <= i < vocab for i in ids)
+        assert resp["text"] == tok.decode(ids, skip_special_tokens=True)
+        assert resp["finish_reason"] in ("stop", "length")
+        assert resp["finish_reason"] == "stop" or len(ids) == max_tokens
+        # the reward and metrics are the env's score of that text
+        score = env.score(rows[t], resp["text"])
+        assert r["verified"] and "verify_error" not in r
+        assert r["reward"] == pytest.approx(score.reward)
+        assert r["metrics"] == pytest.approx(score.metrics)
+        rewards.append(r["reward"])
+        # what answered, and the sampling parameters, with the seed this sample was sent
+        sent = request_body(params, env.prompt(rows[t]), t, rep)
+        assert r["params"] == {**params, "seed": sent["seed"]}
+        assert r["model"] == inference_server.model and r["server"] == inference_server.base_url
+        assert r["attempts"] == 1
+    assert len({r["params"]["seed"] for r in records(out)}) == 12  # a seed per sample
+    agg = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
+    assert agg["num_records"] == 12 and agg["unscored"] == 0
+    assert agg["reward"] == pytest.approx(sum(rewards) / 12)

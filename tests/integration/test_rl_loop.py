@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from tests.support import FAULTY_ENV
+from tests.support.processes import descendants, new_descendants
 
 from prime_rl.config import load_config
 from prime_rl.dev.server import free_port
-from prime_rl.paths import RunPaths, is_stable
+from prime_rl.paths import RunPaths
 from prime_rl.tracing import parse_tagged
 from prime_rl.transport.rollouts import read_rollout_batch
 
@@ -163,7 +163,11 @@ def orchestrator_config(server, out: Path, urls: list[str], *extra: str):
     return cfg
 
 
-def test_server_dying_mid_run_moves_requests_to_the_other(inference_server, tmp_path):
+def test_a_server_dying_mid_run_has_its_requests_retried_on_the_other_and_stays_out(
+    inference_server, tmp_path
+):
+    """The dead server never comes back here; a server that does (and the staleness of what it
+    serves then) is tests/integration/test_policy_staleness.py."""
     from tests.support.proxy import TcpProxy
 
     from prime_rl.orchestrator.loop import Orchestrator
@@ -225,72 +229,36 @@ def test_verifier_faults_are_recorded_and_the_run_goes_on(inference_server, tmp_
         assert r["reward_mean"] == pytest.approx(expected)
 
 
-def _kill_run(proc: subprocess.Popen, out: Path) -> None:
-    """SIGKILL the launcher, then every process group it started, like a crash of the machine's
-    run would. The children lead their own sessions, and vLLM renames its engine processes, so
-    they are found as the launcher's children (before it dies), never by command line."""
-    children = [
-        int(pid)
-        for pid in subprocess.run(
-            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
-        ).stdout.split()
-    ]
-    proc.kill()
-    proc.wait()
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-    time.sleep(1.0)
-
-
-def test_resume_after_kill_continues_at_the_checkpoint(tiny_model, tmp_path):
-    out = tmp_path / "run"
-    port = free_port()
-    base = [
+def _rl_argv(model: Path, out: Path, port: int, *args: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "prime_rl.launcher.main",
         "--config",
         str(DEBUG_CONFIG),
         "--model",
-        str(tiny_model),
+        str(model),
         "--output_dir",
         str(out),
         "--inference",
         json.dumps({"port": port}),
-        "--max_steps",
-        "6",
-        "--trainer",
-        json.dumps({"ckpt": {"interval": 2}, "optim": {"lr": 3e-3}}),
+        *args,
     ]
-    first = subprocess.Popen(
-        base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 300
-        ckpt = RunPaths(out).checkpoint_dir(4)
-        while not (is_stable(ckpt / "trainer") and is_stable(ckpt / "orchestrator")):
-            assert first.poll() is None, "the first run ended before its step-4 checkpoint"
-            assert time.monotonic() < deadline, "no step-4 checkpoint in time"
-            time.sleep(0.2)
-    finally:
-        _kill_run(first, out)
-    second = subprocess.run([*base, "--resume"], capture_output=True, text=True, timeout=600)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    # resumed at the checkpoint: nothing skipped, and the rows of redone steps were replaced, not doubled
-    assert [r["step"] for r in metrics(out, "trainer")] == list(range(6))
-    assert [r["step"] for r in metrics(out, "orchestrator")] == list(range(6))
-    assert "resumed from checkpoint step 4" in (out / "logs" / "trainer" / "rank_0.log").read_text()
-    assert is_stable(RunPaths(out).weights_dir(6))
-    for step in range(6):
-        assert read_rollout_batch(RunPaths(out).rollouts_dir(step) / "rank_0.safetensors").num_samples == 64
 
 
-def _stray(out: Path) -> list[str]:
-    found = subprocess.run(
-        ["pgrep", "-af", str(out / "configs")], capture_output=True, text=True
-    ).stdout.splitlines()
-    return [line for line in found if "pgrep" not in line]
+def test_a_busy_inference_port_fails_the_run_before_anything_starts(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    with socket.socket() as busy:  # an earlier run's server, say
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run(_rl_argv(tiny_model, out, port), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stderr.startswith(f"error: inference cannot start: port {port} on 127.0.0.1 is in use")
+    assert done.stderr.count("\n") == 1
+    assert not (out / "configs" / "rl_inference_input.json").exists()  # nothing was started
+    assert time.monotonic() - started < 60
 
 
 def test_a_dying_process_stops_the_others_and_is_named(tiny_model, tmp_path):
@@ -300,11 +268,12 @@ def test_a_dying_process_stops_the_others_and_is_named(tiny_model, tmp_path):
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
+    before = descendants()
     done = rl(tiny_model, out, "--trainer", json.dumps({"model": {"name": str(broken)}}), timeout=300)
     assert done.returncode == 1
     assert "trainer exited with code" in done.stderr and "Last lines of" in done.stderr
     assert "broken-model" in done.stderr  # the end of the trainer's log says why
-    assert _stray(out) == []
+    assert new_descendants(before) == []
 
 
 def test_ctrl_c_stops_everything(tiny_model, tmp_path):
@@ -324,6 +293,7 @@ def test_ctrl_c_stops_everything(tiny_model, tmp_path):
         "--max_steps",
         "200",
     ]
+    before = descendants()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
@@ -339,5 +309,4 @@ def test_ctrl_c_stops_everything(tiny_model, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and "interrupted" in err
-    time.sleep(1.0)
-    assert _stray(out) == []
+    assert new_descendants(before) == []

@@ -1,11 +1,12 @@
 """A small OpenAI-compatible HTTP server for client tests and overhead benchmarks.
 
 It serves real HTTP on loopback (uvicorn in a background thread) and answers instantly or as
-scripted: a delay, a status code (429 with ``Retry-After``, 5xx), or a long stream that holds its
-connection. Its text is ``x`` repeated ``max_tokens`` times, or what ``ScriptState.reply_text``
-makes of the request (mixed answers, so that rewards differ: see :func:`text_by_seed`). It is the
-"instant server" of the benchmarks and the fault injector of the client tests; it is never used
-where a test is about vLLM itself.
+scripted: a delay, a status code (429 with ``Retry-After``, 5xx), a long stream that holds its
+connection, or no answer until the test releases it (``ScriptState.hold_after``). Its text is
+``x`` repeated ``max_tokens`` times, or what ``ScriptState.reply_text`` makes of the request
+(mixed answers, so that rewards differ: see :func:`text_by_seed`). It is the "instant server" of
+the benchmarks and the fault injector of the client and collector tests; it is never used where
+a test is about vLLM itself.
 """
 
 from __future__ import annotations
@@ -66,6 +67,29 @@ class ScriptState:
     active_streams: int = 0
     active_at_arrival: list[int] = field(default_factory=list)
     """Streams in flight when each request (in ``seen`` order) arrived."""
+    hold_after: int | None = None
+    """When set, every chat/completions request after the first ``hold_after`` is held unanswered
+    until :meth:`release` (a run stopped at a point the test picks, e.g. to signal it there)."""
+    held: int = 0
+    """Requests held so far (see ``hold_after``)."""
+    released: threading.Event = field(default_factory=threading.Event)
+    """Set by :meth:`release` (thread-safe: the server runs in its own thread)."""
+    _completions_arrived: int = 0
+
+    def release(self) -> None:
+        """Answer the requests held by ``hold_after``, and hold no more."""
+        self.released.set()
+
+    async def hold(self, path: str) -> None:
+        """Hold this request while ``hold_after`` says so (until :meth:`release`)."""
+        if self.hold_after is None or not path.endswith("completions"):
+            return
+        self._completions_arrived += 1
+        if self._completions_arrived <= self.hold_after or self.released.is_set():
+            return
+        self.held += 1
+        while not self.released.is_set():
+            await asyncio.sleep(0.005)
 
     def script(self, path: str, *replies: Reply) -> None:
         self.scripts.setdefault(path, deque()).extend(replies)
@@ -89,6 +113,7 @@ def build_app(state: ScriptState) -> Starlette:
         body = await request.body()
         state.seen.append((path, time.monotonic(), dict(request.headers)))
         state.active_at_arrival.append(state.active_streams)
+        await state.hold(path)
         reply = state.next_reply(path)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
@@ -226,6 +251,7 @@ class LocalTestServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.state.release()  # held requests end, so that the server can shut down
         self._server.should_exit = True
         self._thread.join(timeout=10)
 

@@ -16,7 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "prime_rl"
 
-SHARED = {"config", "paths", "logging", "tracing"}
+SHARED = {"config", "paths", "logging", "tracing", "lifecycle", "failpoints"}
 PROCESSES = {"inference", "trainer", "orchestrator"}
 
 # what each top-level unit of prime_rl may import (besides itself); anything else is a violation
@@ -24,6 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"paths"},
     "paths": set(),
     "tracing": set(),
+    "lifecycle": set(),
+    "failpoints": set(),  # named kill points for the fault suite (tests/faults/)  # process groups and parent death: the launcher and every child entry point
     "logging": {"tracing"},
     "transport": SHARED,
     "clients": SHARED,

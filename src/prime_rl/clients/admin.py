@@ -156,7 +156,7 @@ class AdminClient:
             start = now()
             log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts)
             try:
-                payload = await request_json(
+                reply = await request_json(
                     self.session, "POST", f"{url}{path}", url, body, self._headers(tid), self._timeout
                 )
             except RequestError as e:
@@ -164,6 +164,7 @@ class AdminClient:
                 retryable = isinstance(e, (ServerError, TransportError))
                 error = AdminError(url, _reason(e), None if isinstance(e, TransportError) else e.status)
             else:
+                payload = reply.data
                 wall_ms = (now() - start) * 1000.0
                 rpc_ms = float(payload.get("rpc_ms", 0.0))
                 queue_ms = max(wall_ms - rpc_ms, 0.0)

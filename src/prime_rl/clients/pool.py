@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -32,6 +34,14 @@ def normalise_url(url: str) -> str:
     return url.rstrip("/")
 
 
+@dataclass(frozen=True)
+class JsonReply:
+    """A 200 answer: its decoded JSON and its headers (case-insensitive lookup)."""
+
+    data: Any
+    headers: Mapping[str, str]
+
+
 async def request_json(
     session: aiohttp.ClientSession,
     method: str,
@@ -40,8 +50,8 @@ async def request_json(
     body: Any = None,
     headers: dict[str, str] | None = None,
     timeout: aiohttp.ClientTimeout | None = None,
-) -> Any:
-    """Send one request and return the decoded JSON of a 200 answer.
+) -> JsonReply:
+    """Send one request and return the decoded JSON of a 200 answer, with the answer's headers.
 
     Any other outcome raises the classified :class:`~prime_rl.clients.errors.RequestError`
     (``base`` is the server it names); nothing is retried here.
@@ -55,13 +65,14 @@ async def request_json(
         async with session.request(method, url, **kwargs) as resp:
             raw = await resp.read()
             status = resp.status
-            retry_after = resp.headers.get("Retry-After")
+            answer_headers = resp.headers
+            retry_after = answer_headers.get("Retry-After")
     except TRANSPORT_EXCEPTIONS as e:
         raise transport_error(e, base) from None
     if status != 200:
         raise status_error(status, raw, base, retry_after)
     try:
-        return json.loads(raw)
+        return JsonReply(json.loads(raw), answer_headers)
     except ValueError as e:
         detail = f"answer is not JSON ({e})"
         raise TransportError(f"{base}: {detail}", status, base, detail=detail) from None
@@ -146,6 +157,17 @@ class InferencePool:
         connection also marks ``base`` down for ``down_for_s``. ``timeout_s`` replaces the
         pool's read timeout for this request.
         """
+        return (await self.post(base, url, body, headers, timeout_s)).data
+
+    async def post(
+        self,
+        base: str,
+        url: str,
+        body: Any,
+        headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> JsonReply:
+        """As :meth:`post_json`, keeping the answer's headers (e.g. the policy step that served it)."""
         all_headers = {**self.headers, **headers} if headers else self.headers
         timeout = None if timeout_s is None else self.timeout(timeout_s)
         self.inflight[base] += 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from prime_rl.lifecycle import stop_group
 
 # Small, fast settings for the tiny model on a CPU: eager mode starts in ~30 s, a 64 MiB
 # KV cache is plenty for thousands of short sequences of a 0.8M-parameter model.
@@ -69,15 +70,13 @@ class ServerProcess:
             return "<no log>"
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM the server's process group, then SIGKILL what is left."""
-        if self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=timeout_s)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        """Stop the server's whole process group and wait until nothing in it runs.
+
+        Also when the server process itself has exited already: vLLM's engine core (renamed
+        ``VLLM::EngineCore``) outlives a killed API server and keeps its port.
+        """
+        stop_group(self.process.pid, timeout_s=timeout_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
 
 

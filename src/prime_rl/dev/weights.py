@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from prime_rl.paths import fsync_dir, mark_stable
-from prime_rl.transport.weights import weight_files
+from prime_rl.transport.weights import weight_files, write_file_manifest
 
 CONFIG_FILES = (
     "config.json",
@@ -35,7 +35,8 @@ def perturbed_state_dict(model_dir: Path, scale: float, seed: int) -> dict:
 def write_weight_dir(state_dict: dict, model_dir: Path, dest: Path) -> Path:
     """Publish ``state_dict`` (+ the model's config/tokenizer files) at ``dest`` with ``STABLE``.
 
-    Written to a temporary sibling directory, fsynced, renamed into place, then marked.
+    Written to a temporary sibling directory with its ``manifest.json`` (what the server checks),
+    fsynced, renamed into place, then marked.
     """
     from safetensors.torch import save_file
 
@@ -52,6 +53,7 @@ def write_weight_dir(state_dict: dict, model_dir: Path, dest: Path) -> Path:
     for name in CONFIG_FILES:
         if (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, tmp / name)
+    write_file_manifest(tmp)
     for path in tmp.iterdir():
         with open(path, "rb") as f:
             os.fsync(f.fileno())

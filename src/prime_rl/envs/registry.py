@@ -67,7 +67,7 @@ def load_env(name: str, options: dict[str, Any] | None = None) -> Environment:
         )
     try:
         env = factory(**(options or {}))
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise EnvError(f"environment {name!r}: bad options {options}: {e}") from e
     env.name = name
     return env

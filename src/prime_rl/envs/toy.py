@@ -4,6 +4,10 @@ Every prompt asks for vowel-rich text; the reward is the fraction of letters in 
 that are vowels (a, e, i, o, u). A random model already emits some vowels, so the reward has
 variance within each group from the first step (GRPO needs that), and the policy can raise it
 steadily by preferring vowel-heavy tokens, which shows up as a rising reward curve in the demo.
+
+With ``max_letters`` the answer is meant to be one word: a completion with more letters than
+that has its reward scaled by ``max_letters / letters``, so rambling until ``max_tokens`` (a
+truncated answer) pays less than ending a short word (the demo ends answers at a space).
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ def vowel_fraction(text: str) -> tuple[float, int]:
 
 
 class VowelEnv(Environment):
-    """Options: none."""
+    """Options: ``max_letters`` (int, default none): letters a full-reward answer may have."""
+
+    def __init__(self, max_letters: int | None = None):
+        if max_letters is not None and (not isinstance(max_letters, int) or max_letters < 1):
+            raise ValueError(f"max_letters must be a positive integer, got {max_letters!r}")
+        self.max_letters = max_letters
 
     def tasks(self, seed: int) -> Iterator[Task]:
         rng = random.Random(seed)
@@ -42,4 +51,7 @@ class VowelEnv(Environment):
 
     def score(self, task: Task, completion: str) -> Score:
         frac, letters = vowel_fraction(completion)
-        return Score(reward=frac, metrics={"vowel_frac": frac, "letters": float(letters)})
+        reward = frac
+        if self.max_letters is not None and letters > self.max_letters:
+            reward = frac * self.max_letters / letters
+        return Score(reward=reward, metrics={"vowel_frac": frac, "letters": float(letters)})

@@ -2,7 +2,12 @@
 
 Also :class:`FirstByteMiddleware`, which logs ``server.recv`` the moment an admin request
 reaches the application, before any route or body parsing, so that the analyzer can split the
-client's wait into "before the server saw it" and "inside the server".
+client's wait into "before the server saw it" and "inside the server"; and which stamps every
+generation answer with the ``x-policy-step`` header (:data:`POLICY_HEADER`): the policy step
+that was served when the request arrived. Steps only move forward between arrival and answer,
+so that is the oldest policy that produced any token of the answer (with
+``inflight_on_update = "keep"`` a request may finish under newer weights), which is the one a
+staleness check must use.
 
 Swaps are serialised by a lock. During a swap the engine is paused (see
 ``InferenceConfig.inflight_on_update``); the pause is always released in a ``finally``, so a
@@ -27,16 +32,35 @@ from loguru import logger
 from prime_rl.logging import log_tagged
 from prime_rl.tracing import TRACE_HEADER, new_trace_id, now
 from prime_rl.transport.weights import (
+    POLICY_HEADER,
     TensorInfo,
     WeightDirError,
     check_compatible,
     manifest,
+    policy_step_of,
     resolve_weight_dir,
+    verify_weight_dir,
     weight_files,
 )
 
 ADMIN_PATHS = ("/update_weights", "/reload_weights")
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 _TRACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass
+class ServedPolicy:
+    """Which policy step the engine serves: 0 for the base weights, N for a dir named ``step_N``.
+
+    ``None`` when the served weights came from a dir whose name carries no step. One instance
+    per server process (:data:`SERVED`), shared by the swapper (writer) and the middleware
+    (reader): both live in the API server process.
+    """
+
+    step: int | None = 0
+
+
+SERVED = ServedPolicy()
 
 
 def trace_id_from_headers(headers: Any) -> str:
@@ -46,23 +70,42 @@ def trace_id_from_headers(headers: Any) -> str:
 
 
 class FirstByteMiddleware:
-    """Pure ASGI middleware: logs ``[weights][tid] server.recv path=... t=...`` on admin requests.
+    """Pure ASGI middleware for admin and generation requests.
 
-    Pure ASGI (not ``BaseHTTPMiddleware``) so streaming responses of other routes pass untouched.
-    The trace id is stored in ``scope["state"]["trace_id"]`` for the route to reuse.
+    Admin requests: logs ``[weights][tid] server.recv path=... t=...`` on arrival and stores the
+    trace id in ``scope["state"]["trace_id"]`` for the route to reuse. Generation requests: the
+    answer carries ``x-policy-step`` (the step served on arrival, or ``unknown`` after a swap
+    whose rollback failed or of a dir not named ``step_N``). Pure ASGI
+    (not ``BaseHTTPMiddleware``) so streaming bodies pass untouched.
     """
 
-    def __init__(self, app: Any, paths: tuple[str, ...] = ADMIN_PATHS):
+    def __init__(self, app: Any, paths: tuple[str, ...] = ADMIN_PATHS, served: ServedPolicy = SERVED):
         self.app = app
         self.paths = paths
+        self.served = served
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope.get("type") == "http" and scope.get("path") in self.paths:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path")
+        if path in self.paths:
             t = now()
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             tid = trace_id_from_headers(headers)
             scope.setdefault("state", {})["trace_id"] = tid
-            log_tagged("weights", "server.recv", tid, path=scope["path"], t=t)
+            log_tagged("weights", "server.recv", tid, path=path, t=t)
+        elif path in GENERATION_PATHS:
+            step = self.served.step
+            stamp = (POLICY_HEADER.encode(), b"unknown" if step is None else str(step).encode())
+
+            async def send_stamped(message: dict) -> None:
+                if message.get("type") == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), stamp]}
+                await send(message)
+
+            await self.app(scope, receive, send_stamped)
+            return
         await self.app(scope, receive, send)
 
 
@@ -93,6 +136,7 @@ class WeightSwapper:
     weights_root: Path
     inflight_mode: str = "keep"
     max_update_bytes: int = 1 << 40
+    served: ServedPolicy = field(default_factory=lambda: SERVED)
     base_manifest: dict[str, TensorInfo] = field(default_factory=dict)
     current_files: list[Path] = field(default_factory=list)
     current_dir: Path | None = None
@@ -114,17 +158,21 @@ class WeightSwapper:
             raise WeightDirError(
                 413, f"weight_dir holds {total} bytes of weights, over the limit of {self.max_update_bytes}"
             )
+        verify_weight_dir(real)  # every file as the trainer wrote it: sizes, then checksums
         check_compatible(manifest(files), self.base_manifest)
         return real, files
 
     async def update(self, weight_dir: str, trace_id: str) -> dict[str, Any]:
-        real, files = self.validate(weight_dir)
-        result = await self._swap(files, "update_weights", trace_id, target=real.name)
+        # Checksums read every byte: off the event loop, so generation requests keep flowing.
+        real, files = await asyncio.to_thread(self.validate, weight_dir)
+        result = await self._swap(
+            files, "update_weights", trace_id, target=real.name, step=policy_step_of(real)
+        )
         self.current_dir = real
         return {**result, "weight_dir": str(real)}
 
     async def reload(self, trace_id: str) -> dict[str, Any]:
-        result = await self._swap(self.base_files, "reload_weights", trace_id, target="base")
+        result = await self._swap(self.base_files, "reload_weights", trace_id, target="base", step=0)
         self.current_dir = None
         return {**result, "weight_dir": None}
 
@@ -132,7 +180,9 @@ class WeightSwapper:
         out = await self.engine.collective_rpc("prime_load_weights", args=([str(f) for f in files],))
         return list(out or [])
 
-    async def _swap(self, files: list[Path], op: str, trace_id: str, target: str) -> dict[str, Any]:
+    async def _swap(
+        self, files: list[Path], op: str, trace_id: str, target: str, step: int | None
+    ) -> dict[str, Any]:
         wait_start = now()
         async with self._lock:
             start = now()
@@ -147,6 +197,8 @@ class WeightSwapper:
                 except Exception as e:
                     rolled_back = await self._roll_back(trace_id)
                     raise SwapError(f"{op} failed: {type(e).__name__}: {e}", rolled_back) from e
+                # Before generation resumes: a request arriving from now on is served by ``step``.
+                self.served.step = step
             finally:
                 if paused:
                     await self.engine.resume_generation()
@@ -165,12 +217,19 @@ class WeightSwapper:
                 load_ms=load_ms,
                 lock_wait_ms=lock_wait_ms,
             )
-            return {"status": "ok", "rpc_ms": round(rpc_ms, 3), "load_ms": load_ms, "trace_id": trace_id}
+            return {
+                "status": "ok",
+                "rpc_ms": round(rpc_ms, 3),
+                "load_ms": load_ms,
+                "trace_id": trace_id,
+                "policy_step": step,
+            }
 
     async def _roll_back(self, trace_id: str) -> bool:
         try:
             await self._load(self.current_files)
         except Exception as e:  # the engine is in an unknown state: say so loudly
+            self.served.step = None
             logger.critical(f"[weights][{trace_id}] rollback to the previous weights failed: {e!r}")
             return False
         logger.warning(f"[weights][{trace_id}] swap failed; previous weights restored")
@@ -262,6 +321,7 @@ def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRo
                 "weight_dir": str(swapper.current_dir) if swapper.current_dir else None,
                 "base": swapper.current_dir is None,
                 "updates": swapper.updates,
+                "policy_step": swapper.served.step,
             }
         )
 

@@ -6,11 +6,13 @@ import sys
 
 from prime_rl.config import parse_config
 from prime_rl.inference.config import InferenceConfig
+from prime_rl.lifecycle import watch_launcher
 from prime_rl.logging import intercept_stdlib, setup_logging
 from prime_rl.paths import RunPaths
 
 
 def main(argv: list[str] | None = None) -> None:
+    watch_launcher()  # started by rl: this process group ends when the launcher does
     config, passthrough = parse_config(InferenceConfig, argv)
     paths = RunPaths(config.output_dir)
     setup_logging(paths.log_file("inference"), level=config.log_level)

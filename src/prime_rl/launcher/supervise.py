@@ -1,9 +1,14 @@
 """Start inference, trainer and orchestrator and supervise them until the run ends.
 
-Each child runs in its own session (process group) with its output in a log file; step lines and
-errors are echoed to the console. When one dies the others are stopped (SIGTERM to the group,
-SIGKILL after a grace period) and :func:`launch` returns 1 naming it and printing the end of its
-log; Ctrl-C or SIGTERM stops everything (130); a finished run returns 0.
+The run directory is locked first (:func:`~prime_rl.launcher.rundir.lock_run_dir`) and the
+inference port checked free. Each child runs in its own session (process group) with its output
+in a log file; step lines and errors are echoed to the console. A child's group is stopped as a
+whole (:func:`prime_rl.lifecycle.stop_group`: SIGTERM, SIGKILL after a grace period), also when
+its leader has exited already, so vLLM's engine processes go with it. Each child watches the
+launcher (:func:`prime_rl.lifecycle.watch_launcher`) and takes its group down when the launcher
+dies, SIGKILL included. When one child dies (or cannot be started) the others are stopped and
+:func:`launch` returns 1 naming it, the error its log ends with, and the end of its log; Ctrl-C or
+SIGTERM stops everything (130); a finished run returns 0.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import errno
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,15 +29,23 @@ from typing import Any, TypeVar
 
 from loguru import logger
 
-from prime_rl.config import BaseConfig
+from prime_rl.config import BaseConfig, ConfigError
 from prime_rl.launcher.config import RLConfig, check_models
-from prime_rl.launcher.rundir import RunComplete, prepare_run_dir
+from prime_rl.launcher.rundir import RunComplete, check_unfinished, lock_run_dir, prepare_run_dir
+from prime_rl.lifecycle import launcher_env, stop_group
 from prime_rl.paths import RunPaths, atomic_write_json
 from prime_rl.trainer.main import command as trainer_command
 
 C = TypeVar("C", bound=BaseConfig)
 
 _ECHO = re.compile(r"\| (WARNING|ERROR|CRITICAL)|\| step \d+ \||Traceback")
+# the line that says why a process died: an exception (``OSError: [Errno 98] ...``) or an error log line
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
+_ERROR_LINE = re.compile(r"\| (?:ERROR|CRITICAL)\s*\|")
+
+
+class StartError(RuntimeError):
+    """A child could not be started."""
 
 
 def _console(text: str, stream: Any = None) -> None:
@@ -45,21 +59,35 @@ def _console(text: str, stream: Any = None) -> None:
 class Child:
     """One supervised process; its output goes to a log file, step lines and errors to the console."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str]):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        pass_fds: tuple[int, ...] = (),
+    ):
+        """Start ``argv`` in a session of its own; ``env`` gains the launcher's PID, which the child
+        watches (:func:`prime_rl.lifecycle.watch_launcher`). ``pass_fds`` are inherited (the run
+        directory's lock). Raises :class:`StartError` when the process cannot be started."""
         self.name, self.log_path = name, log_path
         self.quiet = False  # set while stopping: shutdown noise goes to the log file only
         self.log_error: OSError | None = None  # why the log file could not be written, if it could not
         self._recent: collections.deque[str] = collections.deque(maxlen=200)  # for tail() without a log
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            text=True,
-            errors="replace",
-        )
+        try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**env, **launcher_env()},
+                start_new_session=True,
+                pass_fds=pass_fds,
+                text=True,
+                errors="replace",
+            )
+        except OSError as e:
+            raise StartError(f"cannot start {name} ({argv[0]}): {e}") from e
         self._pump = threading.Thread(target=self._copy, daemon=True)
         self._pump.start()
 
@@ -114,17 +142,25 @@ class Child:
         lines = list(self._recent)[-n:]
         return "".join(lines).rstrip("\n") if lines else "<no output>"
 
+    def reason(self) -> str | None:
+        """The last line of the output that says why the process died: an exception or an error."""
+        self._pump.join(timeout=2)
+        found = [
+            line.strip()
+            for line in self._recent
+            if _EXCEPTION.search(line.strip()) or _ERROR_LINE.search(line)
+        ]
+        return found[-1][:300] if found else None
+
     def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the child's whole process group (SIGTERM, SIGKILL after ``timeout_s``) and reap it.
+
+        Also when the child itself has exited: the processes it started (vLLM's engine and
+        workers) are in its group and would otherwise run on.
+        """
         self.quiet = True
-        if self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_group(self.proc.pid, timeout_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
 
 
@@ -159,11 +195,43 @@ def _child_env(cfg: RLConfig) -> dict[str, str]:
     return env
 
 
-def launch(cfg: RLConfig) -> int:
-    """Prepare the run directory, write the three configs, start the processes and supervise them."""
-    paths = RunPaths(cfg.output_dir)
-    check_models(cfg)
+def check_port_free(host: str, port: int) -> None:
+    """Refuse (:class:`ConfigError`) when the inference server could not bind ``host:port``.
+
+    Bound as vLLM binds it (``SO_REUSEADDR``), so a port that only has connections in TIME_WAIT
+    counts as free; one that something listens on (an earlier run's server still running) does not.
+    """
     try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # the server will say what is wrong with the host
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise ConfigError(
+                f"inference cannot start: port {port} on {host or '0.0.0.0'} is in use ({e.strerror}); "
+                "is an earlier run's server still running? Stop it or set --inference.port"
+            ) from None
+
+
+def launch(cfg: RLConfig, lock_fd: int | None = None) -> int:
+    """Lock and prepare the run directory, write the three configs, start the processes and
+    supervise them. ``lock_fd``: the run directory's lock when the caller holds it already."""
+    check_models(cfg)
+    if lock_fd is None:
+        with lock_run_dir(cfg.output_dir) as fd:
+            return _launch(cfg, fd)
+    return _launch(cfg, lock_fd)
+
+
+def _launch(cfg: RLConfig, lock_fd: int) -> int:
+    paths = RunPaths(cfg.output_dir)
+    try:
+        check_unfinished(cfg)
+        check_port_free(cfg.inference.host, cfg.inference.port)  # before the run directory is changed
         resume_step = prepare_run_dir(cfg)
     except RunComplete as done:
         logger.info(str(done))
@@ -196,12 +264,27 @@ def launch(cfg: RLConfig) -> int:
         stopping.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    fds = (lock_fd,)  # the children hold the run directory's lock too: it lasts as long as any of them
     try:
-        children.append(Child("inference", module("inference"), paths.logs_dir / "inference.stdout.log", env))
-        children.append(Child("trainer", trainer_argv, paths.logs_dir / "trainer" / "stdout.log", env))
-        children.append(
-            Child("orchestrator", module("orchestrator"), paths.logs_dir / "orchestrator.stdout.log", env)
-        )
+        try:
+            children.append(
+                Child("inference", module("inference"), paths.logs_dir / "inference.stdout.log", env, fds)
+            )
+            children.append(
+                Child("trainer", trainer_argv, paths.logs_dir / "trainer" / "stdout.log", env, fds)
+            )
+            children.append(
+                Child(
+                    "orchestrator",
+                    module("orchestrator"),
+                    paths.logs_dir / "orchestrator.stdout.log",
+                    env,
+                    fds,
+                )
+            )
+        except StartError as e:
+            logger.error(f"{e}; stopping the others")
+            return 1
         by_name = {c.name: c for c in children}
         logger.info(
             f"started inference, trainer ({cfg.trainer_nproc} process(es)) and orchestrator; logs in {paths.logs_dir}"
@@ -223,8 +306,10 @@ def launch(cfg: RLConfig) -> int:
                     code = trainer.proc.returncode
                 elif c.name == "trainer" and code == 0:
                     continue  # done training; the orchestrator finishes its last step
+                why = c.reason()
                 logger.error(
-                    f"{c.name} exited with code {code}; stopping the others. Last lines of {c.log_path}:\n{c.tail()}"
+                    f"{c.name} exited with code {code}{f': {why}' if why else ''}; stopping the others. "
+                    f"Last lines of {c.log_path}:\n{c.tail()}"
                 )
                 return 1
         logger.warning("interrupted: stopping every process")

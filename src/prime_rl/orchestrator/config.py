@@ -39,6 +39,10 @@ class SamplingConfig(StrictModel):
     seed: int | None = None
     """Base sampling seed (each request gets seed + a counter); None: unseeded."""
 
+    stop: list[str] = Field(default_factory=list)
+    """Stop strings: generation ends at the first one (a finished answer, not a truncated one;
+    the text excludes it, the token ids keep every sampled token)."""
+
 
 class AdvantageConfig(StrictModel):
     """Group-relative advantages."""

@@ -1,11 +1,19 @@
 """The orchestrator loop: rollouts in flight continuously, the async barrier, batches for the trainer.
 
 A producer task keeps up to ``max_inflight`` groups (one task, ``rollouts_per_example``
-completions, one request with ``n``) in flight across the servers, tagging each with the policy
-step that serves it, but never starts more than the current policy can legally serve
-(:func:`barrier.groups_wanted`). The step loop waits at the barrier for ``weights/step_{s -
-async_level}``, loads it on every server through the admin client, collects the step's groups
-(dropping any that became too stale), and publishes one rollout file per trainer rank.
+completions, one request with ``n``) in flight across the servers, but never starts more than
+the current policy can legally serve (:func:`barrier.groups_wanted`). Each group carries the
+policy step that actually produced it, as the server reports it (the ``x-policy-step`` answer
+header of :mod:`prime_rl.inference.admin`), not the step the orchestrator believes the server
+holds: a server that recovers from a failure may still serve older weights. The step loop waits
+at the barrier for ``weights/step_{s - async_level}``, loads it on every server through the
+admin client, collects the step's groups, and publishes one rollout file per trainer rank.
+
+A group is regenerated (its task handed out again, up to ``MAX_REDO`` times, then dropped) when
+its staleness ``s - policy_step`` falls outside ``0..async_level`` (``stale_dropped``), when a
+completion was aborted by a pause or a weight swap (finish_reason ``abort``, ``aborted``), or when
+the server cannot say which policy served it (``policy_unknown``). Each such drop is counted in
+metrics.jsonl and logged as ``[gen] group.drop``.
 """
 
 from __future__ import annotations
@@ -16,14 +24,16 @@ import math
 import random
 import shutil
 import time
+from collections import deque
 from typing import Any
 
 from loguru import logger
 
+from prime_rl import failpoints
 from prime_rl.clients.admin import AdminClient, WeightUpdateError
 from prime_rl.clients.chat import chat_url
 from prime_rl.clients.errors import RateLimited, Rejected, RequestError, TransportError
-from prime_rl.clients.pool import HealthProbe, InferencePool
+from prime_rl.clients.pool import HealthProbe, InferencePool, JsonReply
 from prime_rl.envs.base import Task
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import VerifierPool
@@ -34,8 +44,11 @@ from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.ledger import TaskLedger
 from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable, resolve_resume_step
+from prime_rl.transport.weights import POLICY_HEADER
 
 COMPONENT = "orchestrator"
+MAX_REDO = 3
+"""Times a task is regenerated after stale, aborted or unattributable groups before it is dropped."""
 
 
 class OrchestratorError(RuntimeError):
@@ -55,12 +68,17 @@ class Orchestrator:
         self.step = 0
         self.ckpt_step = 0
         self.ready: list[Group] = []
+        self.taken = 0
+        """Groups already collected into the current step's batch (still count against the policy)."""
         self.inflight: set[asyncio.Task] = set()
         self.down: set[str] = set()
         self.fatal: BaseException | None = None
         self._wake_producer = asyncio.Event()
         self._group_ready = asyncio.Event()
         self._tasks = enumerate(self.env.tasks(cfg.env.seed))
+        self._redo: deque[tuple[int, Task]] = deque()
+        self._redo_count: dict[int, int] = {}
+        self._no_policy_header: set[str] = set()
         self.ledger = TaskLedger()
         self._requests = 0
         self._last_wait_ms = 0.0
@@ -68,6 +86,10 @@ class Orchestrator:
         self.counters = {
             "retries": 0,
             "stale_dropped": 0,
+            "aborted": 0,
+            "policy_unknown": 0,
+            "policy_mismatch": 0,
+            "dropped_tasks": 0,
             "zero_filtered": 0,
             "too_long": 0,
             "request_errors": 0,
@@ -123,6 +145,7 @@ class Orchestrator:
 
     async def _run_step(self, step: int) -> None:
         self.step = step
+        self.taken = 0
         self._wake_producer.set()
         wait_ms = await self._barrier(step)
         t0 = time.monotonic()
@@ -147,7 +170,7 @@ class Orchestrator:
         log_tagged(
             "verify", "batch.done", step=step, completions=len(rollouts), dur_ms=verify_ms, failures=failures
         )
-        oldest = min(g.ckpt_step for g in groups)
+        oldest = min(g.policy_step for g in groups)
         truncated = sum(r.truncated for r in rollouts)
         trunc_pct = 100.0 * truncated / max(len(rollouts), 1)
         log_tagged(
@@ -160,6 +183,7 @@ class Orchestrator:
             self.cfg.trainer_world_size,
             self.cfg.sampling.temperature,
         )
+        failpoints.hit("orchestrator.rollouts.written", step)
         for g in groups:
             self.ledger.mark(g.task_index)
         self._metrics(step, rollouts, trunc_pct, step - oldest, wait_ms, gen_ms, verify_ms, failures, step_s)
@@ -218,15 +242,16 @@ class Orchestrator:
                 continue
             group = self.ready.pop(0)
             self._wake_producer.set()
-            if not is_usable(group.ckpt_step, step, self.cfg.async_level):
+            if not is_usable(group.policy_step, step, self.cfg.async_level):
                 self.counters["stale_dropped"] += 1
-                self.ledger.mark(group.task_index)  # the task stream moves on; the task is not redone
+                self._regenerate(group.task_index, group.task, "stale", group.policy_step)
                 continue
             if self.cfg.advantage.filter_zero and is_degenerate([r.advantage for r in group.rollouts]):
                 self.counters["zero_filtered"] += 1
                 self.ledger.mark(group.task_index)
                 continue
             groups.append(group)
+            self.taken += 1
         return groups
 
     # ------------------------------------------------------------------ producing groups
@@ -234,7 +259,7 @@ class Orchestrator:
     async def _produce(self) -> None:
         try:
             while True:
-                have = len(self.inflight) + len(self.ready)
+                have = len(self.inflight) + len(self.ready) + self.taken
                 want = groups_wanted(
                     self.step, self.ckpt_step, self.cfg.async_level, self.cfg.groups_per_step, have
                 )
@@ -252,6 +277,8 @@ class Orchestrator:
             self._group_ready.set()
 
     def _next_task(self) -> tuple[int, Task]:
+        if self._redo:
+            return self._redo.popleft()
         for index, task in self._tasks:
             if self.ledger.skip(index):
                 continue
@@ -281,14 +308,30 @@ class Orchestrator:
             "return_token_ids": True,
             "skip_special_tokens": False,
         }
+        if cfg.sampling.stop:
+            body["stop"] = list(cfg.sampling.stop)
         if cfg.sampling.seed is not None:
             body["seed"] = cfg.sampling.seed + self._requests
         self._requests += 1
         start = time.monotonic()
-        data = await self._request(body)
+        answer = await self._request(body)
         gen_ms = (time.monotonic() - start) * 1000.0
-        if data is None:  # the server refused this task (e.g. prompt too long): skip it
+        if answer is None:  # the server refused this task (e.g. prompt too long): skip it
             self.ledger.mark(index)
+            return
+        url, reply = answer
+        data = reply.data
+        policy_step = self._served_policy(url, reply, ckpt_step)
+        if policy_step is None:
+            self.counters["policy_unknown"] += 1
+            self._regenerate(index, task, "policy_unknown")
+            return
+        if policy_step != ckpt_step:
+            self.counters["policy_mismatch"] += 1
+        aborted = sum(c.get("finish_reason") == "abort" for c in data["choices"])
+        if aborted:  # cut off by a pause or a weight swap: not a finished answer, never trained
+            self.counters["aborted"] += aborted
+            self._regenerate(index, task, "abort", policy_step)
             return
         prompt_ids = list(data["prompt_token_ids"])
         rollouts = []
@@ -300,7 +343,14 @@ class Orchestrator:
             lps = [max(lp, -1e4) if math.isfinite(lp) else -1e4 for lp in lps]
             text = choice["message"].get("content") or ""
             rollouts.append(
-                Rollout(prompt_ids, ids, lps, text, truncated=choice.get("finish_reason") == "length")
+                Rollout(
+                    prompt_ids,
+                    ids,
+                    lps,
+                    text,
+                    truncated=choice.get("finish_reason") == "length",
+                    policy_step=policy_step,
+                )
             )
         kept = [r for r in rollouts if r.num_tokens <= cfg.seq_len]
         self.counters["too_long"] += len(rollouts) - len(kept)
@@ -312,9 +362,54 @@ class Orchestrator:
         ):
             r.advantage = a
         if kept:
-            self.ready.append(Group(index, str(task.get("id", index)), ckpt_step, kept, gen_ms))
+            self.ready.append(Group(index, str(task.get("id", index)), policy_step, kept, gen_ms, task))
 
-    async def _request(self, body: dict) -> dict | None:
+    def _served_policy(self, url: str, reply: JsonReply, assumed: int) -> int | None:
+        """The policy step the server says produced this answer; ``assumed`` if it does not say.
+
+        None when it says it does not know (a swap whose rollback failed, a dir not named
+        ``step_N``). A server without our admin routes sends no header: the orchestrator's own
+        bookkeeping is then all there is, and a warning says so once per server.
+        """
+        raw = reply.headers.get(POLICY_HEADER)
+        if raw is None:
+            if url not in self._no_policy_header:
+                self._no_policy_header.add(url)
+                logger.warning(
+                    f"{url} does not report the policy step it serves ({POLICY_HEADER} header): "
+                    "staleness there is assumed from the orchestrator's bookkeeping, not checked"
+                )
+            return assumed
+        try:
+            return int(raw)
+        except ValueError:
+            return None
+
+    def _regenerate(self, index: int, task: Task, reason: str, policy_step: int | None = None) -> None:
+        """Hand a task out again (its group is not used); after ``MAX_REDO`` tries, drop it."""
+        tries = self._redo_count[index] = self._redo_count.get(index, 0) + 1
+        staleness = None if policy_step is None else self.step - policy_step
+        give_up = tries > MAX_REDO
+        log_tagged(
+            "gen",
+            "group.drop",
+            step=self.step,
+            task=index,
+            reason=reason,
+            policy_step=policy_step,
+            staleness=staleness,
+            redo=not give_up,
+        )
+        if give_up:
+            self.counters["dropped_tasks"] += 1
+            self._redo_count.pop(index, None)
+            self.ledger.mark(index)
+            logger.warning(f"task {index} dropped after {MAX_REDO} regenerations (last: {reason})")
+        else:
+            self._redo.append((index, task))
+        self._wake_producer.set()
+
+    async def _request(self, body: dict) -> tuple[str, JsonReply] | None:
         """POST one chat completion, retrying on other servers; None when the server refuses the task.
 
         429, 5xx, connection errors and timeouts are retried (``max_request_retries``; the wait
@@ -327,7 +422,7 @@ class Orchestrator:
             url = await self._pick()
             start = time.monotonic()
             try:
-                return await self.pool.post_json(
+                return url, await self.pool.post(
                     url, chat_url(url), body, timeout_s=self.cfg.request_timeout_s
                 )
             except Rejected as e:
@@ -375,14 +470,17 @@ class Orchestrator:
                 for url in sorted(self.down):
                     if not await probe.ok(url):
                         continue
+                    target = self.ckpt_step
                     try:
-                        if self.ckpt_step > 0:
+                        if target > 0:
                             await self.admin.update_weights(
-                                str(self.paths.weights_dir(self.ckpt_step).resolve()), urls=[url]
+                                str(self.paths.weights_dir(target).resolve()), urls=[url]
                             )
                         else:
                             await self.admin.reload_weights(urls=[url])
                     except WeightUpdateError:
+                        continue
+                    if target != self.ckpt_step:  # the barrier moved on meanwhile: load that first
                         continue
                     self.down.discard(url)
                     self.pool.mark_up(url)

@@ -8,12 +8,14 @@ import sys
 from loguru import logger
 
 from prime_rl.config import parse_config
+from prime_rl.lifecycle import watch_launcher
 from prime_rl.logging import setup_logging
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.paths import RunPaths
 
 
 def main(argv: list[str] | None = None) -> None:
+    watch_launcher()  # started by rl: this process group ends when the launcher does
     config, _ = parse_config(OrchestratorConfig, argv)
     paths = RunPaths(config.output_dir)
     setup_logging(paths.log_file("orchestrator"), level=config.log_level)

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from loguru import logger
 from torch.optim.lr_scheduler import LRScheduler
 
+from prime_rl import failpoints
 from prime_rl.logging import log_tagged
 from prime_rl.paths import (
     STABLE,
@@ -173,6 +174,7 @@ def save_checkpoint(
             shutil.rmtree(final)
         tmp.rename(final)
         fsync_dir(step_dir)
+        failpoints.hit("trainer.ckpt.saved", step)
         mark_stable(final)
         log_tagged("ckpt", "save.done", step=step, save_ms=(time.monotonic() - start) * 1000.0)
     _barrier(world)

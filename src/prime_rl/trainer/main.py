@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from prime_rl.config import parse_config
+from prime_rl.lifecycle import watch_launcher
 from prime_rl.trainer.config import TrainerConfig
 
 
@@ -25,6 +26,7 @@ def command(nproc: int, args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    watch_launcher()  # started by rl: this process group ends when the launcher does
     config, _ = parse_config(TrainerConfig, argv)
     from prime_rl.trainer.train import train
 

@@ -8,12 +8,13 @@ import math
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from loguru import logger
 
 from prime_rl.logging import log_tagged, setup_logging
-from prime_rl.paths import RunPaths, is_stable
+from prime_rl.paths import STABLE, RunPaths, is_stable
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import MicroBatch, micro_batches
@@ -28,6 +29,7 @@ from prime_rl.trainer.model import (
 )
 from prime_rl.trainer.weights import WeightPublisher, full_state_dict
 from prime_rl.transport.rollouts import read_rollout_batch, rollout_path, wait_for_rollouts
+from prime_rl.transport.weights import WeightDirError, verify_weight_dir
 
 
 def lr_factor(cfg: SchedulerConfig, max_steps: int):
@@ -156,7 +158,34 @@ def train(cfg: TrainerConfig) -> None:
         teardown_world()
 
 
+def resume_weights_unusable(weight_dir: Path) -> str | None:
+    """Why ``weights/step_N`` cannot serve a resume at step N, or None when it can (rank 0 only).
+
+    Unusable: missing, without ``STABLE`` (retention deleted it), or failing
+    :func:`verify_weight_dir`: a shard truncated by a crash, a flipped byte, or no ``manifest.json``
+    (published by a version before manifests; the servers refuse those too, so republishing also
+    upgrades it). A dir that fails verification is logged in one warning line naming the file and
+    loses its ``STABLE`` at once, so an orchestrator that has not loaded it yet waits for the
+    republished dir instead.
+    """
+    if not is_stable(weight_dir):
+        return f"{weight_dir} is missing or incomplete (no {STABLE})"
+    try:
+        verify_weight_dir(weight_dir)
+    except WeightDirError as e:
+        (weight_dir / STABLE).unlink(missing_ok=True)
+        reason = f"{weight_dir} fails verification: {e.reason}"
+        logger.warning(f"{reason}: unmarked; republishing it from the checkpoint")
+        return reason
+    return None
+
+
 def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
+    start_step, republish = 0, None
+    if cfg.resume.enabled:
+        # checked before the model loads: the orchestrator may already be waiting for this dir
+        start_step = ckpt.resolve_resume_step(paths.checkpoints_root, cfg.resume.step)
+        republish = resume_weights_unusable(paths.weights_dir(start_step)) if world.is_main else None
     model = load_model(cfg.model, world)
     vocab_size = int(model.config.vocab_size)
     optimizer = torch.optim.AdamW(
@@ -173,17 +202,18 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         else None
     )
 
-    start_step, total_tokens = 0, 0
+    total_tokens = 0
     if cfg.resume.enabled:
-        start_step = ckpt.resolve_resume_step(paths.checkpoints_root, cfg.resume.step)
         progress = ckpt.load_checkpoint(
             paths.checkpoints_root, start_step, model, optimizer, world, scheduler=scheduler
         )
         total_tokens = int(progress.get("total_tokens", 0))
         logger.info(f"resumed from checkpoint step {start_step} ({paths.checkpoint_dir(start_step)})")
-        # the orchestrator resumes on weights/step_N, which retention may have deleted: publish it again
+        # the orchestrator resumes on weights/step_N, which retention may have deleted or a crash
+        # torn: publish it again from the checkpoint's model state
         state = full_state_dict(model)
-        if publisher is not None and not is_stable(paths.weights_dir(start_step)):
+        if publisher is not None and republish is not None:
+            logger.info(f"{republish}: republishing it from checkpoint step_{start_step}")
             publisher.publish(state, start_step)
         del state
 

@@ -2,8 +2,8 @@
 
 The full state dict is gathered from the FSDP shards onto rank 0 (CPU), split into shards of at
 most ``max_shard_bytes`` with a ``model.safetensors.index.json``, written with the config and
-tokenizer into a temporary directory, fsynced, renamed into place, and only then marked
-``STABLE``. Tied weights (``lm_head`` sharing the embedding) are written once, as HF does.
+tokenizer into a temporary directory, described by ``manifest.json`` (each file's size and
+checksum), fsynced, renamed into place, and only then marked ``STABLE``. Tied weights (``lm_head`` sharing the embedding) are written once, as HF does.
 """
 
 from __future__ import annotations
@@ -17,9 +17,16 @@ from pathlib import Path
 
 import torch
 
+from prime_rl import failpoints
 from prime_rl.logging import log_tagged
 from prime_rl.paths import STABLE, fsync_dir, is_stable, mark_stable, step_dirs
-from prime_rl.transport.weights import INDEX_FILE, manifest, resolve_model_dir, weight_files
+from prime_rl.transport.weights import (
+    INDEX_FILE,
+    manifest,
+    resolve_model_dir,
+    weight_files,
+    write_file_manifest,
+)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -121,6 +128,7 @@ class WeightPublisher:
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2))
             for name, data in self.static_files.items():
                 (tmp / name).write_bytes(data)
+            write_file_manifest(tmp)  # every file is final: sizes and checksums, before fsync and rename
             for path in tmp.iterdir():
                 if not path.name.endswith(".safetensors"):
                     _fsync_file(path)
@@ -131,6 +139,7 @@ class WeightPublisher:
                 os.replace(dest, old)
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(tmp, dest)
+            failpoints.hit("trainer.publish.renamed", step)
             fsync_dir(self.root)
             mark_stable(dest)
         except BaseException:

@@ -14,9 +14,12 @@ loss_mask              bool     [T] True on completion tokens the loss uses (Fal
 advantages             float32  [T] the sample's advantage on each of its tokens
 inference_logprobs     float32  [T] logprob of each token under the sampling policy (0 on prompts)
 sample_lengths         int64    [S] tokens per sample; sums to T
+policy_steps           int64    [S] optional: the policy step that generated each sample (as
+                                the server reported it); each within 0..step
 =====================  =======  ===============================================================
 
 Metadata (``__metadata__["prime_rl"]``, JSON): ``format``, ``step``, ``rank``, ``temperature``.
+A batch for step ``s`` trains policy ``s``; ``s - policy_steps`` is each sample's staleness.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ TENSORS = {
     "inference_logprobs": torch.float32,
     "sample_lengths": torch.int64,
 }
+OPTIONAL = {"policy_steps": torch.int64}
+"""Per-sample tensors a batch may carry (files written before they existed lack them)."""
 PER_TOKEN = ("input_ids", "position_ids", "loss_mask", "advantages", "inference_logprobs")
 
 
@@ -60,6 +65,7 @@ class RolloutBatch:
     advantages: torch.Tensor
     inference_logprobs: torch.Tensor
     sample_lengths: torch.Tensor
+    policy_steps: torch.Tensor | None = None
     temperature: float = 1.0
     step: int = 0
     rank: int = 0
@@ -77,15 +83,19 @@ class RolloutBatch:
         return int(self.loss_mask.sum())
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in TENSORS}
+        names = [*TENSORS, *(n for n in OPTIONAL if getattr(self, n) is not None)]
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_samples(
         cls, samples: list[dict], temperature: float = 1.0, step: int = 0, rank: int = 0
     ) -> RolloutBatch:
         """Build a batch from per-sample dicts with ``prompt_ids``, ``completion_ids``,
-        ``completion_logprobs`` and ``advantage``."""
+        ``completion_logprobs``, ``advantage`` and optionally ``policy_step`` (all or none)."""
         ids, pos, mask, adv, lps, lens = [], [], [], [], [], []
+        policy = [s["policy_step"] for s in samples if "policy_step" in s]
+        if policy and len(policy) != len(samples):
+            raise ValueError("policy_step must be given for every sample or for none")
         for s in samples:
             p, c = list(s["prompt_ids"]), list(s["completion_ids"])
             n = len(p) + len(c)
@@ -102,6 +112,7 @@ class RolloutBatch:
             advantages=torch.tensor(adv, dtype=torch.float32),
             inference_logprobs=torch.tensor(lps, dtype=torch.float32),
             sample_lengths=torch.tensor(lens, dtype=torch.int64),
+            policy_steps=torch.tensor(policy, dtype=torch.int64) if policy else None,
             temperature=temperature,
             step=step,
             rank=rank,
@@ -148,15 +159,17 @@ def read_rollout_batch(path: Path, vocab_size: int | None = None) -> RolloutBatc
     if not isinstance(temperature, int | float) or not temperature > 0:
         raise fail("__metadata__.prime_rl.temperature", f"must be a positive number, got {temperature!r}")
 
-    for name, dtype in TENSORS.items():
+    for name, dtype in {**TENSORS, **OPTIONAL}.items():
         if name not in tensors:
+            if name in OPTIONAL:
+                continue
             raise fail(name, "missing")
         t = tensors[name]
         if t.dtype != dtype:
             raise fail(name, f"dtype {t.dtype}, expected {dtype}")
         if t.dim() != 1:
             raise fail(name, f"shape {list(t.shape)}, expected one dimension")
-    extra = sorted(set(tensors) - set(TENSORS))
+    extra = sorted(set(tensors) - set(TENSORS) - set(OPTIONAL))
     if extra:
         raise fail(extra[0], "unexpected tensor")
     total = tensors["input_ids"].numel()
@@ -166,6 +179,17 @@ def read_rollout_batch(path: Path, vocab_size: int | None = None) -> RolloutBatc
     lengths = tensors["sample_lengths"]
     if lengths.numel() == 0 or bool((lengths <= 0).any()) or int(lengths.sum()) != total:
         raise fail("sample_lengths", f"must be positive and sum to {total} (got {lengths.tolist()[:8]})")
+    step = meta.get("step", 0)
+    if not isinstance(step, int) or step < 0:
+        raise fail("__metadata__.prime_rl.step", f"must be a non-negative integer, got {step!r}")
+    policy = tensors.get("policy_steps")
+    if policy is not None:
+        if policy.numel() != lengths.numel():
+            raise fail("policy_steps", f"length {policy.numel()}, but sample_lengths has {lengths.numel()}")
+        if policy.numel() and (int(policy.min()) < 0 or int(policy.max()) > step):
+            raise fail(
+                "policy_steps", f"must lie within 0..{step} (the batch's step), got {policy.tolist()[:8]}"
+            )
     ids = tensors["input_ids"]
     if total and (int(ids.min()) < 0 or (vocab_size is not None and int(ids.max()) >= vocab_size)):
         bad = int(ids.max()) if int(ids.min()) >= 0 else int(ids.min())
@@ -181,7 +205,7 @@ def read_rollout_batch(path: Path, vocab_size: int | None = None) -> RolloutBatc
     return RolloutBatch(
         **tensors,
         temperature=float(temperature),
-        step=int(meta.get("step", 0)),
+        step=step,
         rank=int(meta.get("rank", 0)),
     )
 

@@ -47,7 +47,8 @@ def request(tmp_path, urls: list[str], retries: int = 3):
 
     async def go():
         try:
-            return await orch._request(dict(BODY))
+            answer = await orch._request(dict(BODY))
+            return None if answer is None else answer[1].data
         except OrchestratorError as e:
             return e
         finally:

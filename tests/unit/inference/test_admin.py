@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 import torch
 from fastapi import FastAPI
@@ -11,8 +12,15 @@ from fastapi.testclient import TestClient
 from loguru import logger
 from safetensors.torch import save_file
 
-from prime_rl.inference.admin import FirstByteMiddleware, SwapError, WeightSwapper, build_admin_router
+from prime_rl.inference.admin import (
+    FirstByteMiddleware,
+    ServedPolicy,
+    SwapError,
+    WeightSwapper,
+    build_admin_router,
+)
 from prime_rl.tracing import parse_tagged
+from prime_rl.transport.weights import POLICY_HEADER, policy_step_of, write_file_manifest
 
 
 class FakeEngine:
@@ -54,6 +62,7 @@ def setup(tmp_path):
     good = root / "step_1"
     good.mkdir(parents=True)
     save_file({"w": torch.ones(2, 2)}, str(good / "model.safetensors"))
+    write_file_manifest(good)
     (good / "STABLE").touch()
     return base, root, good
 
@@ -61,7 +70,11 @@ def setup(tmp_path):
 def swapper_for(engine, setup, mode="keep"):
     base, root, _ = setup
     return WeightSwapper(
-        engine=engine, base_files=[base / "model.safetensors"], weights_root=root, inflight_mode=mode
+        engine=engine,
+        base_files=[base / "model.safetensors"],
+        weights_root=root,
+        inflight_mode=mode,
+        served=ServedPolicy(),
     )
 
 
@@ -118,8 +131,9 @@ def test_invalid_dir_never_touches_the_engine(setup, tmp_path):
 def make_app(setup, token="tok"):
     engine = FakeEngine()
     app = FastAPI()
-    app.include_router(build_admin_router(swapper_for(engine, setup), token))
-    app.add_middleware(FirstByteMiddleware)
+    swapper = swapper_for(engine, setup)
+    app.include_router(build_admin_router(swapper, token))
+    app.add_middleware(FirstByteMiddleware, served=swapper.served)
     return app, engine
 
 
@@ -181,3 +195,108 @@ def test_no_token_configured_allows_loopback_use(setup):
     app, _ = make_app(setup, token=None)
     with TestClient(app) as client:
         assert client.post("/update_weights", json={"weight_dir": "step_1"}).status_code == 200
+
+
+class StepRecordingEngine(FakeEngine):
+    """Notes which policy step the swapper says it serves at each engine call."""
+
+    def __init__(self, served: ServedPolicy, **kw):
+        super().__init__(**kw)
+        self.served = served
+        self.steps_at: list[tuple[str, int | None]] = []
+
+    async def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        self.steps_at.append(("load", self.served.step))
+        return await super().collective_rpc(method, timeout, args, kwargs)
+
+    async def resume_generation(self):
+        self.steps_at.append(("resume", self.served.step))
+        await super().resume_generation()
+
+
+def test_served_step_changes_after_the_load_and_before_generation_resumes(setup):
+    served = ServedPolicy()
+    engine = StepRecordingEngine(served)
+    swapper = swapper_for(engine, setup)
+    swapper.served = served
+    result = asyncio.run(swapper.update(str(setup[2]), "t"))
+    assert result["policy_step"] == 1
+    assert engine.steps_at == [("load", 0), ("resume", 1)]
+    asyncio.run(swapper.reload("t2"))
+    assert served.step == 0
+
+
+def test_a_failed_swap_keeps_the_step_and_a_failed_rollback_makes_it_unknown(setup):
+    swapper = swapper_for(FakeEngine(fail_loads=1), setup)
+    with pytest.raises(SwapError):
+        asyncio.run(swapper.update(str(setup[2]), "t"))
+    assert swapper.served.step == 0  # rolled back to the base weights
+    swapper = swapper_for(FakeEngine(fail_loads=2), setup)
+    with pytest.raises(SwapError):
+        asyncio.run(swapper.update(str(setup[2]), "t"))
+    assert swapper.served.step is None
+
+
+@pytest.mark.parametrize(
+    "name,step", [("step_12", 12), ("step_0", 0), ("checkpoint", None), ("step_3_backup", None)]
+)
+def test_policy_step_of_a_weight_dir_comes_from_its_name(tmp_path, name, step):
+    assert policy_step_of(tmp_path / name) == step
+
+
+def test_generation_answers_carry_the_step_served_when_the_request_arrived(setup):
+    app, _ = make_app(setup)
+    gate: dict[str, asyncio.Event] = {}  # set by the test that holds a request; empty: answer at once
+
+    @app.post("/v1/chat/completions")
+    async def chat():
+        if gate:
+            gate["arrived"].set()
+            await gate["release"].wait()
+        return {"choices": []}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"data": []}
+
+    auth = {"Authorization": "Bearer tok"}
+    with TestClient(app) as client:
+        r = client.post("/v1/chat/completions", json={})
+        assert r.headers[POLICY_HEADER] == "0"  # base weights
+        assert POLICY_HEADER not in client.get("/v1/models").headers
+        assert POLICY_HEADER not in client.get("/weights", headers=auth).headers
+
+        # A request that arrives under step 0 and is answered after the swap to step 1 reports 0.
+        async def across_a_swap():
+            arrived, release = gate["arrived"], gate["release"] = asyncio.Event(), asyncio.Event()
+
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                slow = asyncio.create_task(c.post("/v1/chat/completions", json={}))
+                await arrived.wait()
+                swap = await c.post("/update_weights", headers=auth, json={"weight_dir": "step_1"})
+                assert swap.status_code == 200
+                release.set()
+                before = await slow
+                gate.clear()
+                after = await c.post("/v1/chat/completions", json={})
+                info = (await c.get("/weights", headers=auth)).json()
+            return before, after, info
+
+        before, after, info = asyncio.run(across_a_swap())
+    assert before.headers[POLICY_HEADER] == "0"
+    assert after.headers[POLICY_HEADER] == "1"
+    assert info["policy_step"] == 1
+
+
+def test_a_truncated_shard_is_refused_before_the_engine_is_touched(setup):
+    engine = FakeEngine()
+    swapper = swapper_for(engine, setup)
+    shard = setup[2] / "model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    from prime_rl.transport.weights import WeightDirError
+
+    with pytest.raises(WeightDirError) as e:
+        asyncio.run(swapper.update(str(setup[2]), "t"))
+    assert e.value.status == 422 and "model.safetensors: size mismatch" in e.value.reason
+    assert engine.calls == [] and swapper.served.step == 0

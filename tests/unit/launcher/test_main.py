@@ -1,8 +1,11 @@
-"""The ``rl`` entry point: what is refused (exit 2) or found done (exit 0) before anything starts."""
+"""The ``rl`` entry point: what is refused (exit 2) or found done (exit 0) before anything starts:
+also a run directory another launcher holds and an inference port in use, each in one line."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 
 import pytest
@@ -78,3 +81,43 @@ def test_a_missing_model_directory_is_one_line_before_anything_starts(tmp_path, 
     assert err.startswith("error: model directory ") and str(model) in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_second_launcher_on_the_same_run_is_one_line_naming_the_holder(tmp_path, model_dir, capsys):
+    run = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from prime_rl.launcher.rundir import lock_run_dir\n"
+            "with lock_run_dir(sys.argv[1]):\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(300)\n",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert _exit_code(["--model", str(model_dir), "--output_dir", str(run), "--resume"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run} is in use by another rl launcher (pid {holder.pid} on ")
+    assert err.count("\n") == 1
+    assert not (run / "logs").exists()  # nothing written into the running run's logs
+
+
+def test_a_busy_inference_port_is_one_line_naming_inference(tmp_path, model_dir, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["--model", str(model_dir), "--output_dir", str(tmp_path / "run")]
+        assert _exit_code([*argv, "--inference", json.dumps({"port": port})]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: inference cannot start: port {port} on 127.0.0.1 is in use")
+    assert err.count("\n") == 1

@@ -1,15 +1,94 @@
-"""The run directory before a start: refused, cleaned, or resumed at the latest complete checkpoint."""
+"""The run directory before a start: locked by one launcher, refused, cleaned, or resumed at the
+latest complete checkpoint."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
 from prime_rl.config import ConfigError, load_config
 from prime_rl.launcher.config import RLConfig
-from prime_rl.launcher.rundir import RunComplete, prepare_run_dir
-from prime_rl.paths import mark_stable
+from prime_rl.launcher.rundir import RunComplete, RunDirInUse, lock_run_dir, prepare_run_dir
+from prime_rl.paths import RunPaths, mark_stable
+
+# holds the run directory's lock; with "child": hands the descriptor to a child, then dies alone
+HOLDER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from prime_rl.launcher.rundir import lock_run_dir
+    with lock_run_dir(sys.argv[1]) as fd:
+        if sys.argv[2] == "child":
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], pass_fds=(fd,))
+            print(child.pid, flush=True)
+        print("locked", flush=True)
+        time.sleep(300)
+    """
+)
+
+
+def _hold(run, mode: str = "alone") -> tuple[subprocess.Popen, list[str]]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run), mode], stdout=subprocess.PIPE, text=True
+    )
+    out = [holder.stdout.readline().strip()]
+    while out[-1] not in ("locked", ""):
+        out.append(holder.stdout.readline().strip())
+    assert out[-1] == "locked", out
+    return holder, out
+
+
+def test_a_second_launcher_is_refused_naming_the_holder_until_the_holder_is_killed(tmp_path):
+    run = tmp_path / "run"
+    holder, _ = _hold(run)
+    try:
+        with pytest.raises(RunDirInUse) as refused, lock_run_dir(run):
+            pass
+        message = str(refused.value)
+        assert message.startswith(
+            f"{run} is in use by another rl launcher (pid {holder.pid} on {socket.gethostname()}"
+        )
+        assert "\n" not in message and "has exited" not in message
+        holder.kill()  # SIGKILL: nothing of its own releases the lock, the kernel does
+        holder.wait()
+        with lock_run_dir(run):
+            assert RunPaths(run).lock_file.read_text().startswith(f"pid={os.getpid()} host=")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_lasts_while_a_child_of_the_killed_holder_runs(tmp_path):
+    run = tmp_path / "run"
+    holder, out = _hold(run, "child")
+    child = int(out[0])
+    try:
+        holder.kill()
+        holder.wait()
+        with (
+            pytest.raises(
+                RunDirInUse, match=f"pid {holder.pid} .*; it has exited, processes it started still hold"
+            ),
+            lock_run_dir(run),
+        ):
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)
+    for _ in range(100):  # the child is reaped by whoever adopted it; its descriptor closes when it dies
+        try:
+            with lock_run_dir(run):
+                break
+        except RunDirInUse:
+            time.sleep(0.05)
+    else:
+        pytest.fail("the lock was not released after the last holder died")
 
 
 def test_rl_refuses_a_used_run_dir_without_resume_or_clean(tmp_path):
@@ -20,8 +99,14 @@ def test_rl_refuses_a_used_run_dir_without_resume_or_clean(tmp_path):
     cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path), "--resume"])
     with pytest.raises(ConfigError, match="no checkpoint"):
         prepare_run_dir(cfg)
+    paths = RunPaths(tmp_path)
+    paths.trainer_log(0).parent.mkdir(parents=True)
+    for log in (paths.log_file("rl"), paths.log_file("orchestrator"), paths.trainer_log(0)):
+        log.write_text("an earlier run\n")
     cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path), "--clean"])
     assert prepare_run_dir(cfg) is None and not (tmp_path / "rollouts").exists()
+    # the earlier run's logs go (the analyzer would read them with the new run's); rl.log is open
+    assert sorted(p.name for p in paths.logs_dir.iterdir()) == ["rl.log"]
 
 
 def test_resume_takes_the_latest_complete_checkpoint_and_drops_what_came_after(tmp_path):

@@ -1,4 +1,5 @@
-"""Supervision: secrets reach the children by env var only; a child's whole process group is stopped."""
+"""Supervision: secrets reach the children by env var only; a child's whole process group is stopped,
+also after the child itself exited; a child that cannot start or dies at start fails the run, named."""
 
 from __future__ import annotations
 
@@ -6,18 +7,29 @@ import errno
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import warnings
 from pathlib import Path
 
+import psutil
 import pytest
+from loguru import logger
 from pydantic import ValidationError
 
 import prime_rl.launcher.supervise as supervise
-from prime_rl.config import ResumeConfig, load_config
+from prime_rl.config import ConfigError, ResumeConfig, load_config
+from prime_rl.dev.server import free_port
 from prime_rl.launcher.config import RLConfig
-from prime_rl.launcher.supervise import Child, _child_env, _dump_for_child, with_resume
+from prime_rl.launcher.supervise import (
+    Child,
+    StartError,
+    _child_env,
+    _dump_for_child,
+    check_port_free,
+    with_resume,
+)
 from prime_rl.paths import mark_stable
 
 
@@ -76,6 +88,127 @@ def test_stop_ends_the_child_s_process_group_with_sigkill_after_sigterm(tmp_path
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that run (zombies do not), tracked by group id, never by name."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return found
+
+
+def test_stop_ends_the_group_of_a_child_that_exited_already(tmp_path):
+    # like vLLM's API server killed under its EngineCore: the leader is gone, the group is not
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(300)'], "
+        "stdout=subprocess.PIPE)\n"
+        "p.stdout.readline()\n"
+        "print(p.pid, flush=True)\n"
+    )
+    log = tmp_path / "test.log"
+    child = Child("test", [sys.executable, "-c", script], log, dict(os.environ))
+    try:
+        assert child.proc.wait(timeout=30) == 0
+        child._pump.join(timeout=10)
+        orphan = int(log.read_text().split()[0])
+        assert _running_in_group(child.proc.pid) == [orphan]
+        child.stop(timeout_s=0.5)
+        assert _running_in_group(child.proc.pid) == []
+    finally:
+        for pid in _running_in_group(child.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_that_cannot_be_started_is_named(tmp_path):
+    with pytest.raises(StartError, match=r"cannot start trainer \(/no/such/torchrun\)"):
+        Child("trainer", ["/no/such/torchrun"], tmp_path / "t.log", dict(os.environ))
+
+
+def _rl_config(tmp_path: Path, *args: str) -> RLConfig:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    argv = ["--model", str(model), "--output_dir", str(tmp_path / "run")]
+    cfg, _ = load_config(RLConfig, [*argv, "--inference", json.dumps({"port": free_port()}), *args])
+    return cfg
+
+
+def _scripted_children(monkeypatch, scripts: dict[str, str]) -> list[Child]:
+    """launch() starts these small scripts (real processes, each in its own group) for the three."""
+    started: list[Child] = []
+
+    def child(name, argv, log_path, env, pass_fds=()):
+        if scripts[name] is None:
+            raise StartError(f"cannot start {name} ({argv[0]}): [Errno 2] No such file or directory")
+        started.append(Child(name, [sys.executable, "-c", scripts[name]], log_path, env, pass_fds))
+        return started[-1]
+
+    monkeypatch.setattr(supervise, "Child", child)
+    return started
+
+
+def _errors() -> tuple[list[str], int]:
+    messages: list[str] = []
+    return messages, logger.add(lambda m: messages.append(m.record["message"]), level="ERROR")
+
+
+SLEEP = "import time; time.sleep(300)"
+
+
+def test_a_child_dying_at_start_fails_the_run_named_with_its_error_and_stops_the_others(
+    tmp_path, monkeypatch
+):
+    dies = "print('Traceback (most recent call last):'); print('OSError: [Errno 98] Address already in use'); exit(1)"
+    started = _scripted_children(monkeypatch, {"inference": dies, "trainer": SLEEP, "orchestrator": SLEEP})
+    messages, sink = _errors()
+    try:
+        assert supervise.launch(_rl_config(tmp_path)) == 1
+    finally:
+        logger.remove(sink)
+    assert messages[0].splitlines()[0] == (
+        "inference exited with code 1: OSError: [Errno 98] Address already in use; stopping the others. "
+        f"Last lines of {tmp_path / 'run' / 'logs' / 'inference.stdout.log'}:"
+    )
+    assert [c.name for c in started] == ["inference", "trainer", "orchestrator"]
+    assert all(c.proc.returncode is not None and _running_in_group(c.proc.pid) == [] for c in started)
+
+
+def test_a_child_that_cannot_be_started_fails_the_run_and_stops_the_others(tmp_path, monkeypatch):
+    started = _scripted_children(monkeypatch, {"inference": SLEEP, "trainer": None, "orchestrator": SLEEP})
+    messages, sink = _errors()
+    try:
+        assert supervise.launch(_rl_config(tmp_path)) == 1
+    finally:
+        logger.remove(sink)
+    assert messages == [
+        f"cannot start trainer ({sys.executable}): [Errno 2] No such file or directory; stopping the others"
+    ]
+    assert [c.name for c in started] == ["inference"] and _running_in_group(started[0].proc.pid) == []
+
+
+def test_a_busy_inference_port_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"inference cannot start: port {port} on 127.0.0.1 is in use"):
+            check_port_free("127.0.0.1", port)
+        started = _scripted_children(
+            monkeypatch, {"inference": SLEEP, "trainer": SLEEP, "orchestrator": SLEEP}
+        )
+        cfg = _rl_config(tmp_path, "--inference", json.dumps({"port": port}), "--clean")
+        (tmp_path / "run" / "rollouts" / "step_0").mkdir(parents=True)
+        with pytest.raises(ConfigError, match=f"port {port}"):
+            supervise.launch(cfg)
+    assert started == [] and (tmp_path / "run" / "rollouts" / "step_0").is_dir()  # nothing wiped
+    check_port_free("127.0.0.1", port)  # free again
 
 
 class _FullDisk:
@@ -143,7 +276,11 @@ def test_resume_reaches_the_children_validated_without_warnings(tmp_path, monkey
         raise Started
 
     monkeypatch.setattr(supervise, "Child", refuse)
-    cfg, _ = load_config(RLConfig, ["--model", str(model), "--output_dir", str(tmp_path / "run"), "--resume"])
+    cfg, _ = load_config(
+        RLConfig,
+        ["--model", str(model), "--output_dir", str(tmp_path / "run"), "--resume"]
+        + ["--inference", json.dumps({"port": free_port()})],
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(Started):

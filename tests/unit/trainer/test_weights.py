@@ -1,13 +1,51 @@
-"""prime_rl.trainer.weights: the shard plan respects the byte budget."""
+"""prime_rl.trainer.weights: the shard plan respects the byte budget; a publish writes the manifest
+before the dir is fsynced, renamed into place and marked STABLE."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 
-from prime_rl.trainer.weights import plan_shards
+from prime_rl.trainer import weights as publisher_mod
+from prime_rl.trainer.weights import WeightPublisher, plan_shards
+from prime_rl.transport.weights import INDEX_FILE, MANIFEST_FILE, file_checksum, verify_weight_dir
 
 
 def test_shard_plan_respects_the_byte_budget():
     sd = {"a": torch.zeros(10), "b": torch.zeros(10), "c": torch.zeros(100), "d": torch.zeros(1)}
     assert plan_shards(sd, max_shard_bytes=80) == [["a", "b"], ["c"], ["d"]]
     assert plan_shards(sd, max_shard_bytes=10**6) == [["a", "b", "c", "d"]]
+
+
+def test_publish_writes_the_manifest_before_rename_and_stable(tiny_model, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    publisher = WeightPublisher(model, str(tiny_model), tmp_path / "weights", max_shard_bytes=1 << 20)
+    seen = []  # (event, whether the dir it names holds a manifest then)
+    fsync_dir, mark_stable = publisher_mod.fsync_dir, publisher_mod.mark_stable
+
+    def spy_fsync_dir(path):
+        if path.name.startswith(".step_"):
+            seen.append(("fsync tmp", (path / MANIFEST_FILE).is_file()))
+        fsync_dir(path)
+
+    def spy_mark_stable(path):
+        verify_weight_dir(path)  # complete and consistent before anyone may read it
+        seen.append(("stable", (path / MANIFEST_FILE).is_file()))
+        mark_stable(path)
+
+    monkeypatch.setattr(publisher_mod, "fsync_dir", spy_fsync_dir)
+    monkeypatch.setattr(publisher_mod, "mark_stable", spy_mark_stable)
+    dest, _, _ = publisher.publish(model.state_dict(), 3)
+
+    assert seen == [("fsync tmp", True), ("stable", True)]
+    doc = json.loads((dest / MANIFEST_FILE).read_text())
+    shards = sorted(p.name for p in dest.glob("*.safetensors"))
+    assert len(shards) > 1
+    assert set(shards) | {INDEX_FILE, "config.json", "tokenizer.json"} <= set(doc["files"])
+    assert "STABLE" not in doc["files"] and MANIFEST_FILE not in doc["files"]
+    for name, entry in doc["files"].items():
+        assert (entry["size"], entry["checksum"]) == file_checksum(dest / name)
+    verify_weight_dir(dest)

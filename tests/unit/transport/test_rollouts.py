@@ -87,3 +87,28 @@ def test_bad_metadata_and_garbage(tmp_path):
 def test_wait_names_the_missing_file(tmp_path):
     with pytest.raises(RolloutTimeoutError, match="rank_0.safetensors"):
         wait_for_rollouts(tmp_path / "step_3" / "rank_0.safetensors", timeout_s=0.1, poll_s=0.02)
+
+
+def test_policy_steps_round_trip_and_are_optional(tmp_path):
+    samples = [{**s, "policy_step": 3 - i} for i, s in enumerate(SAMPLES)]
+    path = tmp_path / "with.safetensors"
+    write_rollout_batch(path, RolloutBatch.from_samples(samples, step=4))
+    assert read_rollout_batch(path).policy_steps.tolist() == [3 - i for i in range(len(SAMPLES))]
+    write_rollout_batch(tmp_path / "without.safetensors", RolloutBatch.from_samples(SAMPLES, step=4))
+    assert read_rollout_batch(tmp_path / "without.safetensors").policy_steps is None
+    with pytest.raises(ValueError, match="every sample or for none"):
+        RolloutBatch.from_samples([samples[0], SAMPLES[1]])
+
+
+@pytest.mark.parametrize(
+    "policy,fragment",
+    [([5, 4], "within 0..4"), ([-1, 0], "within 0..4"), ([1], "length 1, but sample_lengths has 2")],
+)
+def test_policy_steps_outside_the_batch_step_are_refused(tmp_path, policy, fragment):
+    batch = RolloutBatch.from_samples(SAMPLES[:2], step=4)
+    batch.policy_steps = torch.tensor(policy, dtype=torch.int64)
+    path = tmp_path / "bad.safetensors"
+    write_rollout_batch(path, batch)
+    with pytest.raises(RolloutFormatError, match=fragment) as e:
+        read_rollout_batch(path)
+    assert "'policy_steps'" in str(e.value) and str(path) in str(e.value)

@@ -1,0 +1,95 @@
+"""Staleness against the real vLLM server: the step each answer reports, through a server loss.
+
+The orchestrator runs against the session's vLLM server twice over (directly, and through a TCP
+proxy the test kills and restarts), with a fake trainer that publishes perturbed weights. Mid-run
+the proxied "server" dies and the engine is put back on its base weights, as a restarted server
+would be; the run must go on, bring the server back with the current policy, and train no sample
+whose staleness (from the ``x-policy-step`` the server reported) leaves ``0..async_level``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from tests.conftest import ADMIN_TOKEN
+from tests.support.proxy import TcpProxy
+
+from prime_rl.config import load_config
+from prime_rl.dev.weights import write_perturbed_weights
+from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.paths import RunPaths
+from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS = 5
+ASYNC_LEVEL = 1
+
+
+async def fake_trainer(paths: RunPaths, model, max_steps: int) -> None:
+    for step in range(max_steps):
+        while not rollout_path(paths.rollouts_dir(step), 0).is_file():
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(write_perturbed_weights, model, paths.weights_dir(step + 1), 0.05, step + 1)
+
+
+def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_level(
+    inference_server, tiny_model, tmp_path
+):
+    from prime_rl.orchestrator.loop import Orchestrator
+
+    port = int(inference_server.base_url.rsplit(":", 1)[1])
+    out = tmp_path / "run"
+    # the server accepts weight dirs inside its weights root only: the run's weights live there
+    shared = inference_server.weights_root / f"policy-staleness-{tmp_path.name}"
+    shared.mkdir(parents=True)
+    out.mkdir()
+    (out / "weights").symlink_to(shared)
+
+    async def scenario():
+        proxy = await TcpProxy(port).start()
+        cfg, _ = load_config(
+            OrchestratorConfig,
+            [
+                "--output_dir", str(out), "--model", inference_server.model,
+                "--max_steps", str(MAX_STEPS), "--async_level", str(ASYNC_LEVEL),
+                "--batch_size", "16", "--rollouts_per_example", "4", "--sampling.max_tokens", "24",
+                "--client.base_urls", json.dumps([proxy.url, inference_server.base_url]),
+                "--client.admin.token", ADMIN_TOKEN, "--client.admin.max_retries", "0",
+                "--verify.workers", "1", "--max_inflight", "4",
+            ],
+        )  # fmt: skip
+        orch = Orchestrator(cfg)
+        run = asyncio.create_task(orch.run())
+        trainer = asyncio.create_task(fake_trainer(orch.paths, tiny_model, MAX_STEPS))
+        while orch.ckpt_step < 1 and not run.done():
+            await asyncio.sleep(0.05)
+        await proxy.kill()  # the proxied server dies mid-request ...
+        async with httpx.AsyncClient() as c:  # ... and its engine restarts on the base weights
+            r = await c.post(
+                f"{inference_server.base_url}/reload_weights", headers=inference_server.admin_headers()
+            )
+            assert r.status_code == 200
+        await asyncio.sleep(1.0)
+        killed_at = proxy.connections
+        await proxy.start()  # back up on the same address
+        try:
+            await asyncio.wait_for(run, timeout=400)
+        finally:
+            trainer.cancel()
+            await proxy.kill()
+        return orch, proxy.connections - killed_at
+
+    orch, connections_after = asyncio.run(scenario())
+    for step in range(MAX_STEPS):
+        batch = read_rollout_batch(rollout_path(RunPaths(out).rollouts_dir(step), 0))
+        assert batch.num_samples == 16
+        staleness = [step - p for p in batch.policy_steps.tolist()]
+        assert all(0 <= s <= ASYNC_LEVEL for s in staleness), (step, staleness)
+    assert orch.down == set()  # the restarted server was brought back ...
+    assert connections_after > 0  # ... and used again
+    rows = [json.loads(x) for x in RunPaths(out).metrics_file.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(MAX_STEPS))

@@ -1,0 +1,82 @@
+"""Track the processes a test starts by process group, never by command line.
+
+vLLM renames its engine and workers (``VLLM::EngineCore``, ``VLLM::Worker``), so nothing that
+matches command lines finds them; everything a child of the launcher starts stays in that
+child's process group. The pytest session is a child subreaper (tests/conftest.py), so what a
+dead launcher left behind is re-parented to it and still found among its descendants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+
+
+def children_groups(launcher: subprocess.Popen, n: int = 3, timeout_s: float = 120) -> dict[str, int]:
+    """The process groups of the launcher's ``n`` children by child (the module each runs), once
+    all are started. Everything the children start (vLLM's renamed engine and workers, torchrun's
+    ranks) is in those groups, so processes are tracked by group, never by command line."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        kids = psutil.Process(launcher.pid).children()
+        if len(kids) >= n:
+            break
+        assert launcher.poll() is None and time.monotonic() < deadline, (
+            "the launcher did not start its children"
+        )
+        time.sleep(0.2)
+    groups = {}
+    for kid in kids:
+        args = kid.cmdline()
+        name = next(
+            (a.split(".")[1] for a in args if a.startswith("prime_rl.") and a.endswith(".main")), None
+        )
+        groups[name or str(kid.pid)] = os.getpgid(kid.pid)
+    assert len(set(groups.values())) == n and os.getpgid(launcher.pid) not in groups.values(), groups
+    return groups
+
+
+def running_in(groups) -> list[str]:
+    """What still runs (zombies do not) in the process groups ``groups``: ``pid name pgid`` each."""
+    pgids = set(groups)
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if (pgid := os.getpgid(p.pid)) in pgids and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{p.pid} {p.name()} pgid={pgid}")
+    return found
+
+
+def wait_groups_gone(groups, timeout_s: float) -> list[str]:
+    """Wait until nothing runs in ``groups``; returns what still runs after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (left := running_in(groups)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def kill_groups(groups) -> None:
+    """Clean up after a failed test: SIGKILL every group (the test has failed already if it must)."""
+    for pgid in set(groups):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def new_descendants(before: set[int]) -> list[str]:
+    """Running descendants of this test process not in ``before``. The session is a child subreaper
+    (tests/conftest.py), so what a finished launcher left behind was re-parented to it."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{p.pid} {p.name()} pgid={os.getpgid(p.pid)}")
+    return found

@@ -1,0 +1,141 @@
+"""Every trained sample's staleness, from the policy step the server says produced it.
+
+The orchestrator runs for real against fake inference servers (:mod:`tests.support.policy_server`)
+that serve what they were told to load and report it, while a fake trainer publishes
+``weights/step_{s+1}`` once ``rollouts/step_s`` is written. Faults: a server that silently loses
+its weights (restarted on the base model right after a weight update), one that is down and
+recovers, aborted answers, and answers whose policy the server cannot name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from loguru import logger
+from tests.support.policy_server import PolicyServer
+
+from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.orchestrator.loop import Orchestrator
+from prime_rl.paths import RunPaths, mark_stable
+from prime_rl.tracing import parse_tagged
+from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+
+ASYNC_LEVEL = 1
+MAX_STEPS = 8
+BATCH = 8
+
+
+async def fake_trainer(paths: RunPaths, max_steps: int, step_s: float) -> None:
+    """Publish weights/step_{s+1} (an empty dir marked STABLE) ``step_s`` after rollouts/step_s exists."""
+    for step in range(max_steps):
+        while not rollout_path(paths.rollouts_dir(step), 0).is_file():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(step_s)
+        weight_dir = paths.weights_dir(step + 1)
+        weight_dir.mkdir(parents=True, exist_ok=True)
+        mark_stable(weight_dir)
+
+
+def run(tmp_path, servers: list[PolicyServer], train_s: float = 0.05) -> tuple[Orchestrator, list]:
+    cfg = OrchestratorConfig(
+        output_dir=tmp_path,
+        client={
+            "base_urls": [s.base_url for s in servers],
+            "connect_timeout_s": 2,
+            "admin": {"max_retries": 0},
+        },
+        verify={"workers": 1},
+        max_steps=MAX_STEPS,
+        async_level=ASYNC_LEVEL,
+        batch_size=BATCH,
+        rollouts_per_example=2,
+        max_inflight=4,
+        request_timeout_s=20,
+        weights_timeout_s=30,
+        sampling={"max_tokens": 4},
+    )
+    lines: list[str] = []
+    sink = logger.add(lines.append, format="{message}")
+    orch = Orchestrator(cfg)
+
+    async def go():
+        trainer = asyncio.create_task(fake_trainer(orch.paths, MAX_STEPS, train_s))
+        try:
+            await asyncio.wait_for(orch.run(), timeout=120)
+        finally:
+            trainer.cancel()
+
+    try:
+        asyncio.run(go())
+    finally:
+        logger.remove(sink)
+    return orch, [p for p in map(parse_tagged, lines) if p]
+
+
+def trained_policy_steps(tmp_path) -> dict[int, list[int]]:
+    """Per step, the policy step of every sample in its rollout file."""
+    out = {}
+    for step in range(MAX_STEPS):
+        batch = read_rollout_batch(rollout_path(RunPaths(tmp_path).rollouts_dir(step), 0))
+        assert batch.num_samples == BATCH and batch.policy_steps is not None
+        out[step] = batch.policy_steps.tolist()
+    return out
+
+
+def assert_bounded(policy: dict[int, list[int]]) -> None:
+    for step, steps in policy.items():
+        assert all(0 <= step - p <= ASYNC_LEVEL for p in steps), (step, steps)
+
+
+def test_samples_from_a_server_that_lost_its_weights_are_regenerated_not_trained(tmp_path):
+    with PolicyServer() as a, PolicyServer() as b:
+        b.forget_after = {3, 5}  # restarted right after loading step 3 and 5: serves step 0
+        orch, tagged = run(tmp_path, [a, b])
+    assert 0 in b.served[b.served.index(0) :]  # it did answer with the base weights after a load
+    assert_bounded(trained_policy_steps(tmp_path))
+    assert orch.counters["stale_dropped"] >= 1 and orch.counters["policy_mismatch"] >= 1
+    # every stale group came from b after it forgot its weights (nothing is produced ahead to go stale)
+    assert orch.counters["stale_dropped"] <= b.served.count(0)
+    drops = [p for p in tagged if p.tag == "gen" and p.event == "group.drop"]
+    assert drops and all(p.fields["reason"] == "stale" for p in drops)
+    assert all(int(p.fields["staleness"]) > ASYNC_LEVEL for p in drops)
+    rows = [json.loads(x) for x in RunPaths(tmp_path).metrics_file.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(MAX_STEPS))
+    assert rows[-1]["stale_dropped"] == orch.counters["stale_dropped"]
+
+
+def test_a_server_that_was_down_serves_again_only_with_the_current_policy(tmp_path):
+    with PolicyServer() as a, PolicyServer() as b:
+        b.down_after = {2: 1.0}  # restarts right after loading step 2; 503 to everything for 1 s
+        orch, tagged = run(tmp_path, [a, b], train_s=0.8)  # 5 more steps: time to come back
+    assert_bounded(trained_policy_steps(tmp_path))
+    reload_at = b.loaded.index(2) + 1
+    assert len(b.loaded) > reload_at  # the health loop loaded weights on it before it served again
+    recovered = [line for line in tagged if line.tag == "weights" and line.event == "client.error"]
+    assert recovered, "the update it missed while down was not reported"
+    assert orch.down == set()
+    after = b.served[b.restarts[0] :]
+    assert after, "it never served again after coming back"
+    assert 0 not in after, after  # never with the base weights it restarted on
+    assert orch.counters["stale_dropped"] == 0
+
+
+def test_aborted_and_unattributed_answers_are_regenerated_and_counted(tmp_path):
+    with PolicyServer() as a, PolicyServer() as b:
+        a.abort_next = 2  # two answers (n=2 each) cut off by a weight swap
+        b.step = None  # its last swap failed to roll back: it cannot say what it serves
+        orch, tagged = run(tmp_path, [a, b])
+    assert_bounded(trained_policy_steps(tmp_path))
+    assert orch.counters["aborted"] == 4
+    assert orch.counters["policy_unknown"] >= 1
+    reasons = {p.fields["reason"] for p in tagged if p.tag == "gen" and p.event == "group.drop"}
+    assert reasons == {"abort", "policy_unknown"}
+
+
+def test_a_server_without_the_header_is_trusted_with_one_warning(tmp_path):
+    with PolicyServer() as a:
+        a.report_policy = False
+        orch, _ = run(tmp_path, [a])
+        assert len(orch._no_policy_header) == 1
+    assert_bounded(trained_policy_steps(tmp_path))

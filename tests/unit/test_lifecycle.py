@@ -1,0 +1,245 @@
+"""Children die with the launcher: a child watching it takes its whole process group down when the
+launcher is killed (SIGKILL), grandchildren that ignore SIGTERM included, also when the launcher
+was gone before the watch began. Processes are tracked by pid and process group, never by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from prime_rl.lifecycle import LAUNCHER_PID_ENV, group_members, stop_group, watch_launcher
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups via /proc")
+
+# a child of the "launcher" (or a torchrun rank): watches it, starts a grandchild in its group that
+# ignores SIGTERM
+CHILD = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    print("started", os.getpid(), flush=True)
+    if sys.argv[1] == "late":  # begin watching only once the launcher is gone (we were re-parented)
+        while os.getppid() == int(os.environ["PRIME_RL_LAUNCHER_PID"]):
+            time.sleep(0.01)
+    from prime_rl.lifecycle import watch_launcher
+    watch_launcher(grace_s=1.0)
+    grandchild = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "time.sleep(300)"])
+    print("grandchild", grandchild.pid, flush=True)
+    time.sleep(300)
+    """
+)
+
+
+def running_in_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that run (zombies do not), found with psutil, not the code under test."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return found
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def kill_all(launcher: subprocess.Popen, *pgids: int | None) -> None:
+    """Clean up after a failed test: the launcher, and what runs in the children's groups."""
+    launcher.kill()
+    launcher.wait()
+    for pgid in pgids:
+        for pid in running_in_group(pgid) if pgid else []:
+            os.kill(pid, signal.SIGKILL)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def start_launcher(tmp_path: Path, launcher_code: str, when: str = "now") -> tuple[subprocess.Popen, Path]:
+    """A stand-in for ``rl`` running ``launcher_code``; every process writes to ``out``."""
+    out = tmp_path / "out.txt"
+    (tmp_path / "child.py").write_text(CHILD)
+    code = textwrap.dedent(launcher_code).format(child=tmp_path / "child.py", when=when, out=out)
+    with open(out, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT)
+    return proc, out
+
+
+def test_a_child_takes_its_group_down_when_the_launcher_is_killed(tmp_path):
+    launcher, out = start_launcher(
+        tmp_path,
+        """
+        import os, subprocess, sys, time
+        from prime_rl.lifecycle import launcher_env
+        child = subprocess.Popen([sys.executable, "{child}", "{when}"], env={{**os.environ, **launcher_env()}},
+                                 start_new_session=True)
+        print("child", child.pid, flush=True)
+        time.sleep(300)
+        """,
+    )
+    child = None
+    try:
+        wait_for(lambda: "ready" in lines(out), 60, f"the grandchild did not start: {lines(out)}")
+        pids = {line.split()[0]: int(line.split()[1]) for line in lines(out) if " " in line}
+        assert pids["started"] == pids["child"]
+        child, grandchild = pids["child"], pids["grandchild"]
+        assert os.getpgid(child) == child == os.getpgid(grandchild) != os.getpgid(launcher.pid)
+        launcher.kill()
+        launcher.wait()
+        wait_for(
+            lambda: not running_in_group(child), 15, f"group {child} survived: {running_in_group(child)}"
+        )
+    finally:
+        kill_all(launcher, child)
+
+
+def test_a_launcher_gone_before_the_watch_began_is_noticed_at_once(tmp_path):
+    # the launcher exits right after starting the child, which starts watching only after that
+    launcher, out = start_launcher(
+        tmp_path,
+        """
+        import os, subprocess, sys
+        from prime_rl.lifecycle import launcher_env
+        child = subprocess.Popen([sys.executable, "{child}", "{when}"], env={{**os.environ, **launcher_env()}},
+                                 start_new_session=True)
+        print("child", child.pid, flush=True)
+        os._exit(0)
+        """,
+        when="late",
+    )
+    assert launcher.wait(timeout=30) == 0
+    child = int(next(line for line in lines(out) if line.startswith("child ")).split()[1])
+    try:
+        wait_for(
+            lambda: not running_in_group(child), 30, f"group {child} survived: {running_in_group(child)}"
+        )
+        assert "ready" not in lines(out)  # it stopped at the watch, before starting anything
+    finally:
+        kill_all(launcher, child)
+
+
+def test_the_launcher_s_children_watch_it(tmp_path):
+    """The real launcher's Child passes its PID, so the child (here the stand-in above) watches it."""
+    launcher, out = start_launcher(
+        tmp_path,
+        """
+        import os, sys, time
+        from pathlib import Path
+        from prime_rl.launcher.supervise import Child
+        child = Child("test", [sys.executable, "{child}", "{when}"], Path("{out}").with_name("child.log"),
+                      dict(os.environ))
+        print("child", child.proc.pid, flush=True)
+        time.sleep(300)
+        """,
+    )
+    log = tmp_path / "child.log"
+    child = None
+    try:
+        wait_for(
+            lambda: "ready" in lines(log), 60, f"the grandchild did not start: {lines(out)} {lines(log)}"
+        )
+        child = int(next(line for line in lines(out) if line.startswith("child ")).split()[1])
+        assert len(running_in_group(child)) == 2
+        launcher.kill()
+        launcher.wait()
+        wait_for(
+            lambda: not running_in_group(child), 15, f"group {child} survived: {running_in_group(child)}"
+        )
+    finally:
+        kill_all(launcher, child)
+
+
+TORCHRUN_LAUNCHER = """
+import os, subprocess, sys, time
+from prime_rl.lifecycle import launcher_env
+argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "{child}", "{when}"]
+torchrun = subprocess.Popen(argv, env={{**os.environ, **launcher_env()}}, start_new_session=True)
+print("torchrun", torchrun.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def _torchrun_up(out: Path) -> tuple[int, list[int]]:
+    wait_for(lambda: lines(out).count("ready") == 2, 120, f"the ranks did not start: {lines(out)}")
+    torchrun = int(next(line for line in lines(out) if line.startswith("torchrun ")).split()[1])
+    ranks = [int(line.split()[1]) for line in lines(out) if line.startswith("started ")]
+    # torchrun starts each rank in a session of its own: its group holds torchrun alone
+    assert (
+        len(ranks) == 2
+        and all(os.getpgid(r) == r for r in ranks)
+        and running_in_group(torchrun) == [torchrun]
+    )
+    return torchrun, ranks
+
+
+@pytest.mark.slow
+def test_trainer_ranks_under_torchrun_go_with_the_launcher_and_torchrun_too(tmp_path):
+    launcher, out = start_launcher(tmp_path, TORCHRUN_LAUNCHER)
+    torchrun, ranks = None, []
+    try:
+        torchrun, ranks = _torchrun_up(out)
+        launcher.kill()
+        launcher.wait()
+        gone = lambda: not any(running_in_group(g) for g in (torchrun, *ranks))  # noqa: E731
+        wait_for(gone, 20, f"survived: {[running_in_group(g) for g in (torchrun, *ranks)]}")
+    finally:
+        kill_all(launcher, torchrun, *ranks)
+
+
+@pytest.mark.slow
+def test_trainer_ranks_go_when_torchrun_is_killed_under_them(tmp_path):
+    launcher, out = start_launcher(tmp_path, TORCHRUN_LAUNCHER)
+    torchrun, ranks = None, []
+    try:
+        torchrun, ranks = _torchrun_up(out)
+        os.kill(torchrun, signal.SIGKILL)  # as the launcher does to a torchrun that ignores SIGTERM
+        gone = lambda: not any(running_in_group(g) for g in ranks)  # noqa: E731
+        wait_for(gone, 20, f"survived: {[running_in_group(g) for g in ranks]}")
+        assert launcher.poll() is None
+    finally:
+        kill_all(launcher, torchrun, *ranks)
+
+
+def test_outside_rl_nothing_is_watched(monkeypatch):
+    monkeypatch.delenv(LAUNCHER_PID_ENV, raising=False)
+    assert watch_launcher() is None
+
+
+def test_stop_group_stops_orphans_of_an_exited_leader(tmp_path):
+    # the leader exits at once; its child (in its group, ignoring SIGTERM) runs on until stopped
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(300)'], "
+        "stdout=subprocess.PIPE)\n"
+        "p.stdout.readline()\n"
+        "print(p.pid, flush=True)\n"
+    )
+    leader = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    orphan = int(leader.stdout.readline())
+    assert leader.wait(timeout=30) == 0
+    try:
+        assert group_members(leader.pid) == [orphan] == running_in_group(leader.pid)
+        assert stop_group(leader.pid, timeout_s=0.5)
+        assert running_in_group(leader.pid) == [] == group_members(leader.pid)
+    finally:
+        for pid in running_in_group(leader.pid):
+            os.kill(pid, signal.SIGKILL)
