@@ -5,6 +5,12 @@ A tagged line is ``[<tag>]`` or ``[<tag>][<trace_id>]``, then an event name (opt
 ``t=`` (``time.monotonic()`` seconds) six. These lines are a public interface: users grep them and
 the analyzer parses them, so every module formats them through :func:`format_tagged` and nobody
 builds them by hand.
+
+Nothing a caller passes can start a second line or hide in the terminal: tag, trace id, event and
+keys must match their patterns (else ``ValueError``), and every value is folded and escaped
+(whitespace, line breaks included, becomes ``_``; any other character that is not printable
+becomes a ``\\xNN``/``\\uNNNN`` escape). :func:`one_line` does the same for free-form messages
+that quote a value someone else supplied.
 """
 
 from __future__ import annotations
@@ -18,10 +24,41 @@ TRACE_HEADER = "x-trace-id"
 """HTTP header that carries a trace id from a client to a server (admin and chat requests)."""
 
 _TAG_RE = r"[A-Za-z0-9_.-]+"
+_TAG_FULL = re.compile(_TAG_RE)
+_TRACE_FULL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAME_FULL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+"""Event names and keys (the analyzer's event pattern)."""
 _LINE_RE = re.compile(
     rf"\[(?P<tag>{_TAG_RE})\](?:\[(?P<tid>{_TAG_RE})\])?\s+(?P<event>[^\s\[=]+(?=\s|$))?(?P<rest>.*)$"
 )
 _WS_RE = re.compile(r"\s+")
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def _escape_unprintable(text: str) -> str:
+    """Every character that is not printable as a backslash escape (``repr``'s rule; the ASCII space stays)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+
+
+def one_line(text: object, limit: int | None = 500) -> str:
+    """``text`` as one printable line for a log message or an error text.
+
+    Line breaks (``\\n``, ``\\r``, U+2028, U+0085, ...), other control characters, format characters
+    and lone surrogates become backslash escapes; spaces stay. With ``limit``, a longer text is
+    cut to ``limit`` characters and its length is said. Quote anything a client or a file
+    supplied with it before it goes into a free-form log line (a ``[weights][tid] ... refused``
+    warning): the text can then neither start a forged tagged line nor drive the terminal.
+    """
+    text = _escape_unprintable(str(text))
+    if limit is not None and len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
 
 
 def new_trace_id() -> str:
@@ -51,25 +88,31 @@ def _format_value(key: str, value: object) -> str:
     text = str(value)
     if not text:
         return '""'
-    # Values have no spaces by contract: fold any whitespace into '_' rather than break parsers.
-    return _WS_RE.sub("_", text)
+    # Values have no whitespace by contract: fold it (line breaks included) into '_' rather than
+    # break parsers, then escape whatever else is not printable (NUL, ESC, format characters).
+    return _escape_unprintable(_WS_RE.sub("_", text))
 
 
 def format_tagged(tag: str, event: str | None, trace_id: str | None = None, **fields: object) -> str:
     """Render one tagged line, e.g. ``[weights][ab12] rpc.done op=update_weights t=12.000001 rpc_ms=3.2``.
 
     ``event`` may be None for event-less lines (``[rollout] trunc_pct=...``). Fields keep their
-    keyword order; ``None`` values are left out.
+    keyword order; ``None`` values are left out. The tag and trace id must match
+    ``[A-Za-z0-9_.-]+`` (a trace id at most 64 characters), the event and every key
+    ``[A-Za-z_][A-Za-z0-9_.]*``, else ``ValueError``; values are folded and escaped, so the line is
+    one line of printable characters whatever they hold.
     """
-    if not re.fullmatch(_TAG_RE, tag):
-        raise ValueError(f"invalid tag {tag!r}")
-    if trace_id is not None and not re.fullmatch(_TAG_RE, trace_id):
-        raise ValueError(f"invalid trace id {trace_id!r}")
-    if event is not None and (not event or _WS_RE.search(event) or "=" in event or event.startswith("[")):
-        raise ValueError(f"invalid event name {event!r}")
+    if not isinstance(tag, str) or not _TAG_FULL.fullmatch(tag):
+        raise ValueError(f"invalid tag {one_line(repr(tag), 100)}")
+    if trace_id is not None and (not isinstance(trace_id, str) or not _TRACE_FULL.fullmatch(trace_id)):
+        raise ValueError(f"invalid trace id {one_line(repr(trace_id), 100)}")
+    if event is not None and (not isinstance(event, str) or not _NAME_FULL.fullmatch(event)):
+        raise ValueError(f"invalid event name {one_line(repr(event), 100)}")
     head = f"[{tag}][{trace_id}]" if trace_id else f"[{tag}]"
     parts = [head] if event is None else [head, event]
     for key, value in fields.items():
+        if not _NAME_FULL.fullmatch(key):
+            raise ValueError(f"invalid key {one_line(repr(key), 100)}")
         if value is None:
             continue
         parts.append(f"{key}={_format_value(key, value)}")

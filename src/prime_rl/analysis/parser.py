@@ -5,6 +5,11 @@ tagged lines; gzip files (``.gz``) and rotated parts are read the same way. A li
 a known tag but does not follow the grammar (cut mid-line, garbled) is counted as malformed and
 skipped, never a crash. Each event keeps the log's wall-clock timestamp (when the line has one)
 and the process-local monotonic ``t=`` when present.
+
+A tagged line starts its log message. On a line with loguru's prefix (``<date> <time> | LEVEL |``,
+what every process writes) a tag marker anywhere else in the message is text, not an event: a
+free-form message that quotes something a client sent (``weight dir '... [weights][x] rpc.done
+...'``) cannot forge one. Lines in other formats are searched for the first marker.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ _AT_MARKER = re.compile(
 )
 _TS = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
+_LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
 CHUNK = 8 << 20
 
 
@@ -133,6 +140,10 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                 if line_start == last_line:  # a second marker on a line already handled
                     continue
                 last_line = line_start
+                if pos > line_start:
+                    head = _LOGURU_PREFIX.match(chunk, line_start, pos)
+                    if head is not None and head.end() != pos:
+                        continue  # a marker inside a free-form message: text, not a tagged line
                 line_end = chunk.find(b"\n", pos)
                 m = _AT_MARKER.match(chunk, pos, line_end)
                 rest = m.group("rest").decode("utf-8", "replace").split() if m else None

@@ -24,7 +24,7 @@ from prime_rl.clients.config import ClientConfig
 from prime_rl.clients.errors import RequestError, ServerError, TransportError
 from prime_rl.clients.pool import JSON_CONTENT, InferencePool, normalise_url, request_json
 from prime_rl.logging import log_tagged
-from prime_rl.tracing import TRACE_HEADER, new_trace_id, now
+from prime_rl.tracing import TRACE_HEADER, new_trace_id, now, one_line
 
 CONNECTIONS_PER_SERVER = 2
 """Most admin requests in flight to one server at once (dedicated mode)."""
@@ -194,7 +194,7 @@ class AdminClient:
                 raise error
             delay = self.config.delay(attempts, self._rng)
             logger.warning(
-                f"[weights][{tid}] {path} to {url} failed ({error.reason}); retry {attempts} in {delay:.2f}s"
+                f"[weights][{tid}] {path} to {url} failed ({one_line(error.reason)}); retry {attempts} in {delay:.2f}s"
             )
             await asyncio.sleep(delay)
 

@@ -7,12 +7,18 @@ generation answer with the ``x-policy-step`` header (:data:`POLICY_HEADER`): the
 that was served when the request arrived. Steps only move forward between arrival and answer,
 so that is the oldest policy that produced any token of the answer (with
 ``inflight_on_update = "keep"`` a request may finish under newer weights), which is the one a
-staleness check must use.
+staleness check must use. The middleware also guards vLLM's development routes
+(``VLLM_SERVER_DEV_MODE``: ``/collective_rpc``, ``/sleep``, ``/pause``, ...), which have no
+auth of their own: :data:`GUARD` makes them answer 401 without the admin token.
+
+Request bodies are bounded (:data:`MAX_BODY_BYTES`, :data:`MAX_JSON_DEPTH`,
+:data:`MAX_WEIGHT_DIR_CHARS`): too large answers 413, too deep or too long 400, never a 500.
 
 Swaps are serialised by a lock. During a swap the engine is paused (see
 ``InferenceConfig.inflight_on_update``); the pause is always released in a ``finally``, so a
-failed swap never leaves generation hanging. A swap that fails half-way is rolled back by
-reloading the last good weights.
+failed swap never leaves generation hanging. A weight dir is validated under that lock,
+before the engine is paused, and exactly the files validated are loaded (nothing can swap in
+between). A swap that fails half-way is rolled back by reloading the last good weights.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ import asyncio
 import hmac
 import json
 import re
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from loguru import logger
+from starlette.routing import compile_path
 
 from prime_rl.logging import log_tagged
-from prime_rl.tracing import TRACE_HEADER, new_trace_id, now
+from prime_rl.tracing import TRACE_HEADER, new_trace_id, now, one_line
 from prime_rl.transport.weights import (
     POLICY_HEADER,
     TensorInfo,
@@ -46,6 +54,13 @@ from prime_rl.transport.weights import (
 ADMIN_PATHS = ("/update_weights", "/reload_weights")
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 _TRACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+MAX_BODY_BYTES = 64 * 1024
+"""Largest admin request body; a larger one answers 413 (ours are a few hundred bytes)."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of ``[``/``{`` in an admin request body; deeper answers 400, before parsing."""
+MAX_WEIGHT_DIR_CHARS = 4096
+"""Longest ``weight_dir`` (PATH_MAX on Linux); longer answers 400."""
 
 
 @dataclass
@@ -63,6 +78,41 @@ class ServedPolicy:
 SERVED = ServedPolicy()
 
 
+@dataclass
+class RouteGuard:
+    """Paths that need the admin token before any route runs: vLLM's development routes.
+
+    vLLM registers them (``VLLM_SERVER_DEV_MODE=1``) without auth; the server refuses to start
+    in dev mode without an admin token and :func:`prime_rl.inference.server.serve` fills the one
+    instance :data:`GUARD` (vLLM builds the middleware from its class, without arguments). A path
+    is matched as routing matches it: below the ASGI ``root_path``, and also as sent. With paths
+    to guard but no token (never the case in ``serve``) they answer 403.
+    """
+
+    token: str | None = None
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    def protect(self, paths: Iterable[str], token: str | None) -> None:
+        self.token = token
+        self.patterns = tuple(compile_path(p)[0] for p in sorted(set(paths)))
+
+    def guards(self, scope: dict) -> bool:
+        if not self.patterns:
+            return False
+        path = scope.get("path") or ""
+        root = scope.get("root_path") or ""
+        candidates = {path, path[len(root) :] if root and path.startswith(root) else path}
+        return any(p.match(c) for p in self.patterns for c in candidates)
+
+
+GUARD = RouteGuard()
+
+
+def _bearer_ok(header: str | None, token: str) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
 def trace_id_from_headers(headers: Any) -> str:
     """The request's ``x-trace-id`` if well-formed, else a fresh one (never log raw header text)."""
     raw = headers.get(TRACE_HEADER) if headers is not None else None
@@ -75,27 +125,47 @@ class FirstByteMiddleware:
     Admin requests: logs ``[weights][tid] server.recv path=... t=...`` on arrival and stores the
     trace id in ``scope["state"]["trace_id"]`` for the route to reuse. Generation requests: the
     answer carries ``x-policy-step`` (the step served on arrival, or ``unknown`` after a swap
-    whose rollback failed or of a dir not named ``step_N``). Pure ASGI
+    whose rollback failed or of a dir not named ``step_N``). Paths of ``guard`` (vLLM's dev
+    routes) answer 401 without ``Authorization: Bearer <admin token>``. Pure ASGI
     (not ``BaseHTTPMiddleware``) so streaming bodies pass untouched.
     """
 
-    def __init__(self, app: Any, paths: tuple[str, ...] = ADMIN_PATHS, served: ServedPolicy = SERVED):
+    def __init__(
+        self,
+        app: Any,
+        paths: tuple[str, ...] = ADMIN_PATHS,
+        served: ServedPolicy = SERVED,
+        guard: RouteGuard = GUARD,
+    ):
         self.app = app
         self.paths = paths
         self.served = served
+        self.guard = guard
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path")
+        headers = None
         if path in self.paths:
             t = now()
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            headers = _headers(scope)
             tid = trace_id_from_headers(headers)
             scope.setdefault("state", {})["trace_id"] = tid
             log_tagged("weights", "server.recv", tid, path=path, t=t)
-        elif path in GENERATION_PATHS:
+        if self.guard.guards(scope):
+            token = self.guard.token
+            if token is None:
+                denied = (403, "vLLM's development routes are disabled: no admin token is set")
+            elif not _bearer_ok((headers or _headers(scope)).get("authorization"), token):
+                denied = (401, "missing or wrong admin token (Authorization: Bearer <token>)")
+            else:
+                denied = None
+            if denied is not None:
+                await _error(*denied)(scope, receive, send)
+                return
+        if path in GENERATION_PATHS:
             step = self.served.step
             stamp = (POLICY_HEADER.encode(), b"unknown" if step is None else str(step).encode())
 
@@ -107,6 +177,10 @@ class FirstByteMiddleware:
             await self.app(scope, receive, send_stamped)
             return
         await self.app(scope, receive, send)
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
 class Engine(Protocol):
@@ -125,6 +199,17 @@ class SwapError(Exception):
     def __init__(self, reason: str, rolled_back: bool):
         super().__init__(reason)
         self.rolled_back = rolled_back
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What one swap loads: ``files`` exactly as validated, ``name`` for ``target=``, the policy
+    step it serves and its dir (None: the base weights)."""
+
+    files: list[Path]
+    name: str
+    step: int | None
+    weight_dir: Path | None
 
 
 @dataclass
@@ -163,48 +248,50 @@ class WeightSwapper:
         return real, files
 
     async def update(self, weight_dir: str, trace_id: str) -> dict[str, Any]:
-        # Checksums read every byte: off the event loop, so generation requests keep flowing.
-        real, files = await asyncio.to_thread(self.validate, weight_dir)
-        result = await self._swap(
-            files, "update_weights", trace_id, target=real.name, step=policy_step_of(real)
-        )
-        self.current_dir = real
-        return {**result, "weight_dir": str(real)}
+        async def validated() -> _Target:
+            # Checksums read every byte: off the event loop, so generation requests keep flowing.
+            real, files = await asyncio.to_thread(self.validate, weight_dir)
+            return _Target(files, real.name, policy_step_of(real), real)
+
+        return await self._swap("update_weights", trace_id, validated)
 
     async def reload(self, trace_id: str) -> dict[str, Any]:
-        result = await self._swap(self.base_files, "reload_weights", trace_id, target="base", step=0)
-        self.current_dir = None
-        return {**result, "weight_dir": None}
+        async def base() -> _Target:
+            return _Target(list(self.base_files), "base", 0, None)
+
+        return await self._swap("reload_weights", trace_id, base)
 
     async def _load(self, files: list[Path]) -> list[dict]:
         out = await self.engine.collective_rpc("prime_load_weights", args=([str(f) for f in files],))
         return list(out or [])
 
-    async def _swap(
-        self, files: list[Path], op: str, trace_id: str, target: str, step: int | None
-    ) -> dict[str, Any]:
+    async def _swap(self, op: str, trace_id: str, choose: Callable[[], Awaitable[_Target]]) -> dict[str, Any]:
+        """Under the lock: ``choose`` the target (validation; raising leaves the engine untouched),
+        then pause, load exactly its files, resume."""
         wait_start = now()
         async with self._lock:
+            lock_wait_ms = (now() - wait_start) * 1000.0
+            target = await choose()
             start = now()
-            lock_wait_ms = (start - wait_start) * 1000.0
-            log_tagged("weights", "rpc.start", trace_id, op=op, t=start, target=target)
+            log_tagged("weights", "rpc.start", trace_id, op=op, t=start, target=target.name)
             paused = False
             try:
                 await self.engine.pause_generation(mode=self.inflight_mode, clear_cache=True)
                 paused = True
                 try:
-                    ranks = await self._load(files)
+                    ranks = await self._load(target.files)
                 except Exception as e:
                     rolled_back = await self._roll_back(trace_id)
                     raise SwapError(f"{op} failed: {type(e).__name__}: {e}", rolled_back) from e
                 # Before generation resumes: a request arriving from now on is served by ``step``.
-                self.served.step = step
+                self.served.step = target.step
             finally:
                 if paused:
                     await self.engine.resume_generation()
             end = now()
             rpc_ms = (end - start) * 1000.0
-            self.current_files = list(files)
+            self.current_files = list(target.files)
+            self.current_dir = target.weight_dir
             self.updates += 1
             load_ms = max((r.get("load_ms", 0.0) for r in ranks if isinstance(r, dict)), default=None)
             log_tagged(
@@ -222,7 +309,8 @@ class WeightSwapper:
                 "rpc_ms": round(rpc_ms, 3),
                 "load_ms": load_ms,
                 "trace_id": trace_id,
-                "policy_step": step,
+                "weight_dir": str(target.weight_dir) if target.weight_dir is not None else None,
+                "policy_step": target.step,
             }
 
     async def _roll_back(self, trace_id: str) -> bool:
@@ -230,7 +318,9 @@ class WeightSwapper:
             await self._load(self.current_files)
         except Exception as e:  # the engine is in an unknown state: say so loudly
             self.served.step = None
-            logger.critical(f"[weights][{trace_id}] rollback to the previous weights failed: {e!r}")
+            logger.critical(
+                f"[weights][{trace_id}] rollback to the previous weights failed: {one_line(repr(e))}"
+            )
             return False
         logger.warning(f"[weights][{trace_id}] swap failed; previous weights restored")
         return True
@@ -239,9 +329,7 @@ class WeightSwapper:
 def _check_auth(request: Request, token: str | None) -> JSONResponse | None:
     if token is None:
         return None
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not _bearer_ok(request.headers.get("authorization"), token):
         return _error(401, "missing or wrong admin token (Authorization: Bearer <token>)")
     return None
 
@@ -250,14 +338,59 @@ def _error(status: int, reason: str) -> JSONResponse:
     return JSONResponse({"status": "error", "error": reason}, status_code=status)
 
 
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None when it is longer than ``limit`` (stops reading there)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_deep(raw: bytes, limit: int) -> bool:
+    """Whether ``[``/``{`` nest deeper than ``limit`` outside strings (no recursion, no parse)."""
+    depth = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
+
+
 async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
-    raw = await request.body()
+    raw = await _read_body(request, MAX_BODY_BYTES)
+    if raw is None:
+        return _error(413, f"request body is over the limit of {MAX_BODY_BYTES // 1024} KiB")
     if not raw.strip():
         return {}
+    if _too_deep(raw, MAX_JSON_DEPTH):
+        return _error(400, f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return _error(400, f"request body is not valid JSON: {e}")
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, 4300+ digit ints
+        # never echo the body: a decode error quotes its bytes
+        where = f" at byte {e.start}" if isinstance(e, UnicodeDecodeError) else ""
+        where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else where
+        return _error(400, f"request body is not valid JSON{where}: {type(e).__name__}")
     if not isinstance(body, dict):
         return _error(400, "request body must be a JSON object")
     return body
@@ -275,10 +408,10 @@ def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRo
         try:
             result = await coro_factory(tid)
         except WeightDirError as e:
-            logger.warning(f"[weights][{tid}] {op} refused ({e.status}): {e.reason}")
+            logger.warning(f"[weights][{tid}] {op} refused ({e.status}): {one_line(e.reason)}")
             return _error(e.status, e.reason)
         except SwapError as e:
-            logger.error(f"[weights][{tid}] {e} (rolled back: {e.rolled_back})")
+            logger.error(f"[weights][{tid}] {one_line(str(e))} (rolled back: {e.rolled_back})")
             return JSONResponse(
                 {"status": "error", "error": str(e), "rolled_back": e.rolled_back}, status_code=500
             )
@@ -299,6 +432,11 @@ def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRo
         weight_dir = body["weight_dir"]
         if not isinstance(weight_dir, str):
             return _error(400, "'weight_dir' must be a string")
+        if len(weight_dir) > MAX_WEIGHT_DIR_CHARS:
+            return _error(
+                400,
+                f"'weight_dir' is {len(weight_dir)} characters long, over the limit of {MAX_WEIGHT_DIR_CHARS}",
+            )
         return await run("update_weights", request, lambda tid: swapper.update(weight_dir, tid))
 
     @router.post("/reload_weights")
@@ -326,3 +464,12 @@ def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRo
         )
 
     return router
+
+
+def include_first(app: FastAPI, router: APIRouter) -> None:
+    """Add ``router``'s routes in front of the app's: where vLLM has a route of the same path
+    (its dev mode has its own ``/update_weights``), ours answers."""
+    before = list(app.router.routes)
+    app.include_router(router)
+    added = app.router.routes[len(before) :]
+    app.router.routes[:] = [*added, *before]

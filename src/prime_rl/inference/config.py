@@ -10,17 +10,34 @@ from pydantic import Field, SecretStr, model_validator
 
 from prime_rl.config import BaseConfig
 
-LOOPBACK_HOSTS = ("localhost", "")
+_IPV4_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
-def is_loopback(host: str) -> bool:
-    """Whether binding to ``host`` keeps the server reachable from this machine only."""
-    if host in LOOPBACK_HOSTS:
+def is_loopback(host: str | None) -> bool:
+    """Whether binding to ``host`` keeps the server reachable from this machine only.
+
+    Only 127.0.0.0/8, ::1 and ``localhost`` are. ``""`` and ``None`` bind every interface, like
+    ``0.0.0.0`` and ``::``; any other name may resolve to anything, so it counts as beyond.
+    """
+    if not host:
+        return False
+    if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if address.version == 4:
+        return address in _IPV4_LOOPBACK
+    return int(address) == 1  # ::1 (a scope id aside); not IPv4-mapped forms, whatever Python says
+
+
+def beyond_loopback_error(host: str | None, port: int) -> str:
+    """The one-line refusal for serving beyond loopback without an admin token."""
+    return (
+        f"host {host!r} (port {port}) is reachable beyond loopback (only 127.0.0.0/8, ::1 and localhost "
+        "are not): set --admin_token (or env PRIME_ADMIN_TOKEN) so that nobody else can swap the served weights"
+    )
 
 
 class InferenceConfig(BaseConfig):
@@ -40,7 +57,8 @@ class InferenceConfig(BaseConfig):
     """Name clients use in the `model` field of requests (default: the value of --model)."""
 
     host: str = "127.0.0.1"
-    """Interface to bind. Anything beyond loopback requires --admin_token."""
+    """Interface to bind. Anything but 127.0.0.0/8, ::1 and localhost ('' and 0.0.0.0 included)
+    requires --admin_token; checked on what vLLM binds, --host passed through to vLLM included."""
 
     port: int = Field(default=8000, ge=0, le=65535)
     """TCP port of the HTTP server (0 is not allowed by vLLM; pick a free port)."""
@@ -105,10 +123,7 @@ class InferenceConfig(BaseConfig):
     @model_validator(mode="after")
     def _check(self) -> InferenceConfig:
         if not is_loopback(self.host) and self.admin_token is None:
-            raise ValueError(
-                f"host {self.host!r} is reachable beyond loopback: set --admin_token (or env PRIME_ADMIN_TOKEN) "
-                "so that nobody else can swap the served weights"
-            )
+            raise ValueError(beyond_loopback_error(self.host, self.port))
         if self.admin_token is not None and not self.admin_token.get_secret_value().strip():
             raise ValueError("admin_token is empty")
         return self

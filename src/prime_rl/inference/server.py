@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from argparse import Namespace
+from collections.abc import Mapping
 
 from loguru import logger
 
-from prime_rl.inference.config import InferenceConfig
+from prime_rl.inference.config import InferenceConfig, beyond_loopback_error, is_loopback
 from prime_rl.inference.worker import EXTENSION_QUALNAME
 
 MIDDLEWARE_QUALNAME = "prime_rl.inference.admin.FirstByteMiddleware"
@@ -98,6 +99,56 @@ def parse_vllm_args(argv: list[str]) -> Namespace:
     return args
 
 
+def vllm_dev_mode(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether vLLM will register its development routes (``VLLM_SERVER_DEV_MODE``).
+
+    vLLM reads ``bool(int(value))``; a value it cannot read counts as set here (it fails later).
+    """
+    raw = environ.get("VLLM_SERVER_DEV_MODE", "").strip()
+    if not raw:
+        return False
+    try:
+        return int(raw) != 0
+    except ValueError:
+        return True
+
+
+def vllm_dev_paths() -> tuple[str, ...]:
+    """The paths of vLLM's development routes, as this vLLM registers them in dev mode."""
+    from fastapi import FastAPI
+    from vllm.entrypoints.serve import register_vllm_dev_api_routers
+
+    probe = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    register_vllm_dev_api_routers(probe)
+    try:
+        from vllm.entrypoints.rl.factories import register_rl_api_routers
+    except ImportError:  # pragma: no cover - older vLLM without the RL routes
+        pass
+    else:
+        register_rl_api_routers(probe)
+    return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
+
+
+def startup_problem(
+    config: InferenceConfig, args: Namespace, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """Why the server must not start with vLLM's parsed ``args`` (one line), or None.
+
+    The address is the one vLLM will bind (``--host`` passed through to vLLM wins over ours, so
+    the config's validator alone cannot see it); a Unix socket (``--uds``) stays on this machine.
+    """
+    has_token = config.admin_token is not None
+    if not getattr(args, "uds", None) and not is_loopback(args.host) and not has_token:
+        return beyond_loopback_error(args.host, args.port)
+    if vllm_dev_mode(environ) and not has_token:
+        return (
+            "VLLM_SERVER_DEV_MODE is set: vLLM's development routes (/collective_rpc, /sleep, /pause, ...) "
+            "have no auth of their own; set --admin_token (or env PRIME_ADMIN_TOKEN), which they then "
+            "require, or unset VLLM_SERVER_DEV_MODE"
+        )
+    return None
+
+
 async def serve(config: InferenceConfig, args: Namespace) -> None:
     """Start the engine, build the app with the admin routes, serve until shut down."""
     from vllm import envs
@@ -106,7 +157,7 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
     from vllm.entrypoints.launchers.app import build_app
     from vllm.entrypoints.launchers.launcher import serve_http, setup_server
 
-    from prime_rl.inference.admin import WeightSwapper, build_admin_router
+    from prime_rl.inference.admin import GUARD, WeightSwapper, build_admin_router, include_first
     from prime_rl.transport.weights import resolve_model_dir, weight_files
 
     weights_root = config.resolved_weights_root
@@ -122,14 +173,18 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
             max_update_bytes=config.max_update_bytes,
         )
         supported_tasks = await engine.get_supported_tasks()
-        app = build_app(args, supported_tasks, engine.model_config)
         token = config.admin_token.get_secret_value() if config.admin_token else None
-        app.include_router(build_admin_router(swapper, token))  # FirstByteMiddleware: --middleware
+        dev_mode = vllm_dev_mode()
+        if dev_mode:  # startup_problem refused it without a token
+            GUARD.protect(vllm_dev_paths(), token)  # FirstByteMiddleware (--middleware) checks it
+        app = build_app(args, supported_tasks, engine.model_config)
+        include_first(app, build_admin_router(swapper, token))  # over vLLM's dev /update_weights
         await init_app_state(engine, app.state, args, supported_tasks)
         logger.info(
             f"inference: serving {config.model} on http://{listen_address.split('://')[-1]} "
             f"(weights root {weights_root}, admin token {'set' if token else 'not set'}, "
-            f"in-flight requests on update: {config.inflight_on_update})"
+            f"in-flight requests on update: {config.inflight_on_update}"
+            f"{', vLLM dev routes behind the admin token' if dev_mode else ''})"
         )
         shutdown_task = await serve_http(
             app,

@@ -153,6 +153,15 @@ class RLConfig(BaseConfig):
             problems.append(
                 f"checkpoint interval: orchestrator has {orchestrator.ckpt_interval}, trainer has {trainer.ckpt.interval}"
             )
+        for arg in inference.vllm_args:
+            flag = arg.split("=", 1)[0]
+            # argparse also takes unambiguous abbreviations (--ho, --por)
+            hit = [f for f in ("--host", "--port") if len(flag) >= 4 and f.startswith(flag)]
+            if hit:
+                problems.append(
+                    f"inference.vllm_args sets {hit[0]} ({arg!r}): set inference.{hit[0][2:]} instead "
+                    "(the launcher checks that port and points the orchestrator at that address)"
+                )
         served = inference.served_model_name or inference.model
         if orchestrator.model != served:
             problems.append(

@@ -44,6 +44,7 @@ from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.ledger import TaskLedger
 from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable, resolve_resume_step
+from prime_rl.tracing import one_line
 from prime_rl.transport.weights import POLICY_HEADER
 
 COMPONENT = "orchestrator"
@@ -226,7 +227,7 @@ class Orchestrator:
                 raise OrchestratorError(f"weight update refused: {e}") from e
             self.down |= failed
             logger.warning(
-                f"servers {sorted(failed)} failed the weight update and are out until they recover: {e}"
+                f"servers {sorted(failed)} failed the weight update and are out until they recover: {one_line(str(e))}"
             )
             if not set(self.pool.base_urls) - self.down:
                 raise OrchestratorError(f"no inference server took the weight update: {e}") from e
@@ -427,7 +428,9 @@ class Orchestrator:
                 )
             except Rejected as e:
                 self.counters["request_errors"] += 1
-                logger.warning(f"task refused by {url} (HTTP {e.status}: {e.body[:300]}); skipping it")
+                logger.warning(
+                    f"task refused by {url} (HTTP {e.status}: {one_line(e.body, 300)}); skipping it"
+                )
                 return None
             except RequestError as e:
                 status = None if isinstance(e, TransportError) else e.status

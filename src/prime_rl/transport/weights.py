@@ -1,9 +1,17 @@
 """Checks on a weight directory before anything is swapped, and the safetensors reader.
 
 A weight dir is accepted only if it resolves (symlinks included) inside the configured weights
-root, carries ``STABLE``, holds only safetensors weights (never pickle) and its tensors match the
-served model's base checkpoint in names, shapes and dtypes. Headers are read without loading
-any tensor, so a bad dir is refused in milliseconds and the served weights stay as they were.
+root, every file in it resolves inside the dir itself (a shard, the index or any other file that
+is a symlink leaving the dir is refused with 403, even into another dir of the same root),
+carries ``STABLE``, holds only safetensors weights (never pickle) whose headers pass the strict
+check of :func:`read_safetensors_header`, and its tensors match the served model's base
+checkpoint in names, shapes and dtypes. Headers are read without loading any tensor, so a bad dir
+is refused in milliseconds and the served weights stay as they were.
+
+Error texts name the file, the field and the rule they broke; they never quote a file's bytes
+(a name taken from a header, an index or a manifest is shown only when it looks like a tensor or
+file name) and quote at most 200 characters of a requested path. Every reason is one printable
+line (:func:`prime_rl.tracing.one_line`), so it can go into a log line as it is.
 
 Every published weight dir also carries ``manifest.json``: each file's size and checksum, written
 by the publisher before the dir is renamed into place. :func:`verify_weight_dir` checks a dir
@@ -13,17 +21,20 @@ manifest) and raises :class:`WeightDirError` naming the file.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
 from prime_rl.paths import STABLE
+from prime_rl.tracing import one_line
 
 INDEX_FILE = "model.safetensors.index.json"
 MANIFEST_FILE = "manifest.json"
@@ -54,6 +65,13 @@ _DTYPE_BYTES = {
     "U64": 8,
 }
 
+PATH_MAX = 4096
+"""Longest ``weight_dir`` accepted (Linux ``PATH_MAX``); a longer one is refused with 400 unread."""
+_QUOTE_CHARS = 200
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,199}")
+"""A name taken from a file (tensor, shard, manifest entry) is shown in an error only if it matches."""
+_SHARD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,200}\.safetensors")
+
 POLICY_HEADER = "x-policy-step"
 """Answer header of a generation request: the policy step the server served when it arrived."""
 _STEP_DIR_RE = re.compile(r"step_(\d+)")
@@ -66,12 +84,53 @@ def policy_step_of(weight_dir: Path) -> int | None:
 
 
 class WeightDirError(Exception):
-    """A weight dir was refused; ``status`` is the HTTP status to answer with."""
+    """A weight dir was refused; ``status`` is the HTTP status to answer with.
+
+    ``reason`` is one printable line (line breaks and control characters escaped), safe to log.
+    """
 
     def __init__(self, status: int, reason: str):
+        reason = one_line(reason, None)
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+def _quote(text: str) -> str:
+    """``repr`` of a requested path, cut to 200 characters (its length said): never a whole request."""
+    if len(text) <= _QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:_QUOTE_CHARS]!r}... ({len(text)} characters)"
+
+
+def _shown(name: object) -> str:
+    """A name read from a file, quoted, if it looks like a tensor or file name; else only its length."""
+    if isinstance(name, str) and _SHOWN_NAME.fullmatch(name):
+        return repr(name)
+    return f"<a name of {len(name) if isinstance(name, str) else '?'} characters, not shown>"
+
+
+def _os_reason(e: OSError) -> str:
+    """The OS error without the path it carries (which may be a client's 10,000 characters)."""
+    return os.strerror(e.errno) if e.errno else type(e).__name__
+
+
+def check_inside(directory: Path, names: Iterable[str]) -> None:
+    """Refuse (403) any of ``names`` in ``directory`` whose real path (symlinks resolved) leaves it.
+
+    A symlink to another file of the same dir is fine; one to a file elsewhere, another weight dir
+    of the same root included, is not: a published dir holds its own files (the trainer writes
+    them, ``dev.weights`` copies them). The error names the file and the rule, never the target.
+    """
+    base = os.path.realpath(directory)
+    for name in names:
+        real = os.path.realpath(os.path.join(base, name))
+        if os.path.dirname(real) != base and not real.startswith(base + os.sep):
+            raise WeightDirError(
+                403,
+                f"{name}: resolves outside the weight dir (a symlink leaving it; every file of a weight "
+                "dir must lie inside it)",
+            )
 
 
 @dataclass(frozen=True)
@@ -81,99 +140,219 @@ class TensorInfo:
 
 
 def resolve_weight_dir(weight_dir: str, root: Path) -> Path:
-    """Resolve ``weight_dir`` and check it is inside ``root`` and complete (``STABLE``)."""
+    """Resolve ``weight_dir`` and check it is inside ``root``, complete (``STABLE``) and self-contained.
+
+    Refused: not a non-empty string, a NUL byte, longer than :data:`PATH_MAX` or a name the OS
+    cannot resolve (400); outside the root (403); not a directory, a symlink loop (404); no
+    ``STABLE`` (409); a file in it that resolves outside it (403, :func:`check_inside`). The
+    reason quotes at most 200 characters of ``weight_dir``.
+    """
     if not isinstance(weight_dir, str) or not weight_dir.strip():
         raise WeightDirError(400, "weight_dir must be a non-empty string")
+    shown = _quote(weight_dir)
     if "\x00" in weight_dir:
-        raise WeightDirError(400, "weight_dir contains a NUL byte")
-    root_real = Path(os.path.realpath(root))
-    candidate = Path(weight_dir)
-    if not candidate.is_absolute():
-        candidate = root_real / candidate
-    real = Path(os.path.realpath(candidate))
-    if real != root_real and root_real not in real.parents:
-        raise WeightDirError(
-            403, f"weight_dir {weight_dir!r} resolves to {real}, outside the weights root {root_real}"
-        )
-    if not real.is_dir():
-        raise WeightDirError(404, f"weight_dir {weight_dir!r} is not a directory")
-    if not (real / STABLE).is_file():
-        raise WeightDirError(
-            409, f"weight_dir {weight_dir!r} has no {STABLE} marker (incomplete or still being written)"
-        )
+        raise WeightDirError(400, f"weight_dir {shown} contains a NUL byte")
+    if len(weight_dir) > PATH_MAX:
+        raise WeightDirError(400, f"weight_dir {shown} is longer than {PATH_MAX} characters")
+    try:
+        root_real = Path(os.path.realpath(root))
+        candidate = Path(weight_dir)
+        if not candidate.is_absolute():
+            candidate = root_real / candidate
+        real = Path(os.path.realpath(candidate))
+        if real != root_real and root_real not in real.parents:
+            raise WeightDirError(403, f"weight_dir {shown} resolves outside the weights root {root_real}")
+        if not real.is_dir():
+            raise WeightDirError(404, f"weight_dir {shown} is not a directory")
+        if not (real / STABLE).is_file():
+            raise WeightDirError(
+                409, f"weight_dir {shown} has no {STABLE} marker (incomplete or still being written)"
+            )
+        check_inside(real, sorted(os.listdir(real)))
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES, ...: the client's path, not the server, is wrong
+        status = 400 if e.errno in (errno.ENAMETOOLONG, errno.EINVAL) else 404
+        raise WeightDirError(status, f"weight_dir {shown} cannot be resolved: {_os_reason(e)}") from e
     return real
 
 
-def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
-    """Tensor names, dtypes and shapes from a safetensors header, with its offsets checked."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            raw_len = f.read(8)
-            if len(raw_len) != 8:
-                raise WeightDirError(422, f"{path.name}: too short to be a safetensors file")
-            (header_len,) = struct.unpack("<Q", raw_len)
-            if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
-                raise WeightDirError(
-                    422, f"{path.name}: header length {header_len} does not fit the file ({size} bytes)"
-                )
-            header = json.loads(f.read(header_len))
-    except OSError as e:
-        raise WeightDirError(422, f"{path.name}: cannot read: {e}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WeightDirError(422, f"{path.name}: header is not valid JSON: {e}") from e
-    if not isinstance(header, dict):
-        raise WeightDirError(422, f"{path.name}: header is not a JSON object")
-    data_len = size - 8 - header_len
-    out: dict[str, TensorInfo] = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = (
-                meta["dtype"],
-                tuple(int(d) for d in meta["shape"]),
-                meta["data_offsets"],
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise WeightDirError(422, f"{path.name}: tensor {name!r} has a malformed header entry") from e
-        width = _DTYPE_BYTES.get(dtype)
-        if width is None:
-            raise WeightDirError(422, f"{path.name}: tensor {name!r} has unknown dtype {dtype!r}")
-        numel = 1
-        for d in shape:
-            numel *= d
-        if not (0 <= begin <= end <= data_len) or end - begin != numel * width:
-            raise WeightDirError(
-                422,
-                f"{path.name}: tensor {name!r} data offsets do not match its shape/dtype or the file size",
-            )
-        out[name] = TensorInfo(dtype, shape)
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _BadJSON(ValueError):
+    """JSON that does not parse; the message gives the rule and the byte offset, never the bytes."""
+
+
+def _unique_object(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _DuplicateKey
     return out
 
 
-def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files of a model directory (from the index when there is one)."""
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _load_json(raw: bytes, base: int) -> object:
+    """JSON from ``raw`` (which starts at byte ``base`` of its file), no object naming a key twice."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _BadJSON(f"not valid JSON (not UTF-8 at byte {base + e.start})") from e
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateKey as e:
+        raise _BadJSON("an object names a key more than once") from e
+    except json.JSONDecodeError as e:
+        raise _BadJSON(f"not valid JSON (at byte {base + len(text[: e.pos].encode('utf-8'))})") from e
+    except (ValueError, RecursionError) as e:  # a number of 5,000 digits, nesting 100,000 deep
+        raise _BadJSON("not valid JSON (a number or a nesting too large)") from e
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """Tensor names, dtypes and shapes from a safetensors header, checked as strictly as the loader does.
+
+    The file is a regular file; bytes 0..7 hold the header length ``n``, at most
+    :data:`MAX_HEADER_BYTES`; bytes 8..8+n hold a JSON object (no key twice) whose
+    ``__metadata__``, if any, maps strings to strings and whose every other entry has a known
+    ``dtype``, a ``shape`` of non-negative integers and ``data_offsets`` ``[begin, end]`` with
+    ``end - begin = numel * dtype size``. Sorted by offset, the tensors start at 0 and are
+    contiguous (no gap, no overlap), and the file ends exactly where the last one does:
+    ``8 + n + end == file size`` (no trailing bytes, nothing cut). Anything else is refused with
+    422 naming the file, the field and the rule, never the bytes read.
+    """
+    name = path.name
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO, a device: nothing a loader may open
+            raise WeightDirError(422, f"{name}: not a regular file")
+        size = st.st_size
+        with open(path, "rb") as f:
+            raw_len = f.read(8)
+            if len(raw_len) != 8:
+                raise WeightDirError(422, f"{name}: too short to be a safetensors file (under 8 bytes)")
+            (header_len,) = struct.unpack("<Q", raw_len)
+            if header_len < 2 or header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+                raise WeightDirError(
+                    422,
+                    f"{name}: the header length (bytes 0-7) does not fit the file or the "
+                    f"{MAX_HEADER_BYTES}-byte limit: not a safetensors file",
+                )
+            raw = f.read(header_len)
+    except OSError as e:
+        raise WeightDirError(422, f"{name}: cannot read: {_os_reason(e)}") from e
+    try:
+        header = _load_json(raw, 8)
+    except _BadJSON as e:
+        raise WeightDirError(422, f"{name}: header: {e}") from e
+    if not isinstance(header, dict):
+        raise WeightDirError(422, f"{name}: header is not a JSON object")
+    meta = header.get("__metadata__")
+    if meta is not None and (
+        not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values())
+    ):
+        raise WeightDirError(422, f"{name}: __metadata__ is not an object of strings")
+    data_len = size - 8 - header_len
+    out: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
+    for i, (key, entry) in enumerate(header.items()):
+        if key == "__metadata__":
+            continue
+        label = f"tensor {key!r}" if _SHOWN_NAME.fullmatch(key) else f"header entry #{i} (name not shown)"
+        if not isinstance(entry, dict):
+            raise WeightDirError(422, f"{name}: {label} has a malformed header entry (not an object)")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        width = _DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        if width is None:
+            raise WeightDirError(
+                422, f"{name}: {label} has an unknown dtype (not one of {', '.join(_DTYPE_BYTES)})"
+            )
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+            raise WeightDirError(422, f"{name}: {label}: shape is not a list of non-negative integers")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_is_count(o) for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise WeightDirError(
+                422, f"{name}: {label}: data_offsets is not [begin, end] with integers 0 <= begin <= end"
+            )
+        numel = 1
+        for d in shape:
+            numel *= d
+        begin, end = offsets
+        if end - begin != numel * width:
+            raise WeightDirError(
+                422,
+                f"{name}: {label}: data offsets do not match its shape and dtype "
+                "(end - begin must be the number of elements times the dtype size)",
+            )
+        spans.append((begin, end, label))
+        out[key] = TensorInfo(dtype, tuple(shape))
+    pos = 0
+    for begin, end, label in sorted(spans):
+        if begin != pos:
+            raise WeightDirError(
+                422,
+                f"{name}: {label}: data offsets leave a gap or overlap another tensor "
+                "(tensors must be contiguous from byte 0 of the data)",
+            )
+        pos = end
+    if pos != data_len:
+        raise WeightDirError(
+            422,
+            f"{name}: the file size is not 8 + header length + the end of the last tensor "
+            f"({'trailing bytes' if pos < data_len else 'the data is cut short'})",
+        )
+    return out
+
+
+def weight_files(directory: Path, *, confine: bool | None = None) -> list[Path]:
+    """The safetensors files of a model directory (from the index when there is one).
+
+    Hidden names are never weights (temporaries; ``manifest.json`` does not cover them). With
+    ``confine`` the index and every shard must resolve inside ``directory`` (:func:`check_inside`,
+    403). By default a published weight dir (one that carries ``STABLE``) is confined and a base
+    model dir is not: a Hugging Face cache snapshot links its files to ``../../blobs/``.
+    """
+    directory = Path(directory)
+    if confine is None:
+        confine = (directory / STABLE).exists()
     pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
     index = directory / INDEX_FILE
     if index.is_file():
+        if confine:
+            check_inside(directory, [INDEX_FILE])
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise WeightDirError(422, f"{INDEX_FILE}: malformed ({e})") from e
+            doc = _load_json(index.read_bytes(), 0)
+        except _BadJSON as e:
+            raise WeightDirError(422, f"{INDEX_FILE}: malformed: {e}") from e
+        except OSError as e:
+            raise WeightDirError(422, f"{INDEX_FILE}: cannot read: {_os_reason(e)}") from e
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise WeightDirError(422, f"{INDEX_FILE}: malformed: 'weight_map' is not an object")
+        for tensor, name in weight_map.items():
+            if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+                raise WeightDirError(
+                    422,
+                    f"{INDEX_FILE}: bad shard name for tensor {_shown(tensor)} (not a plain "
+                    "'<name>.safetensors' in this dir: no path, no hidden name)",
+                )
         files = []
-        for name in names:
-            if not isinstance(name, str) or "/" in name or not name.endswith(".safetensors"):
-                raise WeightDirError(422, f"{INDEX_FILE}: bad shard name {name!r}")
+        for name in sorted(set(weight_map.values())):
             if not (directory / name).is_file():
                 raise WeightDirError(422, f"{INDEX_FILE} names {name}, which is missing")
             files.append(directory / name)
     else:
-        files = sorted(directory.glob("*.safetensors"))
+        files = sorted(p for p in directory.glob("*.safetensors") if not p.name.startswith("."))
     if not files:
         hint = f" (found {', '.join(pickles)}: pickle formats are never loaded)" if pickles else ""
         raise WeightDirError(422, f"no .safetensors weights in {directory}{hint}")
+    if confine:
+        check_inside(directory, [p.name for p in files])
     return files
 
 
@@ -183,7 +362,7 @@ def manifest(files: list[Path]) -> dict[str, TensorInfo]:
     for path in files:
         for name, info in read_safetensors_header(path).items():
             if name in out:
-                raise WeightDirError(422, f"tensor {name!r} appears in more than one shard")
+                raise WeightDirError(422, f"tensor {_shown(name)} appears in more than one shard")
             out[name] = info
     return out
 
@@ -194,12 +373,14 @@ def check_compatible(candidate: dict[str, TensorInfo], base: dict[str, TensorInf
     missing = sorted(set(base) - set(candidate))
     extra = sorted(set(candidate) - set(base))
     if missing:
+        shown = ", ".join(_shown(n) for n in missing[:5])
         problems.append(
-            f"missing tensors {missing[:5]}{' ...' if len(missing) > 5 else ''} ({len(missing)} in all)"
+            f"missing tensors [{shown}]{' ...' if len(missing) > 5 else ''} ({len(missing)} in all)"
         )
     if extra:
+        shown = ", ".join(_shown(n) for n in extra[:5])
         problems.append(
-            f"unexpected tensors {extra[:5]}{' ...' if len(extra) > 5 else ''} ({len(extra)} in all)"
+            f"unexpected tensors [{shown}]{' ...' if len(extra) > 5 else ''} ({len(extra)} in all)"
         )
     for name in sorted(set(base) & set(candidate)):
         b, c = base[name], candidate[name]
@@ -266,33 +447,35 @@ def read_file_manifest(directory: Path) -> dict[str, tuple[int, str]]:
     """``{file name: (size, checksum)}`` from a weight dir's ``manifest.json``, its form checked."""
     path = Path(directory) / MANIFEST_FILE
     try:
-        doc = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError as e:
         raise WeightDirError(
             422, f"{MANIFEST_FILE}: missing (the dir was not published by this trainer version)"
         ) from e
     except OSError as e:
-        raise WeightDirError(422, f"{MANIFEST_FILE}: cannot read: {e}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WeightDirError(422, f"{MANIFEST_FILE}: not valid JSON: {e}") from e
+        raise WeightDirError(422, f"{MANIFEST_FILE}: cannot read: {_os_reason(e)}") from e
+    try:
+        doc = _load_json(raw, 0)
+    except _BadJSON as e:
+        raise WeightDirError(422, f"{MANIFEST_FILE}: {e}") from e
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise WeightDirError(422, f"{MANIFEST_FILE}: not a {MANIFEST_FORMAT} manifest")
     if doc.get("algorithm") != CHECKSUM_ALGORITHM:
-        raise WeightDirError(
-            422,
-            f"{MANIFEST_FILE}: checksum algorithm {doc.get('algorithm')!r}, expected {CHECKSUM_ALGORITHM!r}",
-        )
+        raise WeightDirError(422, f"{MANIFEST_FILE}: checksum algorithm is not {CHECKSUM_ALGORITHM!r}")
     files = doc.get("files")
     if not isinstance(files, dict) or not files:
         raise WeightDirError(422, f"{MANIFEST_FILE}: 'files' is not a non-empty object")
     out: dict[str, tuple[int, str]] = {}
     for name, entry in files.items():
-        if not name or "/" in name or "\\" in name or name.startswith("."):
-            raise WeightDirError(422, f"{MANIFEST_FILE}: bad file name {name!r}")
+        if not name or "/" in name or "\\" in name or name.startswith(".") or not name.isprintable():
+            raise WeightDirError(
+                422,
+                f"{MANIFEST_FILE}: bad file name {_shown(name)} (a path, a hidden or an unprintable name)",
+            )
         size = entry.get("size") if isinstance(entry, dict) else None
         checksum = entry.get("checksum") if isinstance(entry, dict) else None
         if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not isinstance(checksum, str):
-            raise WeightDirError(422, f"{MANIFEST_FILE}: malformed entry for {name!r}")
+            raise WeightDirError(422, f"{MANIFEST_FILE}: malformed entry for {_shown(name)}")
         out[name] = (size, checksum)
     return out
 
@@ -303,13 +486,18 @@ def verify_weight_dir(directory: Path, *, checksums: bool = True) -> None:
     Refused: a missing, unreadable or malformed manifest; a listed file that is missing, of another
     size (truncated) or, with ``checksums``, of another checksum (rewritten, flipped bytes); a
     ``.safetensors`` file or the index that the manifest does not list (a loader would read it).
+    Before anything is read, the manifest, every file it lists, every ``.safetensors`` file and the
+    index must resolve inside the dir (403, :func:`check_inside`).
     Sizes of every file are checked before any byte is hashed, so a truncated shard is refused
     without reading the dir; checksums stream every file in 8 MiB chunks. ``checksums=False`` is
     the fast path (stat only).
     """
     directory = Path(directory)
+    present = _manifest_names(directory)
+    check_inside(directory, [MANIFEST_FILE])
     entries = read_file_manifest(directory)
-    for name in _manifest_names(directory):
+    check_inside(directory, sorted(set(entries) | set(present)))
+    for name in present:
         if name not in entries and (name.endswith(".safetensors") or name == INDEX_FILE):
             raise WeightDirError(422, f"{name}: not listed in {MANIFEST_FILE}")
     for name, (size, _) in entries.items():
@@ -319,7 +507,7 @@ def verify_weight_dir(directory: Path, *, checksums: bool = True) -> None:
         except FileNotFoundError as e:
             raise WeightDirError(422, f"{name}: missing (listed in {MANIFEST_FILE})") from e
         except OSError as e:
-            raise WeightDirError(422, f"{name}: cannot read: {e}") from e
+            raise WeightDirError(422, f"{name}: cannot read: {_os_reason(e)}") from e
         if not path.is_file():
             raise WeightDirError(422, f"{name}: not a regular file (listed in {MANIFEST_FILE})")
         if actual != size:
@@ -333,7 +521,7 @@ def verify_weight_dir(directory: Path, *, checksums: bool = True) -> None:
         try:
             read, digest = file_checksum(directory / name)
         except OSError as e:
-            raise WeightDirError(422, f"{name}: cannot read: {e}") from e
+            raise WeightDirError(422, f"{name}: cannot read: {_os_reason(e)}") from e
         if read != size:
             raise WeightDirError(422, f"{name}: size mismatch: {read} != {size} bytes in {MANIFEST_FILE}")
         if digest != checksum:

@@ -90,3 +90,82 @@ def test_empty_garbage_cut_and_gzip_logs_never_crash(tmp_path, analyze):
 
     summary, md = analyze([empty], tmp_path / "out2")
     assert summary["primary"] is None and "no [weights] lines" in md
+
+
+# --- a value can never become a line of its own -----------------------------------------------
+
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from prime_rl.analysis.parser import TAGS  # noqa: E402
+from prime_rl.tracing import format_tagged, one_line  # noqa: E402
+
+PREFIX = "2026-01-01 12:00:00.000 | INFO    | "
+HOSTILE = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(list("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00\x1b =[]")),
+    )
+)
+FORGED = "x\n[weights][abc] rpc.done op=update_weights t=1 rpc_ms=99999\r[ckpt] write.done step=9 write_ms=1"
+
+
+def parse_text(text: str):
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "inference.log"
+        log.write_text(text, encoding="utf-8")
+        return parse(log)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tag=st.sampled_from([t.decode() for t in TAGS]),
+    event=st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,10}", fullmatch=True),
+    values=st.lists(HOSTILE, min_size=1, max_size=4),
+)
+def test_a_formatted_line_is_one_event_whatever_its_values(tag, event, values):
+    fields = {f"k{i}": v for i, v in enumerate(values)}
+    line = format_tagged(tag, event, "ab12", **fields)
+    events, stats = parse_text(f"{PREFIX}{line}\n{PREFIX}[gen] batch.done step=1\n")
+    assert [(e.tag, e.event, e.tid) for e in events] == [(tag, event, "ab12"), ("gen", "batch.done", None)]
+    assert list(events[0].fields) == list(fields) and stats.malformed == 0 and stats.lines == 2
+
+
+def test_a_forged_weight_dir_stays_inside_its_line(tmp_path):
+    tagged = format_tagged("weights", "rpc.start", "t1", op="update_weights", t=1.0, target=FORGED)
+    # a free-form warning quotes what the client sent through one_line (inference/admin.py)
+    warning = f"[weights][t1] update_weights refused (403): weight_dir {one_line(repr(FORGED))}"
+    raw = f"{PREFIX}{tagged}\n{PREFIX}{one_line(warning)}\n{PREFIX}{one_line(FORGED)}\n"
+    events, stats = parse_text(raw)
+    assert stats.lines == 3
+    assert [(e.tag, e.event) for e in events] == [("weights", "rpc.start"), ("weights", "update_weights")]
+    assert not any(e.event in ("rpc.done", "write.done") for e in events)
+
+
+def test_log_tagged_through_the_file_sink_is_one_event(tmp_path):
+    """End to end: ``logging.log_tagged`` with the processes' own file format, read by the analyzer."""
+    from loguru import logger
+
+    from prime_rl.logging import LOG_FORMAT, log_tagged
+
+    log = tmp_path / "inference.log"
+    sink = logger.add(log, format=LOG_FORMAT, level="INFO", encoding="utf-8")
+    try:
+        log_tagged("weights", "rpc.start", "t1", op="update_weights", t=2.0, target=FORGED + "\x1b[2J\ud800")
+        logger.warning(f"[weights][t1] update_weights refused (403): {one_line(FORGED)}")
+        logger.info(f"loading {one_line(FORGED)}")  # no tagged head: a marker later in it is text
+    finally:
+        logger.remove(sink)
+    events, stats = parse(log)
+    assert stats.lines == 3 and stats.malformed == 0
+    assert [(e.tag, e.event, e.tid) for e in events] == [
+        ("weights", "rpc.start", "t1"),
+        ("weights", "update_weights", "t1"),
+    ]
+    assert (
+        events[0].fields["target"].startswith("x_[weights][abc]_rpc.done")
+        and "\\x1b" in events[0].fields["target"]
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -300,3 +301,189 @@ def test_a_truncated_shard_is_refused_before_the_engine_is_touched(setup):
         asyncio.run(swapper.update(str(setup[2]), "t"))
     assert e.value.status == 422 and "model.safetensors: size mismatch" in e.value.reason
     assert engine.calls == [] and swapper.served.step == 0
+
+
+# --------------------------------------------------------------------------- request limits
+
+
+@pytest.mark.parametrize(
+    "body,status,fragment",
+    [
+        (b"[" * 20_000 + b"]" * 20_000, 400, "nested"),
+        (b'{"weight_dir": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested"),
+        (b'{"weight_dir": "step_1"' + b" " * (70 * 1024) + b"}", 413, "64 KiB"),
+        (json.dumps({"weight_dir": "a" * 10_000}).encode(), 400, "4096"),
+        (b'{"weight_dir": ' + b"1" * 5000 + b"}", 400, "not valid JSON"),
+        (b"\xff\xfe", 400, "not valid JSON"),
+    ],
+)
+def test_oversized_or_deeply_nested_bodies_get_a_4xx(setup, body, status, fragment):
+    app, engine = make_app(setup)
+    with TestClient(app) as client:
+        r = client.post("/update_weights", headers={"Authorization": "Bearer tok"}, content=body)
+        assert r.status_code == status and fragment in r.json()["error"]
+        r = client.post("/reload_weights", headers={"Authorization": "Bearer tok"}, content=body)
+        assert 400 <= r.status_code < 500
+    assert engine.calls == []
+
+
+def test_a_long_url_path_is_a_404(setup):
+    app, _ = make_app(setup)
+    with TestClient(app) as client:
+        assert client.get("/" + "a" * 10_000).status_code == 404
+        assert client.post("/update_weights/" + "a" * 10_000).status_code == 404
+
+
+# --------------------------------------------------------------------------- vLLM's dev routes
+
+
+def make_dev_app(token="tok", protected=("/collective_rpc", "/sleep")):
+    from prime_rl.inference.admin import RouteGuard
+
+    guard = RouteGuard()
+    guard.protect(protected, token)
+    app = FastAPI(root_path="")
+
+    @app.post("/collective_rpc")
+    async def collective_rpc():
+        return {"ran": True}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"data": []}
+
+    app.add_middleware(FirstByteMiddleware, served=ServedPolicy(), guard=guard)
+    return app
+
+
+def test_dev_routes_need_the_admin_token_at_the_middleware():
+    with TestClient(make_dev_app()) as client:
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "tok"}):
+            r = client.post("/collective_rpc", headers=headers)
+            assert r.status_code == 401 and "admin token" in r.json()["error"]
+        assert client.post("/sleep").status_code == 401  # protected even where no route answers
+        r = client.post("/collective_rpc", headers={"Authorization": "Bearer tok"})
+        assert r.status_code == 200 and r.json() == {"ran": True}
+        assert client.get("/v1/models").status_code == 200  # the rest stays open
+
+
+def test_dev_routes_are_closed_when_no_token_is_set():
+    with TestClient(make_dev_app(token=None)) as client:
+        assert client.post("/collective_rpc", headers={"Authorization": "Bearer "}).status_code == 403
+
+
+def test_dev_routes_are_matched_below_the_root_path():
+    from prime_rl.inference.admin import RouteGuard
+
+    guard = RouteGuard()
+    guard.protect(["/collective_rpc"], "tok")
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ran"})
+
+    mw = FirstByteMiddleware(app, served=ServedPolicy(), guard=guard)
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/api/collective_rpc", "root_path": "/api", "headers": []}
+    asyncio.run(mw(scope, None, send))
+    assert sent[0]["status"] == 401
+
+
+def test_our_admin_routes_win_over_vllm_routes_of_the_same_path(setup):
+    from prime_rl.inference.admin import include_first
+
+    engine = FakeEngine()
+    app = FastAPI()
+
+    @app.post("/update_weights")  # vLLM's own /update_weights (VLLM_SERVER_DEV_MODE)
+    async def vllm_update_weights():
+        return {"vllm": True}
+
+    include_first(app, build_admin_router(swapper_for(engine, setup), "tok"))
+    with TestClient(app) as client:
+        assert client.post("/update_weights", json={"weight_dir": "step_1"}).status_code == 401
+        r = client.post(
+            "/update_weights", headers={"Authorization": "Bearer tok"}, json={"weight_dir": "step_1"}
+        )
+        assert r.status_code == 200 and r.json()["policy_step"] == 1
+
+
+# --------------------------------------------------------------------------- validation under the lock
+
+
+def make_step(root, n, value):
+    d = root / f"step_{n}"
+    d.mkdir(parents=True)
+    save_file({"w": torch.full((2, 2), float(value))}, str(d / "model.safetensors"))
+    write_file_manifest(d)
+    (d / "STABLE").touch()
+    return d
+
+
+def test_a_dir_is_validated_under_the_lock_and_what_is_loaded_is_what_was_validated(setup):
+    """B is requested while A loads; B's dir is broken before B gets the lock: B must be refused."""
+    root = setup[1]
+    step_2 = make_step(root, 2, 2.0)
+    engine = FakeEngine(load_delay=0.2)
+    swapper = swapper_for(engine, setup)
+    events: list[tuple] = []
+    validate = swapper.validate
+
+    def recording_validate(weight_dir):
+        events.append(("validate", weight_dir, engine.paused))
+        real, files = validate(weight_dir)
+        events.append(("validated", [str(f) for f in files]))
+        return real, files
+
+    swapper.validate = recording_validate
+
+    async def scenario():
+        a = asyncio.create_task(swapper.update("step_1", "a"))
+        while not engine.paused:  # A holds the lock and is loading
+            await asyncio.sleep(0.005)
+        b = asyncio.create_task(swapper.update("step_2", "b"))
+        await asyncio.sleep(0.05)  # B is waiting for the lock
+        shard = step_2 / "model.safetensors"
+        shard.write_bytes(shard.read_bytes()[:-8])  # the trainer rewrites it, say
+        return await asyncio.gather(a, b, return_exceptions=True)
+
+    from prime_rl.transport.weights import WeightDirError
+
+    result_a, result_b = asyncio.run(scenario())
+    assert result_a["policy_step"] == 1
+    assert isinstance(result_b, WeightDirError) and result_b.status == 422
+    assert [c[0] for c in engine.calls] == ["pause", "load", "resume"]  # B never paused the engine
+    assert ("validate", "step_2", False) in events  # validated once A was done, not while it loaded
+    loaded = [list(c[1]) for c in engine.calls if c[0] == "load"]
+    assert loaded == [e[1] for e in events if e[0] == "validated"]
+    assert swapper.served.step == 1 and swapper.current_dir == (root / "step_1").resolve()
+
+
+def test_a_later_valid_dir_content_is_what_gets_loaded(setup):
+    """B's dir gains a shard while B waits: the files loaded are the ones validated under the lock."""
+    root = setup[1]
+    step_2 = make_step(root, 2, 2.0)
+    engine = FakeEngine(load_delay=0.2)
+    swapper = swapper_for(engine, setup)
+
+    async def scenario():
+        a = asyncio.create_task(swapper.update("step_1", "a"))
+        while not engine.paused:
+            await asyncio.sleep(0.005)
+        b = asyncio.create_task(swapper.update("step_2", "b"))
+        await asyncio.sleep(0.05)
+        # re-published in place as an index + shard: the validated list has the new name
+        (step_2 / "model.safetensors").rename(step_2 / "model-00001-of-00001.safetensors")
+        (step_2 / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {"w": "model-00001-of-00001.safetensors"}})
+        )
+        write_file_manifest(step_2)
+        return await asyncio.gather(a, b)
+
+    _, result_b = asyncio.run(scenario())
+    assert result_b["policy_step"] == 2
+    assert engine.loaded == [str((step_2 / "model-00001-of-00001.safetensors").resolve())]

@@ -168,3 +168,12 @@ def test_the_model_check_names_the_block_that_differs(tmp_path):
         check_models(cfg)
     cfg, _ = load_config(RLConfig, ["--model", str(model)])
     check_models(cfg)
+
+
+@pytest.mark.parametrize("arg", ["--host=0.0.0.0", "--port", "--ho", "--por=9000"])
+def test_host_or_port_in_the_passed_through_vllm_args_is_refused(arg):
+    # the launcher checks inference.port and points the orchestrator at inference.host:port;
+    # a --host/--port passed through to vLLM would serve somewhere else
+    with pytest.raises(ConfigError, match=r"inference\.vllm_args sets --(host|port)"):
+        load_config(RLConfig, ["--inference.vllm_args", f'["{arg}", "1"]'])
+    load_config(RLConfig, ["--inference.vllm_args", '["--max-num-seqs", "8"]'])  # others pass

@@ -26,18 +26,21 @@ MAX_STEPS = 8
 BATCH = 8
 
 
-async def fake_trainer(paths: RunPaths, max_steps: int, step_s: float) -> None:
-    """Publish weights/step_{s+1} (an empty dir marked STABLE) ``step_s`` after rollouts/step_s exists."""
+async def fake_trainer(paths: RunPaths, max_steps: int, step_s: float, hold=None) -> None:
+    """Publish weights/step_{s+1} (an empty dir marked STABLE) ``step_s`` after rollouts/step_s
+    exists, and once ``hold(s)`` (if given) is false."""
     for step in range(max_steps):
         while not rollout_path(paths.rollouts_dir(step), 0).is_file():
             await asyncio.sleep(0.01)
         await asyncio.sleep(step_s)
+        while hold is not None and hold(step):
+            await asyncio.sleep(0.05)
         weight_dir = paths.weights_dir(step + 1)
         weight_dir.mkdir(parents=True, exist_ok=True)
         mark_stable(weight_dir)
 
 
-def run(tmp_path, servers: list[PolicyServer], train_s: float = 0.05) -> tuple[Orchestrator, list]:
+def run(tmp_path, servers: list[PolicyServer], train_s: float = 0.05, hold=None) -> tuple[Orchestrator, list]:
     cfg = OrchestratorConfig(
         output_dir=tmp_path,
         client={
@@ -60,7 +63,9 @@ def run(tmp_path, servers: list[PolicyServer], train_s: float = 0.05) -> tuple[O
     orch = Orchestrator(cfg)
 
     async def go():
-        trainer = asyncio.create_task(fake_trainer(orch.paths, MAX_STEPS, train_s))
+        trainer = asyncio.create_task(
+            fake_trainer(orch.paths, MAX_STEPS, train_s, None if hold is None else lambda s: hold(orch, s))
+        )
         try:
             await asyncio.wait_for(orch.run(), timeout=120)
         finally:
@@ -108,7 +113,8 @@ def test_samples_from_a_server_that_lost_its_weights_are_regenerated_not_trained
 def test_a_server_that_was_down_serves_again_only_with_the_current_policy(tmp_path):
     with PolicyServer() as a, PolicyServer() as b:
         b.down_after = {2: 1.0}  # restarts right after loading step 2; 503 to everything for 1 s
-        orch, tagged = run(tmp_path, [a, b], train_s=0.8)  # 5 more steps: time to come back
+        # the trainer waits after step 4 until b is back in rotation: the last steps see it serve
+        orch, tagged = run(tmp_path, [a, b], hold=lambda orch, step: step == 4 and bool(orch.down))
     assert_bounded(trained_policy_steps(tmp_path))
     reload_at = b.loaded.index(2) + 1
     assert len(b.loaded) > reload_at  # the health loop loaded weights on it before it served again

@@ -232,7 +232,7 @@ def test_unlisted_shard_is_refused(tmp_path):
         (b"[]", "manifest.json: not a prime-rl-weight-manifest/1 manifest"),
         (
             b'{"format": "prime-rl-weight-manifest/1", "algorithm": "md5", "files": {}}',
-            "manifest.json: checksum algorithm 'md5', expected 'xxh3_128'",
+            "manifest.json: checksum algorithm is not 'xxh3_128'",  # what it is is not echoed
         ),
         (
             b'{"format": "prime-rl-weight-manifest/1", "algorithm": "xxh3_128", "files": {}}',
@@ -241,7 +241,7 @@ def test_unlisted_shard_is_refused(tmp_path):
         (
             b'{"format": "prime-rl-weight-manifest/1", "algorithm": "xxh3_128", '
             b'"files": {"../x.safetensors": {"size": 1, "checksum": "0"}}}',
-            "manifest.json: bad file name '../x.safetensors'",
+            "manifest.json: bad file name <a name of 16 characters, not shown>",
         ),
         (
             b'{"format": "prime-rl-weight-manifest/1", "algorithm": "xxh3_128", '
@@ -258,3 +258,277 @@ def test_missing_or_garbled_manifest_is_refused(tmp_path, content, match):
         (d / MANIFEST_FILE).write_bytes(content)
     assert refusal(d).startswith(match)
     assert refusal(d, checksums=False).startswith(match)
+
+
+# --- every file a loader reads stays inside the weight dir (symlinks resolved) -------------------
+
+
+def _relink(path, target):
+    """Replace ``path`` by a symlink to ``target``."""
+    path.unlink()
+    os.symlink(target, path)
+
+
+@pytest.mark.parametrize("which", [SHARD_1, INDEX_FILE, "config.json", MANIFEST_FILE])
+def test_file_symlinked_outside_the_weight_dir_is_refused(tmp_path, which):
+    root = tmp_path / "weights"
+    d = published_dir(root / "step_1")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / which).write_bytes((d / which).read_bytes())  # the same bytes: only the place differs
+    _relink(d / which, outside / which)
+    checks = [lambda: resolve_weight_dir("step_1", root), lambda: verify_weight_dir(d)]
+    if which in (SHARD_1, INDEX_FILE):
+        checks.append(lambda: weight_files(d))
+    for check in checks:
+        with pytest.raises(WeightDirError) as e:
+            check()
+        assert e.value.status == 403
+        assert e.value.reason.startswith(f"{which}: resolves outside the weight dir")
+        assert str(outside) not in e.value.reason  # the target is not revealed
+
+
+def test_symlink_into_another_weight_dir_of_the_same_root_is_refused(tmp_path):
+    root = tmp_path / "weights"
+    d1 = published_dir(root / "step_1")
+    d2 = published_dir(root / "step_2")
+    _relink(d2 / SHARD_2, d1 / SHARD_2)  # the rule is the weight dir itself, not the weights root
+    with pytest.raises(WeightDirError) as e:
+        resolve_weight_dir("step_2", root)
+    assert e.value.status == 403 and SHARD_2 in e.value.reason
+
+
+def test_symlink_that_stays_inside_the_dir_is_accepted(tmp_path):
+    root = tmp_path / "weights"
+    d = published_dir(root / "step_1")
+    (d / SHARD_1).rename(d / "real.bin.safetensors.data")
+    os.symlink("real.bin.safetensors.data", d / SHARD_1)
+    assert resolve_weight_dir("step_1", root) == d.resolve()
+    assert [p.name for p in weight_files(d)] == [SHARD_1, SHARD_2]
+
+
+def test_base_model_dir_may_link_into_a_cache(tmp_path):
+    """A base model (no STABLE) from the HF cache: its snapshot files link to ../../blobs/."""
+    blobs = tmp_path / "hub" / "blobs"
+    snap = tmp_path / "hub" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(blobs / "0123"))
+    os.symlink(blobs / "0123", snap / "model.safetensors")
+    assert set(manifest(weight_files(snap))) == {"w"}
+    (snap / "STABLE").touch()  # a published weight dir is held to the rule
+    with pytest.raises(WeightDirError) as e:
+        weight_files(snap)
+    assert e.value.status == 403
+
+
+def test_system_file_is_never_echoed(tmp_path):
+    """A file that is not safetensors: neither its size nor its first bytes reach the error text."""
+    secret = tmp_path / "secret"
+    data = b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1\n"
+    secret.write_bytes(data)
+    with pytest.raises(WeightDirError) as e:
+        read_safetensors_header(secret)
+    reason = e.value.reason
+    (header_len,) = struct.unpack("<Q", data[:8])
+    assert str(header_len) not in reason and str(len(data)) not in reason and "root" not in reason
+    assert reason.startswith("secret: ")
+
+
+@pytest.mark.parametrize(
+    "header,leak",
+    [
+        ({"a": {"dtype": "ROOTPW", "shape": [1], "data_offsets": [0, 1]}}, "ROOTPW"),
+        (
+            {"evil\n[weights][abc] rpc.done t=1": {"dtype": "XX", "shape": [1], "data_offsets": [0, 1]}},
+            "[weights]",
+        ),
+        ({"a": {"dtype": "F32", "shape": ["SECRET"], "data_offsets": [0, 4]}}, "SECRET"),
+        ({"__metadata__": {"k": 1}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, "'k'"),
+    ],
+)
+def test_header_errors_name_the_field_never_its_content(tmp_path, header, leak):
+    bad = tmp_path / "x.safetensors"
+    raw = json.dumps(header).encode()
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    with pytest.raises(WeightDirError) as e:
+        read_safetensors_header(bad)
+    assert e.value.status == 422 and e.value.reason.startswith("x.safetensors: ")
+    assert leak not in e.value.reason and "\n" not in e.value.reason
+
+
+def test_undecodable_header_does_not_echo_its_bytes(tmp_path):
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(struct.pack("<Q", 4) + b"{\xfe\xfd}")
+    with pytest.raises(WeightDirError) as e:
+        read_safetensors_header(bad)
+    assert e.value.status == 422 and "0xfe" not in e.value.reason and "byte 9" in e.value.reason
+
+
+@pytest.mark.parametrize(
+    "content,leak",
+    [
+        (b'{"format": "prime-rl-weight-manifest/1", "algorithm": "SECRET", "files": {}}', "SECRET"),
+        (b'{"format": "\xfe"}', "0xfe"),
+        (
+            b'{"format": "prime-rl-weight-manifest/1", "algorithm": "xxh3_128", '
+            b'"files": {"SECRET\\n[weights][a] rpc.done": {"size": 1, "checksum": "0"}}}',
+            "SECRET",
+        ),
+    ],
+)
+def test_manifest_errors_never_echo_its_content(tmp_path, content, leak):
+    d = published_dir(tmp_path / "step_1")
+    (d / MANIFEST_FILE).write_bytes(content)
+    reason = refusal(d)
+    assert reason.startswith(f"{MANIFEST_FILE}: ") and leak not in reason and "\n" not in reason
+
+
+def test_index_errors_never_echo_its_content(tmp_path):
+    d = published_dir(tmp_path / "step_1")
+    (d / INDEX_FILE).write_text(json.dumps({"weight_map": {"a": "SECRET\n[weights][a] x.safetensors"}}))
+    with pytest.raises(WeightDirError) as e:
+        weight_files(d)
+    assert e.value.status == 422 and e.value.reason.startswith(f"{INDEX_FILE}: ")
+    assert "SECRET" not in e.value.reason and "\n" not in e.value.reason
+
+
+def test_reasons_are_one_printable_line():
+    e = WeightDirError(403, "a\nb\r\x00\x1b[31m\u2028c")
+    assert e.reason.isprintable() and str(e) == e.reason
+
+
+def test_weight_dir_with_a_newline_cannot_forge_a_log_line(tmp_path):
+    root = tmp_path / "weights"
+    root.mkdir()
+    forged = "/tmp/x\n[weights][abc] rpc.done op=update_weights t=1 rpc_ms=99999"
+    with pytest.raises(WeightDirError) as e:
+        resolve_weight_dir(forged, root)
+    assert e.value.status == 403 and e.value.reason.isprintable()
+
+
+# --- strict safetensors headers ---------------------------------------------------------------
+
+
+def _write_raw(path, entries, data_len, header_pad=b""):
+    raw = json.dumps(entries).encode() + header_pad
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * data_len)
+    return path
+
+
+@pytest.mark.parametrize(
+    "entries,data_len,rule",
+    [
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, 16, "file size"),  # trailing bytes
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]},
+            },
+            24,
+            "contiguous",
+        ),  # a gap
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            },
+            8,
+            "contiguous",
+        ),  # two tensors on the same bytes
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, 16, "contiguous"),  # not from 0
+        (
+            {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 12]}},
+            12,
+            "shape",
+        ),  # length != numel*width
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, 8, "data_offsets"),
+        ({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}}, 8, "shape"),
+        ({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, 8, "shape"),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, True]}}, 8, "data_offsets"),
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8, 9]}}, 8, "data_offsets"),
+    ],
+)
+def test_header_offsets_are_checked_strictly(tmp_path, entries, data_len, rule):
+    bad = _write_raw(tmp_path / "x.safetensors", entries, data_len)
+    with pytest.raises(WeightDirError) as e:
+        read_safetensors_header(bad)
+    assert e.value.status == 422 and e.value.reason.startswith("x.safetensors: ") and rule in e.value.reason
+
+
+def test_duplicate_header_keys_are_refused(tmp_path):
+    bad = tmp_path / "x.safetensors"
+    raw = (
+        b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+        b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'
+    )
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 8)
+    with pytest.raises(WeightDirError, match="more than once"):
+        read_safetensors_header(bad)
+
+
+def test_real_safetensors_files_pass_the_strict_check(tmp_path):
+    tensors = {
+        "f32": torch.zeros(3, 5),
+        "bf16": torch.zeros(7, dtype=torch.bfloat16),
+        "f16": torch.zeros(1, 1, 3, dtype=torch.float16),
+        "i64": torch.zeros(2, dtype=torch.int64),
+        "i8": torch.zeros(3, dtype=torch.int8),
+        "u8": torch.zeros(5, dtype=torch.uint8),
+        "bool": torch.zeros(3, dtype=torch.bool),
+        "scalar": torch.tensor(1.0),
+        "empty": torch.zeros(0, 4),
+        "f8": torch.zeros(3, dtype=torch.float8_e4m3fn),
+    }
+    save_file(tensors, str(tmp_path / "all.safetensors"), metadata={"format": "pt"})
+    info = read_safetensors_header(tmp_path / "all.safetensors")
+    assert info["scalar"] == TensorInfo("F32", ()) and info["empty"] == TensorInfo("F32", (0, 4))
+    assert set(info) == set(tensors)
+    save_file({}, str(tmp_path / "none.safetensors"))
+    assert read_safetensors_header(tmp_path / "none.safetensors") == {}
+
+
+def test_the_tiny_model_and_a_dev_weight_dir_pass(tmp_path):
+    from pathlib import Path
+
+    from prime_rl.dev.weights import write_perturbed_weights
+
+    tiny = Path(__file__).resolve().parents[3] / "models" / "tiny"
+    if not (tiny / "model.safetensors").is_file():
+        pytest.skip("models/tiny is not built (make model)")
+    assert manifest(weight_files(tiny))
+    d = write_perturbed_weights(tiny, tmp_path / "weights" / "step_1")
+    assert resolve_weight_dir("step_1", tmp_path / "weights") == d.resolve()
+    verify_weight_dir(d)
+    assert manifest(weight_files(d)) == manifest(weight_files(tiny))
+
+
+# --- weight_dir strings the OS cannot resolve -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make,status",
+    [
+        (lambda root: "a" * 10_000, 400),  # longer than PATH_MAX
+        (lambda root: "x/" * 3000, 400),
+        (lambda root: str(root / ("n" * 300)), 400),  # one name over NAME_MAX
+        (lambda root: "step\x00_1", 400),
+        (lambda root: "loop/inner", 404),  # a symlink loop (ELOOP)
+    ],
+)
+def test_unresolvable_weight_dir_is_a_4xx_that_does_not_echo_it(tmp_path, make, status):
+    root = tmp_path / "weights"
+    root.mkdir()
+    os.symlink("loop", root / "loop")
+    weight_dir = make(root)
+    with pytest.raises(WeightDirError) as e:
+        resolve_weight_dir(weight_dir, root)
+    assert e.value.status == status
+    assert len(e.value.reason) < 500 and e.value.reason.isprintable()
+
+
+def test_hidden_safetensors_file_is_never_a_weight(tmp_path):
+    """The manifest leaves hidden names (temporaries) out, so no loader may pick one up either."""
+    d = make_dir(tmp_path / "step_1")
+    save_file({"w": torch.ones(2, 3), "b": torch.ones(3)}, str(d / ".evil.safetensors"))
+    assert [p.name for p in weight_files(d)] == ["model.safetensors"]
