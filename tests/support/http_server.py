@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import uvicorn
@@ -228,20 +229,17 @@ def text_by_seed(answers: Callable[[int, int], str]) -> Callable[[dict], str]:
     return reply
 
 
-class LocalTestServer:
-    """Run :func:`build_app` on a free loopback port in a background thread (context manager)."""
+class ThreadedApp:
+    """Serve an ASGI app on a free loopback port in a background thread (context manager)."""
 
-    def __init__(self, state: ScriptState | None = None):
-        self.state = state or ScriptState()
+    def __init__(self, app: Any):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            build_app(self.state), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
-        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
-    def __enter__(self) -> LocalTestServer:
+    def __enter__(self):
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -251,9 +249,23 @@ class LocalTestServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.state.release()  # held requests end, so that the server can shut down
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+class LocalTestServer(ThreadedApp):
+    """Run :func:`build_app` on a free loopback port in a background thread (context manager)."""
+
+    def __init__(self, state: ScriptState | None = None):
+        self.state = state or ScriptState()
+        super().__init__(build_app(self.state))
+
+    def __enter__(self) -> LocalTestServer:
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.release()  # held requests end, so that the server can shut down
+        super().__exit__(*exc)
 
 
 @contextlib.contextmanager

@@ -12,42 +12,16 @@ answers end with finish_reason ``abort``, as after a pause or weight swap) and
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from tests.support.http_server import ThreadedApp
 
-from prime_rl.dev.server import free_port
 from prime_rl.transport.weights import POLICY_HEADER, policy_step_of
-
-
-class ThreadedApp:
-    """Serve an ASGI app on a free loopback port in a background thread (context manager)."""
-
-    def __init__(self, app: Starlette):
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("test server did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
 
 
 class PolicyServer(ThreadedApp):
