@@ -83,7 +83,15 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
             await proxy.kill()
         return orch, proxy.connections - killed_at
 
-    orch, connections_after = asyncio.run(scenario())
+    try:
+        orch, connections_after = asyncio.run(scenario())
+    finally:  # the server is shared by the session: later tests expect the base weights (policy 0)
+        r = httpx.post(
+            f"{inference_server.base_url}/reload_weights",
+            headers=inference_server.admin_headers(),
+            timeout=120,
+        )
+        assert r.status_code == 200, r.text
     for step in range(MAX_STEPS):
         batch = read_rollout_batch(rollout_path(RunPaths(out).rollouts_dir(step), 0))
         assert batch.num_samples == 16

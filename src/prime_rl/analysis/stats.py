@@ -191,7 +191,12 @@ class _Collector:
 
     def train(self, ev: Event) -> None:
         if ev.event == "step.done":
-            self._add("train_wait_ms", ev.num("wait_ms"))
+            # step 0's wait is start-up (the servers start, the first batch is generated with
+            # nothing to overlap it), not the steady state a bottleneck is judged on
+            if ev.fields.get("step") == "0":
+                self.counts["train_startup_wait_ms"] = int(ev.num("wait_ms") or 0)
+            else:
+                self._add("train_wait_ms", ev.num("wait_ms"))
             self._add("train_ms", ev.num("train_ms"))
 
     def collect(self, ev: Event) -> None:

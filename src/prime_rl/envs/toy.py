@@ -6,8 +6,10 @@ variance within each group from the first step (GRPO needs that), and the policy
 steadily by preferring vowel-heavy tokens, which shows up as a rising reward curve in the demo.
 
 With ``max_letters`` the answer is meant to be one word: a completion with more letters than
-that has its reward scaled by ``max_letters / letters``, so rambling until ``max_tokens`` (a
-truncated answer) pays less than ending a short word (the demo ends answers at a space).
+that earns 0, so rambling until ``max_tokens`` (a truncated answer) never pays, however many
+vowels it holds (the demo ends answers at a space). A softer penalty (scaling by
+``max_letters / letters``) let a tiny model collapse onto long vowel-rich answers that were all
+truncated.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def vowel_fraction(text: str) -> tuple[float, int]:
 
 
 class VowelEnv(Environment):
-    """Options: ``max_letters`` (int, default none): letters a full-reward answer may have."""
+    """Options: ``max_letters`` (int, default none): letters an answer may have to earn anything."""
 
     def __init__(self, max_letters: int | None = None):
         if max_letters is not None and (not isinstance(max_letters, int) or max_letters < 1):
@@ -53,5 +55,5 @@ class VowelEnv(Environment):
         frac, letters = vowel_fraction(completion)
         reward = frac
         if self.max_letters is not None and letters > self.max_letters:
-            reward = frac * self.max_letters / letters
+            reward = 0.0
         return Score(reward=reward, metrics={"vowel_frac": frac, "letters": float(letters)})

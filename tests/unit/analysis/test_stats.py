@@ -109,3 +109,15 @@ def test_trace_ids_repeated_across_appended_runs_are_joined_per_run(tmp_path, an
     assert all(g is not None and 0 <= g < 60_000 for g in gaps), (
         gaps
     )  # never across the hour between the runs
+
+
+def test_the_trainers_start_up_wait_is_not_counted_as_waiting_for_rollouts():
+    # step 0 waits while the servers start and the first batch is made: nothing could overlap it
+    events = [
+        ev("train", "step.done", ts=40.0, step=0, wait_ms=35000, train_ms=1500),
+        ev("train", "step.done", ts=42.0, step=1, wait_ms=0, train_ms=1600),
+        ev("train", "step.done", ts=44.0, step=2, wait_ms=20, train_ms=1600),
+    ]
+    d = collect(iter(events), ParseStats(), async_level=1)
+    assert d.series["train_wait_ms"] == [0.0, 20.0] and d.series["train_ms"] == [1500.0, 1600.0, 1600.0]
+    assert d.counts["train_startup_wait_ms"] == 35000

@@ -67,11 +67,11 @@ def test_environments_load_from_a_module_path_or_a_file(tmp_path):
         load_env("nope")
 
 
-def test_toy_max_letters_scales_down_long_answers_only():
+def test_toy_max_letters_gives_long_answers_nothing():
     plain, word = load_env("toy"), load_env("toy", {"max_letters": 4})
     assert plain.score({}, "aeiouaeiou").reward == 1.0
     assert word.score({}, "aei").reward == 1.0
-    assert word.score({}, "aeiouaeiou").reward == pytest.approx(0.4)  # 4 of 10 letters count
+    assert word.score({}, "aeiouaeiou").reward == 0.0  # not one word: however many vowels
     assert word.score({}, "abab").reward == pytest.approx(0.5)
     with pytest.raises(EnvError, match="max_letters must be a positive integer"):
         load_env("toy", {"max_letters": 0})
