@@ -6,10 +6,10 @@ variance within each group from the first step (GRPO needs that), and the policy
 steadily by preferring vowel-heavy tokens, which shows up as a rising reward curve in the demo.
 
 With ``max_letters`` the answer is meant to be one word: a completion with more letters than
-that earns 0, so rambling until ``max_tokens`` (a truncated answer) never pays, however many
-vowels it holds (the demo ends answers at a space). A softer penalty (scaling by
-``max_letters / letters``) let a tiny model collapse onto long vowel-rich answers that were all
-truncated.
+that earns 0, so rambling until ``max_tokens`` (a truncated answer) never pays. Combined with a
+stop string (``sampling.stop = [" "]``) it keeps truncation low, but at the demo's learning rate
+the tiny model's entropy collapses within ~20 steps onto whichever answer it favours, sometimes
+a long truncated one: not yet the demo's default.
 """
 
 from __future__ import annotations
