@@ -12,8 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from tests.support.processes import running_in_group
 
 from prime_rl.lifecycle import LAUNCHER_PID_ENV, group_members, stop_group, watch_launcher
 
@@ -37,18 +37,6 @@ CHILD = textwrap.dedent(
     time.sleep(300)
     """
 )
-
-
-def running_in_group(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that run (zombies do not), found with psutil, not the code under test."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return found
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:

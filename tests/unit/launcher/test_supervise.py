@@ -13,10 +13,10 @@ import time
 import warnings
 from pathlib import Path
 
-import psutil
 import pytest
 from loguru import logger
 from pydantic import ValidationError
+from tests.support.processes import running_in_group
 
 import prime_rl.launcher.supervise as supervise
 from prime_rl.config import ConfigError, ResumeConfig, load_config
@@ -90,18 +90,6 @@ def test_stop_ends_the_child_s_process_group_with_sigkill_after_sigterm(tmp_path
     assert not _alive(grandchild)
 
 
-def _running_in_group(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that run (zombies do not), tracked by group id, never by name."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            pass
-    return found
-
-
 def test_stop_ends_the_group_of_a_child_that_exited_already(tmp_path):
     # like vLLM's API server killed under its EngineCore: the leader is gone, the group is not
     script = (
@@ -118,11 +106,11 @@ def test_stop_ends_the_group_of_a_child_that_exited_already(tmp_path):
         assert child.proc.wait(timeout=30) == 0
         child._pump.join(timeout=10)
         orphan = int(log.read_text().split()[0])
-        assert _running_in_group(child.proc.pid) == [orphan]
+        assert running_in_group(child.proc.pid) == [orphan]
         child.stop(timeout_s=0.5)
-        assert _running_in_group(child.proc.pid) == []
+        assert running_in_group(child.proc.pid) == []
     finally:
-        for pid in _running_in_group(child.proc.pid):
+        for pid in running_in_group(child.proc.pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -177,7 +165,7 @@ def test_a_child_dying_at_start_fails_the_run_named_with_its_error_and_stops_the
         f"Last lines of {tmp_path / 'run' / 'logs' / 'inference.stdout.log'}:"
     )
     assert [c.name for c in started] == ["inference", "trainer", "orchestrator"]
-    assert all(c.proc.returncode is not None and _running_in_group(c.proc.pid) == [] for c in started)
+    assert all(c.proc.returncode is not None and running_in_group(c.proc.pid) == [] for c in started)
 
 
 def test_a_child_that_cannot_be_started_fails_the_run_and_stops_the_others(tmp_path, monkeypatch):
@@ -190,7 +178,7 @@ def test_a_child_that_cannot_be_started_fails_the_run_and_stops_the_others(tmp_p
     assert messages == [
         f"cannot start trainer ({sys.executable}): [Errno 2] No such file or directory; stopping the others"
     ]
-    assert [c.name for c in started] == ["inference"] and _running_in_group(started[0].proc.pid) == []
+    assert [c.name for c in started] == ["inference"] and running_in_group(started[0].proc.pid) == []
 
 
 def test_a_busy_inference_port_is_refused_before_anything_starts(tmp_path, monkeypatch):
