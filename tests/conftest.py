@@ -131,12 +131,22 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def inference_server(tiny_model, tmp_path_factory):
+def server_fault_file(tmp_path_factory) -> Path:
+    """The session server's fault file (``PRIME_RL_FAULT_FILE``): a test writes raise points into
+    it to fail the server's next weight load at a chosen tensor (absent: no fault)."""
+    return tmp_path_factory.mktemp("server-faults") / "faults"
+
+
+@pytest.fixture(scope="session")
+def inference_server(tiny_model, tmp_path_factory, server_fault_file):
     """One real vLLM inference server (CPU) on the tiny model for the whole test session."""
     from prime_rl.dev.server import start_server
+    from prime_rl.failpoints import FAULT_FILE_ENV
 
     output_dir = tmp_path_factory.mktemp("inference-run")
-    server = start_server(tiny_model, output_dir, admin_token=ADMIN_TOKEN)
+    server = start_server(
+        tiny_model, output_dir, admin_token=ADMIN_TOKEN, env={FAULT_FILE_ENV: str(server_fault_file)}
+    )
     try:
         server.wait_ready(timeout_s=float(os.environ.get("PRIME_TEST_SERVER_TIMEOUT", "420")))
         yield server

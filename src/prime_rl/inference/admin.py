@@ -1,4 +1,4 @@
-"""Admin routes of the inference server: /update_weights, /reload_weights, /weights.
+"""Admin routes of the inference server: /update_weights, /reload_weights, /weights, /health.
 
 Also :class:`FirstByteMiddleware`, which logs ``server.recv`` the moment an admin request
 reaches the application, before any route or body parsing, so that the analyzer can split the
@@ -18,7 +18,17 @@ Swaps are serialised by a lock. During a swap the engine is paused (see
 ``InferenceConfig.inflight_on_update``); the pause is always released in a ``finally``, so a
 failed swap never leaves generation hanging. A weight dir is validated under that lock,
 before the engine is paused, and exactly the files validated are loaded (nothing can swap in
-between). A swap that fails half-way is rolled back by reloading the last good weights.
+between). The files are first hard-linked into the server's own held dir
+(:mod:`prime_rl.inference.held`), so pruning cannot take them away during the load or later,
+when they are what a rollback needs.
+
+A swap is all or nothing. The worker reads every tensor before the live model changes
+(:mod:`prime_rl.inference.worker`); if loading fails after that, the unfinished layers are put
+back and the previous weights are loaded again in full, and only then does generation resume,
+on a model that is wholly the previous version. If that rollback fails too, the weights are
+unknown: in-flight requests are aborted, generation stays paused, generation requests and
+``/health`` answer 503 with the reason, and ``GET /weights`` says so, until a later update or
+reload succeeds.
 """
 
 from __future__ import annotations
@@ -33,10 +43,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from loguru import logger
 from starlette.routing import compile_path
 
+from prime_rl.inference.held import HeldWeights
 from prime_rl.logging import log_tagged
 from prime_rl.tracing import TRACE_HEADER, new_trace_id, now, one_line
 from prime_rl.transport.weights import (
@@ -73,6 +84,9 @@ class ServedPolicy:
     """
 
     step: int | None = 0
+    broken: str | None = None
+    """Why the served weights are unknown (a swap and its rollback both failed), else None:
+    generation requests and ``/health`` then answer 503 with this reason."""
 
 
 SERVED = ServedPolicy()
@@ -166,6 +180,11 @@ class FirstByteMiddleware:
                 await _error(*denied)(scope, receive, send)
                 return
         if path in GENERATION_PATHS:
+            if self.served.broken is not None:
+                await _error(503, f"no generation: the served weights are unknown ({self.served.broken})")(
+                    scope, receive, send
+                )
+                return
             step = self.served.step
             stamp = (POLICY_HEADER.encode(), b"unknown" if step is None else str(step).encode())
 
@@ -188,6 +207,7 @@ class Engine(Protocol):
 
     async def pause_generation(self, *, mode: str = ..., clear_cache: bool = ...) -> None: ...
     async def resume_generation(self) -> None: ...
+    async def check_health(self) -> None: ...
     async def collective_rpc(
         self, method: str, timeout: float | None = ..., args: tuple = ..., kwargs: dict | None = ...
     ) -> Any: ...
@@ -224,8 +244,10 @@ class WeightSwapper:
     served: ServedPolicy = field(default_factory=lambda: SERVED)
     base_manifest: dict[str, TensorInfo] = field(default_factory=dict)
     current_files: list[Path] = field(default_factory=list)
+    """What a rollback loads: the held links of the served weights, or the base files."""
     current_dir: Path | None = None
     updates: int = 0
+    held: HeldWeights | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
@@ -233,6 +255,8 @@ class WeightSwapper:
             self.base_manifest = manifest(self.base_files)
         if not self.current_files:
             self.current_files = list(self.base_files)
+        if self.held is None:
+            self.held = HeldWeights(self.weights_root)
 
     def validate(self, weight_dir: str) -> tuple[Path, list[Path]]:
         """Check a requested weight dir; raises :class:`WeightDirError` with status and reason."""
@@ -267,31 +291,41 @@ class WeightSwapper:
 
     async def _swap(self, op: str, trace_id: str, choose: Callable[[], Awaitable[_Target]]) -> dict[str, Any]:
         """Under the lock: ``choose`` the target (validation; raising leaves the engine untouched),
-        then pause, load exactly its files, resume."""
+        hold its files, pause, load exactly them, and resume on a model that is wholly one version."""
         wait_start = now()
         async with self._lock:
             lock_wait_ms = (now() - wait_start) * 1000.0
             target = await choose()
+            assert self.held is not None
+            if target.weight_dir is not None:
+                files, held_dir = self.held.hold(target.files)
+            else:
+                files, held_dir = list(target.files), None
             start = now()
             log_tagged("weights", "rpc.start", trace_id, op=op, t=start, target=target.name)
-            paused = False
+            paused = loaded = False
             try:
                 await self.engine.pause_generation(mode=self.inflight_mode, clear_cache=True)
                 paused = True
                 try:
-                    ranks = await self._load(target.files)
+                    ranks = await self._load(files)
                 except Exception as e:
                     rolled_back = await self._roll_back(trace_id)
-                    raise SwapError(f"{op} failed: {type(e).__name__}: {e}", rolled_back) from e
+                    raise SwapError(
+                        f"{op} failed: {type(e).__name__}: {one_line(str(e))}", rolled_back
+                    ) from e
+                loaded = True
                 # Before generation resumes: a request arriving from now on is served by ``step``.
                 self.served.step = target.step
+                self.served.broken = None
+                self.current_files = files
+                self.current_dir = target.weight_dir
             finally:
+                self.held.settle(held_dir, served=loaded, base=target.weight_dir is None)
                 if paused:
-                    await self.engine.resume_generation()
+                    await self._release_engine(trace_id)
             end = now()
             rpc_ms = (end - start) * 1000.0
-            self.current_files = list(target.files)
-            self.current_dir = target.weight_dir
             self.updates += 1
             load_ms = max((r.get("load_ms", 0.0) for r in ranks if isinstance(r, dict)), default=None)
             log_tagged(
@@ -313,13 +347,29 @@ class WeightSwapper:
                 "policy_step": target.step,
             }
 
+    async def _release_engine(self, trace_id: str) -> None:
+        """Resume generation, unless the weights are unknown: then abort what is in flight and
+        stay paused (a forward pass on a half-loaded model would kill the engine)."""
+        if self.served.broken is None:
+            await self.engine.resume_generation()
+            return
+        try:
+            await self.engine.pause_generation(mode="abort", clear_cache=True)
+        except Exception as e:
+            logger.error(f"[weights][{trace_id}] aborting in-flight requests failed: {one_line(repr(e))}")
+
     async def _roll_back(self, trace_id: str) -> bool:
+        """Load the served weights again in full (their held links, or the base files)."""
         try:
             await self._load(self.current_files)
         except Exception as e:  # the engine is in an unknown state: say so loudly
             self.served.step = None
+            self.served.broken = (
+                f"a swap failed and so did the rollback: {type(e).__name__}: {one_line(str(e))}"
+            )
             logger.critical(
-                f"[weights][{trace_id}] rollback to the previous weights failed: {one_line(repr(e))}"
+                f"[weights][{trace_id}] rollback to the previous weights failed: {one_line(repr(e))}; "
+                "generation stays paused until an update or reload succeeds"
             )
             return False
         logger.warning(f"[weights][{trace_id}] swap failed; previous weights restored")
@@ -460,8 +510,20 @@ def build_admin_router(swapper: WeightSwapper, admin_token: str | None) -> APIRo
                 "base": swapper.current_dir is None,
                 "updates": swapper.updates,
                 "policy_step": swapper.served.step,
+                "error": swapper.served.broken,
             }
         )
+
+    @router.get("/health")
+    async def health() -> Response:
+        """200 when the engine runs and its weights are known; else 503 with the reason."""
+        if swapper.served.broken is not None:
+            return _error(503, f"the served weights are unknown: {swapper.served.broken}")
+        try:
+            await swapper.engine.check_health()
+        except Exception as e:
+            return _error(503, f"the engine is dead: {type(e).__name__}: {one_line(str(e))}")
+        return Response(status_code=200)
 
     return router
 

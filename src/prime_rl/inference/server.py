@@ -158,10 +158,14 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
     from vllm.entrypoints.launchers.launcher import serve_http, setup_server
 
     from prime_rl.inference.admin import GUARD, WeightSwapper, build_admin_router, include_first
+    from prime_rl.inference.held import HeldWeights
     from prime_rl.transport.weights import resolve_model_dir, weight_files
 
     weights_root = config.resolved_weights_root
     weights_root.mkdir(parents=True, exist_ok=True)
+    held = HeldWeights(weights_root)
+    for stale in held.sweep():
+        logger.info(f"inference: removed {stale}, held by a server process that is gone")
     listen_address, sock = setup_server(args, reuse_port=False)
     async with build_async_engine_client(args) as engine:
         base_dir = resolve_model_dir(config.model)
@@ -171,6 +175,7 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
             weights_root=weights_root,
             inflight_mode=config.inflight_on_update,
             max_update_bytes=config.max_update_bytes,
+            held=held,
         )
         supported_tasks = await engine.get_supported_tasks()
         token = config.admin_token.get_secret_value() if config.admin_token else None
@@ -207,3 +212,4 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
         await shutdown_task
     finally:
         sock.close()
+        held.release()

@@ -1,27 +1,100 @@
 """vLLM worker extension: loads weights in place, called through ``collective_rpc``.
 
 vLLM mixes this class into every worker (``--worker-extension-cls``), so each tensor-parallel
-rank reads the safetensors files and the model's own ``load_weights`` shards them. Loading goes
-through the worker's ``reload_weights(weights_iterator=...)``, which handles the kernel-format
-repacking of the CPU backend (a direct ``model.load_weights`` does not) and runs between engine
-steps, so no forward pass ever sees half-loaded weights from another request's point of view.
+rank reads the safetensors files and the model's own ``load_weights`` shards them. A load has
+two phases:
+
+1. **Stage**: every tensor of every file is read into host memory (plain reads, no memory map,
+   :func:`prime_rl.transport.weights.read_tensors`). A file that is cut, missing or unreadable
+   fails here, before the first byte of the live model changes.
+2. **Apply**: the staged tensors go through the worker's ``reload_weights``, vLLM's layerwise
+   in-place reload, which handles the kernel-format repacking of the CPU backend (a direct
+   ``model.load_weights`` does not). It runs between engine steps, so no forward pass sees a
+   half-loaded model from another request's point of view.
+
+If the apply phase fails, vLLM's layerwise reload leaves the layers it had not finished on the
+meta device (the next forward pass would kill the engine) and the ones it had finished on the
+new weights. :func:`abandon_partial_reload` puts every unfinished layer back on its previous
+tensors, untouched because vLLM only copies a layer once all of it has arrived; the server then
+loads the previous weights again (a full reload), so the model is wholly one version before
+generation resumes. Raise points (``inference.load.*``, :mod:`prime_rl.failpoints`) let the
+tests fail a load at any tensor.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
-from prime_rl.transport.weights import iter_safetensors
+from prime_rl import failpoints
+from prime_rl.transport.weights import read_tensors
 
 EXTENSION_QUALNAME = "prime_rl.inference.worker.WeightUpdateExtension"
+_LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+def stage(files: list[str]) -> list[tuple[str, object]]:
+    """Read every tensor of ``files`` into memory (the stage phase)."""
+    staged: list[tuple[str, object]] = []
+    for path in files:
+        for name, tensor in read_tensors(Path(path)):
+            failpoints.raise_if("inference.load.read", len(staged))
+            staged.append((name, tensor))
+    return staged
+
+
+def _apply_order(staged: list[tuple[str, object]]) -> Iterator[tuple[str, object]]:
+    for i, item in enumerate(staged):
+        failpoints.raise_if("inference.load.tensor", i)
+        yield item
+
+
+def abandon_partial_reload(model, model_config) -> int:
+    """Put the layers a failed layerwise reload left unfinished back on their previous tensors.
+
+    Clears what each unfinished layer had buffered and lets vLLM's own finalisation place its
+    kept kernel tensors back (the path vLLM takes for a layer the checkpoint did not cover).
+    Returns how many layers were unfinished. Layers that had finished hold the new weights: the
+    caller reloads the previous ones after this.
+    """
+    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO, finalize_layerwise_reload
+
+    pending = 0
+    for layer in model.modules():
+        info = LAYERWISE_INFO.get(layer)
+        if info is not None and info.can_load():
+            info.loaded_weights = []
+            info.load_numel = 0
+            pending += 1
+    layerwise = logging.getLogger(_LAYERWISE_LOGGER)
+    level = layerwise.level
+    layerwise.setLevel(logging.ERROR)  # one "Failed to load weights" warning per layer otherwise
+    try:
+        finalize_layerwise_reload(model, model_config)
+    finally:
+        layerwise.setLevel(level)
+    return pending
 
 
 class WeightUpdateExtension:
     """Methods added to vLLM's worker. Names are prefixed so they never shadow the worker's own."""
 
     def prime_load_weights(self, files: list[str]) -> dict:
-        """Load every tensor of ``files`` into the running model; return timing of this rank."""
+        """Load every tensor of ``files`` into the running model; return timing of this rank.
+
+        On a failure of the apply phase the unfinished layers are put back before the error is
+        raised again (see the module docstring); the caller must then reload whole weights.
+        """
         start = time.perf_counter()
-        self.reload_weights(weights_iterator=iter_safetensors(files))  # type: ignore[attr-defined]
+        staged = stage(files)
+        read_ms = (time.perf_counter() - start) * 1000.0
+        try:
+            self.reload_weights(weights_iterator=_apply_order(staged))  # type: ignore[attr-defined]
+            failpoints.raise_if("inference.load.after")
+        except BaseException:
+            abandon_partial_reload(self.get_model(), self.vllm_config.model_config)  # type: ignore[attr-defined]
+            raise
         rank = getattr(self, "rank", 0)
-        return {"rank": rank, "load_ms": (time.perf_counter() - start) * 1000.0}
+        return {"rank": rank, "load_ms": (time.perf_counter() - start) * 1000.0, "read_ms": read_ms}

@@ -28,7 +28,7 @@ import re
 import stat
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import xxhash
@@ -135,8 +135,12 @@ def check_inside(directory: Path, names: Iterable[str]) -> None:
 
 @dataclass(frozen=True)
 class TensorInfo:
+    """A tensor's dtype (safetensors name) and shape; ``offsets`` locate its bytes in the data
+    section of its file (not compared: the same tensor may sit elsewhere in another file)."""
+
     dtype: str
     shape: tuple[int, ...]
+    offsets: tuple[int, int] = field(default=(0, 0), compare=False)
 
 
 def resolve_weight_dir(weight_dir: str, root: Path) -> Path:
@@ -290,7 +294,7 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
                 "(end - begin must be the number of elements times the dtype size)",
             )
         spans.append((begin, end, label))
-        out[key] = TensorInfo(dtype, tuple(shape))
+        out[key] = TensorInfo(dtype, tuple(shape), (begin, end))
     pos = 0
     for begin, end, label in sorted(spans):
         if begin != pos:
@@ -402,6 +406,61 @@ def iter_safetensors(files: list[str]) -> Iterator[tuple[str, object]]:
         with safe_open(path, framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 yield name, f.get_tensor(name)
+
+
+_TORCH_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+}
+
+
+def read_tensors(path: Path) -> list[tuple[str, object]]:
+    """Every tensor of one safetensors file, read into memory, sorted by name.
+
+    The header is checked strictly first (:func:`read_safetensors_header`); the data section is
+    then read with plain ``readinto`` calls into one buffer that the tensors are views of. No
+    memory map: a file cut short or failing while it is read raises here, as an ``OSError``
+    naming it, before anything is loaded (a mapped file cut short would kill the reader with
+    SIGBUS at first touch instead).
+    """
+    import torch
+
+    infos = read_safetensors_header(path)
+    with open(path, "rb", buffering=0) as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        f.seek(8 + header_len)
+        size = os.fstat(f.fileno()).st_size - 8 - header_len
+        buf = torch.empty(size, dtype=torch.uint8)
+        view = memoryview(buf.numpy())
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise OSError(errno.EIO, f"{path.name}: file ended after {got} of its {size} data bytes")
+            got += n
+    out = []
+    for name in sorted(infos):
+        info = infos[name]
+        begin, end = info.offsets
+        dtype = getattr(torch, _TORCH_DTYPES[info.dtype])
+        raw = buf[begin:end]
+        if begin % _DTYPE_BYTES[info.dtype]:  # a view must be aligned to the element size
+            raw = raw.clone()
+        out.append((name, raw.view(dtype).reshape(info.shape)))
+    return out
 
 
 def file_checksum(path: Path) -> tuple[int, str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 
 import httpx
 import pytest
@@ -11,7 +13,7 @@ import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from loguru import logger
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from prime_rl.inference.admin import (
     FirstByteMiddleware,
@@ -32,10 +34,10 @@ class FakeEngine:
         self.fail_loads = fail_loads
         self.load_delay = load_delay
         self.paused = False
+        self.loading = False
         self.loaded: list[str] | None = None
 
     async def pause_generation(self, *, mode="abort", clear_cache=True):
-        assert not self.paused, "pause while paused: swaps overlap"
         self.paused = True
         self.calls.append(("pause", mode, clear_cache))
 
@@ -43,15 +45,30 @@ class FakeEngine:
         self.paused = False
         self.calls.append(("resume",))
 
+    async def check_health(self):
+        return None
+
     async def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         assert method == "prime_load_weights"
+        assert not self.loading, "two loads at once: swaps overlap"
+        self.loading = True
         self.calls.append(("load", tuple(args[0])))
-        await asyncio.sleep(self.load_delay)
-        if self.fail_loads > 0:
-            self.fail_loads -= 1
-            raise RuntimeError("disk on fire")
+        try:
+            await asyncio.sleep(self.load_delay)
+            if self.fail_loads > 0:
+                self.fail_loads -= 1
+                raise RuntimeError("disk on fire")
+        finally:
+            self.loading = False
         self.loaded = list(args[0])
         return [{"rank": 0, "load_ms": 1.5}]
+
+
+def same_files(loaded: list, expected: list) -> bool:
+    """Whether the engine loaded exactly ``expected`` (the server loads hard links it holds)."""
+    return len(loaded) == len(expected) and all(
+        os.path.samefile(a, b) for a, b in zip(loaded, expected, strict=True)
+    )
 
 
 @pytest.fixture
@@ -100,12 +117,45 @@ def test_failed_load_resumes_generation_and_rolls_back(setup):
     assert engine.paused is False and swapper.current_dir is None and swapper.updates == 0
 
 
-def test_failed_rollback_is_reported_and_generation_still_resumes(setup):
+def test_failed_rollback_leaves_generation_paused_and_unknown_until_a_reload_succeeds(setup):
+    """Old behaviour: generation resumed on the half-loaded model (the next forward pass killed
+    the engine) and /health said 200. Now in-flight requests are aborted, generation stays
+    paused, generation requests and /health answer 503 with the reason, until a reload works."""
     engine = FakeEngine(fail_loads=2)
     swapper = swapper_for(engine, setup)
     with pytest.raises(SwapError) as e:
         asyncio.run(swapper.update(str(setup[2]), "tid3"))
-    assert e.value.rolled_back is False and engine.paused is False
+    assert e.value.rolled_back is False
+    assert [c[0] for c in engine.calls] == ["pause", "load", "load", "pause"]
+    assert engine.calls[-1] == ("pause", "abort", True) and engine.paused is True
+    assert swapper.served.step is None and "rollback" in swapper.served.broken
+
+    app = FastAPI()
+    app.include_router(build_admin_router(swapper, None))
+    app.add_middleware(FirstByteMiddleware, served=swapper.served)
+
+    @app.post("/v1/completions")
+    async def completions():
+        raise AssertionError("a generation request reached the engine while its weights are unknown")
+
+    with TestClient(app) as client:
+        health = client.get("/health")
+        assert health.status_code == 503 and "unknown" in health.json()["error"]
+        gen = client.post("/v1/completions", json={})
+        assert gen.status_code == 503 and "disk on fire" in gen.json()["error"]
+        info = client.get("/weights").json()
+        assert info["policy_step"] is None and "disk on fire" in info["error"]
+
+        assert client.post("/reload_weights", json={}).status_code == 200
+        assert engine.paused is False and engine.calls[-1] == ("resume",)
+        assert client.get("/health").status_code == 200
+        assert client.get("/weights").json() == {
+            "weight_dir": None,
+            "base": True,
+            "updates": 1,
+            "policy_step": 0,
+            "error": None,
+        }
 
 
 def test_concurrent_swaps_are_serialised(setup):
@@ -459,7 +509,8 @@ def test_a_dir_is_validated_under_the_lock_and_what_is_loaded_is_what_was_valida
     assert [c[0] for c in engine.calls] == ["pause", "load", "resume"]  # B never paused the engine
     assert ("validate", "step_2", False) in events  # validated once A was done, not while it loaded
     loaded = [list(c[1]) for c in engine.calls if c[0] == "load"]
-    assert loaded == [e[1] for e in events if e[0] == "validated"]
+    validated = [e[1] for e in events if e[0] == "validated"]
+    assert len(loaded) == len(validated) == 1 and same_files(loaded[0], validated[0])
     assert swapper.served.step == 1 and swapper.current_dir == (root / "step_1").resolve()
 
 
@@ -486,4 +537,27 @@ def test_a_later_valid_dir_content_is_what_gets_loaded(setup):
 
     _, result_b = asyncio.run(scenario())
     assert result_b["policy_step"] == 2
-    assert engine.loaded == [str((step_2 / "model-00001-of-00001.safetensors").resolve())]
+    assert same_files(engine.loaded, [step_2 / "model-00001-of-00001.safetensors"])
+
+
+def test_rollback_after_the_served_dir_was_pruned_loads_the_held_links(setup):
+    """Old code: the rollback read the pruned dir and failed, leaving the engine half-loaded."""
+    base, root, good = setup
+    engine = FakeEngine()
+    swapper = swapper_for(engine, setup)
+    asyncio.run(swapper.update(str(good), "t1"))
+    step_2 = root / "step_2"
+    step_2.mkdir()
+    save_file({"w": torch.full((2, 2), 2.0)}, str(step_2 / "model.safetensors"))
+    write_file_manifest(step_2)
+    (step_2 / "STABLE").touch()
+    shutil.rmtree(good)  # pruned while served
+
+    engine.fail_loads = 1
+    with pytest.raises(SwapError) as e:
+        asyncio.run(swapper.update(str(step_2), "t2"))
+    assert e.value.rolled_back is True and engine.paused is False
+    (rolled_back_to,) = engine.loaded
+    assert load_file(rolled_back_to)["w"][0, 0] == 1.0  # step 1's bytes, from the held link
+    assert swapper.served.step == 1 and swapper.current_dir == good.resolve()
+    assert [p.name for p in swapper.held.home.iterdir()] == [swapper.held.serving.name]

@@ -532,3 +532,37 @@ def test_hidden_safetensors_file_is_never_a_weight(tmp_path):
     d = make_dir(tmp_path / "step_1")
     save_file({"w": torch.ones(2, 3), "b": torch.ones(3)}, str(d / ".evil.safetensors"))
     assert [p.name for p in weight_files(d)] == ["model.safetensors"]
+
+
+def test_read_tensors_equals_the_safetensors_loader_for_every_dtype_and_alignment(tmp_path):
+    from safetensors.torch import load_file
+
+    from prime_rl.transport.weights import read_tensors
+
+    tensors = {
+        "a.u8": torch.arange(3, dtype=torch.uint8),  # odd length: the next tensor starts unaligned
+        "b.bf16": torch.randn(3, 5).to(torch.bfloat16),
+        "c.f32": torch.randn(7),
+        "d.i64": torch.arange(5, dtype=torch.int64),
+        "e.bool": torch.tensor([True, False, True]),
+        "f.f16": torch.randn(2, 2, 2).to(torch.float16),
+        "g.empty": torch.zeros(0, 4),
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    got = read_tensors(path)
+    assert [n for n, _ in got] == sorted(tensors)
+    expected = load_file(str(path))
+    for name, t in got:
+        assert t.dtype == expected[name].dtype and t.shape == expected[name].shape
+        assert torch.equal(t, expected[name]), name
+
+
+def test_read_tensors_refuses_a_cut_file_before_reading_it(tmp_path):
+    from prime_rl.transport.weights import WeightDirError, read_tensors
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.randn(64)}, str(path))
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(WeightDirError, match="cut short"):
+        read_tensors(path)
