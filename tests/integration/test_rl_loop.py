@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import signal
 import socket
 import subprocess
@@ -54,7 +53,7 @@ def metrics(out: Path, process: str) -> list[dict]:
     return [r for r in rows if r["process"] == process]
 
 
-def test_toy_task_learns_with_staleness_bounded_by_async_level(tiny_model, tmp_path):
+def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_level(tiny_model, tmp_path):
     out = tmp_path / "run"
     done = rl(tiny_model, out, "--max_steps", "30")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -84,10 +83,13 @@ def test_toy_task_learns_with_staleness_bounded_by_async_level(tiny_model, tmp_p
 
     rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
     first, last = rewards[:6], rewards[-6:]
-    mean_first, mean_last = sum(first) / 6, sum(last) / 6
-    var = (sum((x - mean_first) ** 2 for x in first) + sum((x - mean_last) ** 2 for x in last)) / 10
-    t = (mean_last - mean_first) / math.sqrt(var * (2 / 6) + 1e-12)
-    assert mean_last - mean_first > 0.1 and t > 5, (rewards, t)
+    # a real rise, not noise: +0.1 on average, and most of the last steps above every one of the
+    # first (a t statistic rejected good runs whose reward was still climbing fast at the end)
+    assert sum(last) / 6 - sum(first) / 6 > 0.1, rewards
+    assert sorted(last)[2] > max(first), rewards
+    # earned on answers the model ends (stop strings), not on cut-off ones: issue 12 item 17
+    trunc = [r["trunc_pct"] for r in metrics(out, "orchestrator")]
+    assert sum(trunc) / len(trunc) < 10, trunc
     trainer_steps = [r["step"] for r in metrics(out, "trainer")]
     assert trainer_steps == list(range(30))
 

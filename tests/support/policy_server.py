@@ -5,8 +5,9 @@ Like the real server (``prime_rl.inference.admin``): ``/update_weights`` with a 
 the ``x-policy-step`` header of the policy served when the request arrived. Faults a test can
 provoke: :meth:`PolicyServer.restart` (back on the base weights, optionally answering 503 to
 everything for a while, as a restarted server does until it is up), ``abort_next`` (that many
-answers end with finish_reason ``abort``, as after a pause or weight swap) and
-``report_policy = False`` (a server that sends no header).
+answers end with finish_reason ``abort``, as after a pause or weight swap),
+``report_policy = False`` (a server that sends no header) and ``truncate_odd`` (every
+odd-numbered choice of an answer ends with finish_reason ``length``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class PolicyServer(ThreadedApp):
         """For each restart, how many answers had been served before it."""
         self.abort_next = 0
         self.report_policy = True
+        self.truncate_odd = False
         self.forget_after: set[int] = set()
         """Steps after whose load the server silently restarts (serves the base weights again)."""
         self.down_after: dict[int, float] = {}
@@ -68,7 +70,7 @@ class PolicyServer(ThreadedApp):
                 {
                     "index": i,
                     "message": {"role": "assistant", "content": "x" * n},
-                    "finish_reason": finish,
+                    "finish_reason": "length" if self.truncate_odd and i % 2 and finish == "stop" else finish,
                     "token_ids": [5 + (i + j) % 7 for j in range(n)],
                     "logprobs": {"content": [{"token": "x", "logprob": -1.0} for _ in range(n)]},
                 }

@@ -116,6 +116,12 @@ class OrchestratorConfig(BaseConfig):
     verify: VerifyConfig = VerifyConfig()
     """Verification."""
 
+    truncated_reward: float | None = None
+    """Reward of a truncated completion (one that hit ``sampling.max_tokens``) in place of its
+    score, before advantages; None: scored like any other. 0 means an answer the policy never
+    ends earns nothing, however it scores (the simplest form of DAPO's overlong shaping), so
+    learning cannot drift onto answers that are cut off. Its score stays in the env metrics."""
+
     advantage: AdvantageConfig = AdvantageConfig()
     """Advantages."""
 

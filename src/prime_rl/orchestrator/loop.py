@@ -358,6 +358,8 @@ class Orchestrator:
         verdicts = await asyncio.gather(*(self.verifier.score(task, r.text) for r in kept))
         for r, v in zip(kept, verdicts, strict=True):
             r.reward, r.metrics, r.error, r.verify_ms = v.reward, v.metrics, v.error, v.ms
+            if r.truncated and cfg.truncated_reward is not None:
+                r.reward = cfg.truncated_reward
         for r, a in zip(
             kept, group_advantages([r.reward for r in kept], cfg.advantage.std_normalize), strict=True
         ):
