@@ -146,7 +146,10 @@ def test_two_ranks_match_one_rank(tiny_model, tmp_path):
     assert (tmp_path / "two" / "logs" / "trainer" / "rank_1.log").is_file()
 
 
-@pytest.mark.parametrize("resume_nproc", [1, 2])
+# Resumed on 2 ranks from a 1-rank checkpoint: the harder case (the state is resharded). Resuming
+# on the same single rank runs in tests/faults (the trainer killed, then --resume); this test
+# ran for both (22 s more) until make test crossed its 15 minutes.
+@pytest.mark.parametrize("resume_nproc", [2])
 def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model, tmp_path, resume_nproc):
     samples = make_samples(n_prompts=3, vocab_size=2048, seed=6)
     args = [*LR, "--scheduler.type", "cosine", "--scheduler.warmup_steps", "1", "--ckpt.interval", "2"]

@@ -7,9 +7,10 @@ generation answer with the ``x-policy-step`` header (:data:`POLICY_HEADER`): the
 that was served when the request arrived. Steps only move forward between arrival and answer,
 so that is the oldest policy that produced any token of the answer (with
 ``inflight_on_update = "keep"`` a request may finish under newer weights), which is the one a
-staleness check must use. The middleware also guards vLLM's development routes
-(``VLLM_SERVER_DEV_MODE``: ``/collective_rpc``, ``/sleep``, ``/pause``, ...), which have no
-auth of their own: :data:`GUARD` makes them answer 401 without the admin token.
+staleness check must use. The middleware also guards vLLM's routes that have no auth of their
+own: its elastic-EP control routes (``/scale_elastic_ep``, always registered) and, with
+``VLLM_SERVER_DEV_MODE``, its development routes (``/collective_rpc``, ``/sleep``, ``/pause``,
+...): with an admin token set, :data:`GUARD` makes them answer 401 without it.
 
 Request bodies are bounded (:data:`MAX_BODY_BYTES`, :data:`MAX_JSON_DEPTH`,
 :data:`MAX_WEIGHT_DIR_CHARS`): too large answers 413, too deep or too long 400, never a 500.
@@ -64,6 +65,8 @@ from prime_rl.transport.weights import (
 
 ADMIN_PATHS = ("/update_weights", "/reload_weights")
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+OPEN_WHEN_BROKEN = (*ADMIN_PATHS, "/weights", "/health", "/metrics", "/version", "/v1/models")
+"""Paths that still answer while the served weights are unknown; every other one answers 503."""
 _TRACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 MAX_BODY_BYTES = 64 * 1024
@@ -139,8 +142,10 @@ class FirstByteMiddleware:
     Admin requests: logs ``[weights][tid] server.recv path=... t=...`` on arrival and stores the
     trace id in ``scope["state"]["trace_id"]`` for the route to reuse. Generation requests: the
     answer carries ``x-policy-step`` (the step served on arrival, or ``unknown`` after a swap
-    whose rollback failed or of a dir not named ``step_N``). Paths of ``guard`` (vLLM's dev
-    routes) answer 401 without ``Authorization: Bearer <admin token>``. Pure ASGI
+    of a dir not named ``step_N``). While the served weights are unknown (a swap whose rollback
+    failed) every path but :data:`OPEN_WHEN_BROKEN` answers 503 with the reason. Paths of
+    ``guard`` (vLLM's control and dev routes) answer 401 without ``Authorization: Bearer <admin
+    token>``. Pure ASGI
     (not ``BaseHTTPMiddleware``) so streaming bodies pass untouched.
     """
 
@@ -179,12 +184,12 @@ class FirstByteMiddleware:
             if denied is not None:
                 await _error(*denied)(scope, receive, send)
                 return
+        if self.served.broken is not None and path not in OPEN_WHEN_BROKEN:
+            await _error(503, f"no generation: the served weights are unknown ({self.served.broken})")(
+                scope, receive, send
+            )
+            return
         if path in GENERATION_PATHS:
-            if self.served.broken is not None:
-                await _error(503, f"no generation: the served weights are unknown ({self.served.broken})")(
-                    scope, receive, send
-                )
-                return
             step = self.served.step
             stamp = (POLICY_HEADER.encode(), b"unknown" if step is None else str(step).encode())
 

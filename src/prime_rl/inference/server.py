@@ -129,6 +129,17 @@ def vllm_dev_paths() -> tuple[str, ...]:
     return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
 
 
+def vllm_control_paths() -> tuple[str, ...]:
+    """vLLM's always-on control routes without auth of their own: elastic expert-parallel scaling
+    (``/scale_elastic_ep``, ``/is_scaling_elastic_ep``), registered for every generating model."""
+    from fastapi import FastAPI
+    from vllm.entrypoints.serve.elastic_ep.api_router import attach_router
+
+    probe = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    attach_router(probe)
+    return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
+
+
 def startup_problem(
     config: InferenceConfig, args: Namespace, environ: Mapping[str, str] = os.environ
 ) -> str | None:
@@ -180,8 +191,9 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
         supported_tasks = await engine.get_supported_tasks()
         token = config.admin_token.get_secret_value() if config.admin_token else None
         dev_mode = vllm_dev_mode()
-        if dev_mode:  # startup_problem refused it without a token
-            GUARD.protect(vllm_dev_paths(), token)  # FirstByteMiddleware (--middleware) checks it
+        if token is not None:  # without one (loopback only, as our own admin routes) they stay open
+            guarded = vllm_control_paths() + (vllm_dev_paths() if dev_mode else ())
+            GUARD.protect(guarded, token)  # FirstByteMiddleware (--middleware) checks it
         app = build_app(args, supported_tasks, engine.model_config)
         include_first(app, build_admin_router(swapper, token))  # over vLLM's dev /update_weights
         await init_app_state(engine, app.state, args, supported_tasks)
@@ -189,7 +201,7 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
             f"inference: serving {config.model} on http://{listen_address.split('://')[-1]} "
             f"(weights root {weights_root}, admin token {'set' if token else 'not set'}, "
             f"in-flight requests on update: {config.inflight_on_update}"
-            f"{', vLLM dev routes behind the admin token' if dev_mode else ''})"
+            f"{', vLLM control and dev routes behind the admin token' if dev_mode else ''})"
         )
         shutdown_task = await serve_http(
             app,

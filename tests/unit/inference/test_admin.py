@@ -143,6 +143,8 @@ def test_failed_rollback_leaves_generation_paused_and_unknown_until_a_reload_suc
         assert health.status_code == 503 and "unknown" in health.json()["error"]
         gen = client.post("/v1/completions", json={})
         assert gen.status_code == 503 and "disk on fire" in gen.json()["error"]
+        for other in ("/v1/responses", "/inference/v1/generate"):  # every way to the engine
+            assert client.post(other, json={}).status_code == 503
         info = client.get("/weights").json()
         assert info["policy_step"] is None and "disk on fire" in info["error"]
 

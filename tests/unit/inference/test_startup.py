@@ -123,3 +123,9 @@ def test_vllm_dev_routes_are_found_in_vllm():
 
     paths = vllm_dev_paths()
     assert {"/collective_rpc", "/sleep", "/pause", "/update_weights"} <= set(paths)
+
+
+def test_vllm_control_routes_are_found_in_vllm():
+    from prime_rl.inference.server import vllm_control_paths
+
+    assert {"/scale_elastic_ep", "/is_scaling_elastic_ep"} <= set(vllm_control_paths())

@@ -104,7 +104,10 @@ def test_stop_ends_the_group_of_a_child_that_exited_already(tmp_path):
     child = Child("test", [sys.executable, "-c", script], log, dict(os.environ))
     try:
         assert child.proc.wait(timeout=30) == 0
-        child._pump.join(timeout=10)
+        # the orphan holds the log pipe open (its stderr), so the pump never ends: poll the log
+        deadline = time.monotonic() + 10
+        while not log.read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.05)
         orphan = int(log.read_text().split()[0])
         assert running_in_group(child.proc.pid) == [orphan]
         child.stop(timeout_s=0.5)
