@@ -3,7 +3,7 @@
 The session server (real vLLM, CPU) runs with ``PRIME_RL_FAULT_FILE``; each case arms one raise
 point (:mod:`prime_rl.failpoints`) and updates from ``step_1`` to ``step_2``, with ``step_1``
 pruned by "the trainer" in between (the server holds hard links of what it serves). The load
-fails while reading, at the first tensor, in the middle of a fused parameter (``k_proj``
+fails on a read error, at the first tensor, in the middle of a fused parameter (``k_proj``
 delivered to the fused ``qkv_proj`` but not ``q_proj``; ``gate_proj`` to ``gate_up_proj`` but not
 ``up_proj``), at the last tensor, or after every tensor is in. Each time: the update answers 500
 with ``rolled_back: true``, the fault fired, completions give exactly step 1's log-probabilities,

@@ -5,6 +5,9 @@ running. A 429 halves the limit and pauses every new request until its ``Retry-A
 passed; it halves only once per round trip (a 429 for a request sent before the last decrease
 says nothing new), so a burst of 429s from one window costs one halving. Each success adds
 ``1/limit``, i.e. about one slot per window of successes, back up to the configured maximum.
+
+A waiter woken for a free slot that is cancelled before it takes it hands the wake-up on to the
+next waiter (no slot is ever left free while requests wait).
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ class AdaptiveLimiter:
             self._waiters.append(waiter)
             try:
                 await waiter
+            except asyncio.CancelledError:
+                # Woken (handed a free slot) but cancelled before taking it: hand it on, or the
+                # slot stays free while every other waiter sleeps until some later release.
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()
+                raise
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)

@@ -21,7 +21,7 @@ from loguru import logger
 
 from prime_rl.collect.config import MergeConfig
 from prime_rl.collect.runner import write_aggregates
-from prime_rl.collect.store import Key, OutputError, find_torn_tail, iter_raw_records, record_key
+from prime_rl.collect.store import Key, OutputError, exclusive, find_torn_tail, iter_raw_records, record_key
 from prime_rl.paths import fsync_dir
 
 
@@ -50,6 +50,18 @@ def _copy_sorted(index: dict[Key, tuple[int, int, int, bytes]], handles: list, t
 
 
 def merge(cfg: MergeConfig) -> MergeResult:
+    """Merge under the collector's lock of the output and of every input (a run still writing a
+    shard, or writing the output, makes the merge fail with that file named)."""
+    for path in cfg.inputs:
+        if not path.is_file():
+            raise OutputError(f"merge input {path} not found")
+    with contextlib.ExitStack() as locks:
+        for path in dict.fromkeys(os.path.realpath(p) for p in (cfg.output_jsonl_fpath, *cfg.inputs)):
+            locks.enter_context(exclusive(Path(path)))
+        return _merge(cfg)
+
+
+def _merge(cfg: MergeConfig) -> MergeResult:
     result = MergeResult(cfg.output_jsonl_fpath)
     index: dict[Key, tuple[int, int, int, bytes]] = {}
     for file_no, path in enumerate(cfg.inputs):
@@ -76,7 +88,7 @@ def merge(cfg: MergeConfig) -> MergeResult:
             index[key] = (file_no, offset, len(raw), digest)
             kept += 1
         result.per_input[str(path)] = kept
-    out = cfg.output_jsonl_fpath
+    out = Path(os.path.realpath(cfg.output_jsonl_fpath))  # replace the file, never a symlink to it
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.merging")
     with contextlib.ExitStack() as stack:

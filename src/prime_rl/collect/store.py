@@ -233,7 +233,14 @@ def read_failures(path: Path) -> Counter[Key]:
 @contextlib.contextmanager
 def exclusive(output: Path) -> Iterator[None]:
     """Hold ``.<name>.lock`` beside ``output`` for the run: a second process writing the same
-    output would duplicate pairs, so it is refused with a clear error instead."""
+    output would duplicate pairs, so it is refused with a clear error instead.
+
+    The lock sits beside the file ``output`` really is (symlinks of the file or of its dirs
+    resolved), so two runs naming one file by different paths still exclude each other. It is
+    an ``flock``: it excludes processes of one machine; on a filesystem shared between machines
+    each takes it, so never point two machines at one output.
+    """
+    output = Path(os.path.realpath(output))
     output.parent.mkdir(parents=True, exist_ok=True)
     lock = output.with_name(f".{output.name}.lock")
     with open(lock, "a") as f:

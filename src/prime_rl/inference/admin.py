@@ -23,9 +23,9 @@ between). The files are first hard-linked into the server's own held dir
 (:mod:`prime_rl.inference.held`), so pruning cannot take them away during the load or later,
 when they are what a rollback needs.
 
-A swap is all or nothing. The worker reads every tensor before the live model changes
-(:mod:`prime_rl.inference.worker`); if loading fails after that, the unfinished layers are put
-back and the previous weights are loaded again in full, and only then does generation resume,
+A swap is all or nothing. Every file is checked before the engine is paused (above); if loading
+fails anyway (:mod:`prime_rl.inference.worker`), the unfinished layers are put back and the
+previous weights are loaded again in full, and only then does generation resume,
 on a model that is wholly the previous version. If that rollback fails too, the weights are
 unknown: in-flight requests are aborted, generation stays paused, generation requests and
 ``/health`` answer 503 with the reason, and ``GET /weights`` says so, until a later update or

@@ -427,40 +427,42 @@ _TORCH_DTYPES = {
 }
 
 
-def read_tensors(path: Path) -> list[tuple[str, object]]:
-    """Every tensor of one safetensors file, read into memory, sorted by name.
+def iter_tensors(files: Iterable[Path]) -> Iterator[tuple[str, object]]:
+    """``(name, tensor)`` for every tensor of safetensors ``files``, each read into its own memory
+    when it is reached (file by file, sorted by name within a file).
 
-    The header is checked strictly first (:func:`read_safetensors_header`); the data section is
-    then read with plain ``readinto`` calls into one buffer that the tensors are views of. No
-    memory map: a file cut short or failing while it is read raises here, as an ``OSError``
-    naming it, before anything is loaded (a mapped file cut short would kill the reader with
-    SIGBUS at first touch instead).
+    Each header is checked strictly first (:func:`read_safetensors_header`). Tensors are read
+    with ``readinto``, never memory-mapped: a file cut short or failing while it is read raises
+    an ``OSError`` naming it, which a loader can handle (a mapped file cut short kills the reader
+    with SIGBUS at first touch instead). One tensor at a time, as the loader takes it, so the
+    bytes go from the page cache to the model while they are still in the CPU's cache.
     """
     import torch
 
-    infos = read_safetensors_header(path)
-    with open(path, "rb", buffering=0) as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        f.seek(8 + header_len)
-        size = os.fstat(f.fileno()).st_size - 8 - header_len
-        buf = torch.empty(size, dtype=torch.uint8)
-        view = memoryview(buf.numpy())
-        got = 0
-        while got < size:
-            n = f.readinto(view[got:])
-            if not n:
-                raise OSError(errno.EIO, f"{path.name}: file ended after {got} of its {size} data bytes")
-            got += n
-    out = []
-    for name in sorted(infos):
-        info = infos[name]
-        begin, end = info.offsets
-        dtype = getattr(torch, _TORCH_DTYPES[info.dtype])
-        raw = buf[begin:end]
-        if begin % _DTYPE_BYTES[info.dtype]:  # a view must be aligned to the element size
-            raw = raw.clone()
-        out.append((name, raw.view(dtype).reshape(info.shape)))
-    return out
+    for path in files:
+        path = Path(path)
+        infos = read_safetensors_header(path)
+        with open(path, "rb", buffering=0) as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            base = 8 + header_len
+            for name in sorted(infos):
+                info = infos[name]
+                begin, end = info.offsets
+                raw = torch.empty(end - begin, dtype=torch.uint8)
+                view = memoryview(raw.numpy())
+                got = 0
+                while got < end - begin:
+                    n = os.preadv(f.fileno(), [view[got:]], base + begin + got)
+                    if not n:
+                        raise OSError(errno.EIO, f"{path.name}: file ended inside tensor {name!r}")
+                    got += n
+                dtype = getattr(torch, _TORCH_DTYPES[info.dtype])
+                yield name, raw.view(dtype).reshape(info.shape)
+
+
+def read_tensors(path: Path) -> list[tuple[str, object]]:
+    """Every tensor of one safetensors file (see :func:`iter_tensors`), sorted by name."""
+    return list(iter_tensors([path]))
 
 
 def file_checksum(path: Path) -> tuple[int, str]:

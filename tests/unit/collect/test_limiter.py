@@ -53,3 +53,44 @@ async def test_limiter_admits_at_most_limit_and_waits_out_the_pause():
     start = lim._clock()
     await lim.acquire()
     assert lim._clock() - start >= 0.19
+
+
+async def test_a_woken_waiter_cancelled_before_it_runs_hands_its_slot_on():
+    """Old code: the slot handed to the cancelled waiter was lost; the next waiter slept on."""
+    lim = AdaptiveLimiter(1)
+    await lim.acquire()
+    first = asyncio.create_task(lim.acquire())
+    second = asyncio.create_task(lim.acquire())
+    await asyncio.sleep(0.01)  # both wait
+    lim.release()  # the free slot goes to the first waiter...
+    first.cancel()  # ...which is cancelled before it runs
+    await asyncio.wait_for(second, 1)
+    assert lim.inflight == 1
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+async def test_cancellations_under_load_never_strand_a_slot():
+    import random
+
+    rng = random.Random(7)
+    lim = AdaptiveLimiter(4)
+    done = 0
+
+    async def request() -> None:
+        nonlocal done
+        await lim.acquire()
+        try:
+            await asyncio.sleep(rng.random() * 0.002)
+        finally:
+            lim.release()
+        done += 1
+
+    tasks = [asyncio.create_task(request()) for _ in range(400)]
+    for _ in range(150):  # cancel random requests, waiting or running, while the others go on
+        await asyncio.sleep(rng.random() * 0.001)
+        rng.choice(tasks).cancel()
+    finished, pending = await asyncio.wait(tasks, timeout=10)
+    assert not pending, f"{len(pending)} requests never got a slot"
+    cancelled = sum(t.cancelled() for t in finished)
+    assert done + cancelled == 400 and lim.inflight == 0 and not lim._waiters

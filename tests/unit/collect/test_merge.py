@@ -20,3 +20,26 @@ def test_merge_refuses_files_from_different_task_files(tmp_path):
     with pytest.raises(ValueError, match=r"b.jsonl:1: task 0 repeat 0 is a different task"):
         merge(cfg)
     assert not (tmp_path / "m.jsonl").exists()
+
+
+@pytest.mark.parametrize("held", ["input", "output", "output via a symlink"])
+def test_merge_takes_the_collectors_lock_of_its_inputs_and_output(tmp_path, held):
+    """A shard still being written, or an output a run is writing, is never merged over."""
+    from prime_rl.collect.store import OutputError, exclusive
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for i, path in enumerate((a, b)):
+        path.write_text(json.dumps({"task_index": i, "repeat_index": 0, "task": {"q": i}}) + "\n")
+    out = tmp_path / "m.jsonl"
+    out.write_text("")
+    (tmp_path / "alias.jsonl").symlink_to(out)
+    target = {"input": b, "output": out, "output via a symlink": tmp_path / "alias.jsonl"}[held]
+    cfg, _ = load_config(MergeConfig, ["--output", str(target if held != "input" else out), str(a), str(b)])
+    with (
+        exclusive(b if held == "input" else out),
+        pytest.raises(OutputError, match="being written by another"),
+    ):
+        merge(cfg)
+    assert out.read_text() == ""  # untouched
+    result = merge(cfg)  # the lock released: it merges
+    assert result.records == 2 and out.read_text().count("\n") == 2

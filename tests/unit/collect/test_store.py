@@ -67,3 +67,18 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
             second.__enter__()
     with exclusive(out):  # released
         pass
+
+
+def test_the_same_output_through_a_symlink_is_refused_too(tmp_path):
+    """Old code locked by the name given: a second run via a symlink wrote the same file."""
+    from prime_rl.collect.store import exclusive
+
+    out = tmp_path / "real" / "out.jsonl"
+    out.parent.mkdir()
+    out.touch()
+    (tmp_path / "alias.jsonl").symlink_to(out)
+    (tmp_path / "dir_alias").symlink_to(out.parent)
+    with exclusive(out):
+        for other in (tmp_path / "alias.jsonl", tmp_path / "dir_alias" / "out.jsonl"):
+            with pytest.raises(OutputError, match="being written by another process"):
+                exclusive(other).__enter__()
