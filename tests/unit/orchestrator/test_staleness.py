@@ -52,14 +52,17 @@ def test_samples_from_a_server_that_lost_its_weights_are_regenerated_not_trained
 
 def test_a_server_that_was_down_serves_again_only_with_the_current_policy(tmp_path):
     with PolicyServer() as a, PolicyServer() as b:
-        b.down_after = {2: 1.0}  # restarts right after loading step 2; 503 to everything for 1 s
+        # restarts right after loading step 2 and answers 503 to everything for 3 s: long enough
+        # that newer weights are published while it is down, however slow the machine
+        b.down_after = {2: 3.0}
         # the trainer waits after step 4 until b is back in rotation: the last steps see it serve
         orch, tagged = run(tmp_path, [a, b], hold=lambda orch, step: step == 4 and bool(orch.down))
     assert_bounded(trained_policy_steps(tmp_path))
     reload_at = b.loaded.index(2) + 1
     assert len(b.loaded) > reload_at  # the health loop loaded weights on it before it served again
-    recovered = [line for line in tagged if line.tag == "weights" and line.event == "client.error"]
-    assert recovered, "the update it missed while down was not reported"
+    # it missed updates while down (whether an update to it failed or a request to it failed
+    # first and took it out of rotation is a race) and came back on a newer policy than it lost
+    assert b.loaded[reload_at] > 2, b.loaded
     assert orch.down == set()
     after = b.served[b.restarts[0] :]
     assert after, "it never served again after coming back"
