@@ -326,7 +326,7 @@ class WeightSwapper:
                 self.current_files = files
                 self.current_dir = target.weight_dir
             finally:
-                self.held.settle(held_dir, served=loaded, base=target.weight_dir is None)
+                self.held.settle(held_dir, served=loaded)
                 if paused:
                     await self._release_engine(trace_id)
             end = now()

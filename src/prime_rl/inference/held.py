@@ -81,12 +81,12 @@ class HeldWeights:
             return list(files), None
         return held, dest
 
-    def settle(self, loaded: Path | None, *, served: bool, base: bool = False) -> None:
-        """After a swap: ``served`` says whether ``loaded`` (a held dir or None) is now served.
-        Served: it replaces the previous one (``base``: nothing is held any more). Not served:
-        it is dropped and the previous one stays."""
+    def settle(self, loaded: Path | None, *, served: bool) -> None:
+        """After a swap: ``served`` says whether ``loaded`` is now served. ``loaded`` is the held
+        dir, or None when nothing was held (the base weights, or links were impossible).
+        Served: it replaces the previous one. Not served: it is dropped, the previous one stays."""
         if served:
-            previous, self.serving = self.serving, (None if base else loaded)
+            previous, self.serving = self.serving, loaded
             if previous is not None and previous != self.serving:
                 shutil.rmtree(previous, ignore_errors=True)
         elif loaded is not None and loaded != self.serving:

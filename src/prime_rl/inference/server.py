@@ -113,31 +113,33 @@ def vllm_dev_mode(environ: Mapping[str, str] = os.environ) -> bool:
         return True
 
 
-def vllm_dev_paths() -> tuple[str, ...]:
-    """The paths of vLLM's development routes, as this vLLM registers them in dev mode."""
+def _route_paths(*register) -> tuple[str, ...]:
+    """The paths vLLM's ``register`` functions add to an app (read from a throwaway app)."""
     from fastapi import FastAPI
-    from vllm.entrypoints.serve import register_vllm_dev_api_routers
 
     probe = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    register_vllm_dev_api_routers(probe)
+    for add in register:
+        add(probe)
+    return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
+
+
+def vllm_dev_paths() -> tuple[str, ...]:
+    """The paths of vLLM's development routes, as this vLLM registers them in dev mode."""
+    from vllm.entrypoints.serve import register_vllm_dev_api_routers
+
     try:
         from vllm.entrypoints.rl.factories import register_rl_api_routers
     except ImportError:  # pragma: no cover - older vLLM without the RL routes
-        pass
-    else:
-        register_rl_api_routers(probe)
-    return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
+        return _route_paths(register_vllm_dev_api_routers)
+    return _route_paths(register_vllm_dev_api_routers, register_rl_api_routers)
 
 
 def vllm_control_paths() -> tuple[str, ...]:
     """vLLM's always-on control routes without auth of their own: elastic expert-parallel scaling
     (``/scale_elastic_ep``, ``/is_scaling_elastic_ep``), registered for every generating model."""
-    from fastapi import FastAPI
     from vllm.entrypoints.serve.elastic_ep.api_router import attach_router
 
-    probe = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    attach_router(probe)
-    return tuple(sorted({route.path for route in probe.routes if hasattr(route, "path")}))
+    return _route_paths(attach_router)
 
 
 def startup_problem(
@@ -201,7 +203,8 @@ async def serve(config: InferenceConfig, args: Namespace) -> None:
             f"inference: serving {config.model} on http://{listen_address.split('://')[-1]} "
             f"(weights root {weights_root}, admin token {'set' if token else 'not set'}, "
             f"in-flight requests on update: {config.inflight_on_update}"
-            f"{', vLLM control and dev routes behind the admin token' if dev_mode else ''})"
+            f"{', vLLM control routes behind the admin token' if token else ''}"
+            f"{', dev routes too' if dev_mode else ''})"
         )
         shutdown_task = await serve_http(
             app,

@@ -398,16 +398,6 @@ def check_compatible(candidate: dict[str, TensorInfo], base: dict[str, TensorInf
         raise WeightDirError(422, "weights do not match the served model: " + "; ".join(problems))
 
 
-def iter_safetensors(files: list[str]) -> Iterator[tuple[str, object]]:
-    """Yield ``(name, tensor)`` from safetensors files (memory-mapped; never pickle)."""
-    from safetensors import safe_open
-
-    for path in files:
-        with safe_open(path, framework="pt", device="cpu") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                yield name, f.get_tensor(name)
-
-
 _TORCH_DTYPES = {
     "F64": "float64",
     "F32": "float32",

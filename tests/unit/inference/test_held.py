@@ -37,7 +37,7 @@ def test_hold_links_then_settle_keeps_only_what_is_served(tmp_path):
     files_b, dir_b = held.hold([b])
     held.settle(dir_b, served=True)
     assert not dir_a.exists() and held.serving == dir_b
-    held.settle(None, served=True, base=True)  # back on the base model: nothing held
+    held.settle(None, served=True)  # back on the base model: nothing held
     assert not dir_b.exists() and held.serving is None
     held.release()
     assert not held.home.exists()
