@@ -22,8 +22,8 @@ newline-separated. An item fires once: it is removed from the file as it fires (
 deleted when none is left), so a test sees that its fault was reached. Without the variable, or
 without the file, a raise point costs one lookup.
 
-- ``inference.load.read@K``: reading the K-th tensor (0-based) of a weight update.
-- ``inference.load.tensor@K``: handing the K-th tensor to the model (K-1 are loaded).
+- ``inference.load.tensor@K``: handing the K-th tensor (0-based) of a weight update to the model
+  (K are loaded).
 - ``inference.load.after``: after every tensor is loaded, before the swap is declared done.
 """
 

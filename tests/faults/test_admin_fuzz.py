@@ -23,6 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
+from tests.support.completions import greedy_ids
 
 from prime_rl.paths import mark_stable
 from prime_rl.transport.weights import write_file_manifest
@@ -112,21 +113,10 @@ async def send(client: httpx.AsyncClient, req: dict) -> httpx.Response:
     return await client.request(req["method"], req["path"], headers=headers, content=req["body"])
 
 
-def completion(server) -> list[int]:
-    r = httpx.post(
-        f"{server.base_url}/v1/completions",
-        json={"model": server.model, "prompt": "Hello there", "max_tokens": 8, "temperature": 0.0,
-              "return_token_ids": True, "ignore_eos": True},
-        timeout=120,
-    )  # fmt: skip
-    assert r.status_code == 200, r.text
-    return r.json()["choices"][0]["token_ids"]
-
-
 def test_a_thousand_hostile_admin_requests_change_nothing(inference_server):
     server = inference_server
     bad_dirs = prepare_bad_dirs(server.weights_root)
-    before = completion(server)
+    before = greedy_ids(server, "Hello there", 8)
     sent: list[int] = []
     statuses: dict[int, int] = {}
 
@@ -165,7 +155,7 @@ def test_a_thousand_hostile_admin_requests_change_nothing(inference_server):
 
     batch()
     assert sum(sent) >= 1000, sum(sent)
-    assert completion(server) == before
+    assert greedy_ids(server, "Hello there", 8) == before
     assert 401 in statuses and 400 in statuses and any(s in statuses for s in (403, 404, 409, 422)), statuses
 
 

@@ -3,7 +3,7 @@
 The session server (real vLLM, CPU) runs with ``PRIME_RL_FAULT_FILE``; each case arms one raise
 point (:mod:`prime_rl.failpoints`) and updates from ``step_1`` to ``step_2``, with ``step_1``
 pruned by "the trainer" in between (the server holds hard links of what it serves). The load
-fails on a read error, at the first tensor, in the middle of a fused parameter (``k_proj``
+fails at the first tensor, in the middle of a fused parameter (``k_proj``
 delivered to the fused ``qkv_proj`` but not ``q_proj``; ``gate_proj`` to ``gate_up_proj`` but not
 ``up_proj``), at the last tensor, or after every tensor is in. Each time: the update answers 500
 with ``rolled_back: true``, the fault fired, completions give exactly step 1's log-probabilities,
@@ -20,6 +20,7 @@ import shutil
 
 import httpx
 import pytest
+from tests.support.completions import complete
 
 from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.transport.weights import read_tensors, weight_files
@@ -44,21 +45,7 @@ def server(inference_server, server_fault_file):
 
 
 def completion(server) -> tuple[list[int], list[float]]:
-    r = httpx.post(
-        f"{server.base_url}/v1/completions",
-        json={
-            "model": server.model,
-            "prompt": PROMPT,
-            "max_tokens": 8,
-            "temperature": 0.0,
-            "logprobs": 0,
-            "return_token_ids": True,
-            "ignore_eos": True,
-        },
-        timeout=120,
-    )
-    assert r.status_code == 200, r.text
-    choice = r.json()["choices"][0]
+    choice = complete(server, PROMPT, 8)["choices"][0]
     return choice["token_ids"], choice["logprobs"]["token_logprobs"]
 
 
@@ -85,7 +72,6 @@ def point(tiny_model, spec: str) -> str:
 @pytest.mark.parametrize(
     "spec",
     [
-        "inference.load.read@3",
         "inference.load.tensor@0",
         "after:model.layers.0.self_attn.k_proj.weight",  # inside the fused qkv_proj
         "after:model.layers.1.mlp.gate_proj.weight",  # inside the fused gate_up_proj

@@ -10,6 +10,7 @@ import shutil
 import httpx
 import pytest
 import torch
+from tests.support import completions
 from tests.support.reference import hf_greedy, hf_model
 
 from prime_rl.clients.admin import AdminClient, WeightUpdateError
@@ -37,25 +38,11 @@ def server(inference_server):
 
 
 def complete(server, prompt: str = PROMPT, n: int = 12) -> dict:
-    r = httpx.post(
-        f"{server.base_url}/v1/completions",
-        json={
-            "model": server.model,
-            "prompt": prompt,
-            "max_tokens": n,
-            "temperature": 0.0,
-            "logprobs": 1,
-            "return_token_ids": True,
-            "ignore_eos": True,
-        },
-        timeout=120,
-    )
-    assert r.status_code == 200, r.text
-    return r.json()
+    return completions.complete(server, prompt, n)
 
 
 def greedy_ids(server, prompt: str = PROMPT, n: int = 12) -> list[int]:
-    return complete(server, prompt, n)["choices"][0]["token_ids"]
+    return completions.greedy_ids(server, prompt, n)
 
 
 def update(server, weight_dir, token: str | None = "default", body=None) -> httpx.Response:

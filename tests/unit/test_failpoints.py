@@ -20,7 +20,7 @@ def test_each_item_fires_once_at_its_index_and_is_removed(tmp_path, monkeypatch)
     faults.write_text("inference.load.tensor@2\ninference.load.after, inference.load.tensor@0")
     monkeypatch.setenv(FAULT_FILE_ENV, str(faults))
     raise_if("inference.load.tensor", 1)  # not armed at 1
-    raise_if("inference.load.read", 2)  # another point
+    raise_if("inference.load.other", 2)  # another point
     with pytest.raises(InjectedFault, match=r"inference\.load\.tensor@2"):
         raise_if("inference.load.tensor", 2)
     assert faults.read_text() == "inference.load.after,inference.load.tensor@0"

@@ -40,7 +40,6 @@ _LAYERWISE_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 def _load_order(files: list[str]) -> Iterator[tuple[str, object]]:
     for i, (name, tensor) in enumerate(iter_tensors([Path(f) for f in files])):
-        failpoints.raise_if("inference.load.read", i)
         failpoints.raise_if("inference.load.tensor", i)
         yield name, tensor
 

@@ -566,3 +566,19 @@ def test_read_tensors_refuses_a_cut_file_before_reading_it(tmp_path):
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(WeightDirError, match="cut short"):
         read_tensors(path)
+
+
+def test_a_shard_cut_while_it_is_read_raises_an_error_naming_it(tmp_path):
+    """No memory map: a file cut between the header check and the read is an OSError (which the
+    worker undoes), where a mapped read would kill the engine with SIGBUS."""
+    from prime_rl.transport.weights import iter_tensors
+
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.randn(64), "b": torch.randn(64)}, str(path))
+    tensors = iter_tensors([path])
+    name, first = next(tensors)
+    assert name == "a" and first.shape == (64,)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 100)
+    with pytest.raises(OSError, match=r"model\.safetensors: file ended inside tensor 'b'"):
+        next(tensors)
