@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from prime_rl.dev.tiny_model import build_tiny_model
@@ -152,3 +153,18 @@ def inference_server(tiny_model, tmp_path_factory, server_fault_file):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def base_server(inference_server, server_fault_file):
+    """The session server for a test that swaps weights: disarmed and put back on its base
+    weights after the test."""
+    yield inference_server
+    server_fault_file.unlink(missing_ok=True)
+    r = httpx.post(
+        f"{inference_server.base_url}/reload_weights",
+        json={},
+        headers=inference_server.admin_headers(),
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text

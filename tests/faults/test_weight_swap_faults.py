@@ -31,17 +31,8 @@ PROMPT = "The quick brown fox"
 
 
 @pytest.fixture
-def server(inference_server, server_fault_file):
-    """The session server, put back on its base weights and disarmed after each test."""
-    yield inference_server
-    server_fault_file.unlink(missing_ok=True)
-    r = httpx.post(
-        f"{inference_server.base_url}/reload_weights",
-        json={},
-        headers=inference_server.admin_headers(),
-        timeout=120,
-    )
-    assert r.status_code == 200, r.text
+def server(base_server):
+    return base_server
 
 
 def completion(server) -> tuple[list[int], list[float]]:

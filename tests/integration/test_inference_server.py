@@ -25,16 +25,8 @@ PROMPT = "What is 12 + 7? The answer is"
 
 
 @pytest.fixture
-def server(inference_server):
-    """The session server, put back on its base weights after each test."""
-    yield inference_server
-    r = httpx.post(
-        f"{inference_server.base_url}/reload_weights",
-        json={},
-        headers=inference_server.admin_headers(),
-        timeout=120,
-    )
-    assert r.status_code == 200, r.text
+def server(base_server):
+    return base_server
 
 
 def complete(server, prompt: str = PROMPT, n: int = 12) -> dict:
