@@ -6,9 +6,9 @@ variance within each group from the first step (GRPO needs that), and the policy
 steadily by preferring vowel-heavy tokens, which shows up as a rising reward curve in the demo.
 
 With ``max_letters`` the answer is meant to be one word: a completion with more letters than
-that earns 0. The demo (``configs/debug/rl.toml``) adds a stop string (``sampling.stop = [" "]``:
-the answer ends at its first space) and ``truncated_reward = 0``: an answer cut off at
-``max_tokens`` earns nothing whatever it scores. Without that last part two of our runs
+that earns 0. The demo (``configs/debug/rl.toml``) adds stop strings (``sampling.stop = [" ",
+"\n"]``: the answer ends at its first space or newline) and ``truncated_reward = 0``: an answer
+cut off at ``max_tokens`` earns nothing whatever it scores. Without that last part two of our runs
 collapsed onto long cut-off answers (every completion truncated): an answer with few letters
 among other characters stays under ``max_letters`` and can still score well.
 """
