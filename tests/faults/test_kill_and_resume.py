@@ -21,7 +21,6 @@ with ENOSPC named, nothing marked complete is torn, and ``--resume`` with space 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.disk import grow, small_tmpfs
 from tests.support.processes import (
     children_groups,
     descendants,
@@ -191,23 +191,6 @@ def test_kills_of_every_process_at_chosen_points_then_resume_finish_the_run_exac
             verify_weight_dir(weight_dir)
 
 
-@contextlib.contextmanager
-def small_tmpfs(where: Path, size_mb: int):
-    """A tmpfs of ``size_mb`` at ``where`` (root only; the test is skipped otherwise)."""
-    where.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("a full disk needs a small tmpfs mount, which needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
 def test_a_full_disk_stops_the_run_with_a_clear_error_and_resume_finishes_it(tiny_model, tmp_path):
     with small_tmpfs(tmp_path / "disk", 28) as disk:
         out = disk / "run"
@@ -226,7 +209,7 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_resume_finishes_it(tin
         for weight_dir in paths.weights_root.glob("step_*"):
             if is_stable(weight_dir):
                 verify_weight_dir(weight_dir)  # nothing marked complete is torn
-        subprocess.run(["mount", "-o", "remount,size=512m", str(disk)], check=True)
+        grow(disk, 512)
         run = Run(tiny_model, out, "--resume", log_dir=tmp_path)
         try:
             assert run.finish() == 0, run.output()[-3000:]

@@ -16,8 +16,16 @@ from collections import Counter
 
 import pytest
 from tests.support import FAULTY_ENV
-from tests.support.collect import CLI, collect_config, keys, records, sigint_reaches_children, write_tasks
-from tests.support.http_server import LocalTestServer
+from tests.support.collect import (
+    CLI,
+    cli_command,
+    collect_config,
+    keys,
+    records,
+    sigint_reaches_children,
+    write_tasks,
+)
+from tests.support.http_server import LocalTestServer, Reply
 
 from prime_rl.collect.runner import collect, request_body
 from prime_rl.collect.store import failures_path
@@ -43,26 +51,9 @@ def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_p
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server:
         server.state.default_delay_s = 0.03
-        cmd = [
-            *CLI,
-            "--input",
-            str(tasks),
-            "--output",
-            str(out),
-            "--env",
-            "toy",
-            "--base_urls",
-            server.base_url,
-            "--model",
-            "m",
-            "--num_repeats",
-            "2",
-            "--parallel",
-            "8",
-            "--verify.workers",
-            "1",
-            "--no-progress",
-        ]
+        cmd = cli_command(
+            tasks, out, server.base_url, "--num_repeats", "2", "--parallel", "8", "--verify.workers", "1"
+        )
         for kill_at in (15, 90, 200):
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 60
@@ -89,22 +80,7 @@ def test_interrupt_exits_130_keeps_every_finished_record_and_the_rerun_does_the_
     tasks = write_tasks(tmp_path / "tasks.jsonl", n)
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server, sigint_reaches_children():
-        cmd = [
-            *CLI,
-            "--input",
-            str(tasks),
-            "--output",
-            str(out),
-            "--env",
-            "toy",
-            "--base_urls",
-            server.base_url,
-            "--model",
-            "m",
-            "--parallel",
-            str(parallel),
-            "--no-progress",
-        ]
+        cmd = cli_command(tasks, out, server.base_url, "--parallel", str(parallel))
         # the first `answered` requests are answered; every later one waits, unanswered, until
         # released. The signal goes once those records are written and `parallel` requests are held:
         # the run can then neither finish nor write anything more before the signal reaches it.
@@ -154,20 +130,7 @@ def test_malformed_task_lines_are_reported_and_skipped_or_fail_with_strict(tmp_p
     lines[3] = '{"id": "t3"}'
     tasks.write_text("\n".join(lines) + "\n")
     with LocalTestServer() as server:
-        base = [
-            *CLI,
-            "--input",
-            str(tasks),
-            "--output",
-            str(tmp_path / "out.jsonl"),
-            "--env",
-            "toy",
-            "--base_urls",
-            server.base_url,
-            "--model",
-            "m",
-            "--no-progress",
-        ]
+        base = cli_command(tasks, tmp_path / "out.jsonl", server.base_url)
         ok = subprocess.run(base, capture_output=True, text=True, timeout=120)
         written = (tmp_path / "out.jsonl").read_bytes()
         strict = subprocess.run([*base, "--strict"], capture_output=True, text=True, timeout=120)
@@ -241,9 +204,8 @@ def test_the_analyzer_reads_the_collector_log(tmp_path, case):
                 "--verify.workers",
                 "1",
             ]
-        else:
-            server.state.storm_retry_after = 0.2
-            server.state.storm_until = time.monotonic() + 1.0
+        else:  # the first 16 requests are refused, however long the collector takes to start
+            server.state.script("/v1/chat/completions", *[Reply(429, retry_after=0.2)] * 16)
         proc = subprocess.run(
             [
                 *CLI,

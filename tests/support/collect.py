@@ -19,6 +19,26 @@ CLI = [sys.executable, "-m", "prime_rl.collect.main"]
 """``collect-rollouts`` as a child process."""
 
 
+def cli_command(tasks: Path, out: Path, server_url: str, *extra: str) -> list[str]:
+    """The command line of a collector child process: ``tasks`` into ``out`` from ``server_url``
+    (model ``m``) with the toy env and no bar; ``extra`` flags last."""
+    return [
+        *CLI,
+        "--input",
+        str(tasks),
+        "--output",
+        str(out),
+        "--env",
+        "toy",
+        "--base_urls",
+        server_url,
+        "--model",
+        "m",
+        "--no-progress",
+        *extra,
+    ]
+
+
 def write_tasks(path: Path, n: int) -> Path:
     """``n`` tasks ``t0 .. t{n-1}`` with a prompt each, one JSON line per task."""
     path.write_text(

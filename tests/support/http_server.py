@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import subprocess
 import sys
 import threading
@@ -41,6 +42,8 @@ class Reply:
     delay_s: float = 0.0
     retry_after: float | None = None
     body: dict | None = None
+    headers: dict[str, str] | None = None
+    """Extra headers of a non-200 answer (e.g. rate-limit headers)."""
 
 
 @dataclass
@@ -58,6 +61,20 @@ class ScriptState:
     storm_retry_after: float = 0.5
     fail_every: int = 0
     """When > 0, every fail_every-th chat/completions request answers 500."""
+    rate_limit_fraction: float = 0.0
+    """Share of chat/completions requests answered 429 at random (seeded by ``seed``), with
+    ``rate_limit_retry_after``: a rate limiter that refuses some requests whatever the load."""
+    rate_limit_retry_after: float | None = 1.0
+    """Retry-After of the 429s of ``rate_limit_fraction``, ``capacity`` and ``quota_until``."""
+    capacity: int = 0
+    """When > 0, a chat/completions request that arrives while ``capacity`` are being answered
+    gets 429 (a server at capacity: the more sent, the more refused)."""
+    quota_until: float = 0.0
+    """Until this ``time.monotonic()``, chat/completions answer 429 with OpenAI's headers for a
+    used-up quota (``x-ratelimit-remaining-requests: 0``, a reset): every request should wait."""
+    seed: int = 0
+    serving: int = 0
+    """Unstreamed chat/completions being answered now (see ``capacity``)."""
     requests: int = 0
     answered: list[tuple[float, int, str]] = field(default_factory=list)
     """(time, status, x-trace-id) of every chat/completions answer, in order."""
@@ -76,6 +93,7 @@ class ScriptState:
     released: threading.Event = field(default_factory=threading.Event)
     """Set by :meth:`release` (thread-safe: the server runs in its own thread)."""
     _completions_arrived: int = 0
+    _rng: random.Random | None = None
 
     def release(self) -> None:
         """Answer the requests held by ``hold_after``, and hold no more."""
@@ -101,8 +119,20 @@ class ScriptState:
             return queue.popleft()
         if path.endswith("completions"):
             self.requests += 1
-            if time.monotonic() < self.storm_until:
+            now = time.monotonic()
+            if now < self.storm_until:
                 return Reply(429, retry_after=self.storm_retry_after)
+            if now < self.quota_until:
+                reset = f"{self.quota_until - now:.3f}s"
+                headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": reset}
+                return Reply(429, headers=headers)
+            if self.capacity and self.serving >= self.capacity:
+                return Reply(429, retry_after=self.rate_limit_retry_after)
+            if self.rate_limit_fraction:
+                if self._rng is None:
+                    self._rng = random.Random(self.seed)
+                if self._rng.random() < self.rate_limit_fraction:
+                    return Reply(429, retry_after=self.rate_limit_retry_after)
             if self.fail_every and self.requests % self.fail_every == 0:
                 return Reply(500)
             return Reply(delay_s=self.default_delay_s)
@@ -116,12 +146,18 @@ def build_app(state: ScriptState) -> Starlette:
         state.active_at_arrival.append(state.active_streams)
         await state.hold(path)
         reply = state.next_reply(path)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        busy = reply.status == 200 and path.endswith("completions")
+        state.serving += busy
+        try:
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+        finally:
+            state.serving -= busy
         if path.endswith("completions"):
             state.answered.append((time.monotonic(), reply.status, request.headers.get("x-trace-id", "")))
         if reply.status != 200:
             headers = {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else {}
+            headers.update(reply.headers or {})
             return JSONResponse(
                 reply.body or {"error": f"scripted {reply.status}"}, status_code=reply.status, headers=headers
             )
@@ -269,12 +305,16 @@ class LocalTestServer(ThreadedApp):
 
 
 @contextlib.contextmanager
-def instant_server_process(timeout_s: float = 20.0) -> Iterator[str]:
+def instant_server_process(timeout_s: float = 20.0, **state: float) -> Iterator[str]:
     """Run the instant server in its own process (so its CPU is not the caller's); yields its base
-    URL once /health answers, and kills it on exit. For benchmarks."""
+    URL once /health answers, and kills it on exit. For benchmarks. ``state``: numeric
+    :class:`ScriptState` fields (``default_delay_s``, ``rate_limit_fraction``, ``capacity``, ...)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.http_server", "--port", str(port)])
+    options = [f"--{k}={v}" for k, v in state.items()]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.http_server", "--port", str(port), *options]
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -297,8 +337,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description="instant OpenAI-compatible test server")
     parser.add_argument("--port", type=int, required=True)
-    args = parser.parse_args()
-    uvicorn.run(build_app(ScriptState()), host="127.0.0.1", port=args.port, log_level="warning")
+    for name in ("default_delay_s", "rate_limit_fraction", "rate_limit_retry_after"):
+        parser.add_argument(f"--{name}", type=float, default=getattr(ScriptState, name))
+    for name in ("capacity", "seed"):
+        parser.add_argument(f"--{name}", type=int, default=getattr(ScriptState, name))
+    args = vars(parser.parse_args())
+    port = args.pop("port")
+    uvicorn.run(build_app(ScriptState(**args)), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":

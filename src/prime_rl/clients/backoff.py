@@ -7,6 +7,10 @@ below half the ceiling (retries of many clients spread out without any of them r
 once), and with base 0.5 s it runs 0.25-0.5, 0.5-1, 1-2, 2-4 s, ... When the server named a
 wait (HTTP ``Retry-After``) that wait is used as given.
 
+:func:`quota_reset_after` reads the rate-limit headers that say a whole quota is used up (OpenAI's
+``x-ratelimit-remaining-requests``/``-tokens`` with ``x-ratelimit-reset-*``, and the IETF draft's
+``RateLimit-Remaining``/``RateLimit-Reset``): the server asks every request to wait, not only one.
+
 Callers and their base/cap: the orchestrator's rollout requests (0.5 s, 10 s), the admin client
 (``client.admin.backoff_s`` 0.5 s, ``backoff_max_s`` 30 s), the collector (``retry.backoff_s``
 0.5 s, ``retry.backoff_max_s`` 30 s).
@@ -17,7 +21,9 @@ from __future__ import annotations
 import email.utils
 import math
 import random
+import re
 import time
+from collections.abc import Mapping
 
 _MAX_DOUBLINGS = 62  # 2**62 * any sane base is far past any cap; keeps the float finite
 
@@ -58,3 +64,45 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(value: str | None) -> float | None:
+    """Seconds from a rate-limit reset value: plain seconds (``"12"``, ``"0.5"``) or a Go-style
+    duration as OpenAI sends it (``"1s"``, ``"6m0s"``, ``"20ms"``, ``"1h2m"``); None when unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    if not text or _DURATION_PART.sub("", text):
+        return None  # empty, or something besides number-unit parts
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+_QUOTA_HEADERS = (
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
+    ("ratelimit-remaining", "ratelimit-reset"),
+)
+
+
+def quota_reset_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds until a used-up quota resets, when the answer's rate-limit headers say one is used
+    up (a remaining count of 0); None otherwise. A used-up quota without a readable reset gives 0
+    (the caller then uses ``Retry-After`` or its own backoff). ``headers`` must look names up
+    case-insensitively (aiohttp's do)."""
+    waits = []
+    for remaining, reset in _QUOTA_HEADERS:
+        left = headers.get(remaining)
+        if left is None or left.strip() not in ("0", "0.0"):
+            continue
+        waits.append(parse_duration(headers.get(reset)) or 0.0)
+    return max(waits) if waits else None

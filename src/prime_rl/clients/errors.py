@@ -4,7 +4,7 @@ A request that does not produce a usable answer raises a :class:`RequestError` s
 caller decides what to do by type alone:
 
 - HTTP 429 -> :class:`RateLimited` (retryable; carries the server's ``Retry-After``),
-- HTTP 5xx -> :class:`ServerError` (retryable),
+- HTTP 5xx -> :class:`ServerError` (retryable; a 503 may carry ``Retry-After``),
 - connection refused/reset, timeouts, a malformed answer -> :class:`TransportError` (retryable;
   ``connect_failed`` when no connection could be made at all, i.e. the server is down),
 - any other 4xx -> :class:`Rejected`: the request itself is wrong; never retried.
@@ -15,9 +15,11 @@ The orchestrator and the collector retry the retryable ones; the admin client re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import aiohttp
 
-from prime_rl.clients.backoff import parse_retry_after
+from prime_rl.clients.backoff import parse_retry_after, quota_reset_after
 
 BODY_KEEP = 4096
 """Characters of an error answer kept on the exception (messages quote the first 500)."""
@@ -29,17 +31,32 @@ class RequestError(Exception):
 
     retryable = True
 
-    def __init__(self, message: str, status: int | None = None, url: str | None = None, body: str = ""):
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        url: str | None = None,
+        body: str = "",
+        *,
+        retry_after: float | None = None,
+        server_wide: bool = False,
+    ):
         super().__init__(message)
         self.status, self.url, self.body = status, url, body
+        self.retry_after = retry_after
+        """Seconds the server asked before a retry (its ``Retry-After``); None when it named none."""
+        self.server_wide = server_wide
+        """The server asked every request to wait, not only this one: a 503 with ``Retry-After``, or
+        a 429 whose rate-limit headers say the quota is used up (remaining 0)."""
 
 
 class RateLimited(RequestError):
     """HTTP 429; ``retry_after`` is the server's Retry-After in seconds (None when absent)."""
 
-    def __init__(self, message: str, retry_after: float | None, url: str, body: str = ""):
-        super().__init__(message, 429, url, body)
-        self.retry_after = retry_after
+    def __init__(
+        self, message: str, retry_after: float | None, url: str, body: str = "", *, server_wide: bool = False
+    ):
+        super().__init__(message, 429, url, body, retry_after=retry_after, server_wide=server_wide)
 
 
 class ServerError(RequestError):
@@ -93,14 +110,23 @@ def transport_error(exc: BaseException, base: str) -> TransportError:
     )
 
 
-def status_error(status: int, raw: bytes, base: str, retry_after: str | None = None) -> RequestError:
-    """The :class:`RequestError` for a non-200 answer ``status`` with body ``raw`` from ``base``."""
+def status_error(
+    status: int, raw: bytes, base: str, headers: Mapping[str, str] | None = None
+) -> RequestError:
+    """The :class:`RequestError` for a non-200 answer ``status`` with body ``raw`` and ``headers``
+    (case-insensitive, as aiohttp gives them) from ``base``."""
     body = raw[:BODY_KEEP].decode("utf-8", "replace")
     message = f"{base}: HTTP {status} {body[:500]}"
+    headers = headers or {}
+    retry_after = parse_retry_after(headers.get("Retry-After"))
     if status == 429:
-        return RateLimited(message, parse_retry_after(retry_after), base, body)
+        quota_wait = quota_reset_after(headers)
+        if retry_after is None:
+            retry_after = quota_wait
+        return RateLimited(message, retry_after, base, body, server_wide=quota_wait is not None)
     if status >= 500:
-        return ServerError(message, status, base, body)
+        server_wide = status == 503 and retry_after is not None
+        return ServerError(message, status, base, body, retry_after=retry_after, server_wide=server_wide)
     return Rejected(message, status, base, body)
 
 

@@ -66,11 +66,10 @@ async def request_json(
             raw = await resp.read()
             status = resp.status
             answer_headers = resp.headers
-            retry_after = answer_headers.get("Retry-After")
     except TRANSPORT_EXCEPTIONS as e:
         raise transport_error(e, base) from None
     if status != 200:
-        raise status_error(status, raw, base, retry_after)
+        raise status_error(status, raw, base, answer_headers)
     try:
         return JsonReply(json.loads(raw), answer_headers)
     except ValueError as e:

@@ -69,7 +69,13 @@ class RetryConfig(RetryPolicy):
     """Retries of one request answered 429 (rate limits are expected; this bounds a stuck limit)."""
 
     default_retry_after_s: float = Field(default=1.0, ge=0)
-    """Pause after a 429 that carries no Retry-After header."""
+    """First wait of a request answered 429 without Retry-After; it doubles (with jitter, up to
+    backoff_max_s) each time that request is refused again. A Retry-After is never cut short."""
+
+    rate_limit_tolerance: float = Field(default=0.25, ge=0, lt=1)
+    """Share of 429s in a window of answers that leaves the parallelism where it is; above it the
+    parallelism is cut in proportion (at most halved per window), and it grows back in windows at
+    or below it."""
 
     min_parallel: int = Field(default=1, ge=1)
     """Parallelism never drops below this on 429s."""
@@ -152,6 +158,12 @@ class CollectConfig(SourceConfig):
 
     limit: int | None = Field(default=None, ge=1)
     """Use only the first N valid tasks of the file (before sharding); unset: all."""
+
+    max_bad_lines: int | None = Field(default=1000, ge=0)
+    """Stop before sending any request when the task file has more bad lines than this (blank,
+    not JSON, no or an empty prompt, a field the env needs missing): such an input is more likely
+    the wrong file than a few typos. Every bad line is listed in <stem>_rejects.jsonl either way.
+    none: no limit; --strict stops at the first bad line."""
 
     num_repeats: int = Field(default=1, ge=1)
     """Samples per task (pass@k and majority@k are reported when > 1)."""

@@ -1,7 +1,8 @@
 """Entry points: ``collect-rollouts [merge|verify|diagnose] ...`` and ``verify-rollouts``.
 
 Exit codes: 0 done; 2 bad configuration or input; 3 finished with failed samples (re-run the
-same command to retry them); 130 interrupted (re-run the same command to resume); 1 otherwise.
+same command to retry them); 130 interrupted (re-run the same command to resume); 1 otherwise,
+e.g. an output that cannot be written (a full disk: free space and re-run the same command).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from loguru import logger
 
 from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig, SourceConfig, VerifyFileConfig
 from prime_rl.collect.progress import setup_collect_logging
-from prime_rl.collect.store import OutputError, aggregates_path, sibling
+from prime_rl.collect.store import OutputError, OutputWriteError, aggregates_path, sibling
 from prime_rl.collect.tasks import InputError
 from prime_rl.config import parse_config
 from prime_rl.envs.base import EnvError
@@ -60,6 +61,9 @@ def _run(coro_or_fn) -> int:
     except (InputError, OutputError, EnvError, FileNotFoundError, ValueError) as e:
         logger.error(f"error: {e}")
         return 2
+    except OutputWriteError as e:  # a full disk: one line, nothing written before is lost
+        logger.error(f"error: {e}")
+        return 1
 
 
 def run_collect(argv: Sequence[str]) -> int:

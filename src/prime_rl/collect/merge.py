@@ -21,7 +21,15 @@ from loguru import logger
 
 from prime_rl.collect.config import MergeConfig
 from prime_rl.collect.runner import write_aggregates
-from prime_rl.collect.store import Key, OutputError, exclusive, find_torn_tail, iter_raw_records, record_key
+from prime_rl.collect.store import (
+    Key,
+    OutputError,
+    exclusive,
+    find_torn_tail,
+    is_side_file,
+    iter_raw_records,
+    record_key,
+)
 from prime_rl.paths import fsync_dir
 
 
@@ -55,6 +63,13 @@ def merge(cfg: MergeConfig) -> MergeResult:
     for path in cfg.inputs:
         if not path.is_file():
             raise OutputError(f"merge input {path} not found")
+    side = [p for p in cfg.inputs if is_side_file(p)]
+    if side:  # a glob such as rollouts_*.jsonl also matches rollouts_0_failures.jsonl
+        logger.warning(f"skipping {', '.join(map(str, side))}: failures or rejects files, not rollouts")
+        inputs = [p for p in cfg.inputs if not is_side_file(p)]
+        if not inputs:
+            raise OutputError("merge: every input is a failures or rejects file; name the rollout files")
+        cfg = cfg.model_copy(update={"inputs": inputs})
     with contextlib.ExitStack() as locks:
         for path in dict.fromkeys(os.path.realpath(p) for p in (cfg.output_jsonl_fpath, *cfg.inputs)):
             locks.enter_context(exclusive(Path(path)))

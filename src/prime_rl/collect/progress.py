@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from pathlib import Path
 
 from loguru import logger
 from tqdm import tqdm
@@ -21,9 +23,52 @@ def setup_collect_logging(log_file, level: str = "INFO") -> None:
         filter=lambda r: not r["message"].startswith("[collect]"),
     )
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        logger.add(log_file, level=level, format=LOG_FORMAT, encoding="utf-8")
+        logger.add(LogFile(log_file), level=level, format=LOG_FORMAT)
     intercept_stdlib(("",), level)
+
+
+class LogFile:
+    """A log file sink that survives a full disk: the first failed write is reported once on the
+    console (naming the file and the error) and the file is given up; the run goes on, and its
+    own error, if any, still reaches the console."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._f = None
+        self._failed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (a sink open for the run)
+        except OSError as e:
+            self._give_up(e)
+
+    def write(self, message: str) -> None:
+        if self._f is None:
+            return
+        try:
+            self._f.write(message)
+            self._f.flush()
+        except OSError as e:
+            self._give_up(e)
+
+    def _give_up(self, e: OSError) -> None:
+        if self._f is not None:
+            with contextlib.suppress(OSError):
+                self._f.close()
+            self._f = None
+        if not self._failed:
+            self._failed = True
+            tqdm.write(
+                f"cannot write the log file {self.path} ({e.strerror or e}); logging to the console only",
+                file=sys.stderr,
+            )
+
+    def stop(self) -> None:
+        """Called by loguru when the sink is removed."""
+        if self._f is not None:
+            with contextlib.suppress(OSError):
+                self._f.close()
+            self._f = None
 
 
 class Progress:

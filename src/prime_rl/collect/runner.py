@@ -3,8 +3,12 @@
 For each selected task and each repeat not yet in the output (and not given up on), a request
 goes to the least-loaded server under an :class:`AdaptiveLimiter`; the response is scored
 (verifier processes, off the event loop) and written as one JSON line the moment it is done.
-Retries: 5xx, connection errors and timeouts back off exponentially with jitter; 429 honours
-Retry-After and halves the parallelism (then it climbs back). A pair whose retries run out goes
+Retries: 5xx, connection errors and timeouts back off exponentially with jitter. A 429 makes
+that request alone wait (backoff with jitter, never less than its Retry-After) while the others go
+on; the parallelism moves once per window of answers, down only when more than
+``retry.rate_limit_tolerance`` of them were 429s, then back up (:mod:`prime_rl.collect.limiter`).
+Every request waits only when the server asks for it (a 503 with Retry-After, a 429 saying the
+quota is used up). A pair whose retries run out goes
 to ``<stem>_failures.jsonl`` and is tried again by the next run (``retry.max_attempts`` runs).
 Each rollout logs ``[collect][<trace>] rollout.done ... dur_ms= queue_ms= gen_ms= verify_ms=``.
 """
@@ -22,6 +26,7 @@ from typing import Any
 import yaml
 from loguru import logger
 
+from prime_rl.clients.backoff import backoff_delay
 from prime_rl.clients.chat import ChatBackend, Completion, RateLimited, RequestError
 from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.limiter import AdaptiveLimiter
@@ -31,15 +36,17 @@ from prime_rl.collect.scoring import Scorer, apply_verdict
 from prime_rl.collect.store import (
     AppendWriter,
     Key,
+    OutputWriteError,
     aggregates_path,
     exclusive,
     failures_path,
     iter_records,
     read_failures,
+    rejects_path,
     scan_output,
     sibling,
 )
-from prime_rl.collect.tasks import TaskSelection, iter_tasks, scan_tasks
+from prime_rl.collect.tasks import TaskSelection, check_bad_lines, iter_tasks, scan_tasks
 from prime_rl.envs.registry import load_env
 from prime_rl.logging import log_tagged
 from prime_rl.paths import atomic_write_json
@@ -135,6 +142,8 @@ class CollectResult:
     input_tokens: int = 0
     output_tokens: int = 0
     rate_limited: int = 0
+    pauses: int = 0
+    """Times the server asked every request to wait (a used-up quota, a 503 with Retry-After)."""
     retries: int = 0
     min_parallel: int = 0
     final_parallel: int = 0
@@ -160,9 +169,11 @@ class CollectResult:
             f"collected {self.written} rollouts in {self.wall_s:.1f} s: {self.samples_per_s:.2f} samples/s, "
             f"{self.tokens_per_s:.0f} tokens/s ({self.output_tokens} output tokens) | failed {self.failed} "
             f"(in {failures_path(self.output).name}, retried next run) | verifier failures {self.verify_failures} "
-            f"| 429s {self.rate_limited}, retries {self.retries}, parallelism min {self.min_parallel} "
+            f"| 429s {self.rate_limited}, server pauses {self.pauses}, retries {self.retries}, "
+            f"parallelism min {self.min_parallel} "
             f"end {self.final_parallel}{cost} | skipped: {self.already_done} already done, {self.given_up} given up, "
             f"{self.bad_lines} bad input lines"
+            + (f" (in {rejects_path(self.output).name})" if self.bad_lines else "")
         )
 
 
@@ -174,7 +185,9 @@ class Collector:
         self.prices = PriceTable(cfg.prices)
         self.rng = random.Random()
         self.result = CollectResult(cfg.output_jsonl_fpath)
-        self.limiter = AdaptiveLimiter(cfg.num_samples_in_parallel, cfg.retry.min_parallel)
+        self.limiter = AdaptiveLimiter(
+            cfg.num_samples_in_parallel, cfg.retry.min_parallel, tolerance=cfg.retry.rate_limit_tolerance
+        )
         self.reward_sum = 0.0
         self.reward_n = 0
         self.price = None
@@ -182,14 +195,27 @@ class Collector:
     # ------------------------------------------------------------------ planning
 
     def _select(self) -> TaskSelection:
-        sel = scan_tasks(
-            self.cfg.input_jsonl_fpath, self.env, self.cfg.limit, self.cfg.shard_index, self.cfg.strict
-        )
+        """Scan the task file; list its first bad lines (all of them go to ``<stem>_rejects.jsonl``)
+        and stop when there are more than ``--max_bad_lines``, before anything is sent."""
+        cfg = self.cfg
+        rejects = rejects_path(cfg.output_jsonl_fpath)
+        try:
+            sel = scan_tasks(
+                cfg.input_jsonl_fpath, self.env, cfg.limit, cfg.shard_index, cfg.strict, rejects=rejects
+            )
+        except OSError as e:  # reading the input raises InputError: this is writing the rejects file
+            raise OutputWriteError(rejects, e) from None
         for issue in sel.issues[:MAX_LISTED_ISSUES]:
-            logger.warning(f"{self.cfg.input_jsonl_fpath}:{issue.line}: {issue.problem} (skipped)")
-        if len(sel.issues) > MAX_LISTED_ISSUES:
-            logger.warning(f"... and {len(sel.issues) - MAX_LISTED_ISSUES} more bad lines (skipped)")
-        self.result.bad_lines = len(sel.issues)
+            logger.warning(f"{cfg.input_jsonl_fpath}:{issue.line}: {issue.problem} (skipped)")
+        n = len(sel.issues)
+        if n > MAX_LISTED_ISSUES:
+            logger.warning(
+                f"... and {n - MAX_LISTED_ISSUES} more; all {n} rejected lines with their reasons are in {sel.rejects}"
+            )
+        elif n:
+            logger.warning(f"the {n} rejected lines with their reasons are in {sel.rejects}")
+        self.result.bad_lines = n
+        check_bad_lines(sel, cfg.max_bad_lines)
         return sel
 
     def _check_same_params(self, first: dict[str, Any] | None, params: dict[str, Any]) -> None:
@@ -243,17 +269,8 @@ class Collector:
                     failed_ms += (time.monotonic() - sent) * 1000
                     n429 += 1
                     self.result.rate_limited += 1
-                    wait = e.retry_after if e.retry_after is not None else retry.default_retry_after_s
-                    before = self.limiter.current
-                    if self.limiter.on_rate_limited(sent, wait):
-                        log_tagged(
-                            "collect",
-                            "parallel.change",
-                            None,
-                            before=before,
-                            after=self.limiter.current,
-                            reason=429,
-                        )
+                    self._count_answer(rate_limited=True)
+                    wait = self._rate_limit_wait(e, n429)
                     log_tagged(
                         "collect",
                         "request.retry",
@@ -267,6 +284,7 @@ class Collector:
                         raise
                     self.limiter.release()
                     held = False
+                    await asyncio.sleep(wait)
                 except RequestError as e:
                     failed_ms += (time.monotonic() - sent) * 1000
                     attempts += 1
@@ -275,8 +293,9 @@ class Collector:
                     self.limiter.release()
                     held = False
                     self.result.retries += 1
-                    delay = retry.delay(attempts, self.rng)
-                    await asyncio.sleep(delay)
+                    delay = retry.delay(attempts, self.rng, e.retry_after)
+                    if e.server_wide:
+                        self._pause(delay, e.status)
                     log_tagged(
                         "collect",
                         "request.retry",
@@ -285,10 +304,11 @@ class Collector:
                         wait_ms=delay * 1000,
                         attempt=attempts,
                     )
+                    await asyncio.sleep(delay)
             gen_ms = (time.monotonic() - sent) * 1000
             self.limiter.release()
             held = False
-            self.limiter.on_success()
+            self._count_answer(rate_limited=False)
             queue_ms = (sent - created) * 1000 - failed_ms
             record = self._record(
                 task_index,
@@ -347,6 +367,43 @@ class Collector:
             if held:
                 self.limiter.release()
             admission.release()
+
+    def _rate_limit_wait(self, e: RateLimited, n429: int) -> float:
+        """How long a request answered 429 for the ``n429``-th time waits before it is sent again:
+        the server's Retry-After plus up to 10% (never sooner, and refused requests do not all come
+        back at once); without one, capped exponential backoff with jitter from
+        ``retry.default_retry_after_s``. A server that says its whole quota is used up pauses
+        every request for that long."""
+        retry = self.cfg.retry
+        if e.retry_after is not None:
+            wait = e.retry_after * self.rng.uniform(1.0, 1.1)
+        else:
+            wait = backoff_delay(n429, retry.default_retry_after_s, retry.backoff_max_s, self.rng)
+        if e.server_wide:
+            self._pause(wait, 429)
+        return wait
+
+    def _pause(self, seconds: float, status: int | None) -> None:
+        """The server asked every request to wait: hold new ones back (logged once per pause)."""
+        if self.limiter.paused_until < time.monotonic() + seconds:
+            log_tagged("collect", "parallel.pause", None, wait_ms=seconds * 1000, status=status)
+        self.limiter.pause(seconds)
+        self.result.pauses += 1
+
+    def _count_answer(self, rate_limited: bool) -> None:
+        """Count an answer into the limiter's window; log when the window moved the limit."""
+        change = self.limiter.on_answer(rate_limited)
+        if change is not None:
+            log_tagged(
+                "collect",
+                "parallel.change",
+                None,
+                before=change.before,
+                after=change.after,
+                reason=429 if change.after < change.before else "recover",
+                answers=change.answers,
+                refused=change.refused,
+            )
 
     def _record(
         self,
@@ -485,6 +542,15 @@ class Collector:
             progress = Progress(cfg.progress, r.todo + r.already_done, r.already_done)
             refresher = asyncio.create_task(self._refresh(progress))
             pending: set[asyncio.Task] = set()
+            fatal: list[BaseException] = []
+
+            def finished(task: asyncio.Task) -> None:
+                # An exception escaping a pair (a write error: a full disk) stops the run; reading it
+                # here marks it retrieved, so no task's error is reported again at exit.
+                pending.discard(task)
+                if not task.cancelled() and task.exception() is not None:
+                    fatal.append(task.exception())
+
             with (
                 AppendWriter(cfg.output_jsonl_fpath) as writer,
                 AppendWriter(failures_path(cfg.output_jsonl_fpath), lazy=True) as failures,
@@ -493,7 +559,13 @@ class Collector:
                     for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, set(todo), self.env):
                         for rep in todo[ti]:
                             await admission.acquire()
+                            if fatal:
+                                break
                             await self.limiter.acquire()
+                            if fatal:
+                                self.limiter.release()
+                                admission.release()
+                                break
                             task = asyncio.create_task(
                                 self._one(
                                     backend,
@@ -509,14 +581,17 @@ class Collector:
                                 )
                             )
                             pending.add(task)
-                            task.add_done_callback(pending.discard)
-                    while pending:
-                        await asyncio.gather(*list(pending))
+                            task.add_done_callback(finished)
+                        if fatal:
+                            break
+                    while pending and not fatal:
+                        await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
+                    if fatal:
+                        await self._cancel(pending)
+                        raise fatal[0]
                 except asyncio.CancelledError:
                     r.interrupted = True
-                    for task in list(pending):
-                        task.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
+                    await self._cancel(pending)
                     raise
                 finally:
                     refresher.cancel()
@@ -524,6 +599,13 @@ class Collector:
                     progress.close()
                     if scorer is not None:
                         scorer.close()
+
+    @staticmethod
+    async def _cancel(pending: set[asyncio.Task]) -> None:
+        """Cancel the pairs still in flight and wait for them to end."""
+        for task in list(pending):
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _estimate(self, sel: TaskSelection) -> dict[str, Any]:
         """Extrapolate this run to every task of the file (this shard), at this run's speed."""
@@ -546,7 +628,7 @@ class Collector:
             "parallelism": cfg.num_samples_in_parallel,
             "projected_remaining_s": remaining / r.samples_per_s if r.samples_per_s else None,
         }
-        atomic_write_json(sibling(cfg.output_jsonl_fpath, "_estimate.json"), est)
+        write_json(sibling(cfg.output_jsonl_fpath, "_estimate.json"), est)
         return est
 
 
@@ -557,8 +639,16 @@ def write_aggregates(output: Path, pass_threshold: float) -> dict[str, Any]:
         for _, record in iter_records(output):
             agg.add(record)
     result = agg.result()
-    atomic_write_json(aggregates_path(output), result)
+    write_json(aggregates_path(output), result)
     return result
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically write a JSON sibling of the output; a failure is an :class:`OutputWriteError`."""
+    try:
+        atomic_write_json(path, obj)
+    except OSError as e:
+        raise OutputWriteError(path, e) from None
 
 
 async def collect(cfg: CollectConfig) -> CollectResult:

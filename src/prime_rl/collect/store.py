@@ -10,9 +10,13 @@ repeat_index)``; resume skips the pairs already present.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import errno
 import fcntl
 import json
 import os
+import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +33,20 @@ class OutputError(ValueError):
     """An output (or merge input) file holds something that is not a record; names file and line."""
 
 
+class OutputWriteError(RuntimeError):
+    """Writing an output file (or a sibling) failed: a full disk, a quota, an I/O error. The run
+    stops at the first one; what was written before it is intact, and a resume goes on from there."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.path, self.error = path, error
+        what = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
+        reason = error.strerror or str(error)
+        super().__init__(
+            f"cannot write {path}: {reason}{f' ({what})' if what else ''}; every record written before is "
+            "intact: free space (or fix the error) and run the same command again to resume"
+        )
+
+
 def sibling(output: Path, suffix: str) -> Path:
     """``rollouts.jsonl`` + ``_failures.jsonl`` -> ``rollouts_failures.jsonl`` (same directory)."""
     return output.with_name(output.stem + suffix)
@@ -36,6 +54,19 @@ def sibling(output: Path, suffix: str) -> Path:
 
 def failures_path(output: Path) -> Path:
     return sibling(output, "_failures.jsonl")
+
+
+def rejects_path(output: Path) -> Path:
+    """Every rejected line of the task file, with its line number and reason."""
+    return sibling(output, "_rejects.jsonl")
+
+
+SIDE_FILE_SUFFIXES = ("_failures.jsonl", "_rejects.jsonl")
+"""Siblings of an output that hold JSON lines but no rollouts (``merge rollouts_*.jsonl`` skips them)."""
+
+
+def is_side_file(path: Path) -> bool:
+    return Path(path).name.endswith(SIDE_FILE_SUFFIXES)
 
 
 def aggregates_path(output: Path) -> Path:
@@ -179,44 +210,81 @@ def dumps(record: dict[str, Any]) -> bytes:
 
 class AppendWriter:
     """Appends JSON lines, each with one ``write(2)`` (visible to readers, and to the next run
-    after a kill, as soon as it returns). ``fsync`` on close and every ``fsync_every_s``."""
+    after a kill, as soon as it returns). ``fsync`` on close and every ``fsync_every_s``.
+
+    A failed write (a full disk) cuts off the part of the line that did reach the file, so the
+    file keeps only whole records, and raises :class:`OutputWriteError`; the writer is then
+    closed for good (every later write raises the same error)."""
 
     def __init__(self, path: Path, fsync_every_s: float = 5.0, lazy: bool = False):
         self.path = path
         self._fd = -1
         self._fsync_every_s = fsync_every_s
         self._last_sync = time.monotonic()
+        self._failed: OutputWriteError | None = None
         self.written = 0
         if not lazy:  # a lazy writer creates its file on the first record
             self._open()
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise self._fail(e) from None
+
+    def _fail(self, e: OSError) -> OutputWriteError:
+        self._failed = OutputWriteError(self.path, e)
+        return self._failed
 
     def write(self, record: dict[str, Any]) -> None:
+        if self._failed is not None:
+            raise self._failed
         if self._fd < 0:
             self._open()
         data = memoryview(dumps(record))
-        while data:
-            n = os.write(self._fd, data)
-            data = data[n:]
+        sent = 0
+        try:
+            while sent < len(data):
+                sent += os.write(self._fd, data[sent:])
+            if time.monotonic() - self._last_sync > self._fsync_every_s:
+                os.fsync(self._fd)
+                self._last_sync = time.monotonic()
+        except OSError as e:
+            if sent < len(data):
+                self._cut(sent)
+            raise self._fail(e) from None
         self.written += 1
-        if time.monotonic() - self._last_sync > self._fsync_every_s:
-            os.fsync(self._fd)
-            self._last_sync = time.monotonic()
+
+    def _cut(self, partial: int) -> None:
+        """Remove the ``partial`` bytes of a line cut short (the writer holds the output's lock:
+        they are the file's last bytes). If even that fails, the next run's torn-tail repair does it."""
+        if partial == 0:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - partial)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        if self._fd < 0:
+            return
+        fd, self._fd = self._fd, -1
+        try:
+            if self._failed is None:
+                os.fsync(fd)
+        except OSError as e:
+            raise self._fail(e) from None
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> AppendWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # the run is already failing: keep its error, not one from the final fsync
+            with contextlib.suppress(OutputWriteError):
+                self.close()
 
 
 def read_failures(path: Path) -> Counter[Key]:
@@ -230,28 +298,174 @@ def read_failures(path: Path) -> Counter[Key]:
     return counts
 
 
+LOCK_STALE_S = 60.0
+"""A holder on another host whose heartbeat is older than this is taken to be gone."""
+LOCK_HEARTBEAT_S = 10.0
+"""How often the holder of an output's lock refreshes the heartbeat in it."""
+LOCK_SETTLE_S = 0.25
+"""After writing its entry a run waits this long and reads the lock file again: a machine that
+wrote its own entry in the same instant has overwritten ours by then, and this run refuses."""
+
+
+def _read_holder(lock: Path) -> dict[str, Any] | None:
+    """The entry in ``lock`` (opened afresh, so that an NFS client revalidates what it cached), or
+    None when the file is missing, empty or holds no entry (an old run's empty lock file)."""
+    try:
+        with open(lock, "rb") as f:
+            line = f.readline(4096)
+    except FileNotFoundError:
+        return None
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("host"), str)
+        or not isinstance(entry.get("heartbeat"), int | float)
+    ):
+        return None
+    return entry
+
+
+def _who(entry: dict[str, Any]) -> str:
+    return f"pid {entry.get('pid')} on host {entry['host']} (started {entry.get('started')})"
+
+
+class _LockEntry:
+    """This run's entry in an output's lock file: one JSON line ``{"host", "pid", "started",
+    "heartbeat"}`` written through the locked descriptor and refreshed by a daemon thread (so
+    neither a busy nor a blocked event loop lets it go stale)."""
+
+    def __init__(self, fd: int, lock: Path, output: Path):
+        self.fd, self.lock, self.output = fd, lock, output
+        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
+        self.entry: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def ours(self, entry: dict[str, Any] | None) -> bool:
+        return entry is not None and all(entry.get(k) == self.entry[k] for k in ("host", "pid", "started"))
+
+    def write(self) -> None:
+        self.entry["heartbeat"] = time.time()
+        data = (json.dumps(self.entry) + "\n").encode()
+        os.pwrite(self.fd, data, 0)  # then cut: a reader never finds the file empty
+        os.ftruncate(self.fd, len(data))
+        os.fsync(self.fd)  # an NFS client would otherwise keep it until close
+
+    def start(self, interval_s: float) -> None:
+        self._thread = threading.Thread(
+            target=self._beat, args=(interval_s,), name=f"lock {self.output.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                current = _read_holder(self.lock)
+                if not self.ours(current):
+                    logger.error(
+                        f"{self.output}: its lock {self.lock} no longer names this run but "
+                        f"{_who(current) if current else 'no one'}: another run may be writing the same "
+                        "output (this one's heartbeat was stale, or the lock file was removed)"
+                    )
+                    return
+                self.write()
+            except OSError as e:
+                logger.warning(f"{self.lock}: heartbeat not written ({e}); trying again in {interval_s:g} s")
+
+    def close(self) -> None:
+        """Stop the heartbeat and empty the file if it still names this run."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if self.ours(_read_holder(self.lock)):
+                os.ftruncate(self.fd, 0)
+                os.fsync(self.fd)
+        except OSError as e:
+            logger.warning(
+                f"{self.lock}: not emptied ({e}); the next run on another host waits for it to go stale"
+            )
+
+
 @contextlib.contextmanager
-def exclusive(output: Path) -> Iterator[None]:
+def exclusive(
+    output: Path,
+    *,
+    stale_s: float | None = None,
+    heartbeat_s: float | None = None,
+    settle_s: float | None = None,
+) -> Iterator[None]:
     """Hold ``.<name>.lock`` beside ``output`` for the run: a second process writing the same
     output would duplicate pairs, so it is refused with a clear error instead.
 
     The lock sits beside the file ``output`` really is (symlinks of the file or of its dirs
     resolved), so two runs naming one file by different paths still exclude each other. It is
-    an ``flock``: it excludes processes of one machine; on a filesystem shared between machines
-    each takes it, so never point two machines at one output.
+    an ``flock``, which excludes processes of one machine; on a filesystem shared between
+    machines it may not reach across them (NFS mounted ``local_lock=flock`` or ``nolock``,
+    Lustre's ``localflock``, many FUSE filesystems). For those, the holder also writes one JSON
+    line in the file, ``{"host", "pid", "started", "heartbeat"}``, and refreshes ``heartbeat``
+    (its own clock, unix seconds) every ``heartbeat_s`` from a thread; at exit it empties the
+    file. A run that gets the flock and finds an entry of another host with a heartbeat younger
+    than ``stale_s`` refuses, naming it; an older one is taken over with a warning. An entry of
+    this host is stale by construction (its flock is free). The content's heartbeat, not the
+    file's mtime, is what counts: NFS clients cache attributes for up to a minute, and the
+    content is revalidated on each open; clocks of the machines must agree to well within
+    ``stale_s``.
+
+    Best effort, not a distributed lock: two machines starting in the same instant both find
+    the file empty; each writes its entry, waits ``settle_s`` and reads the file again, and the
+    one whose entry was overwritten refuses. A holder stopped for longer than ``stale_s`` (or
+    whose lock file is deleted) can be taken over while still alive; it then logs an error.
     """
+    stale_s = LOCK_STALE_S if stale_s is None else stale_s
+    heartbeat_s = LOCK_HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+    settle_s = LOCK_SETTLE_S if settle_s is None else settle_s
     output = Path(os.path.realpath(output))
     output.parent.mkdir(parents=True, exist_ok=True)
     lock = output.with_name(f".{output.name}.lock")
-    with open(lock, "a") as f:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # no O_APPEND: pwrite at 0
+    try:
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _read_holder(lock)
             raise OutputError(
-                f"{output} is being written by another process (lock {lock.name}); "
+                f"{output} is being written by another process "
+                f"({_who(holder) + ', ' if holder else ''}lock {lock.name}); "
                 "wait for it or write to another --output"
             ) from None
+        me = _LockEntry(fd, lock, output)
         try:
+            holder = _read_holder(lock)
+            if holder is not None and holder["host"] != me.entry["host"]:
+                age = time.time() - holder["heartbeat"]
+                seen = f"last seen {max(age, 0):.0f} s ago"
+                if age < stale_s:
+                    raise OutputError(
+                        f"{output} is being written by another machine: {_who(holder)}, {seen} "
+                        f"(lock {lock}). Wait for it, write to another --output, or if that run is "
+                        f"gone delete {lock}"
+                    )
+                logger.warning(
+                    f"{output}: taking over its lock from {_who(holder)}, {seen} "
+                    f"(over {stale_s:g} s: taken to be gone)"
+                )
+            me.write()
+            time.sleep(settle_s)
+            holder = _read_holder(lock)
+            if not me.ours(holder):
+                raise OutputError(
+                    f"{output}: another machine took its lock {lock} at the same time "
+                    f"(it now names {_who(holder) if holder else 'no one'}). Wait for it, write to "
+                    f"another --output, or if that run is gone delete {lock}"
+                )
+            me.start(heartbeat_s)
             yield
         finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            me.close()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -4,21 +4,33 @@ A task's index is its zero-based line number in the file, so it stays the same a
 limits and shards (a fixed malformed line keeps every other task's index). The file is read
 twice, streaming: once to validate and select, once to hand out the selected tasks, so a file
 of millions of tasks never sits in memory.
+
+A rejected line (blank, not JSON, not an object, no or an empty prompt, a field the env needs
+missing) is written to the rejects file with its 1-based line number, the reason and the start of
+the line; each scan rewrites that file (atomically), or removes it when the input has no bad line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_rl.envs.base import EnvError, Environment, task_messages
+from prime_rl.envs.base import PROMPT_FIELDS, EnvError, Environment, task_messages
+from prime_rl.paths import fsync_dir
+
+REJECT_RAW_CHARS = 500
+"""How much of a rejected line its entry in the rejects file quotes."""
 
 
 class InputError(ValueError):
-    """The task file cannot be used (missing, unreadable, or a bad line under ``--strict``)."""
+    """The task file cannot be used (missing, unreadable, no valid task, a bad line under
+    ``--strict``, or more bad lines than ``--max_bad_lines``)."""
 
 
 @dataclass
@@ -39,6 +51,8 @@ class TaskSelection:
     shard_total: int = 0
     """Valid tasks of this shard without --limit (what --estimate extrapolates to)."""
     issues: list[InputIssue] = field(default_factory=list)
+    rejects: Path | None = None
+    """Where every rejected line was written (``None``: none was, or no rejects file was asked for)."""
 
 
 def check_task(row: Any, env: Environment | None) -> list[dict[str, Any]]:
@@ -49,7 +63,45 @@ def check_task(row: Any, env: Environment | None) -> list[dict[str, Any]]:
     missing = [f for f in (env.required_fields if env is not None else ()) if f not in row]
     if missing:
         raise EnvError(f"missing field {', '.join(repr(m) for m in missing)} (needed by env {env.name!r})")
+    asks = [m for m in messages if not isinstance(m, dict) or m.get("role") not in _INSTRUCTION_ROLES]
+    if not any(not isinstance(m, dict) or _has_text(m.get("content")) for m in asks):
+        raise EnvError(_empty_prompt(row))
     return messages
+
+
+_INSTRUCTION_ROLES = ("system", "developer")
+"""Roles that instruct the model; a prompt of only these (or of empty messages) asks nothing."""
+
+
+def _has_text(content: Any) -> bool:
+    """Whether a message's content says anything: a non-blank string, or a list of parts with a
+    non-blank text part or a non-text part (an image, audio)."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, list):
+        return any(
+            _has_text(part.get("text"))
+            if isinstance(part, dict) and part.get("type") == "text"
+            else bool(part)
+            for part in content
+        )
+    return content is not None and content != {}
+
+
+def _empty_prompt(row: dict[str, Any]) -> str:
+    """The reason a row's prompt is empty, naming the field it came from (the first one present,
+    as :func:`task_messages` looks them up)."""
+    params = row.get("responses_create_params")
+    for name in PROMPT_FIELDS:
+        if name == "responses_create_params.input":
+            value = params.get("input") if isinstance(params, dict) else None
+        else:
+            value = row.get(name)
+        if isinstance(value, str):
+            return f"empty prompt: field '{name}' is blank"
+        if value is not None:
+            return f"empty prompt: no message of field '{name}' has content (system messages aside)"
+    return "empty prompt: the env built a prompt with no content"
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -63,6 +115,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def _parse(raw: bytes, env: Environment | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    if not raw.strip():
+        raise EnvError("blank line")
     try:
         row = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -76,33 +130,107 @@ def scan_tasks(
     limit: int | None = None,
     shard: tuple[int, int] = (0, 1),
     strict: bool = False,
+    rejects: Path | None = None,
 ) -> TaskSelection:
     """Validate every line; select the first ``limit`` valid tasks, then those of ``shard``.
 
-    A bad line is recorded as an issue (or raises :class:`InputError` when ``strict``)."""
+    A bad line (a blank one too: it keeps its index, so no task's index moves) is recorded as an
+    issue, and written to ``rejects`` when given (or raises :class:`InputError` when ``strict``,
+    after writing it). ``rejects`` is rewritten by every scan that reads the whole file, and
+    removed when no line is bad."""
     sel = TaskSelection(Path(path))
     i, n = shard
-    for index, raw in _lines(path):
-        if not raw.strip():
-            continue
-        try:
-            _parse(raw, env)
-        except EnvError as e:
-            if strict:
-                raise InputError(f"{path}:{index + 1}: {e} (--strict)") from None
-            sel.issues.append(InputIssue(index + 1, str(e)))
-            continue
-        sel.valid_total += 1
-        if index % n == i:
-            sel.shard_total += 1
-            if limit is None or sel.valid_total <= limit:
-                sel.selected.append(index)
+    with _RejectsFile(rejects) as out:
+        for index, raw in _lines(path):
+            try:
+                _parse(raw, env)
+            except EnvError as e:
+                out.add(index + 1, str(e), raw)
+                if strict:
+                    out.publish()
+                    raise InputError(f"{path}:{index + 1}: {e} (--strict)") from None
+                sel.issues.append(InputIssue(index + 1, str(e)))
+                continue
+            sel.valid_total += 1
+            if index % n == i:
+                sel.shard_total += 1
+                if limit is None or sel.valid_total <= limit:
+                    sel.selected.append(index)
+        out.publish()
+    sel.rejects = rejects if sel.issues and rejects is not None else None
     if sel.valid_total == 0:
         raise InputError(
             f"task file {path} holds no valid task"
-            + (f" ({len(sel.issues)} bad lines)" if sel.issues else "")
+            + (f" ({len(sel.issues)} bad lines{_see(sel)})" if sel.issues else "")
         )
     return sel
+
+
+def check_bad_lines(sel: TaskSelection, max_bad_lines: int | None) -> None:
+    """Raise :class:`InputError` when the scan found more bad lines than ``max_bad_lines``
+    (``None``: no limit): an input that broken is more likely the wrong file than a few typos."""
+    if max_bad_lines is not None and len(sel.issues) > max_bad_lines:
+        raise InputError(
+            f"task file {sel.path}: {len(sel.issues)} bad lines, more than --max_bad_lines {max_bad_lines}"
+            f"{_see(sel)}; nothing was sent. Fix the input, or raise --max_bad_lines (none: no limit)"
+        )
+
+
+def _see(sel: TaskSelection) -> str:
+    return f"; every rejected line with its reason is in {sel.rejects}" if sel.rejects is not None else ""
+
+
+class _RejectsFile:
+    """The rejects file of one scan: ``{"line", "reason", "raw"}`` per rejected line, written to a
+    temporary file beside it and published with ``os.replace`` by :meth:`publish` (which removes
+    a stale one when nothing was rejected). Left unpublished (the scan failed), nothing changes."""
+
+    def __init__(self, path: Path | None):
+        self.path = None if path is None else Path(path)
+        self.count = 0
+        self._tmp: str | None = None
+        self._f = None
+        self._done = False
+
+    def __enter__(self) -> _RejectsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._f is not None:
+            self._f.close()
+        if self._tmp is not None and not self._done:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+    def add(self, line: int, reason: str, raw: bytes) -> None:
+        self.count += 1
+        if self.path is None:
+            return
+        if self._f is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(
+                prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+            )
+            self._f = os.fdopen(fd, "w", encoding="utf-8")
+        head = raw[: 4 * REJECT_RAW_CHARS]  # enough bytes for the characters quoted, of any line length
+        text = head.decode("utf-8", errors="replace").rstrip("\r\n")[:REJECT_RAW_CHARS]
+        self._f.write(json.dumps({"line": line, "reason": reason, "raw": text}, ensure_ascii=False) + "\n")
+
+    def publish(self) -> None:
+        if self.path is None or self._done:
+            return
+        if self._f is None:
+            if self.path.exists():
+                self.path.unlink(missing_ok=True)
+                fsync_dir(self.path.parent)
+        else:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            self._f = None
+            os.replace(self._tmp, self.path)  # type: ignore[arg-type]
+            fsync_dir(self.path.parent)
+        self._done = True
 
 
 def iter_tasks(

@@ -43,3 +43,27 @@ def test_merge_takes_the_collectors_lock_of_its_inputs_and_output(tmp_path, held
     assert out.read_text() == ""  # untouched
     result = merge(cfg)  # the lock released: it merges
     assert result.records == 2 and out.read_text().count("\n") == 2
+
+
+def test_a_glob_that_picks_up_failures_and_rejects_files_merges_only_the_rollouts(tmp_path):
+    """Old code merged rollouts_0_failures.jsonl's lines (they carry task_index and repeat_index)
+    as if they were rollouts."""
+    shard = tmp_path / "rollouts_0.jsonl"
+    shard.write_text(
+        json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 0}, "response": {}}) + "\n"
+    )
+    failures = tmp_path / "rollouts_0_failures.jsonl"
+    failures.write_text(json.dumps({"task_index": 1, "repeat_index": 0, "error": "HTTP 500"}) + "\n")
+    rejects = tmp_path / "rollouts_0_rejects.jsonl"
+    rejects.write_text(json.dumps({"line": 3, "reason": "blank line", "raw": ""}) + "\n")
+    out = tmp_path / "all.jsonl"
+    cfg, _ = load_config(
+        MergeConfig, ["--output", str(out), *map(str, sorted(tmp_path.glob("rollouts_*.jsonl")))]
+    )
+    result = merge(cfg)
+    assert result.records == 1 and [
+        json.loads(line)["task_index"] for line in out.read_text().splitlines()
+    ] == [0]
+    cfg, _ = load_config(MergeConfig, ["--output", str(out), str(failures)])
+    with pytest.raises(ValueError, match="every input is a failures or rejects file"):
+        merge(cfg)

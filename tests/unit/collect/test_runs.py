@@ -227,6 +227,46 @@ def test_a_429_storm_honours_retry_after_and_parallelism_falls_and_recovers(tmp_
     assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(400)})
 
 
+def test_random_429s_are_retried_per_request_and_the_parallelism_stays_up(tmp_path):
+    """Old limiter: each 429 paused every request and halved the parallelism, which fell to 1-2
+    under a steady 20% of 429s and never recovered."""
+    write_tasks(tmp_path / "tasks.jsonl", 300)
+    with LocalTestServer() as server:
+        server.state.rate_limit_fraction = 0.2
+        server.state.rate_limit_retry_after = 0.2
+        server.state.default_delay_s = 0.02
+        result = asyncio.run(collect(collect_config(server.base_url, tmp_path, "--parallel", "16")))
+        answered = list(server.state.answered)
+    assert result.written == 300 and result.failed == 0 and result.pauses == 0
+    assert 30 < result.rate_limited < 150  # about a fifth of ~375 requests
+    assert result.min_parallel >= 10 and result.final_parallel == 16
+    refused_at: dict[str, float] = {}
+    retried_early = 0
+    for t, status, trace in answered:  # a refused request came back only after its Retry-After
+        if status == 429:
+            refused_at[trace] = t
+        elif trace in refused_at and t - refused_at[trace] < 0.2 - 0.02:
+            retried_early += 1
+    assert retried_early == 0
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(300)})
+
+
+def test_a_used_up_quota_pauses_every_request_until_it_resets(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 60)
+    with LocalTestServer() as server:
+        server.state.default_delay_s = 0.01
+        server.state.quota_until = time.monotonic() + 0.6  # 429 + x-ratelimit-remaining-requests: 0
+        result = asyncio.run(collect(collect_config(server.base_url, tmp_path, "--parallel", "8")))
+        seen = [t for p, t, _ in server.state.seen if p.endswith("completions")]
+        first_refused = min(t for t, status, _ in server.state.answered if status == 429)
+        quota_until = server.state.quota_until
+    assert result.written == 60 and result.failed == 0 and result.rate_limited >= 1 and result.pauses >= 1
+    # after the first refusal no request was sent until the quota reset (those already in flight
+    # arrive within a few ms of it)
+    assert not [t for t in seen if first_refused + 0.05 < t < quota_until - 0.01]
+    assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(60)})
+
+
 def test_server_errors_and_a_dead_server_are_retried(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 40)
     dead = f"http://127.0.0.1:{free_port()}"
