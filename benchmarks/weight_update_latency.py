@@ -74,10 +74,13 @@ async def run_case(base_url: str, model: str, n: int, mode: str, weight_dirs: li
             lags.append((time.monotonic() - t - 0.01) * 1000.0)
 
     run_id = new_trace_id()[:6]  # trace ids stay unique when logs of several runs are appended
+    if not args.cold_admin:
+        await admin.start()  # as the orchestrator does: connected before the streams start
     tasks = [asyncio.create_task(streamer(i)) for i in range(n)] + [asyncio.create_task(lag_probe())]
     await asyncio.sleep(args.warmup)
     results = []
-    for k in range(args.updates):
+    updates = args.shared_updates if mode == "shared" and args.shared_updates else args.updates
+    for k in range(updates):
         t0 = time.monotonic()
         (res,) = await admin.update_weights(
             str(weight_dirs[k % len(weight_dirs)]), trace_id=f"bench-{mode}-{n}-{k}-{run_id}"
@@ -123,9 +126,21 @@ def main() -> None:
     parser.add_argument("--n", default="16,256,1024", help="concurrent streams, comma-separated")
     parser.add_argument("--pool", type=int, default=256, help="shared inference pool size (max_connections)")
     parser.add_argument("--updates", type=int, default=8, help="weight updates per case")
+    parser.add_argument(
+        "--shared_updates",
+        type=int,
+        default=0,
+        help="weight updates of the shared cases (default: --updates); at thousands of streams each "
+        "one waits minutes for a pooled connection",
+    )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the first update")
     parser.add_argument("--max_tokens", type=int, default=64, help="tokens per streamed completion")
+    parser.add_argument(
+        "--cold_admin",
+        action="store_true",
+        help="do not open the admin connections before the streams (the first update connects then)",
+    )
     parser.add_argument("--output_dir", type=Path, default=Path("outputs/bench_weight_update"))
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/weight_update_latency.json"))
     args = parser.parse_args()

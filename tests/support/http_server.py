@@ -82,6 +82,8 @@ class ScriptState:
     """The text of every (non-streamed) completions answer, from the request body; unset: ``x``
     times ``max_tokens``. Token counts stay ``max_tokens`` either way."""
     seen: list[tuple[str, float, dict]] = field(default_factory=list)
+    peers: list[tuple[str, int]] = field(default_factory=list)
+    """(path, the client's port) of every request, /health included: which connection it came on."""
     active_streams: int = 0
     active_at_arrival: list[int] = field(default_factory=list)
     """Streams in flight when each request (in ``seen`` order) arrived."""
@@ -143,6 +145,7 @@ def build_app(state: ScriptState) -> Starlette:
     async def scripted(request: Request, path: str) -> Response | None:
         body = await request.body()
         state.seen.append((path, time.monotonic(), dict(request.headers)))
+        state.peers.append((path, request.client.port if request.client else -1))
         state.active_at_arrival.append(state.active_streams)
         await state.hold(path)
         reply = state.next_reply(path)
@@ -238,6 +241,7 @@ def build_app(state: ScriptState) -> Starlette:
             state.active_streams -= 1
 
     async def health(request: Request) -> Response:
+        state.peers.append(("/health", request.client.port if request.client else -1))
         return Response(status_code=200)
 
     return Starlette(

@@ -6,6 +6,11 @@ server's ``rpc_ms`` stays small (front-end queue saturation, see bottleneck_logs
 The :class:`AdminClient` therefore has its own small aiohttp connector (at most two connections
 per server), its own timeouts and bounded retries, and sends to every server concurrently.
 ``mode="shared"`` reuses the inference pool's session, the old behaviour, kept for comparison.
+
+:meth:`AdminClient.start` opens a connection to every server at once and keeps it open with a
+``GET /health`` every ``admin.keepalive_s``: the first update of a run then goes out on a
+connection the server accepted long ago, instead of queueing behind the connections of every
+stream that started with the run.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import aiohttp
 from loguru import logger
 
 from prime_rl.clients.config import ClientConfig
-from prime_rl.clients.errors import RequestError, ServerError, TransportError
+from prime_rl.clients.errors import TRANSPORT_EXCEPTIONS, RequestError, ServerError, TransportError
 from prime_rl.clients.pool import JSON_CONTENT, InferencePool, normalise_url, request_json
 from prime_rl.logging import log_tagged
 from prime_rl.tracing import TRACE_HEADER, new_trace_id, now, one_line
@@ -82,6 +87,7 @@ class AdminClient:
             raise ValueError("admin mode 'shared' needs the inference pool")
         self._pool = pool
         self._own: aiohttp.ClientSession | None = None
+        self._keeper: asyncio.Task | None = None
         self._rng = random.Random()
         # connect covers the wait for a pooled connection too (shared mode queues there)
         self._timeout = aiohttp.ClientTimeout(
@@ -104,8 +110,37 @@ class AdminClient:
             self._own = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._own
 
+    async def start(self) -> None:
+        """Connect to every server now and keep the connections open (dedicated mode with
+        ``keepalive_s`` > 0; otherwise nothing to do). A server that does not answer is not an
+        error here: the update to it will say what is wrong."""
+        if not self._owns_session or self.config.keepalive_s <= 0 or self._keeper is not None:
+            return
+        await self._ping_all()
+        self._keeper = asyncio.create_task(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.keepalive_s)
+            await self._ping_all()
+
+    async def _ping_all(self) -> None:
+        await asyncio.gather(*(self._ping(url) for url in self.base_urls))
+
+    async def _ping(self, url: str) -> None:
+        headers = self._headers(new_trace_id())
+        try:
+            async with self.session.get(f"{url}/health", headers=headers) as resp:
+                await resp.read()
+        except TRANSPORT_EXCEPTIONS:
+            pass
+
     async def aclose(self) -> None:
-        """Close the dedicated session (the shared one belongs to the pool)."""
+        """Stop the keep-alive and close the dedicated session (the shared one belongs to the pool)."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+            self._keeper = None
         if self._own is not None:
             await self._own.close()
             self._own = None

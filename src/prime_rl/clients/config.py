@@ -61,6 +61,12 @@ class AdminClientConfig(RetryPolicy):
     max_retries: int = Field(default=3, ge=0)
     """Retries of an update on connection errors, timeouts and 5xx answers (4xx is never retried)."""
 
+    keepalive_s: float = Field(default=2.0, ge=0)
+    """Dedicated mode: seconds between the small requests (``GET /health``) that keep one
+    connection to every server open from the start, so that an update never waits for the server
+    to accept a new connection (a front end busy accepting thousands of streams takes its time).
+    Keep it below the server's keep-alive timeout (vLLM: 5 s). 0: connect on the first update."""
+
 
 class ClientConfig(StrictModel):
     """Inference servers and the connection pools that reach them."""

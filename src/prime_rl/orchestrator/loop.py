@@ -102,6 +102,7 @@ class Orchestrator:
         producer = health = None
         try:
             await self.wait_for_servers()
+            await self.admin.start()  # connections for weight updates, open before the streams start
             start = await self._resume() if self.cfg.resume.enabled else 0
             producer = asyncio.create_task(self._produce())
             health = asyncio.create_task(self._health_loop())

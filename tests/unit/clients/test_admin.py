@@ -162,3 +162,38 @@ def test_dedicated_admin_has_a_small_connector_of_its_own(servers):
             await pool.aclose()
 
     asyncio.run(scenario())
+
+
+def test_start_opens_a_connection_early_and_the_update_goes_out_on_it(servers):
+    """Without it the first update of a run connects while the server accepts every stream's
+    connection, and waits (the first update was the slow one at 1,024 and 4,096 streams)."""
+    a, b = servers
+
+    async def scenario(admin: AdminClient):
+        await admin.start()
+        await asyncio.sleep(0.35)  # several keep-alive rounds
+        await admin.update_weights("/w/step_1")
+
+    asyncio.run(with_admin(config(a, b, keepalive_s=0.1), scenario))
+    for server in servers:
+        pings = [port for path, port in server.state.peers if path == "/health"]
+        ((update_port,),) = [[port for path, port in server.state.peers if path == "/update_weights"]]
+        assert len(pings) >= 3 and set(pings) == {update_port}  # one connection, kept open, reused
+
+
+def test_start_is_harmless_when_a_server_is_down_and_off_when_keepalive_is_zero(servers):
+    from prime_rl.dev.server import free_port
+
+    a, _ = servers
+    dead = f"http://127.0.0.1:{free_port()}"
+    cfg = ClientConfig(base_urls=[a.base_url, dead], admin={"keepalive_s": 0.05})
+
+    async def down(admin: AdminClient):
+        await admin.start()  # the dead server is not an error here
+        await asyncio.sleep(0.12)
+
+    asyncio.run(with_admin(cfg, down))
+    assert sum(path == "/health" for path, _ in a.state.peers) >= 2
+    a.state.peers.clear()
+    asyncio.run(with_admin(config(a, keepalive_s=0), lambda adm: adm.start()))
+    assert a.state.peers == []
