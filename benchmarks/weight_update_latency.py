@@ -133,6 +133,7 @@ def main() -> None:
         help="weight updates of the shared cases (default: --updates); at thousands of streams each "
         "one waits minutes for a pooled connection",
     )
+    parser.add_argument("--modes", default="shared,dedicated", help="admin modes to run, in this order")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the first update")
     parser.add_argument("--max_tokens", type=int, default=64, help="tokens per streamed completion")
@@ -157,7 +158,7 @@ def main() -> None:
             for i in (1, 2)
         ]
         for n in [int(x) for x in args.n.split(",")]:
-            for mode in ("shared", "dedicated"):
+            for mode in args.modes.split(","):
                 row = asyncio.run(run_case(server.base_url, str(model), n, mode, dirs, args))
                 rows.append(row)
                 q = row["queue_ms"]

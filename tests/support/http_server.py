@@ -52,6 +52,8 @@ class ScriptState:
 
     scripts: dict[str, deque[Reply]] = field(default_factory=dict)
     rpc_ms: float = 5.0
+    server_ms: float | None = None
+    """The ``server_ms`` of admin answers (the server's whole handling); None: not reported."""
     stream_chunks: int = 20
     stream_interval_s: float = 0.05
     default_delay_s: float = 0.0
@@ -172,8 +174,11 @@ def build_app(state: ScriptState) -> Starlette:
         early = await scripted(request, request.url.path)
         if early is not None:
             return early
-        await asyncio.sleep(state.rpc_ms / 1000.0)
-        return JSONResponse({"status": "ok", "rpc_ms": state.rpc_ms})
+        await asyncio.sleep(max(state.rpc_ms, state.server_ms or 0.0) / 1000.0)
+        answer = {"status": "ok", "rpc_ms": state.rpc_ms}
+        if state.server_ms is not None:
+            answer["server_ms"] = state.server_ms
+        return JSONResponse(answer)
 
     async def completions(request: Request) -> Response:
         path = request.url.path

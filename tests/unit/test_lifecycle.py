@@ -231,3 +231,21 @@ def test_stop_group_stops_orphans_of_an_exited_leader(tmp_path):
     finally:
         for pid in running_in_group(leader.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_dev_server_is_told_to_watch_the_process_that_started_it(tmp_path, monkeypatch):
+    """Benchmarks and tests start servers with prime_rl.dev.server.start_server: killing them
+    (a timeout's SIGTERM, a SIGKILL) used to leave the server and vLLM's engine running."""
+    from prime_rl.dev import server as dev_server
+    from prime_rl.lifecycle import LAUNCHER_PID_ENV
+
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, argv, env=None, **kwargs):
+            seen["env"], seen["kwargs"] = env, kwargs
+
+    monkeypatch.setattr(dev_server.subprocess, "Popen", FakePopen)
+    monkeypatch.setenv(LAUNCHER_PID_ENV, "1")  # started under some other launcher: this process counts
+    dev_server.start_server("models/tiny", tmp_path, port=1)
+    assert seen["env"][LAUNCHER_PID_ENV] == str(os.getpid()) and seen["kwargs"]["start_new_session"]

@@ -71,7 +71,10 @@ class AdminClient:
     """Sends /update_weights and /reload_weights to every server concurrently.
 
     Logs ``[weights][tid] client.send url=... path=... t=...`` before each attempt and
-    ``client.done wall_ms=... rpc_ms=... queue_ms=...`` (queue_ms = wall_ms - rpc_ms) per server.
+    ``client.done wall_ms=... rpc_ms=... server_ms=... queue_ms=...`` per server: queue_ms =
+    wall_ms - server_ms, the time outside the server's handling of the update (connection pool,
+    network, the server's front end), where server_ms (the server's lock wait, validation and
+    rpc) is what the server reports, or rpc_ms for a server that does not.
     Connection errors, timeouts and 5xx answers are retried (``admin.max_retries``, backoff of
     :func:`prime_rl.clients.backoff.backoff_delay`); any 4xx is final.
     """
@@ -202,7 +205,9 @@ class AdminClient:
                 payload = reply.data
                 wall_ms = (now() - start) * 1000.0
                 rpc_ms = float(payload.get("rpc_ms", 0.0))
-                queue_ms = max(wall_ms - rpc_ms, 0.0)
+                # the server's whole handling (lock wait, validation, rpc) where it says; else rpc_ms
+                server_ms = float(payload.get("server_ms", rpc_ms))
+                queue_ms = max(wall_ms - server_ms, 0.0)
                 log_tagged(
                     "weights",
                     "client.done",
@@ -211,6 +216,7 @@ class AdminClient:
                     path=path,
                     wall_ms=wall_ms,
                     rpc_ms=rpc_ms,
+                    server_ms=server_ms,
                     queue_ms=queue_ms,
                     attempts=attempts,
                 )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from prime_rl.lifecycle import stop_group
+from prime_rl.lifecycle import launcher_env, stop_group
 
 # Small, fast settings for the tiny model on a CPU: eager mode starts in ~30 s, a 64 MiB
 # KV cache is plenty for thousands of short sequences of a 0.8M-parameter model.
@@ -106,7 +106,8 @@ def start_server(
         str(output_dir),
         *(extra_args if extra_args is not None else CPU_TEST_ARGS),
     ]
-    full_env = {**os.environ, **(env or {})}
+    # the server (and vLLM's engine in its group) goes down with this process, even on a SIGKILL
+    full_env = {**os.environ, **launcher_env(), **(env or {})}
     if admin_token:
         full_env["PRIME_ADMIN_TOKEN"] = admin_token
     log_path = output_dir / "inference.stdout.log"

@@ -300,7 +300,9 @@ class WeightSwapper:
         wait_start = now()
         async with self._lock:
             lock_wait_ms = (now() - wait_start) * 1000.0
+            chose = now()
             target = await choose()
+            validate_ms = (now() - chose) * 1000.0
             assert self.held is not None
             if target.weight_dir is not None:
                 files, held_dir = self.held.hold(target.files)
@@ -342,10 +344,14 @@ class WeightSwapper:
                 rpc_ms=rpc_ms,
                 load_ms=load_ms,
                 lock_wait_ms=lock_wait_ms,
+                validate_ms=validate_ms,
             )
             return {
                 "status": "ok",
                 "rpc_ms": round(rpc_ms, 3),
+                "validate_ms": round(validate_ms, 3),
+                "lock_wait_ms": round(lock_wait_ms, 3),
+                "server_ms": round((end - wait_start) * 1000.0, 3),
                 "load_ms": load_ms,
                 "trace_id": trace_id,
                 "weight_dir": str(target.weight_dir) if target.weight_dir is not None else None,

@@ -197,3 +197,14 @@ def test_start_is_harmless_when_a_server_is_down_and_off_when_keepalive_is_zero(
     a.state.peers.clear()
     asyncio.run(with_admin(config(a, keepalive_s=0), lambda adm: adm.start()))
     assert a.state.peers == []
+
+
+def test_queue_ms_leaves_out_the_servers_whole_handling_where_it_reports_it(servers):
+    """Old code: queue_ms = wall_ms - rpc_ms counted the server's validation (checksums of every
+    byte, before the rpc) as queueing: 40 ms of 'queue' at 4,096 streams that was server work."""
+    a, b = servers
+    a.state.rpc_ms, a.state.server_ms = 5.0, 60.0  # a server that validated for 55 ms
+    results = {r.url: r for r in asyncio.run(with_admin(config(a, b), lambda adm: adm.update_weights("d")))}
+    ra, rb = results[a.base_url], results[b.base_url]
+    assert ra.queue_ms == pytest.approx(ra.wall_ms - 60.0) and ra.queue_ms < 50
+    assert rb.queue_ms == pytest.approx(rb.wall_ms - rb.rpc_ms)  # a server that does not say: rpc_ms

@@ -101,6 +101,9 @@ def test_swap_pauses_loads_resumes_in_order(setup):
     swapper = swapper_for(engine, setup, mode="abort")
     result = asyncio.run(swapper.update(str(setup[2]), "tid1"))
     assert result["status"] == "ok" and result["rpc_ms"] >= 0 and result["load_ms"] == 1.5
+    # the whole handling: lock wait + validation + rpc (the client takes it out of queue_ms)
+    parts = result["lock_wait_ms"] + result["validate_ms"] + result["rpc_ms"]
+    assert result["validate_ms"] > 0 and parts - 0.01 <= result["server_ms"] <= parts + 50
     assert [c[0] for c in engine.calls] == ["pause", "load", "resume"]
     assert engine.calls[0] == ("pause", "abort", True)
     assert swapper.current_dir == setup[2].resolve() and swapper.updates == 1
