@@ -143,7 +143,8 @@ class CollectResult:
     output_tokens: int = 0
     rate_limited: int = 0
     pauses: int = 0
-    """Times the server asked every request to wait (a used-up quota, a 503 with Retry-After)."""
+    """Pauses of every request the server asked for (a used-up quota, a 503 with Retry-After);
+    answers that ask while one runs extend it."""
     retries: int = 0
     min_parallel: int = 0
     final_parallel: int = 0
@@ -384,11 +385,12 @@ class Collector:
         return wait
 
     def _pause(self, seconds: float, status: int | None) -> None:
-        """The server asked every request to wait: hold new ones back (logged once per pause)."""
-        if self.limiter.paused_until < time.monotonic() + seconds:
+        """The server asked every request to wait: hold new ones back (a pause starting is logged
+        and counted; an answer asking while one runs extends it)."""
+        if self.limiter.paused_until < time.monotonic():  # not already pausing: a new pause
             log_tagged("collect", "parallel.pause", None, wait_ms=seconds * 1000, status=status)
+            self.result.pauses += 1
         self.limiter.pause(seconds)
-        self.result.pauses += 1
 
     def _count_answer(self, rate_limited: bool) -> None:
         """Count an answer into the limiter's window; log when the window moved the limit."""
