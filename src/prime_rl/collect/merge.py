@@ -79,9 +79,7 @@ def merge(cfg: MergeConfig) -> MergeResult:
 def _merge(cfg: MergeConfig) -> MergeResult:
     result = MergeResult(cfg.output_jsonl_fpath)
     index: dict[Key, tuple[int, int, int, bytes]] = {}
-    for file_no, path in enumerate(cfg.inputs):
-        if not path.is_file():
-            raise OutputError(f"merge input {path} not found")
+    for file_no, path in enumerate(cfg.inputs):  # each checked to be a file by merge()
         torn = find_torn_tail(path)
         if torn is not None:
             logger.warning(

@@ -52,10 +52,7 @@ class LogFile:
             self._give_up(e)
 
     def _give_up(self, e: OSError) -> None:
-        if self._f is not None:
-            with contextlib.suppress(OSError):
-                self._f.close()
-            self._f = None
+        self.stop()
         if not self._failed:
             self._failed = True
             tqdm.write(
@@ -64,7 +61,7 @@ class LogFile:
             )
 
     def stop(self) -> None:
-        """Called by loguru when the sink is removed."""
+        """Close the file (loguru calls this when the sink is removed)."""
         if self._f is not None:
             with contextlib.suppress(OSError):
                 self._f.close()

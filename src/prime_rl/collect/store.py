@@ -52,17 +52,19 @@ def sibling(output: Path, suffix: str) -> Path:
     return output.with_name(output.stem + suffix)
 
 
+FAILURES_SUFFIX = "_failures.jsonl"
+REJECTS_SUFFIX = "_rejects.jsonl"
+SIDE_FILE_SUFFIXES = (FAILURES_SUFFIX, REJECTS_SUFFIX)
+"""Siblings of an output that hold JSON lines but no rollouts (``merge rollouts_*.jsonl`` skips them)."""
+
+
 def failures_path(output: Path) -> Path:
-    return sibling(output, "_failures.jsonl")
+    return sibling(output, FAILURES_SUFFIX)
 
 
 def rejects_path(output: Path) -> Path:
     """Every rejected line of the task file, with its line number and reason."""
-    return sibling(output, "_rejects.jsonl")
-
-
-SIDE_FILE_SUFFIXES = ("_failures.jsonl", "_rejects.jsonl")
-"""Siblings of an output that hold JSON lines but no rollouts (``merge rollouts_*.jsonl`` skips them)."""
+    return sibling(output, REJECTS_SUFFIX)
 
 
 def is_side_file(path: Path) -> bool:

@@ -187,7 +187,6 @@ class _RejectsFile:
 
     def __init__(self, path: Path | None):
         self.path = None if path is None else Path(path)
-        self.count = 0
         self._tmp: str | None = None
         self._f = None
         self._done = False
@@ -203,7 +202,6 @@ class _RejectsFile:
                 os.unlink(self._tmp)
 
     def add(self, line: int, reason: str, raw: bytes) -> None:
-        self.count += 1
         if self.path is None:
             return
         if self._f is None:

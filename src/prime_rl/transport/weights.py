@@ -422,7 +422,7 @@ def iter_tensors(files: Iterable[Path]) -> Iterator[tuple[str, object]]:
     when it is reached (file by file, sorted by name within a file).
 
     Each header is checked strictly first (:func:`read_safetensors_header`). Tensors are read
-    with ``readinto``, never memory-mapped: a file cut short or failing while it is read raises
+    with ``preadv`` into their own tensors, never memory-mapped: a file cut short or failing while it is read raises
     an ``OSError`` naming it, which a loader can handle (a mapped file cut short kills the reader
     with SIGBUS at first touch instead). One tensor at a time, as the loader takes it, so the
     bytes go from the page cache to the model while they are still in the CPU's cache.
