@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 from loguru import logger
 from tests.support.policy_server import PolicyServer
@@ -16,6 +18,19 @@ from prime_rl.transport.rollouts import rollout_path
 ASYNC_LEVEL = 1
 MAX_STEPS = 8
 BATCH = 8
+
+
+@contextlib.contextmanager
+def tagged_lines() -> Iterator[list]:
+    """The tagged lines logged inside the block, parsed (the list fills when the block ends)."""
+    raw: list[str] = []
+    parsed: list = []
+    sink = logger.add(raw.append, format="{message}")
+    try:
+        yield parsed
+    finally:
+        logger.remove(sink)
+        parsed.extend(p for p in map(parse_tagged, raw) if p)
 
 
 async def fake_trainer(paths: RunPaths, max_steps: int, step_s: float, hold=None) -> None:

@@ -65,6 +65,11 @@ def chat_url(base: str) -> str:
     return api_url(base, "chat/completions")
 
 
+def completions_url(base: str) -> str:
+    """The (text) completions URL of a server given with or without ``/v1``."""
+    return api_url(base, "completions")
+
+
 def models_url(base: str) -> str:
     """The models URL of a server given with or without ``/v1``."""
     return api_url(base, "models")

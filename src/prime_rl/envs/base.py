@@ -7,8 +7,13 @@ whatever the verifier needs (``answer``, metadata). An :class:`Environment` yiel
 environment must be constructible from its name and JSON options alone (see
 :func:`prime_rl.envs.registry.load_env`).
 
-Single-turn for now; a multi-turn/tool environment would add a ``step(task, history)`` that
-returns the next user/tool message, with ``score`` seeing the whole transcript.
+Episodes: every rollout is an episode of at most :attr:`Environment.max_turns` model turns. After
+each model turn the environment's :meth:`Environment.step` gets the conversation so far (its last
+message is the model's turn, with any ``tool_calls``) and answers with a :class:`Turn`: the next
+user/tool messages, or the end of the episode with its :class:`Score`. The default ``step`` ends
+the episode at once with ``score(task, last answer)``: a single-turn environment is the one-turn
+case of the same loop (:mod:`prime_rl.orchestrator.episode`). ``step`` is stateless (everything
+it needs is in the task and the messages), so any worker process can answer any turn.
 """
 
 from __future__ import annotations
@@ -37,6 +42,37 @@ class EnvError(ValueError):
     """An environment could not be built or a task is malformed (names the env and the problem)."""
 
 
+@dataclass(frozen=True)
+class Turn:
+    """The environment's answer to one model turn: more messages, or the end with a score."""
+
+    messages: tuple[dict[str, Any], ...] = ()
+    """The next user or tool messages (OpenAI chat format), when the episode goes on."""
+    score: Score | None = None
+    """The episode's score, when it ends."""
+    tool_ms: float = 0.0
+    """Time spent running tools for this answer (part of the environment's time)."""
+    tool_errors: tuple[str, ...] = ()
+    """Reasons of the tool calls of this turn that failed (``unknown_tool``, ``bad_arguments``,
+    ``raised``, ``timeout``): data for the episode's record, never an exception."""
+
+    @property
+    def done(self) -> bool:
+        return self.score is not None
+
+    @classmethod
+    def end(cls, score: Score) -> Turn:
+        return cls(score=score)
+
+    @classmethod
+    def reply(
+        cls, *messages: dict[str, Any], tool_ms: float = 0.0, tool_errors: tuple[str, ...] = ()
+    ) -> Turn:
+        if not messages:
+            raise EnvError("a turn that does not end the episode needs at least one message")
+        return cls(messages=tuple(messages), tool_ms=tool_ms, tool_errors=tool_errors)
+
+
 class Environment:
     """Base class. Subclasses implement :meth:`tasks` and :meth:`score`."""
 
@@ -49,9 +85,23 @@ class Environment:
         """Tasks in a deterministic order for ``seed``; may be endless (generators) or finite (files)."""
         raise NotImplementedError
 
+    max_turns: int = 1
+    """Model turns an episode may take; an episode the environment has not ended by then ends
+    with outcome ``max_turns`` and reward 0. Single-turn environments keep the default 1."""
+
     def score(self, task: Task, completion: str) -> Score:
         """Score one completion of ``task``; may raise (recorded as a failed rollout)."""
         raise NotImplementedError
+
+    def tool_specs(self, task: Task) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` of the request for ``task`` (none by default)."""
+        return []
+
+    def step(self, task: Task, messages: list[dict[str, Any]]) -> Turn:
+        """Answer the model's last turn (``messages[-1]``, role ``assistant``): :meth:`Turn.reply`
+        with the next messages, or :meth:`Turn.end` with the score. May raise: the episode is then
+        recorded as failed (reward 0, its error kept). Default: end with ``score`` of the answer."""
+        return Turn.end(self.score(task, messages[-1].get("content") or ""))
 
     def prompt(self, task: Task) -> list[dict[str, Any]]:
         """The chat messages of a task read from a file (see :func:`task_messages`)."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -31,3 +31,24 @@ class VerifyConfig(StrictModel):
 
     timeout_s: float = Field(default=30.0, gt=0)
     """Seconds one score() call may take; a slower one is recorded as a failure (reward 0)."""
+
+
+class EpisodeConfig(StrictModel):
+    """Limits of multi-turn episodes, and how tool calls are read (see
+    :mod:`prime_rl.orchestrator.episode`). Single-turn environments are not affected."""
+
+    max_turns: int | None = Field(default=None, ge=1)
+    """Model turns per episode; None: the environment's own ``max_turns``. An episode the
+    environment has not ended by then ends with outcome ``max_turns`` and reward 0."""
+
+    timeout_s: float | None = Field(default=300.0, gt=0)
+    """Wall time one episode may take (all its turns, the environment's and tools' time
+    included); a slower one ends with outcome ``timeout`` and reward 0. None: no limit."""
+
+    tool_parser: Literal["hermes", "none"] = "hermes"
+    """How tool calls are read from the sampled text: ``hermes`` (``<tool_call>{json}</tool_call>``,
+    the Hermes/Qwen2.5/Qwen3 templates) or ``none`` (the model has no tools)."""
+
+    tokenizer: str | None = None
+    """Tokenizer (HF dir or hub name) used to render the environment's messages between model
+    turns with its chat template; None: the ``model``. Only multi-turn episodes load it."""

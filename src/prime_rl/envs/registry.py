@@ -19,6 +19,7 @@ from prime_rl.envs.base import EnvError, Environment
 
 BUILTIN: dict[str, str] = {
     "toy": "prime_rl.envs.toy:VowelEnv",
+    "guess": "prime_rl.envs.guess:GuessEnv",
     "math": "prime_rl.envs.math_qa:MathQAEnv",
     "reasoning_gym": "prime_rl.envs.reasoning_gym_env:ReasoningGymEnv",
 }

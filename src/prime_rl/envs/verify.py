@@ -1,6 +1,7 @@
 """Scoring off the event loop: long-lived worker processes with a per-call timeout.
 
-Each worker process builds the environment once and scores one completion at a time, talking to
+Each worker process builds the environment once and answers one call at a time (``score`` of a
+completion, or ``step`` of an episode: :meth:`prime_rl.envs.base.Environment.step`), talking to
 the event loop over its own pipe. A verifier that raises never takes the run down: the rollout
 gets reward 0 and its ``error`` says why (counted and reported per step). A call that exceeds
 the timeout, or a worker that dies, costs only that worker: it is killed and replaced.
@@ -18,7 +19,7 @@ from typing import Any
 
 from loguru import logger
 
-from prime_rl.envs.base import Task
+from prime_rl.envs.base import Score, Task, Turn
 from prime_rl.envs.registry import load_env
 
 
@@ -31,14 +32,38 @@ def _worker_main(conn: Connection, env_name: str, options: dict[str, Any]) -> No
             return
         if msg is None:
             return
-        task, completion = msg
+        kind, task, arg = msg
         start = time.perf_counter()
         try:
-            score = env.score(task, completion)
-            reply = ("ok", float(score.reward), {k: float(v) for k, v in score.metrics.items()}, score.answer)
+            if kind == "step":
+                turn = env.step(task, arg)
+                if not isinstance(turn, Turn):
+                    raise TypeError(f"step() returned {type(turn).__name__}, not a Turn")
+                reply = ("ok", _plain_turn(turn), {}, None)
+            else:
+                score = env.score(task, arg)
+                reply = ("ok", float(score.reward), _plain_metrics(score.metrics), score.answer)
         except Exception as e:  # reported to the orchestrator as data
-            reply = ("error", f"verifier raised {type(e).__name__}: {e}", {}, None)
+            what = "environment" if kind == "step" else "verifier"
+            reply = ("error", f"{what} raised {type(e).__name__}: {e}", {}, None)
         conn.send((*reply, (time.perf_counter() - start) * 1000.0))
+
+
+def _plain_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _plain_turn(turn: Turn) -> Turn:
+    """The turn with plain floats in its score (what crosses the pipe is checked here, once)."""
+    if turn.score is None:
+        return turn
+    s = turn.score
+    return Turn(
+        turn.messages,
+        Score(float(s.reward), _plain_metrics(s.metrics), s.answer),
+        turn.tool_ms,
+        turn.tool_errors,
+    )
 
 
 @dataclass
@@ -52,6 +77,8 @@ class Verdict:
     """Submit-to-result time, including waiting for a free worker."""
     answer: str | None = None
     """The answer the verifier extracted (for majority voting), if it reports one."""
+    turn: Turn | None = None
+    """For a ``step`` call that succeeded: the environment's answer."""
 
 
 class _Worker:
@@ -89,6 +116,19 @@ class VerifierPool:
         return self._idle
 
     async def score(self, task: Task, completion: str) -> Verdict:
+        """Score one completion (reward 0 and ``error`` set when the verifier fails)."""
+        return await self._call("score", task, completion)
+
+    async def step(self, task: Task, messages: list[dict[str, Any]]) -> Verdict:
+        """One episode step: ``turn`` set on success; on failure ``error`` says why (the
+        episode then ends with reward 0)."""
+        verdict = await self._call("step", task, messages)
+        if verdict.turn is not None and verdict.turn.score is not None:
+            s = verdict.turn.score
+            verdict.reward, verdict.metrics, verdict.answer = s.reward, s.metrics, s.answer
+        return verdict
+
+    async def _call(self, kind: str, task: Task, arg: Any) -> Verdict:
         idle = self._queue()
         submitted = time.monotonic()
         worker = await idle.get()
@@ -96,7 +136,7 @@ class VerifierPool:
         ready = loop.create_future()
         fd = worker.conn.fileno()
         try:
-            worker.conn.send((task, completion))
+            worker.conn.send((kind, task, arg))
             loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
             try:
                 await asyncio.wait_for(ready, timeout=self.timeout_s)
@@ -124,6 +164,8 @@ class VerifierPool:
             )
         idle.put_nowait(worker)
         latency = (time.monotonic() - submitted) * 1000.0
+        if status == "ok" and kind == "step":
+            return Verdict(0.0, {}, None, ms, latency, None, value)
         if status == "ok":
             return Verdict(value, metrics, None, ms, latency, answer)
         return Verdict(0.0, {}, value, ms, latency)

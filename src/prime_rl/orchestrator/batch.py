@@ -24,7 +24,15 @@ class Rollout:
     verify_ms: float = 0.0
     advantage: float = 0.0
     policy_step: int = 0
-    """The policy step that generated it, as the server that served it reported."""
+    """The policy step that generated it, as the server that served it reported (the oldest of
+    its turns' for a multi-turn episode)."""
+    completion_mask: list[bool] | None = None
+    """Which completion ids the model sampled (trained on); None: all of them (one turn). The
+    others are the environment's messages between turns."""
+    turns: int = 1
+    outcome: str = "done"
+    """How the episode ended (:data:`prime_rl.orchestrator.episode.OUTCOMES`)."""
+    tool_ms: float = 0.0
 
     @property
     def num_tokens(self) -> int:
@@ -73,6 +81,7 @@ def write_step_batches(
                 "completion_logprobs": r.completion_logprobs,
                 "advantage": r.advantage,
                 "policy_step": r.policy_step,
+                **({"completion_mask": r.completion_mask} if r.completion_mask is not None else {}),
             }
             for r in mine
         ]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prime_rl.clients.config import ClientConfig, RetryPolicy
 from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
-from prime_rl.envs.config import EnvConfig, VerifyConfig
+from prime_rl.envs.config import EnvConfig, EpisodeConfig, VerifyConfig
 
 __all__ = [
     "AdvantageConfig",
@@ -22,6 +22,13 @@ __all__ = [
 # rollout requests back off from 0.5 s, doubling up to 10 s (see prime_rl.clients.backoff)
 REQUEST_BACKOFF_S = 0.5
 REQUEST_BACKOFF_MAX_S = 10.0
+
+
+OWN_REQUEST_FIELDS = frozenset(
+    {"model", "messages", "prompt", "n", "max_tokens", "temperature", "top_p", "logprobs"}
+    | {"return_token_ids", "skip_special_tokens", "stop", "seed", "tools", "tool_choice"}
+)
+"""Request fields the orchestrator sets (``sampling.extra`` cannot replace them)."""
 
 
 class SamplingConfig(StrictModel):
@@ -42,6 +49,19 @@ class SamplingConfig(StrictModel):
     stop: list[str] = Field(default_factory=list)
     """Stop strings: generation ends at the first one (a finished answer, not a truncated one;
     the text excludes it, the token ids keep every sampled token)."""
+
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """More fields for every generation request, passed to the server as given (vLLM sampling
+    parameters such as ``top_k``, ``min_p``, ``repetition_penalty``, ``structured_outputs``).
+    They may not replace a field the orchestrator sets itself (the error names it)."""
+
+    @field_validator("extra")
+    @classmethod
+    def _no_override(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(set(extra) & OWN_REQUEST_FIELDS)
+        if taken:
+            raise ValueError(f"sampling.extra may not set {', '.join(taken)}: the orchestrator sets them")
+        return extra
 
 
 class AdvantageConfig(StrictModel):
@@ -114,7 +134,10 @@ class OrchestratorConfig(BaseConfig):
     """Environment."""
 
     verify: VerifyConfig = VerifyConfig()
-    """Verification."""
+    """Verification (and the environment's turns of multi-turn episodes: the same workers)."""
+
+    episode: EpisodeConfig = EpisodeConfig()
+    """Multi-turn episodes: turn, time and token limits, tool-call format."""
 
     truncated_reward: float | None = None
     """Reward of a truncated completion (one that hit ``sampling.max_tokens``) in place of its

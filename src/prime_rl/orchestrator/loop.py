@@ -25,13 +25,14 @@ import random
 import shutil
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
 
 from prime_rl import failpoints
 from prime_rl.clients.admin import AdminClient, WeightUpdateError
-from prime_rl.clients.chat import chat_url
+from prime_rl.clients.chat import chat_url, completions_url
 from prime_rl.clients.errors import RateLimited, Rejected, RequestError, TransportError
 from prime_rl.clients.pool import HealthProbe, InferencePool, JsonReply
 from prime_rl.envs.base import Task
@@ -42,6 +43,15 @@ from prime_rl.orchestrator.advantages import group_advantages, is_degenerate
 from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
 from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
 from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.orchestrator.episode import (
+    OUTCOMES,
+    ChatDelta,
+    Episode,
+    EpisodeError,
+    EpisodeLimits,
+    SampledTurn,
+    play,
+)
 from prime_rl.orchestrator.ledger import TaskLedger
 from prime_rl.paths import RunPaths, atomic_write_json, is_stable, mark_stable, resolve_resume_step
 from prime_rl.tracing import one_line
@@ -64,6 +74,8 @@ class Orchestrator:
         self.pool = InferencePool(cfg.client)
         self.admin = AdminClient(cfg.client, pool=self.pool)
         self.verifier = VerifierPool(cfg.env.name, cfg.env.options, cfg.verify.workers, cfg.verify.timeout_s)
+        self.max_turns = cfg.episode.max_turns or self.env.max_turns
+        self._tokenizer = None
         self.retry = cfg.request_retry
         self._rng = random.Random()
         self.step = 0
@@ -101,6 +113,7 @@ class Orchestrator:
     async def run(self) -> None:
         producer = health = None
         try:
+            await self._load_tokenizer()
             await self.wait_for_servers()
             await self.admin.start()  # connections for weight updates, open before the streams start
             start = await self._resume() if self.cfg.resume.enabled else 0
@@ -299,24 +312,13 @@ class Orchestrator:
 
     async def _generate(self, index: int, task: Task, ckpt_step: int) -> None:
         cfg = self.cfg
-        body: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": task["prompt"],
-            "n": cfg.rollouts_per_example,
-            "max_tokens": cfg.sampling.max_tokens,
-            "temperature": cfg.sampling.temperature,
-            "top_p": cfg.sampling.top_p,
-            "logprobs": True,
-            "return_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if cfg.sampling.stop:
-            body["stop"] = list(cfg.sampling.stop)
-        if cfg.sampling.seed is not None:
-            body["seed"] = cfg.sampling.seed + self._requests
-        self._requests += 1
+        body = self._sampling_body(cfg.sampling.max_tokens)
+        body |= {"messages": task["prompt"], "n": cfg.rollouts_per_example, "logprobs": True}
+        tools = self.env.tool_specs(task)
+        if tools:  # rendered into the prompt; the calls are read from the sampled text
+            body["tools"], body["tool_choice"] = tools, "none"
         start = time.monotonic()
-        answer = await self._request(body)
+        answer = await self._request(body, chat_url)
         gen_ms = (time.monotonic() - start) * 1000.0
         if answer is None:  # the server refused this task (e.g. prompt too long): skip it
             self.ledger.mark(index)
@@ -336,37 +338,141 @@ class Orchestrator:
             self._regenerate(index, task, "abort", policy_step)
             return
         prompt_ids = list(data["prompt_token_ids"])
-        rollouts = []
+        episodes = []
         for choice in data["choices"]:
-            ids = list(choice["token_ids"])
-            lps = [float(x["logprob"]) for x in (choice.get("logprobs") or {}).get("content") or []]
-            if len(lps) != len(ids):
-                raise OrchestratorError(f"server returned {len(ids)} token ids but {len(lps)} logprobs")
-            lps = [max(lp, -1e4) if math.isfinite(lp) else -1e4 for lp in lps]
-            text = choice["message"].get("content") or ""
-            rollouts.append(
-                Rollout(
-                    prompt_ids,
-                    ids,
-                    lps,
-                    text,
-                    truncated=choice.get("finish_reason") == "length",
-                    policy_step=policy_step,
-                )
-            )
-        kept = [r for r in rollouts if r.num_tokens <= cfg.seq_len]
-        self.counters["too_long"] += len(rollouts) - len(kept)
-        verdicts = await asyncio.gather(*(self.verifier.score(task, r.text) for r in kept))
-        for r, v in zip(kept, verdicts, strict=True):
-            r.reward, r.metrics, r.error, r.verify_ms = v.reward, v.metrics, v.error, v.ms
+            episode = Episode(prompt_ids, [dict(m) for m in task["prompt"]])
+            episode.add_turn(self._sampled(choice, policy_step), gen_ms)
+            episodes.append(episode)
+        kept = [e for e in episodes if e.num_tokens <= cfg.seq_len]
+        self.counters["too_long"] += len(episodes) - len(kept)
+        limits = EpisodeLimits(
+            self.max_turns,
+            cfg.seq_len,
+            cfg.sampling.max_tokens,
+            cfg.episode.timeout_s,
+            cfg.episode.tool_parser,
+        )
+        delta = None if self.max_turns == 1 else self._chat_delta(task)
+        await asyncio.gather(
+            *(play(task, e, limits, self.verifier.step, self._sample_turn, delta) for e in kept)
+        )
+        aborted = sum(e.outcome == "abort" for e in kept)
+        if aborted:  # a later turn was cut off by a weight swap: regenerate the whole group
+            self.counters["aborted"] += aborted
+            self._regenerate(index, task, "abort", min(s for e in kept for s in e.policy_steps))
+            return
+        rollouts = [self._rollout(e, index) for e in kept]
+        for r in rollouts:
             if r.truncated and cfg.truncated_reward is not None:
                 r.reward = cfg.truncated_reward
         for r, a in zip(
-            kept, group_advantages([r.reward for r in kept], cfg.advantage.std_normalize), strict=True
+            rollouts, group_advantages([r.reward for r in rollouts], cfg.advantage.std_normalize), strict=True
         ):
             r.advantage = a
-        if kept:
-            self.ready.append(Group(index, str(task.get("id", index)), policy_step, kept, gen_ms, task))
+        if rollouts:
+            oldest = min(r.policy_step for r in rollouts)
+            self.ready.append(Group(index, str(task.get("id", index)), oldest, rollouts, gen_ms, task))
+
+    def _sampling_body(self, max_tokens: int) -> dict[str, Any]:
+        """The fields every generation request carries (each request gets its own seed)."""
+        sampling = self.cfg.sampling
+        body: dict[str, Any] = {
+            "model": self.cfg.model,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            **sampling.extra,
+        }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed + self._requests
+        self._requests += 1
+        return body
+
+    def _sampled(self, choice: dict[str, Any], policy_step: int) -> SampledTurn:
+        """One choice of a chat or completions answer as a :class:`SampledTurn`."""
+        ids = list(choice["token_ids"])
+        logprobs = choice.get("logprobs") or {}
+        if "content" in logprobs:  # chat: [{token, logprob}]
+            lps = [float(x["logprob"]) for x in logprobs.get("content") or []]
+        else:  # completions: token_logprobs
+            lps = [float(x) if x is not None else -1e4 for x in logprobs.get("token_logprobs") or []]
+        if len(lps) != len(ids):
+            raise OrchestratorError(f"server returned {len(ids)} token ids but {len(lps)} logprobs")
+        lps = [max(lp, -1e4) if math.isfinite(lp) else -1e4 for lp in lps]
+        text = choice["message"].get("content") or "" if "message" in choice else choice.get("text") or ""
+        return SampledTurn(ids, lps, text, choice.get("finish_reason"), policy_step)
+
+    async def _sample_turn(self, prompt_ids: list[int], max_tokens: int) -> SampledTurn:
+        """A later model turn of an episode, generated from its exact token sequence."""
+        body = self._sampling_body(max_tokens) | {"prompt": prompt_ids, "logprobs": 1}
+        assumed = self.ckpt_step
+        answer = await self._request(body, completions_url)
+        if answer is None:
+            raise EpisodeError("the server refused a later turn of the episode (see the warning above)")
+        url, reply = answer
+        policy_step = self._served_policy(url, reply, assumed)
+        choice = reply.data["choices"][0]
+        if policy_step is None:  # the server cannot say which policy sampled it: redo the group
+            self.counters["policy_unknown"] += 1
+            return SampledTurn([], [], "", "abort", assumed)
+        if policy_step != assumed:
+            self.counters["policy_mismatch"] += 1
+        return self._sampled(choice, policy_step)
+
+    async def _load_tokenizer(self) -> None:
+        """The tokenizer that renders the environment's messages between turns (multi-turn only)."""
+        if self.max_turns == 1:
+            return
+        from transformers import AutoTokenizer
+
+        name = self.cfg.episode.tokenizer or self.cfg.model
+        try:
+            self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, name)
+        except (OSError, ValueError) as e:
+            raise OrchestratorError(
+                f"multi-turn episodes need the model's tokenizer: cannot load {name!r} ({e}); "
+                "set --episode.tokenizer to an HF dir or hub name"
+            ) from e
+
+    def _chat_delta(self, task: Task) -> ChatDelta:
+        return ChatDelta(self._tokenizer, self.env.tool_specs(task))
+
+    def _rollout(self, e: Episode, index: int) -> Rollout:
+        r = Rollout(
+            e.prompt_ids,
+            e.completion_ids,
+            e.logprobs,
+            e.messages[-1].get("content") or "",
+            truncated=e.truncated,
+            policy_step=min(e.policy_steps),
+            completion_mask=None if all(e.mask) else e.mask,
+            turns=e.turns,
+            outcome=e.outcome,
+            tool_ms=e.tool_ms,
+        )
+        r.reward, r.error, r.verify_ms = e.reward, e.error, e.env_ms
+        if e.score is not None:
+            r.metrics = dict(e.score.metrics)
+        if self.max_turns > 1:
+            log_tagged(
+                "env",
+                "episode.done",
+                step=self.step,
+                task=index,
+                turns=e.turns,
+                outcome=e.outcome,
+                reward=r.reward,
+                env_ms=e.env_ms,
+                tool_ms=e.tool_ms,
+                gen_ms=sum(e.turn_gen_ms),
+                tokens=e.num_tokens,
+                tool_errors=len(e.tool_errors),
+            )
+        return r
 
     def _served_policy(self, url: str, reply: JsonReply, assumed: int) -> int | None:
         """The policy step the server says produced this answer; ``assumed`` if it does not say.
@@ -413,8 +519,11 @@ class Orchestrator:
             self._redo.append((index, task))
         self._wake_producer.set()
 
-    async def _request(self, body: dict) -> tuple[str, JsonReply] | None:
-        """POST one chat completion, retrying on other servers; None when the server refuses the task.
+    async def _request(
+        self, body: dict, url_of: Callable[[str], str] = chat_url
+    ) -> tuple[str, JsonReply] | None:
+        """POST one generation request (to ``url_of(server)``), retrying on other servers; None
+        when the server refuses the task.
 
         429, 5xx, connection errors and timeouts are retried (``max_request_retries``; the wait
         is the server's Retry-After, else :func:`prime_rl.clients.backoff.backoff_delay`); any
@@ -426,9 +535,7 @@ class Orchestrator:
             url = await self._pick()
             start = time.monotonic()
             try:
-                return url, await self.pool.post(
-                    url, chat_url(url), body, timeout_s=self.cfg.request_timeout_s
-                )
+                return url, await self.pool.post(url, url_of(url), body, timeout_s=self.cfg.request_timeout_s)
             except Rejected as e:
                 self.counters["request_errors"] += 1
                 logger.warning(
@@ -514,6 +621,10 @@ class Orchestrator:
         for key in sorted({k for r in rollouts for k in r.metrics}):
             vals = [r.metrics[key] for r in rollouts if key in r.metrics]
             extra[f"env/{key}"] = sum(vals) / len(vals)
+        outcomes = {o: sum(r.outcome == o for r in rollouts) for o in OUTCOMES if o not in ("done", "abort")}
+        extra.update({f"episode/{o}": float(n) for o, n in outcomes.items() if n})
+        extra["turns_mean"] = sum(r.turns for r in rollouts) / len(rollouts)
+        extra["tool_ms"] = sum(r.tool_ms for r in rollouts)
         secs = max(step_s, 1e-9)  # wall time of the whole step: batches produced ahead are not free
         row = {
             "process": "orchestrator",

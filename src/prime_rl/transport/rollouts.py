@@ -10,7 +10,8 @@ tensor                 dtype    meaning (T = total tokens, S = samples)
 =====================  =======  ===============================================================
 input_ids              int64    [T] prompt + completion tokens, exactly as sampled
 position_ids           int64    [T] 0..len-1 within each sample
-loss_mask              bool     [T] True on completion tokens the loss uses (False on prompts)
+loss_mask              bool     [T] True on sampled completion tokens the loss uses (False on
+                                prompts and on an episode's environment messages between turns)
 advantages             float32  [T] the sample's advantage on each of its tokens
 inference_logprobs     float32  [T] logprob of each token under the sampling policy (0 on prompts)
 sample_lengths         int64    [S] tokens per sample; sums to T
@@ -91,7 +92,9 @@ class RolloutBatch:
         cls, samples: list[dict], temperature: float = 1.0, step: int = 0, rank: int = 0
     ) -> RolloutBatch:
         """Build a batch from per-sample dicts with ``prompt_ids``, ``completion_ids``,
-        ``completion_logprobs``, ``advantage`` and optionally ``policy_step`` (all or none)."""
+        ``completion_logprobs``, ``advantage`` and optionally ``policy_step`` (all or none) and
+        ``completion_mask`` (which completion ids the loss uses: a multi-turn episode's sampled
+        ids, not the environment's messages between them; default all)."""
         ids, pos, mask, adv, lps, lens = [], [], [], [], [], []
         policy = [s["policy_step"] for s in samples if "policy_step" in s]
         if policy and len(policy) != len(samples):
@@ -101,7 +104,10 @@ class RolloutBatch:
             n = len(p) + len(c)
             ids += p + c
             pos += list(range(n))
-            mask += [False] * len(p) + [True] * len(c)
+            trained = [bool(x) for x in s.get("completion_mask", [True] * len(c))]
+            if len(trained) != len(c):
+                raise ValueError(f"completion_mask has {len(trained)} entries for {len(c)} completion ids")
+            mask += [False] * len(p) + trained
             adv += [float(s["advantage"])] * n
             lps += [0.0] * len(p) + [float(x) for x in s["completion_logprobs"]]
             lens.append(n)

@@ -1,0 +1,106 @@
+"""Multi-turn episodes through the real orchestrator against the real vLLM server: the trainer's
+rollout file holds exactly the token ids the server sampled, turn after turn."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.support.orchestrator_run import tagged_lines
+
+from prime_rl.orchestrator.config import OrchestratorConfig
+from prime_rl.orchestrator.loop import Orchestrator
+from prime_rl.paths import RunPaths
+from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+
+TOOL_ENV = Path(__file__).resolve().parents[1] / "support" / "tool_env.py"
+
+
+def run_one_step(server, tmp_path, env: dict, **overrides) -> tuple[Orchestrator, list[dict], list]:
+    """Step 0 of a run (no weight update), recording every generation request and answer."""
+    cfg = OrchestratorConfig(
+        output_dir=tmp_path,
+        model=server.model,
+        client={"base_urls": [server.base_url]},
+        verify={"workers": 1},
+        max_steps=1,
+        batch_size=4,
+        rollouts_per_example=2,
+        max_inflight=2,
+        seq_len=256,
+        env=env,
+        episode={"tokenizer": server.model},
+        **overrides,
+    )
+    orch = Orchestrator(cfg)
+    exchanges: list[dict] = []
+    post = orch.pool.post
+
+    async def recording_post(url, full_url, body, timeout_s):
+        reply = await post(url, full_url, body, timeout_s=timeout_s)
+        exchanges.append({"path": full_url.rsplit("/v1/", 1)[1], "body": body, "data": reply.data})
+        return reply
+
+    orch.pool.post = recording_post
+    with tagged_lines() as lines:
+        asyncio.run(asyncio.wait_for(orch.run(), timeout=300))
+    return orch, exchanges, lines
+
+
+def expected_sequences(exchanges: list[dict]) -> list[tuple[list[int], list[bool]]]:
+    """Each episode's ids and loss mask rebuilt from the server's answers alone: the chat answer's
+    prompt ids and sampled ids, then for each later turn the completions prompt the server says it
+    read (which must extend the episode so far) and the ids it sampled."""
+    episodes: list[tuple[list[int], list[bool], int]] = []
+    for x in exchanges:
+        if x["path"] == "chat/completions":
+            prompt = x["data"]["prompt_token_ids"]
+            for choice in x["data"]["choices"]:
+                episodes.append(
+                    (prompt + choice["token_ids"], [True] * len(choice["token_ids"]), len(prompt))
+                )
+            continue
+        choice = x["data"]["choices"][0]
+        read = choice.get("prompt_token_ids") or x["data"].get("prompt_token_ids")
+        assert read == x["body"]["prompt"]  # the server continued from exactly the ids we sent
+        i = next(i for i, (ids, _, _) in enumerate(episodes) if read[: len(ids)] == ids)
+        ids, mask, n_prompt = episodes[i]
+        env_ids = read[len(ids) :]
+        episodes[i] = (
+            read + choice["token_ids"],
+            mask + [False] * len(env_ids) + [True] * len(choice["token_ids"]),
+            n_prompt,
+        )
+    return [(ids, [False] * n + mask) for ids, mask, n in episodes]
+
+
+def test_guess_episodes_train_on_exactly_the_sampled_ids_turn_after_turn(inference_server, tmp_path):
+    orch, exchanges, lines = run_one_step(
+        inference_server,
+        tmp_path,
+        {"name": "guess", "options": {"high": 4, "max_turns": 3}},
+        sampling={"max_tokens": 4, "stop": [" ", "\n"], "seed": 7},
+    )
+    batch = read_rollout_batch(rollout_path(RunPaths(tmp_path).rollouts_dir(0), 0))
+    assert batch.num_samples == 4
+    later_turns = [x for x in exchanges if x["path"] == "completions"]
+    assert later_turns, "no episode went past its first turn"
+
+    expected = expected_sequences(exchanges)
+    got = []
+    offset = 0
+    for n in batch.sample_lengths.tolist():
+        got.append(
+            (batch.input_ids[offset : offset + n].tolist(), batch.loss_mask[offset : offset + n].tolist())
+        )
+        offset += n
+    used = [e for e in expected if e in got]
+    assert len(used) == 4 and sorted(got) == sorted(used)
+    # the logprobs the trainer corrects with are the server's, on the sampled ids only
+    assert (batch.inference_logprobs[~batch.loss_mask] == 0).all()
+    assert (batch.inference_logprobs[batch.loss_mask] < 0).all()
+
+    episodes = [x for x in lines if x.tag == "env" and x.event == "episode.done"]
+    assert len(episodes) >= 4
+    assert {x.fields["outcome"] for x in episodes} == {"done"}  # the game ends every episode itself
+    assert all(1 <= int(x.fields["turns"]) <= 3 for x in episodes)
