@@ -5,6 +5,7 @@ that hit max_tokens), and the run's wall time. The demo is sampled at temperatur
 runs differ; a config is good when every run rises and stays under 10% truncation.
 
 usage: python benchmarks/demo_learning.py [--runs 4] [--max_steps 30] [--output_dir outputs/bench_demo]
+       [--config configs/debug/rl.toml]   (configs/debug/rl_guess.toml: the multi-turn demo)
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_run(out: Path, max_steps: int) -> dict:
+def one_run(out: Path, max_steps: int, config: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
     rl = Path(sys.executable).parent / "rl"
     args = [
         str(rl),
         "--config",
-        "configs/debug/rl.toml",
+        str(config),
         "--output_dir",
         str(out),
         "--max_steps",
@@ -55,10 +56,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=4)
     p.add_argument("--max_steps", type=int, default=30)
     p.add_argument("--output_dir", type=Path, default=Path("outputs/bench_demo"))
+    p.add_argument("--config", type=Path, default=Path("configs/debug/rl.toml"))
     a = p.parse_args()
     results = []
     for i in range(a.runs):
-        r = one_run(a.output_dir / f"run_{i}", a.max_steps)
+        r = one_run(a.output_dir / f"run_{i}", a.max_steps, a.config)
         results.append(r)
         print(
             json.dumps({"run": i, **{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}}),

@@ -88,9 +88,12 @@ def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_leve
     # reward was still climbing fast at the end)
     assert sorted(last)[2] > max(first), rewards
     assert sum(last) / 6 - sum(first) / 6 > 0.05, rewards
-    # earned on answers the model ends (stop strings), not on cut-off ones: issue 12 item 17
+    # earned on answers the model ends (stop strings), not on cut-off ones (issue 12 item 17): a
+    # cut-off answer earns 0 (truncated_reward), and the policy it learned ends its answers. The
+    # random model's first answers lack a space within max_tokens (12) about a quarter of the time;
+    # learning to end them is part of what the demo learns
     trunc = [r["trunc_pct"] for r in metrics(out, "orchestrator")]
-    assert sum(trunc) / len(trunc) < 10, trunc
+    assert sum(trunc[-6:]) / 6 < 10, trunc
     trainer_steps = [r["step"] for r in metrics(out, "trainer")]
     assert trainer_steps == list(range(30))
 
