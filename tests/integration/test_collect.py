@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -312,3 +313,45 @@ def test_records_from_the_real_vllm_server_hold_its_tokens_their_text_and_the_en
     agg = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
     assert agg["num_records"] == 12 and agg["unscored"] == 0
     assert agg["reward"] == pytest.approx(sum(rewards) / 12)
+
+
+@pytest.mark.slow
+def test_nemo_gym_rows_with_their_own_tools_and_sampling_run_unchanged_against_the_real_server(
+    inference_server, tmp_path
+):
+    """Each row's responses_create_params (Responses-shaped tools, tool_choice, temperature,
+    max_output_tokens, vLLM's structured_outputs) reach vLLM: its validation accepts the tools in
+    chat shape, and the answer is the text the row's own regex forces."""
+    forced = '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    add = {
+        "type": "function",
+        "name": "add",
+        "description": "Add numbers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]},
+    }
+    rows = [
+        {
+            "responses_create_params": {
+                "input": [{"role": "user", "content": f"add {i} and 1"}],
+                "tools": [add],
+                "tool_choice": "none",
+                "temperature": 0.5 + i / 10,
+                "max_output_tokens": 96,
+                "structured_outputs": {"regex": re.escape(forced)},
+            },
+            "id": f"row-{i}",
+        }
+        for i in range(3)
+    ]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = collect_config(inference_server.base_url, tmp_path, "--model", inference_server.model)
+    result = asyncio.run(collect(cfg))
+    assert result.written == 3 and result.failed == 0
+    for r in records(tmp_path / "out.jsonl"):
+        i = r["task_index"]
+        assert r["task"] == rows[i]  # the row is recorded as it was read
+        assert r["response"]["text"] == forced
+        assert r["params"]["temperature"] == pytest.approx(0.5 + i / 10)
+        assert r["params"]["max_output_tokens"] == 96 and r["params"]["model"] == inference_server.model
+        assert r["params"]["extra_body"]["tools"] == [add]

@@ -189,6 +189,10 @@ def test_inference_vllm_argv_is_parsed_by_vllm():
     assert "prime_rl.inference.admin.FirstByteMiddleware" in args.middleware
     with pytest.raises(SystemExit):
         parse_vllm_args(vllm_argv(cfg, ["--no-such-vllm-flag"]))
+    assert not args.enable_auto_tool_choice
+    tools, _ = load_config(InferenceConfig, ["--model", "m", "--tool_call_parser", "hermes"])
+    args = parse_vllm_args(vllm_argv(tools, []))
+    assert args.enable_auto_tool_choice is True and args.tool_call_parser == "hermes"
 
 
 def test_none_empty_lists_bare_block_flags_and_stray_words():

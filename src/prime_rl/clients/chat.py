@@ -52,6 +52,8 @@ class Completion:
     prompt_token_ids: list[int] | None
     model: str | None
     url: str
+    tool_calls: list[dict[str, Any]] | None = None
+    """The answer's OpenAI ``tool_calls`` (a server with a tool-call parser), if any."""
 
 
 def api_url(base: str, path: str) -> str:
@@ -91,6 +93,7 @@ def parse_completion(data: Any, url: str) -> Completion:
             prompt_token_ids=data.get("prompt_token_ids"),
             model=data.get("model"),
             url=url,
+            tool_calls=message.get("tool_calls") or None,
         )
     except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
         raise TransportError(

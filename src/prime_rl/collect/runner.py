@@ -108,6 +108,54 @@ def request_params(cfg: CollectConfig, model: str) -> dict[str, Any]:
     return params
 
 
+SAMPLING_FIELDS = ("max_output_tokens", "temperature", "top_p", "stop", "seed")
+"""Fields of a task's ``responses_create_params`` that replace the run's sampling parameters."""
+NOT_SENT = ("input", "model")
+"""Fields of a task's ``responses_create_params`` that are not request options: ``input`` is the
+prompt; the model is the run's (the servers serve it)."""
+
+
+def task_params(params: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The run's parameters with the task's own ``responses_create_params`` over them, as NeMo Gym
+    applies them: sampling fields replace the run's; any other field (``tools``, ``tool_choice``,
+    ``parallel_tool_calls``, vLLM's ``structured_outputs``, ...) is sent with the request."""
+    own = row.get("responses_create_params")
+    if not isinstance(own, dict) or not set(own) - set(NOT_SENT):
+        return params
+    merged = dict(params)
+    extra = dict(params.get("extra_body", {}))
+    for key, value in own.items():
+        if key in NOT_SENT:
+            continue
+        if key in SAMPLING_FIELDS:
+            merged[key] = value
+        else:
+            extra[key] = value
+    if extra:
+        merged["extra_body"] = extra
+    return merged
+
+
+def chat_tool(tool: Any) -> Any:
+    """A tool in the Responses API's flat shape (``{"type": "function", "name", "parameters"}``,
+    NeMo Gym's rows) in the chat shape (``{"type": "function", "function": {...}}``)."""
+    if (
+        isinstance(tool, dict)
+        and tool.get("type") == "function"
+        and "function" not in tool
+        and "name" in tool
+    ):
+        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+    return tool
+
+
+def chat_tool_choice(choice: Any) -> Any:
+    """``{"type": "function", "name": N}`` (Responses) -> ``{"type": "function", "function": {"name": N}}``."""
+    if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
 def request_body(
     params: dict[str, Any], messages: list[dict[str, Any]], task_index: int, repeat: int
 ) -> dict:
@@ -124,6 +172,10 @@ def request_body(
     if "seed" in params:
         body["seed"] = (params["seed"] * 1_000_003 + task_index * 1_009 + repeat) % (2**31)
     body.update(params.get("extra_body", {}))
+    if isinstance(body.get("tools"), list):
+        body["tools"] = [chat_tool(t) for t in body["tools"]]
+    if "tool_choice" in body:
+        body["tool_choice"] = chat_tool_choice(body["tool_choice"])
     return body
 
 
@@ -253,6 +305,7 @@ class Collector:
     ) -> None:
         tid = new_trace_id()
         created = time.monotonic()
+        params = task_params(params, row)
         body = request_body(params, messages, task_index, repeat)
         # the dispatcher admitted this pair with a slot already held: queue_ms is the time it then
         # spends between attempts (backoff, Retry-After pauses, re-admission under a lowered limit)
@@ -422,6 +475,8 @@ class Collector:
             response["token_ids"] = comp.token_ids
         if comp.prompt_token_ids is not None:
             response["prompt_token_ids"] = comp.prompt_token_ids
+        if comp.tool_calls:
+            response["tool_calls"] = comp.tool_calls
         sample_params = (
             dict(params) if seed is None else {**params, "seed": seed}
         )  # the seed this sample was sent

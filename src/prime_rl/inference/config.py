@@ -117,6 +117,16 @@ class InferenceConfig(BaseConfig):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the console and of logs/inference.log."""
 
+    tool_call_parser: str | None = None
+    """vLLM's tool-call parser for the model's chat format, for chat requests that carry ``tools``
+    with ``tool_choice`` auto (``collect-rollouts`` on tool tasks): turns the model's text into
+    ``tool_calls`` (``--enable-auto-tool-choice --tool-call-parser NAME``). ``hermes``: Qwen2.5,
+    Qwen3, Hermes 2/3 (``<tool_call>{json}</tool_call>``); ``llama3_json``: Llama 3.1/3.2/3.3;
+    ``mistral``: Mistral/Mixtral instruct; ``pythonic``: Llama 4; ``granite``, ``internlm``,
+    ``jamba``, ``deepseek_v3``, ``kimi_k2``, ``qwen3_coder``: those families (vLLM's docs list
+    them all). None: requests with tool_choice auto are refused by vLLM. The orchestrator does
+    not need it: it reads tool calls from the sampled text itself (``episode.tool_parser``)."""
+
     vllm_args: list[str] = []
     """Extra vLLM command-line arguments, passed through unchanged (also: unknown flags)."""
 

@@ -85,6 +85,8 @@ def vllm_argv(config: InferenceConfig, passthrough: list[str]) -> list[str]:
         argv += ["--kv-cache-memory-bytes", str(config.kv_cache_memory_bytes)]
     if config.enforce_eager:
         argv.append("--enforce-eager")
+    if config.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", config.tool_call_parser]
     return argv + list(config.vllm_args) + list(passthrough)
 
 
