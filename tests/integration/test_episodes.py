@@ -4,6 +4,8 @@ rollout file holds exactly the token ids the server sampled, turn after turn."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from pathlib import Path
 
 from tests.support.orchestrator_run import tagged_lines
@@ -27,10 +29,9 @@ def run_one_step(server, tmp_path, env: dict, **overrides) -> tuple[Orchestrator
         batch_size=4,
         rollouts_per_example=2,
         max_inflight=2,
-        seq_len=256,
         env=env,
         episode={"tokenizer": server.model},
-        **overrides,
+        **{"seq_len": 256, **overrides},
     )
     orch = Orchestrator(cfg)
     exchanges: list[dict] = []
@@ -104,3 +105,71 @@ def test_guess_episodes_train_on_exactly_the_sampled_ids_turn_after_turn(inferen
     assert len(episodes) >= 4
     assert {x.fields["outcome"] for x in episodes} == {"done"}  # the game ends every episode itself
     assert all(1 <= int(x.fields["turns"]) <= 3 for x in episodes)
+
+
+def test_a_two_tool_episode_runs_through_the_orchestrator_and_the_trainer_trains_on_its_sampled_ids(
+    inference_server, tmp_path
+):
+    from tests.support.rollouts import TrainerRun, wait_stable
+    from tests.support.tool_env import CALL_REGEX, TOOLS
+    from transformers import AutoTokenizer
+
+    orch, exchanges, lines = run_one_step(
+        inference_server,
+        tmp_path,
+        {"name": f"{TOOL_ENV}:TwoToolEnv", "options": {"max_turns": 4}},
+        sampling={"max_tokens": 96, "seed": 3, "extra": {"structured_outputs": {"regex": CALL_REGEX}}},
+        seq_len=512,
+    )
+    chat = [x for x in exchanges if x["path"] == "chat/completions"]
+    assert all(x["body"]["tools"][0]["function"]["name"] == "add" for x in chat)  # the specs were sent
+    batch = read_rollout_batch(rollout_path(RunPaths(tmp_path).rollouts_dir(0), 0))
+    expected = expected_sequences(exchanges)
+    offset, got = 0, []
+    for n in batch.sample_lengths.tolist():
+        got.append(
+            (batch.input_ids[offset : offset + n].tolist(), batch.loss_mask[offset : offset + n].tolist())
+        )
+        offset += n
+    assert all(g in expected for g in got)
+    episodes = [x for x in lines if x.tag == "env" and x.event == "episode.done"]
+    assert all(x.fields["outcome"] == "done" for x in episodes)
+    # every episode called a tool each turn and got a tool answer back; several took 2+ turns
+    assert max(int(x.fields["turns"]) for x in episodes) >= 2
+    tool_turns = [x for x in exchanges if x["path"] == "completions"]
+    full = [x["data"]["choices"][0]["text"] for x in tool_turns if x["body"]["max_tokens"] == 96]
+    assert full and all(t.startswith("<tool_call>") for t in full), full
+    # a turn with less room left than 96 ids was given only that room (seq_len 512 holds)
+    assert all(x["body"]["max_tokens"] + len(x["body"]["prompt"]) <= 512 for x in tool_turns)
+    # each later turn's prompt ends with the tool's answer to the call just before it (a call cut
+    # off at max_tokens is answered with the error, and the episode goes on)
+    tok = AutoTokenizer.from_pretrained(inference_server.model)
+    answered = 0
+    for x in tool_turns:
+        seen = tok.decode(x["body"]["prompt"])
+        call = seen.rsplit("<|im_start|>assistant\n", 2)[-2]
+        done = re.fullmatch(
+            r'<tool_call>\{"name": "(add|mul)", "arguments": \{"a": (\d), "b": (\d)\}\}</tool_call>(<\|endoftext\|>)?<\|im_end\|>\n<\|im_start\|>tool\n(.*)<\|im_end\|>\n',
+            call,
+            re.S,
+        )
+        if done:
+            name, a, b, _, reply = done.groups()
+            assert reply == str(TOOLS[name](int(a), int(b))), seen
+            answered += 1
+        else:
+            assert "<|im_start|>tool\nerror: bad arguments" in call, seen
+    assert answered >= 1
+    assert orch.counters["too_long"] == 0
+
+    # the trainer takes the step: loss on the sampled ids only, weights published
+    run = TrainerRun(Path(inference_server.model), tmp_path, [], max_steps=1).start()
+    try:
+        wait_stable(RunPaths(tmp_path).weights_dir(1), run.proc)
+        run.finish()
+    finally:
+        run.kill()
+    row = [json.loads(x) for x in RunPaths(tmp_path).metrics_file.read_text().splitlines()]
+    trained = [r for r in row if r["process"] == "trainer"]
+    assert trained[0]["step"] == 0 and trained[0]["tokens"] == batch.num_tokens
+    assert 0 < trained[0]["entropy"] < 20

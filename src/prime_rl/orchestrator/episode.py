@@ -118,7 +118,8 @@ class ChatDelta:
     ChatML); ``render(history + new, add_generation_prompt=True)`` adds the new messages and the
     next turn's header. The ids to append after the sampled turn are the template's text after
     that turn's end-of-turn token (prefixed by the token itself when the model stopped without
-    sampling it, on a stop string or a length cut) plus the rendered new messages. Fits templates
+    sampling it: on a stop string, a length cut, or another of its stop tokens such as
+    ``<|endoftext|>``) plus the rendered new messages. Fits templates
     whose assistant turns end with the tokenizer's eos text (ChatML: Qwen, Hermes; Llama 3's
     ``<|eot_id|>``); a template that re-renders earlier turns differently raises
     :class:`EpisodeError` instead of producing a sequence the model never saw.
