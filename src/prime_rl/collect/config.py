@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from prime_rl.clients.config import RetryPolicy
 from prime_rl.config import BaseConfig, StrictModel
-from prime_rl.envs.config import VerifyConfig
+from prime_rl.envs.config import EpisodeConfig, VerifyConfig
 
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
     # USD per 1M tokens, list prices as of 2025; override or extend with --prices
@@ -112,6 +112,11 @@ class SourceConfig(BaseConfig):
 
     verify: VerifySettings = VerifySettings()
     """Verification."""
+
+    episode: EpisodeConfig = EpisodeConfig()
+    """Multi-turn environments (``--env`` with more than one turn): each later turn is one more
+    chat request; turn and time limits, and how tool calls are read from the text when the server
+    has no tool-call parser (``tokenizer`` is not used here)."""
 
     strict: bool = False
     """Fail on the first malformed input line instead of reporting and skipping it."""

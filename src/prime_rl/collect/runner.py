@@ -29,6 +29,7 @@ from loguru import logger
 from prime_rl.clients.backoff import backoff_delay
 from prime_rl.clients.chat import ChatBackend, Completion, RateLimited, RequestError
 from prime_rl.collect.config import CollectConfig
+from prime_rl.collect.episodes import add_episode, play_episode
 from prime_rl.collect.limiter import AdaptiveLimiter
 from prime_rl.collect.metrics import Aggregator, PriceTable
 from prime_rl.collect.progress import Progress
@@ -180,6 +181,16 @@ def request_body(
 
 
 @dataclass
+class _Tries:
+    """One pair's retries so far, and whether it holds a limiter slot."""
+
+    held: bool
+    attempts: int = 0
+    n429: int = 0
+    failed_ms: float = 0.0
+
+
+@dataclass
 class CollectResult:
     """What one run did (also printed as the summary)."""
 
@@ -309,61 +320,10 @@ class Collector:
         body = request_body(params, messages, task_index, repeat)
         # the dispatcher admitted this pair with a slot already held: queue_ms is the time it then
         # spends between attempts (backoff, Retry-After pauses, re-admission under a lowered limit)
-        retry, attempts, n429, held, failed_ms = self.cfg.retry, 0, 0, True, 0.0
+        tries = _Tries(held=True)
         try:
-            while True:
-                if not held:
-                    await self.limiter.acquire()
-                    held = True
-                sent = time.monotonic()
-                try:
-                    comp: Completion = await backend.chat(body, tid)
-                    break
-                except RateLimited as e:
-                    failed_ms += (time.monotonic() - sent) * 1000
-                    n429 += 1
-                    self.result.rate_limited += 1
-                    self._count_answer(rate_limited=True)
-                    wait = self._rate_limit_wait(e, n429)
-                    log_tagged(
-                        "collect",
-                        "request.retry",
-                        tid,
-                        status=429,
-                        wait_ms=wait * 1000,
-                        attempt=n429,
-                        retry_after=e.retry_after is not None,
-                    )
-                    if n429 > retry.max_429_retries:
-                        raise
-                    self.limiter.release()
-                    held = False
-                    await asyncio.sleep(wait)
-                except RequestError as e:
-                    failed_ms += (time.monotonic() - sent) * 1000
-                    attempts += 1
-                    if not e.retryable or attempts > retry.max_retries:
-                        raise
-                    self.limiter.release()
-                    held = False
-                    self.result.retries += 1
-                    delay = retry.delay(attempts, self.rng, e.retry_after)
-                    if e.server_wide:
-                        self._pause(delay, e.status)
-                    log_tagged(
-                        "collect",
-                        "request.retry",
-                        tid,
-                        status=e.status or "conn",
-                        wait_ms=delay * 1000,
-                        attempt=attempts,
-                    )
-                    await asyncio.sleep(delay)
-            gen_ms = (time.monotonic() - sent) * 1000
-            self.limiter.release()
-            held = False
-            self._count_answer(rate_limited=False)
-            queue_ms = (sent - created) * 1000 - failed_ms
+            comp, sent, gen_ms = await self._send(backend, body, tid, tries)
+            queue_ms = (sent - created) * 1000 - tries.failed_ms
             record = self._record(
                 task_index,
                 repeat,
@@ -371,10 +331,30 @@ class Collector:
                 comp,
                 params,
                 body["seed"] if "seed" in params else None,
-                attempts + n429 + 1,
+                tries.attempts + tries.n429 + 1,
             )
             record["timings"] = {"queue_ms": queue_ms, "gen_ms": gen_ms}
-            if scorer is not None:
+            if scorer is not None and scorer.max_turns > 1:
+
+                async def next_turn(conversation: list[dict]) -> tuple[Completion, float]:
+                    turn_body = request_body(params, conversation, task_index, repeat)
+                    answer, _, ms = await self._send(backend, turn_body, tid, tries)
+                    return answer, ms
+
+                episode = await play_episode(
+                    row,
+                    messages,
+                    comp,
+                    gen_ms,
+                    scorer,
+                    next_turn,
+                    self.cfg.episode.timeout_s,
+                    self.cfg.episode.tool_parser,
+                )
+                add_episode(record, episode)
+                comp = episode.totals
+                record["attempts"] = tries.attempts + tries.n429 + len(episode.turns)
+            elif scorer is not None:
                 apply_verdict(record, await scorer.score(row, comp.text))
             record["timings"]["total_ms"] = (time.monotonic() - created) * 1000
             writer.write(record)
@@ -389,7 +369,7 @@ class Collector:
                 status=200,
                 dur_ms=t["total_ms"],
                 queue_ms=queue_ms,
-                gen_ms=gen_ms,
+                gen_ms=t["gen_ms"],
                 verify_ms=t.get("verify_ms"),
                 out_tokens=comp.output_tokens,
                 attempts=record["attempts"],
@@ -403,7 +383,7 @@ class Collector:
                     "error": str(e),
                     "kind": type(e).__name__,
                     "status": e.status,
-                    "attempts": attempts + n429,
+                    "attempts": tries.attempts + tries.n429,
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 }
             )
@@ -418,9 +398,70 @@ class Collector:
                 kind=type(e).__name__,
             )
         finally:
-            if held:
+            if tries.held:
                 self.limiter.release()
             admission.release()
+
+    async def _send(
+        self, backend: ChatBackend, body: dict, tid: str, tries: _Tries
+    ) -> tuple[Completion, float, float]:
+        """One request, retried as ``retry`` says (429s: Retry-After, the limiter counts them;
+        5xx and connection errors: backoff), holding a limiter slot while it is in flight;
+        (the answer, when the last attempt was sent, its ms). Raises the last error."""
+        retry = self.cfg.retry
+        while True:
+            if not tries.held:
+                await self.limiter.acquire()
+                tries.held = True
+            sent = time.monotonic()
+            try:
+                comp: Completion = await backend.chat(body, tid)
+                break
+            except RateLimited as e:
+                tries.failed_ms += (time.monotonic() - sent) * 1000
+                tries.n429 += 1
+                self.result.rate_limited += 1
+                self._count_answer(rate_limited=True)
+                wait = self._rate_limit_wait(e, tries.n429)
+                log_tagged(
+                    "collect",
+                    "request.retry",
+                    tid,
+                    status=429,
+                    wait_ms=wait * 1000,
+                    attempt=tries.n429,
+                    retry_after=e.retry_after is not None,
+                )
+                if tries.n429 > retry.max_429_retries:
+                    raise
+                self.limiter.release()
+                tries.held = False
+                await asyncio.sleep(wait)
+            except RequestError as e:
+                tries.failed_ms += (time.monotonic() - sent) * 1000
+                tries.attempts += 1
+                if not e.retryable or tries.attempts > retry.max_retries:
+                    raise
+                self.limiter.release()
+                tries.held = False
+                self.result.retries += 1
+                delay = retry.delay(tries.attempts, self.rng, e.retry_after)
+                if e.server_wide:
+                    self._pause(delay, e.status)
+                log_tagged(
+                    "collect",
+                    "request.retry",
+                    tid,
+                    status=e.status or "conn",
+                    wait_ms=delay * 1000,
+                    attempt=tries.attempts,
+                )
+                await asyncio.sleep(delay)
+        gen_ms = (time.monotonic() - sent) * 1000
+        self.limiter.release()
+        tries.held = False
+        self._count_answer(rate_limited=False)
+        return comp, sent, gen_ms
 
     def _rate_limit_wait(self, e: RateLimited, n429: int) -> float:
         """How long a request answered 429 for the ``n429``-th time waits before it is sent again:
@@ -594,7 +635,11 @@ class Collector:
                 f"from {', '.join(backend.base_urls)} at parallelism {cfg.num_samples_in_parallel}"
                 + ("" if self.verify else " (unscored)")
             )
-            scorer = Scorer(cfg.env, cfg.env_options, cfg.verify) if self.verify else None  # type: ignore[arg-type]
+            scorer = (
+                Scorer(cfg.env, cfg.env_options, cfg.verify, cfg.episode.max_turns)  # type: ignore[arg-type]
+                if self.verify
+                else None
+            )
             admission = asyncio.Semaphore(2 * cfg.num_samples_in_parallel + 2 * cfg.verify.workers)
             progress = Progress(cfg.progress, r.todo + r.already_done, r.already_done)
             refresher = asyncio.create_task(self._refresh(progress))

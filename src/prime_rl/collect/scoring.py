@@ -16,12 +16,32 @@ class Scorer:
     Verdict with ``error`` set (the record keeps the response, without a reward). ``workers``
     0 in ``settings`` scores inline, in this process."""
 
-    def __init__(self, env_name: str, options: dict[str, Any], settings: VerifyConfig):
+    def __init__(
+        self, env_name: str, options: dict[str, Any], settings: VerifyConfig, max_turns: int | None = None
+    ):
         self.inline = settings.workers == 0
-        if self.inline:
-            self._env = load_env(env_name, options)
-        else:
+        self._env = load_env(env_name, options)
+        self.max_turns = max_turns or self._env.max_turns
+        """Model turns per episode (1: score the answer; more: the environment answers each turn)."""
+        if not self.inline:
             self._pool = VerifierPool(env_name, options, settings.workers, settings.timeout_s)
+
+    async def step(self, task: Task, messages: list[dict[str, Any]]) -> Verdict:
+        """The environment's answer to the last model turn (``turn`` set; ``error`` when it fails)."""
+        if not self.inline:
+            return await self._pool.step(task, messages)
+        start = time.perf_counter()
+        try:
+            turn = self._env.step(task, [dict(m) for m in messages])
+        except Exception as e:  # an environment bug is data, not a crash of the run
+            ms = (time.perf_counter() - start) * 1000.0
+            return Verdict(0.0, {}, f"environment raised {type(e).__name__}: {e}", ms, ms)
+        ms = (time.perf_counter() - start) * 1000.0
+        if turn.score is None:
+            return Verdict(0.0, {}, None, ms, ms, None, turn)
+        s = turn.score
+        metrics = {k: float(v) for k, v in s.metrics.items()}
+        return Verdict(float(s.reward), metrics, None, ms, ms, s.answer, turn)
 
     async def score(self, task: Task, text: str) -> Verdict:
         if not self.inline:
