@@ -155,10 +155,10 @@ def test_a_two_tool_episode_runs_through_the_orchestrator_and_the_trainer_trains
         )
         if done:
             name, a, b, _, reply = done.groups()
-            assert reply == str(TOOLS[name](int(a), int(b))), seen
+            assert reply == str(TOOLS[name](int(a), int(b))), seen  # the typed tool's own answer
             answered += 1
         else:
-            assert "<|im_start|>tool\nerror: bad arguments" in call, seen
+            assert "<|im_start|>tool\nerror: " in call, seen  # a cut-off call: the tool box's error
     assert answered >= 1
     assert orch.counters["too_long"] == 0
 

@@ -21,6 +21,7 @@ BUILTIN: dict[str, str] = {
     "toy": "prime_rl.envs.toy:VowelEnv",
     "guess": "prime_rl.envs.guess:GuessEnv",
     "math": "prime_rl.envs.math_qa:MathQAEnv",
+    "math_tool": "prime_rl.envs.tool_env:MathToolEnv",
     "reasoning_gym": "prime_rl.envs.reasoning_gym_env:ReasoningGymEnv",
 }
 """Registered names and the ``module:Class`` each one builds."""
