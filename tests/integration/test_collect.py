@@ -355,3 +355,24 @@ def test_nemo_gym_rows_with_their_own_tools_and_sampling_run_unchanged_against_t
         assert r["params"]["temperature"] == pytest.approx(0.5 + i / 10)
         assert r["params"]["max_output_tokens"] == 96 and r["params"]["model"] == inference_server.model
         assert r["params"]["extra_body"]["tools"] == [add]
+
+
+@pytest.mark.slow
+def test_the_responses_api_backend_collects_from_the_real_server(inference_server, tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", 3)
+    cfg = collect_config(
+        inference_server.base_url,
+        tmp_path,
+        "--api",
+        "responses",
+        "--model",
+        inference_server.model,
+        "--responses_create_params.max_output_tokens",
+        "5",
+    )
+    result = asyncio.run(collect(cfg))
+    assert result.written == 3 and result.failed == 0
+    for r in records(tmp_path / "out.jsonl"):
+        assert 1 <= r["usage"]["output_tokens"] <= 5 and r["usage"]["input_tokens"] > 0
+        assert r["response"]["finish_reason"] in ("stop", "length") and "token_ids" not in r["response"]
+        assert r["verified"] and r["reward"] is not None

@@ -37,6 +37,8 @@ __all__ = [
     "chat_url",
     "models_url",
     "parse_completion",
+    "parse_response",
+    "responses_body",
 ]
 
 
@@ -77,6 +79,99 @@ def models_url(base: str) -> str:
     return api_url(base, "models")
 
 
+def responses_url(base: str) -> str:
+    """The Responses API URL of a server given with or without ``/v1``."""
+    return api_url(base, "responses")
+
+
+def responses_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A chat-completions request as a Responses API request: ``messages`` -> ``input`` (assistant
+    tool calls -> ``function_call`` items, ``tool`` messages -> ``function_call_output`` items),
+    ``max_completion_tokens`` -> ``max_output_tokens``, chat-shaped tools and tool_choice ->
+    the flat shape; ``store`` false (nothing is kept on the server); other fields as they are."""
+    out: dict[str, Any] = {"store": False}
+    for key, value in body.items():
+        if key == "messages":
+            out["input"] = [item for m in value for item in _response_items(m)]
+        elif key in ("max_completion_tokens", "max_tokens"):
+            out["max_output_tokens"] = value
+        elif key == "tools":
+            out["tools"] = [
+                {"type": "function", **t["function"]} if isinstance(t, dict) and "function" in t else t
+                for t in value
+            ]
+        elif key == "tool_choice" and isinstance(value, dict) and "function" in value:
+            out["tool_choice"] = {"type": "function", "name": value["function"].get("name")}
+        elif key not in ("n", "return_token_ids", "logprobs", "stop", "seed"):
+            out[key] = value
+    return out
+
+
+def _response_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    role = message.get("role")
+    if role == "tool":
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id"),
+                "output": str(message.get("content") or ""),
+            }
+        ]
+    items: list[dict[str, Any]] = []
+    if message.get("content") or not message.get("tool_calls"):
+        items.append({"role": role, "content": message.get("content") or ""})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call.get("id"),
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments", "{}"),
+            }
+        )
+    return items
+
+
+def parse_response(data: Any, url: str) -> Completion:
+    """A Responses API body -> :class:`Completion` (text of the output messages, function calls as
+    chat ``tool_calls``; raises TransportError on a malformed one)."""
+    try:
+        texts, calls = [], []
+        for item in data.get("output") or []:
+            if item.get("type") == "message":
+                texts += [
+                    c.get("text") or "" for c in item.get("content") or [] if c.get("type") == "output_text"
+                ]
+            elif item.get("type") == "function_call":
+                calls.append(
+                    {
+                        "id": item.get("call_id") or item.get("id"),
+                        "type": "function",
+                        "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+                    }
+                )
+        usage = data.get("usage") or {}
+        status = data.get("status")
+        incomplete = (data.get("incomplete_details") or {}).get("reason")
+        finish = (
+            "length" if incomplete == "max_output_tokens" else ("stop" if status == "completed" else status)
+        )
+        return Completion(
+            text="".join(texts),
+            finish_reason=finish,
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            token_ids=None,
+            prompt_token_ids=None,
+            model=data.get("model"),
+            url=url,
+            tool_calls=calls or None,
+        )
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise TransportError(f"{url}: malformed response ({type(e).__name__}: {e})", 200, url) from None
+
+
 def parse_completion(data: Any, url: str) -> Completion:
     """A chat.completion body -> :class:`Completion` (raises TransportError on a malformed one)."""
     try:
@@ -106,7 +201,9 @@ class ChatBackend:
 
     ``token_ids``: ``always``/``auto`` ask for vLLM's ``return_token_ids``; ``auto`` stops asking
     when a server rejects the field (hosted APIs do); ``never`` does not ask.
-    ``max_connections`` bounds the connections to all servers together.
+    ``max_connections`` bounds the connections to all servers together. ``api``: ``chat``
+    (``/v1/chat/completions``) or ``responses`` (the OpenAI Responses API, ``/v1/responses``,
+    which vLLM serves too; the request is converted by :func:`responses_body`, no token ids).
     """
 
     def __init__(
@@ -118,6 +215,7 @@ class ChatBackend:
         max_connections: int = 24,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 600.0,
+        api: Literal["chat", "responses"] = "chat",
     ):
         config = ClientConfig(
             base_urls=base_urls,
@@ -128,7 +226,8 @@ class ChatBackend:
         )
         self.pool = InferencePool(config)
         self.base_urls = self.pool.base_urls
-        self.ask_token_ids = token_ids != "never"
+        self.api = api
+        self.ask_token_ids = token_ids != "never" and api == "chat"
         self.token_ids_mode = token_ids
 
     @property
@@ -165,6 +264,11 @@ class ChatBackend:
     async def chat(self, body: dict[str, Any], trace_id: str) -> Completion:
         """One attempt; raises a :class:`RequestError` subclass on any failure."""
         base = self.pick()
+        if self.api == "responses":
+            data = await self.pool.post_json(
+                base, responses_url(base), responses_body(body), {TRACE_HEADER: trace_id}
+            )
+            return parse_response(data, base)
         if self.ask_token_ids:
             body = {**body, "return_token_ids": True}
         try:

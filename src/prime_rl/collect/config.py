@@ -196,6 +196,11 @@ class CollectConfig(SourceConfig):
     responses_create_params: ResponsesCreateParams = ResponsesCreateParams()
     """Request parameters."""
 
+    api: Literal["chat", "responses"] = "chat"
+    """Which OpenAI API to call: ``chat`` (``/v1/chat/completions``) or ``responses``
+    (``/v1/responses``; vLLM serves both). The records are the same, except that the Responses
+    API gives no token ids; tools and tool calls are converted between the two shapes."""
+
     token_ids: Literal["auto", "always", "never"] = "auto"
     """Ask for token ids (vLLM's return_token_ids). auto: ask, and stop asking if the server rejects
     the field (hosted APIs do)."""

@@ -87,6 +87,7 @@ def chat_backend(cfg: CollectConfig, api_key: str | None) -> ChatBackend:
         cfg.base_urls,
         api_key=api_key,
         token_ids=cfg.token_ids,
+        api=cfg.api,
         max_connections=cfg.num_samples_in_parallel + 8,
         connect_timeout_s=cfg.retry.connect_timeout_s,
         read_timeout_s=cfg.retry.read_timeout_s,
