@@ -16,7 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "prime_rl"
 
-SHARED = {"config", "paths", "logging", "tracing", "lifecycle", "failpoints"}
+SHARED = {"config", "paths", "logging", "tracing", "lifecycle", "failpoints", "monitor"}
 PROCESSES = {"inference", "trainer", "orchestrator"}
 
 # what each top-level unit of prime_rl may import (besides itself); anything else is a violation
@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "lifecycle": set(),
     "failpoints": set(),  # named kill points for the fault suite (tests/faults/)  # process groups and parent death: the launcher and every child entry point
     "logging": {"tracing"},
+    "monitor": {"config", "paths"},  # metrics.jsonl, W&B, TensorBoard: the trainer and the orchestrator
     "transport": SHARED,
     "clients": SHARED,
     "envs": SHARED,
@@ -37,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": SHARED,
     "dev": SHARED | {"transport"},
     # the launcher builds the three processes' configs and starts them: the one place that knows all three
-    "launcher": SHARED | PROCESSES | {"transport", "clients", "envs"},
+    # (and collect's, for the configuration reference docs/config.md)
+    "launcher": SHARED | PROCESSES | {"transport", "clients", "envs", "collect"},
 }
 
 

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from prime_rl.config import BaseConfig, ConfigError
 from prime_rl.inference.config import InferenceConfig
+from prime_rl.monitor import MonitorConfig
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.paths import RunPaths
 from prime_rl.trainer.config import TrainerConfig
@@ -34,6 +35,7 @@ SHARED: dict[str, tuple[str, ...]] = {
     "seq_len": ("orchestrator.seq_len",),
     "trainer_nproc": ("orchestrator.trainer_world_size",),
     "startup_timeout_s": ("orchestrator.startup_timeout_s",),
+    "monitor": ("orchestrator.monitor", "trainer.monitor"),
 }
 
 # top-level key -> block keys it only defaults: the server and the trainer may name the same
@@ -67,7 +69,8 @@ class RLConfig(BaseConfig):
 
     The top-level keys are set once for the three processes. Each block holds its process's own
     keys (inference --help, orchestrator --help, trainer --help). A block key that repeats a
-    top-level one (output_dir, max_steps, async_level, seq_len, trainer_nproc, startup_timeout_s)
+    top-level one (output_dir, max_steps, async_level, seq_len, trainer_nproc, startup_timeout_s,
+    monitor)
     takes its value and may only agree with it; model only fills inference.model and
     trainer.model.name, which may name the same weights by other paths.
     """
@@ -100,6 +103,15 @@ class RLConfig(BaseConfig):
 
     startup_timeout_s: float = Field(default=900.0, gt=0)
     """How long the orchestrator waits for the inference server to come up."""
+
+    monitor: MonitorConfig = MonitorConfig()
+    """Per-step metrics of trainer and orchestrator to Weights & Biases and TensorBoard besides
+    metrics.jsonl (both off by default); set here once for both."""
+
+    print_commands: bool = False
+    """Print the three commands the launcher would run (inference, trainer, orchestrator, with every
+    resolved key that differs from its default as a flag) and exit, starting nothing: to run the
+    processes separately, e.g. one terminal each (docs/deploy.md)."""
 
     # no defaults: _fill_blocks always builds them (a default would be merged into the block as if set)
     inference: InferenceConfig
@@ -137,6 +149,12 @@ class RLConfig(BaseConfig):
         if self.resume and self.clean:
             raise ValueError(
                 "--resume and --clean contradict each other: --resume continues the run, --clean deletes it"
+            )
+        if self.print_commands and (self.resume or self.clean):
+            raise ValueError(
+                "--print-commands prints the commands of a fresh run; --resume and --clean prepare the "
+                "run directory, which only a launching rl does (run rl with them, or start each process "
+                "with --resume yourself)"
             )
         return self
 

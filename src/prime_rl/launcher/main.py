@@ -12,6 +12,10 @@ everything (130); a bad config, a missing model directory
 (:func:`~prime_rl.launcher.config.check_models`), ``--resume --clean``, a run directory another
 launcher holds (``<output_dir>/.rl.lock``, naming its PID) or an inference port in use exits 2 with
 one line; ``--resume`` on a finished run says so and exits 0.
+
+``rl --print-commands`` prints the three commands instead of running them
+(:mod:`prime_rl.launcher.commands`); ``rl bundle OUTPUT_DIR`` packs a run's logs and configs into
+``bottleneck_logs_<timestamp>.tar.gz`` for the analyzer (:mod:`prime_rl.launcher.bundle`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import sys
 
 from prime_rl.config import ConfigError, parse_config
+from prime_rl.launcher import bundle
+from prime_rl.launcher.commands import render_commands
 from prime_rl.launcher.config import RLConfig, check_models
 from prime_rl.launcher.rundir import lock_run_dir
 from prime_rl.launcher.supervise import launch
@@ -27,12 +33,18 @@ from prime_rl.paths import RunPaths
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg, _ = parse_config(RLConfig, argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["bundle"]:
+        sys.exit(bundle.main(args[1:]))
+    cfg, _ = parse_config(RLConfig, args)
     try:
         check_models(cfg)  # before anything, even the run directory's log, is made
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if cfg.print_commands:
+        print(render_commands(cfg), end="")
+        sys.exit(0)
     try:
         # before the log file: a refused second launcher writes nothing into the running run's logs
         with lock_run_dir(cfg.output_dir) as lock_fd:

@@ -191,4 +191,9 @@ def prepare_run_dir(cfg: RLConfig) -> int | None:
                 if p == paths.log_file("rl"):
                     continue
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+        # TensorBoard would draw the earlier run's scalars into this one's (W&B runs are separate:
+        # an offline run not yet synced under wandb/ is kept)
+        tensorboard = paths.root / "tensorboard"
+        if cfg.monitor.tensorboard.log_dir is None and tensorboard.is_dir():
+            shutil.rmtree(tensorboard)
     return None

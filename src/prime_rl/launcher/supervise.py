@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from prime_rl.config import BaseConfig, ConfigError
+from prime_rl.launcher import progress
 from prime_rl.launcher.config import RLConfig, check_models
 from prime_rl.launcher.rundir import RunComplete, check_unfinished, lock_run_dir, prepare_run_dir
 from prime_rl.lifecycle import launcher_env, stop_group
@@ -52,8 +53,7 @@ def _console(text: str, stream: Any = None) -> None:
     """Write to the console; a console that is gone (closed pipe) must not stop a log pump."""
     stream = stream or sys.stdout
     with contextlib.suppress(OSError, ValueError):
-        stream.write(text)
-        stream.flush()
+        progress.write(text, stream)  # above the live progress bar, when one is shown
 
 
 class Child:
@@ -258,6 +258,7 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
         cfg.trainer_nproc, ["--config", str(paths.configs_dir / "rl_trainer_input.json")]
     )
     children: list[Child] = []
+    bar: progress.Progress | None = None  # the progress line, once the processes run
     stopping = threading.Event()
 
     def on_signal(signum, _frame):
@@ -289,8 +290,10 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
         logger.info(
             f"started inference, trainer ({cfg.trainer_nproc} process(es)) and orchestrator; logs in {paths.logs_dir}"
         )
+        bar = progress.Progress(paths.metrics_file, cfg.max_steps, resume_step or 0, stream=sys.stdout)
         while not stopping.is_set():
             time.sleep(0.5)
+            bar.poll()
             for c in children:
                 code = c.proc.poll()
                 if code is None:
@@ -315,6 +318,9 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
         logger.warning("interrupted: stopping every process")
         return 130
     finally:
+        if bar is not None:
+            bar.poll()
+            bar.close()
         for c in children:
             c.quiet = True
         for c in reversed(children):

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from prime_rl.clients.config import ClientConfig, RetryPolicy
 from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
 from prime_rl.envs.config import EnvConfig, EpisodeConfig, VerifyConfig
+from prime_rl.monitor import MonitorConfig
 
 __all__ = [
     "AdvantageConfig",
@@ -147,6 +148,9 @@ class OrchestratorConfig(BaseConfig):
 
     advantage: AdvantageConfig = AdvantageConfig()
     """Advantages."""
+
+    monitor: MonitorConfig = MonitorConfig()
+    """Per-step metrics to Weights & Biases and TensorBoard besides metrics.jsonl (both off by default)."""
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the console and of logs/orchestrator.log."""

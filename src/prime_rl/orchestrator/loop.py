@@ -39,6 +39,7 @@ from prime_rl.envs.base import Task
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import VerifierPool
 from prime_rl.logging import log_tagged
+from prime_rl.monitor import record_metrics
 from prime_rl.orchestrator.advantages import group_advantages, is_degenerate
 from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
 from prime_rl.orchestrator.batch import Group, Rollout, write_step_batches
@@ -652,8 +653,7 @@ class Orchestrator:
             f"staleness {staleness} | {row['rollouts_per_s']:.1f} rollouts/s | gen {gen_ms:.0f} ms | "
             f"weights wait {wait_ms:.0f} ms | verify failures {failures}"
         )
-        with open(self.paths.metrics_file, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        record_metrics(self.cfg, row)  # metrics.jsonl, and W&B/TensorBoard when enabled
 
     def _save_progress(self, next_step: int) -> None:
         part = self.paths.checkpoint_dir(next_step) / COMPONENT

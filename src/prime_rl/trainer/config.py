@@ -9,6 +9,7 @@ from loguru import logger
 from pydantic import Field, model_validator
 
 from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
+from prime_rl.monitor import MonitorConfig
 
 
 class ModelConfig(StrictModel):
@@ -223,6 +224,9 @@ class TrainerConfig(BaseConfig):
 
     resume: ResumeConfig = ResumeConfig()
     """Resume from a full checkpoint: --resume (latest complete) or --resume.step N."""
+
+    monitor: MonitorConfig = MonitorConfig()
+    """Per-step metrics to Weights & Biases and TensorBoard besides metrics.jsonl (both off by default)."""
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the console and of logs/trainer/rank_<r>.log."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import resource
 import time
@@ -14,6 +13,7 @@ import torch
 from loguru import logger
 
 from prime_rl.logging import log_tagged, setup_logging
+from prime_rl.monitor import record_metrics
 from prime_rl.paths import STABLE, RunPaths, is_stable
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
@@ -278,5 +278,4 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
                 f"{summary['mismatch_kl']:.2e} | grad_norm {result.grad_norm:.3f} | lr {lr:.2e} | "
                 f"{metrics['tokens_per_s']:.0f} tok/s | peak {metrics['peak_mem_mb']:.0f} MiB | waited {waited:.2f}s"
             )
-            with open(paths.metrics_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(metrics) + "\n")
+            record_metrics(cfg, metrics)  # metrics.jsonl, and W&B/TensorBoard when enabled

@@ -109,6 +109,17 @@ def test_rl_refuses_a_used_run_dir_without_resume_or_clean(tmp_path):
     assert sorted(p.name for p in paths.logs_dir.iterdir()) == ["rl.log"]
 
 
+def test_clean_deletes_the_earlier_runs_tensorboard_events_and_keeps_offline_wandb_runs(tmp_path):
+    (tmp_path / "rollouts" / "step_0").mkdir(parents=True)
+    (tmp_path / "tensorboard" / "trainer").mkdir(parents=True)
+    (tmp_path / "tensorboard" / "trainer" / "events.out.tfevents.1").write_bytes(b"x")
+    (tmp_path / "wandb" / "offline-run-1").mkdir(parents=True)
+    cfg, _ = load_config(RLConfig, ["--output_dir", str(tmp_path), "--clean"])
+    assert prepare_run_dir(cfg) is None
+    assert not (tmp_path / "tensorboard").exists()
+    assert (tmp_path / "wandb" / "offline-run-1").is_dir()
+
+
 def test_resume_takes_the_latest_complete_checkpoint_and_drops_what_came_after(tmp_path):
     for step in (2, 4):
         for component in ("trainer", "orchestrator"):
