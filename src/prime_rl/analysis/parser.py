@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train")
+TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env")
 _TAG_ALT = b"|".join(TAGS)
 _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # anchored at a marker: the tag, an optional trace id, whitespace, the rest of the line

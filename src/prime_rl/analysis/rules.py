@@ -194,6 +194,31 @@ def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
     )
 
 
+def environment_bound(d: Collected, th: Thresholds) -> Finding | None:
+    """Multi-turn episodes spend more time in the environment (its ``step`` calls, tools included)
+    than in generation: the sum of [env] episode.done env_ms above ``verify_ratio`` x the sum of
+    their gen_ms (both are per-episode times, so concurrency affects them alike)."""
+    env_total, gen_total = d.total("env_ms"), d.total("episode_gen_ms")
+    if not d.series["env_ms"] or not gen_total or not env_total > th.verify_ratio * gen_total:
+        return None
+    tool_total = d.total("tool_ms")
+    run_ms = d.run_ms
+    episodes = len(d.series["env_ms"])
+    errors = d.counts.get("episode.tool_errors", 0)
+    return Finding(
+        kind="environment_bound",
+        title="Environment-bound: episodes wait on the environment and its tools more than on generation",
+        evidence=f"environment {env_total / 1000:.1f} s (tools {tool_total / 1000:.1f} s) vs generation "
+        f"{gen_total / 1000:.1f} s over {episodes} episodes ({env_total / gen_total:.1f}x); "
+        f"{d.stat('episode_turns', 'mean') or 0:.1f} turns per episode, {errors} failed tool calls",
+        share=min(1.0, env_total / run_ms) if run_ms else 0.5,
+        next=(
+            "Add verifier processes (verify.workers): the environment's turns run there.",
+            "Make the tools cheaper (sandbox limits, caching), or cap episode.max_turns / episode.timeout_s.",
+        ),
+    )
+
+
 def _collect_means(d: Collected) -> tuple[float | None, float | None, float | None]:
     """Mean gen_ms, verify_ms and queue_ms per sample of the offline collector ([collect] rollout.done)."""
     return (
@@ -301,6 +326,7 @@ RULES: tuple[Rule, ...] = (
     trainer_bound,
     generation_bound,
     verification_bound,
+    environment_bound,
     collect_verification_bound,
     collect_generation_bound,
     collect_queue,

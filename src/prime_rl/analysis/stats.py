@@ -34,6 +34,10 @@ SERIES = (
     "collect_queue_ms",
     "collect_gen_ms",
     "collect_verify_ms",
+    "env_ms",
+    "tool_ms",
+    "episode_gen_ms",
+    "episode_turns",
 )
 """Every per-metric series, in the order summary.json lists them."""
 
@@ -132,6 +136,7 @@ class _Collector:
             "verify": self.verify,
             "train": self.train,
             "collect": self.collect,
+            "env": self.env,
         }
 
     def _add(self, key: str, value: float | None) -> None:
@@ -211,6 +216,18 @@ class _Collector:
                 self._add(f"collect_{key}", ev.num(key))
         elif ev.fields.get("status") == "429":  # older collector lines: a 429 with its dur_ms
             self.counts["retry.429"] += 1
+
+    def env(self, ev: Event) -> None:
+        """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
+        model's generation time and the turns of each episode; outcomes and tool errors counted."""
+        if ev.event != "episode.done":
+            return
+        self._add("env_ms", ev.num("env_ms"))
+        self._add("tool_ms", ev.num("tool_ms"))
+        self._add("episode_gen_ms", ev.num("gen_ms"))
+        self._add("episode_turns", ev.num("turns"))
+        self.counts[f"episode.{ev.fields.get('outcome', '?')}"] += 1
+        self.counts["episode.tool_errors"] += int(ev.num("tool_errors") or 0)
 
     def update_spans(self, updates: list[Update]) -> None:
         """The joined updates' series and spans, then every span in start order."""

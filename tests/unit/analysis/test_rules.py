@@ -22,6 +22,9 @@ FIRES = {
     rules.trainer_bound: dict(ckpt_wait_ms=[10000.0] * 3, write_ms=[40.0] * 3),
     rules.generation_bound: dict(train_wait_ms=[20000.0] * 2, gen_dur_ms=[20000.0] * 2),
     rules.verification_bound: dict(verify_dur_ms=[1000.0], gen_dur_ms=[1500.0]),
+    rules.environment_bound: dict(
+        env_ms=[3000.0] * 4, tool_ms=[2500.0] * 4, episode_gen_ms=[1000.0] * 4, episode_turns=[3.0] * 4
+    ),
     rules.collect_verification_bound: dict(collect_gen_ms=[500.0], collect_verify_ms=[400.0]),
     rules.collect_generation_bound: dict(
         collect_gen_ms=[500.0], collect_verify_ms=[10.0], collect_queue_ms=[10.0], collect_ms=[520.0]
@@ -51,6 +54,10 @@ QUIET = {
         dict(gen_dur_ms=[1000.0] * 2),
     ],
     rules.verification_bound: [dict(verify_dur_ms=[30.0], gen_dur_ms=[1500.0]), dict(verify_dur_ms=[30.0])],
+    rules.environment_bound: [
+        dict(env_ms=[100.0] * 4, episode_gen_ms=[1000.0] * 4),  # the environment is quick
+        dict(episode_gen_ms=[1000.0] * 4),  # single-turn runs write no [env] lines
+    ],
     rules.collect_verification_bound: [dict(collect_gen_ms=[500.0], collect_verify_ms=[100.0])],
     rules.collect_generation_bound: [
         dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),  # queued: collect_queue instead
@@ -72,7 +79,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 10
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 11
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 

@@ -121,3 +121,37 @@ def test_the_trainers_start_up_wait_is_not_counted_as_waiting_for_rollouts():
     d = collect(iter(events), ParseStats(), async_level=1)
     assert d.series["train_wait_ms"] == [0.0, 20.0] and d.series["train_ms"] == [1500.0, 1600.0, 1600.0]
     assert d.counts["train_startup_wait_ms"] == 35000
+
+
+def test_episode_lines_from_the_orchestrators_formatter_become_environment_series(tmp_path):
+    from prime_rl.analysis.analyze import analyze
+    from prime_rl.analysis.parser import ParseStats, parse_files
+    from prime_rl.analysis.thresholds import Thresholds
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for i in range(6):  # tools take 4x the generation time of each episode
+        fields = dict(step=1, task=i, turns=3, outcome="done" if i else "max_turns", reward=0.5)
+        line = format_tagged(
+            "env",
+            "episode.done",
+            **fields,
+            env_ms=800.0,
+            tool_ms=700.0,
+            gen_ms=200.0,
+            tokens=90,
+            tool_errors=i % 2,
+        )
+        lines.append(f"2026-11-23 10:00:{i:02d}.000 | INFO    | {line}")
+    log = tmp_path / "orchestrator.log"
+    log.write_text("\n".join(lines) + "\n")
+    parse = ParseStats()
+    result = analyze(parse_files([("orchestrator", log)], parse), parse, Thresholds())
+    d = result.data
+    assert d.series["env_ms"] == [800.0] * 6 and d.series["episode_turns"] == [3.0] * 6
+    assert d.counts["episode.done"] == 5 and d.counts["episode.max_turns"] == 1
+    assert d.counts["episode.tool_errors"] == 3
+    kinds = [f.kind for f in result.findings]
+    assert "environment_bound" in kinds
+    env = next(f for f in result.findings if f.kind == "environment_bound")
+    assert "4.0x" in env.evidence and "3 failed tool calls" in env.evidence
