@@ -188,6 +188,30 @@ def _key_numbers(d: Collected) -> list[str]:
     return lines
 
 
+def _staleness(d: Collected) -> list[str]:
+    """Steps per staleness value, and the async_level they are bounded by."""
+    hist = d.staleness_histogram()
+    if not hist:
+        return []
+    bound = "unknown" if d.async_level is None else str(d.async_level)
+    lines = [
+        "",
+        "## Staleness",
+        "",
+        f"async_level {bound}; steps per staleness of their batch (its oldest sample):",
+        "",
+    ]
+    lines += ["| staleness | steps |", "|---|---|"] + [f"| {s} | {n} |" for s, n in hist.items()]
+    bad = d.staleness_violations()
+    lines += [
+        "",
+        f"Above async_level: steps {', '.join(str(step) for step, _ in bad)}."
+        if bad
+        else "None above async_level.",
+    ]
+    return lines
+
+
 def _findings_and_steps(a: Analysis) -> list[str]:
     """Secondary findings, warnings and every finding's next steps."""
     lines = []
@@ -223,7 +247,8 @@ def _inputs(a: Analysis) -> list[str]:
 
 def summary_md(a: Analysis, has_png: bool) -> str:
     """SUMMARY.md: the primary bottleneck, key numbers, other findings, warnings, next steps, inputs."""
-    lines = ["# Bottleneck analysis", ""] + _headline(a) + _key_numbers(a.data) + _findings_and_steps(a)
+    lines = ["# Bottleneck analysis", ""] + _headline(a) + _key_numbers(a.data) + _staleness(a.data)
+    lines += _findings_and_steps(a)
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
     lines += _inputs(a)
@@ -241,6 +266,10 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "counts": dict(d.counts),
         "run_seconds": d.run_seconds,
         "async_level": d.async_level,
+        "staleness": {
+            "histogram": {str(k): v for k, v in d.staleness_histogram().items()},
+            "violations": [{"step": step, "staleness": s} for step, s in d.staleness_violations()],
+        },
         "thresholds": a.thresholds.model_dump(),
         "parse": {
             "files": d.parse.files,

@@ -15,7 +15,15 @@ Check = Callable[[Collected, Thresholds], str | None]
 
 
 def staleness_above_async_level(d: Collected, th: Thresholds) -> str | None:
-    """[rollout] staleness above the run's async_level (when it is known)."""
+    """[rollout] staleness above the run's async_level (when it is known), with every step."""
+    bad = d.staleness_violations()
+    if bad:
+        steps = ", ".join(f"{step} ({s})" for step, s in bad[:20]) + (
+            f" and {len(bad) - 20} more" if len(bad) > 20 else ""
+        )
+        return (
+            f"staleness above async_level {d.async_level} at {len(bad)} step(s): {steps} (step (staleness))"
+        )
     staleness = d.series["staleness"]
     if d.async_level is not None and staleness and max(staleness) > d.async_level:
         return f"staleness reached {max(staleness):.0f}, above async_level {d.async_level}"
@@ -34,7 +42,10 @@ def truncation(d: Collected, th: Thresholds) -> str | None:
 
 
 def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
-    """No weight update at all, or none with its server side (no inference log given)."""
+    """No weight update at all, or none with its server side (no inference log given); not for a
+    collector run, which never updates weights."""
+    if d.is_collector_run:
+        return None
     if not d.updates:
         return (
             "no [weights] lines: check that async_level is set right, that the trainer writes checkpoints "

@@ -96,6 +96,8 @@ class Collected:
     async_level: int | None
     run_seconds: float | None = None
     """First to last timestamped event (None with fewer than two distinct timestamps)."""
+    staleness_by_step: dict[int, int] = field(default_factory=dict)
+    """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -117,6 +119,24 @@ class Collected:
     def total(self, key: str) -> float:
         return sum(self.series[key])
 
+    def staleness_histogram(self) -> dict[int, int]:
+        """Steps per staleness value (from [rollout] lines)."""
+        hist: dict[int, int] = {}
+        for s in self.staleness_by_step.values():
+            hist[s] = hist.get(s, 0) + 1
+        return dict(sorted(hist.items()))
+
+    def staleness_violations(self) -> list[tuple[int, int]]:
+        """(step, staleness) of every step whose staleness is above the run's async_level."""
+        if self.async_level is None:
+            return []
+        return sorted((step, s) for step, s in self.staleness_by_step.items() if s > self.async_level)
+
+    @property
+    def is_collector_run(self) -> bool:
+        """Only [collect] lines: an offline collection, which never updates weights."""
+        return self.counts.get("collect.rollout.done", 0) > 0 and not self.series["gen_dur_ms"]
+
 
 class _Collector:
     """Folds events into series, counts and spans; one method per tag."""
@@ -128,6 +148,7 @@ class _Collector:
         self.join = UpdateJoin()
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
+        self.staleness_by_step: dict[int, int] = {}
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -188,7 +209,10 @@ class _Collector:
 
     def rollout(self, ev: Event) -> None:
         self._add("trunc_pct", ev.num("trunc_pct"))
-        self._add("staleness", ev.num("staleness"))
+        staleness, step = ev.num("staleness"), ev.num("current_step")
+        self._add("staleness", staleness)
+        if staleness is not None and step is not None:
+            self.staleness_by_step[int(step)] = int(staleness)
 
     def verify(self, ev: Event) -> None:
         if ev.event == "batch.done":
@@ -255,4 +279,4 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
     updates = c.join.updates()
     c.update_spans(updates)
     run_s = (last_ts - first_ts) if last_ts > first_ts else None
-    return Collected(parse, updates, c.spans, c.series, counts, async_level, run_s)
+    return Collected(parse, updates, c.spans, c.series, counts, async_level, run_s, c.staleness_by_step)

@@ -48,6 +48,7 @@ def test_json_lists_findings_as_dicts(collected):
         "counts",
         "run_seconds",
         "async_level",
+        "staleness",
         "thresholds",
         "parse",
         "updates",

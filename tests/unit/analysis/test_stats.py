@@ -155,3 +155,64 @@ def test_episode_lines_from_the_orchestrators_formatter_become_environment_serie
     assert "environment_bound" in kinds
     env = next(f for f in result.findings if f.kind == "environment_bound")
     assert "4.0x" in env.evidence and "3 failed tool calls" in env.evidence
+
+
+def _analyze_lines(tmp_path, lines: list[str], async_level=None):
+    from prime_rl.analysis.analyze import analyze
+    from prime_rl.analysis.parser import ParseStats, parse_files
+    from prime_rl.analysis.thresholds import Thresholds
+
+    log = tmp_path / "orchestrator.log"
+    log.write_text(
+        "".join(f"2026-11-23 10:00:{i % 60:02d}.000 | INFO    | {x}\n" for i, x in enumerate(lines))
+    )
+    parse = ParseStats()
+    return analyze(parse_files([("orchestrator", log)], parse), parse, Thresholds(), async_level)
+
+
+def test_staleness_per_step_and_every_step_above_async_level_are_reported(tmp_path):
+    from prime_rl.analysis.report import summary_md, to_json
+    from prime_rl.tracing import format_tagged
+
+    staleness = [0, 1, 1, 2, 1, 3, 1, 1]
+    lines = [
+        format_tagged("rollout", None, trunc_pct=0.0, current_step=step, ckpt_step=step - s, staleness=s)
+        for step, s in enumerate(staleness)
+    ]
+    a = _analyze_lines(tmp_path, lines, async_level=1)
+    assert a.data.staleness_histogram() == {0: 1, 1: 5, 2: 1, 3: 1}
+    assert a.data.staleness_violations() == [(3, 2), (5, 3)]
+    assert any("at 2 step(s): 3 (2), 5 (3)" in w for w in a.warnings)
+    out = to_json(a)["staleness"]
+    assert out["violations"] == [{"step": 3, "staleness": 2}, {"step": 5, "staleness": 3}]
+    md = summary_md(a, has_png=False)
+    assert "| 1 | 5 |" in md and "Above async_level: steps 3, 5." in md
+
+
+def test_a_collector_run_is_not_told_its_weight_lines_are_missing(tmp_path):
+    from prime_rl.tracing import format_tagged
+
+    lines = [
+        format_tagged(
+            "collect",
+            "rollout.done",
+            f"t{i}",
+            task=i,
+            repeat=0,
+            status=200,
+            dur_ms=50.0,
+            queue_ms=1.0,
+            gen_ms=45.0,
+            verify_ms=2.0,
+            out_tokens=5,
+            attempts=1,
+        )
+        for i in range(5)
+    ]
+    a = _analyze_lines(tmp_path, lines)
+    assert a.data.counts["collect.rollout.done"] == 5
+    assert not any("[weights]" in w for w in a.warnings), a.warnings
+    trio = _analyze_lines(
+        tmp_path, [format_tagged("gen", "batch.done", step=0, completions=4, dur_ms=10.0, inflight=0)]
+    )
+    assert any("no [weights] lines" in w for w in trio.warnings)
