@@ -131,8 +131,8 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
     start = time.perf_counter()
     for label, path in paths:
         stats.files.append(str(path))
+        lines_before = 0  # lines of this file in earlier chunks: a bad line is named file:line
         for chunk in _chunks(path):
-            stats.lines += chunk.count(b"\n")
             last_line = -1
             for marker in _MARKERS.finditer(chunk):
                 pos = marker.start()
@@ -148,7 +148,7 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                 m = _AT_MARKER.match(chunk, pos, line_end)
                 rest = m.group("rest").decode("utf-8", "replace").split() if m else None
                 if not rest:
-                    _bad(stats, chunk[line_start:line_end])
+                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
                     continue
                 first = rest[0]
                 if "=" in first:
@@ -156,7 +156,7 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                 elif _EVENT.fullmatch(first):
                     event, tokens = first, rest[1:]
                 else:
-                    _bad(stats, chunk[line_start:line_end])
+                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
                     continue
                 fields = {}
                 for tok in tokens:
@@ -164,7 +164,7 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                     if sep and k:
                         fields[k] = v
                 if not event and not fields:  # "[ckpt] =3": neither an event nor a key
-                    _bad(stats, chunk[line_start:line_end])
+                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
                     continue
                 stats.tagged += 1
                 tid = m.group("tid")
@@ -177,13 +177,20 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                     clock(prefix),
                     label,
                 )
+            n = chunk.count(b"\n")
+            stats.lines += n
+            lines_before += n
     stats.seconds += time.perf_counter() - start
 
 
-def _bad(stats: ParseStats, raw: bytes) -> None:
+def _bad(stats: ParseStats, chunk: bytes, start: int, end: int, where: str) -> None:
+    """Count a malformed tagged line; the first few are kept as ``file:line: text`` (``where`` is
+    ``file:first line of the chunk``, the line number is counted only for those kept)."""
     stats.malformed += 1
     if len(stats.malformed_examples) < 5:
-        stats.malformed_examples.append(raw[:200].decode("utf-8", "replace"))
+        path, _, first = where.rpartition(":")
+        line = int(first) + chunk.count(b"\n", 0, start)
+        stats.malformed_examples.append(f"{path}:{line}: {chunk[start:end][:200].decode('utf-8', 'replace')}")
 
 
 def label_for(path: Path) -> str:

@@ -169,3 +169,16 @@ def test_log_tagged_through_the_file_sink_is_one_event(tmp_path):
         events[0].fields["target"].startswith("x_[weights][abc]_rpc.done")
         and "\\x1b" in events[0].fields["target"]
     )
+
+
+def test_a_malformed_line_is_named_by_file_and_line(tmp_path, monkeypatch):
+    from prime_rl.analysis import parser as parser_mod
+
+    monkeypatch.setattr(parser_mod, "CHUNK", 64)  # several chunks: the line number spans them
+    log = tmp_path / "orchestrator.log"
+    good = "2026-11-23 10:00:00.000 | INFO    | [gen] batch.done step=1 completions=4 dur_ms=10.0 inflight=0"
+    log.write_text("\n".join([good] * 7 + ["2026-11-23 10:00:01.000 | INFO    | [gen] !!!"] + [good]) + "\n")
+    stats = parser_mod.ParseStats()
+    events = list(parser_mod.parse_files([("orchestrator", log)], stats))
+    assert len(events) == 8 and stats.malformed == 1 and stats.lines == 9
+    assert stats.malformed_examples == [f"{log}:8: 2026-11-23 10:00:01.000 | INFO    | [gen] !!!"]
