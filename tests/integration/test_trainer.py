@@ -213,3 +213,64 @@ def test_bf16_training_publishes_the_base_checkpoint_dtypes(tiny_model, tmp_path
     published = manifest(weight_files(run.weights(1)))
     check_compatible(published, manifest(weight_files(tiny_model)))  # raises on any dtype mismatch
     assert {i.dtype for i in published.values()} == {"F32"}
+
+
+def test_two_nodes_on_loopback_match_one_rank(tiny_model, tmp_path):
+    """Two torchrun nodes of one rank each (static rendezvous on 127.0.0.1, gloo), as on two
+    machines sharing the run directory: the same losses and weights as one rank."""
+    import os
+    import subprocess
+
+    from tests.support.rollouts import write_step
+
+    from prime_rl.dev.server import free_port
+    from prime_rl.trainer.main import command
+
+    samples = make_samples(n_prompts=4, vocab_size=2048, seed=5)
+    args = [*LR, "--data.micro_batch_tokens", "24"]
+    one = run_on_policy(tiny_model, tmp_path / "one", samples, steps=2, extra_args=args)
+    out = tmp_path / "nodes"
+    trainer_args = [
+        "--model.name",
+        str(tiny_model),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--async_level",
+        "0",
+        *args,
+    ]
+    master = ("127.0.0.1", free_port())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [
+        subprocess.Popen(
+            command(1, trainer_args, nnodes=2, node_rank=r, master=master),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for r in (0, 1)
+    ]
+    try:
+        weights = tiny_model
+        for step in range(2):
+            write_step(out, step, samples, weights, world_size=2)
+            weights = RunPaths(out).weights_dir(step + 1)
+            wait_stable(weights, nodes[0])
+        for p in nodes:
+            assert p.wait(timeout=120) == 0, p.stdout.read()[-3000:]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    assert [r["loss"] for r in metrics(out)] == pytest.approx(
+        [r["loss"] for r in metrics(tmp_path / "one")], abs=1e-5
+    )
+    w1, w2 = load_weights(one.weights(2)), load_weights(RunPaths(out).weights_dir(2))
+    for k in w1:
+        assert torch.allclose(w1[k], w2[k], atol=3e-4), k
+    assert (out / "logs" / "trainer" / "rank_1.log").is_file()
