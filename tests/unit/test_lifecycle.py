@@ -5,6 +5,7 @@ was gone before the watch began. Processes are tracked by pid and process group,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,25 +25,30 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pr
 CHILD = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    print("started", os.getpid(), flush=True)
+    # one write per line: torchrun runs its ranks unbuffered, where print() writes word by word and
+    # the lines of two ranks sharing the file would interleave
+    say = lambda *words: os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+    say("started", os.getpid())
     if sys.argv[1] == "late":  # begin watching only once the launcher is gone (we were re-parented)
         while os.getppid() == int(os.environ["PRIME_RL_LAUNCHER_PID"]):
             time.sleep(0.01)
     from prime_rl.lifecycle import watch_launcher
     watch_launcher(grace_s=1.0)
     grandchild = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.write(1, b'ready\\\\n'); "
         "time.sleep(300)"])
-    print("grandchild", grandchild.pid, flush=True)
+    say("grandchild", grandchild.pid)
     time.sleep(300)
     """
 )
 
 
-def wait_for(predicate, timeout_s: float, what: str) -> None:
+def wait_for(predicate, timeout_s: float, what) -> None:
+    """Wait until ``predicate()``; on timeout fail with ``what`` (a callable is asked then, so the
+    message shows the state at the timeout, not at the start)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.05)
 
 
@@ -83,7 +89,7 @@ def test_a_child_takes_its_group_down_when_the_launcher_is_killed(tmp_path):
     )
     child = None
     try:
-        wait_for(lambda: "ready" in lines(out), 60, f"the grandchild did not start: {lines(out)}")
+        wait_for(lambda: "ready" in lines(out), 60, lambda: f"the grandchild did not start: {lines(out)}")
         pids = {line.split()[0]: int(line.split()[1]) for line in lines(out) if " " in line}
         assert pids["started"] == pids["child"]
         child, grandchild = pids["child"], pids["grandchild"]
@@ -157,16 +163,26 @@ TORCHRUN_LAUNCHER = """
 import os, subprocess, sys, time
 from prime_rl.lifecycle import launcher_env
 argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "{child}", "{when}"]
-torchrun = subprocess.Popen(argv, env={{**os.environ, **launcher_env()}}, start_new_session=True)
+# torchrun reads options from PET_* variables (a log dir, redirects): none may hide the ranks' output
+env = {{k: v for k, v in os.environ.items() if not k.startswith("PET_")}}
+torchrun = subprocess.Popen(argv, env={{**env, **launcher_env()}}, start_new_session=True)
 print("torchrun", torchrun.pid, flush=True)
 time.sleep(300)
 """
 
 
+def _pids(out: Path, word: str) -> list[int]:
+    """Pids printed as ``word PID``, found anywhere in a line: torchrun and its ranks share ``out``,
+    and torchrun may prefix or interleave what its ranks print."""
+    text = out.read_text() if out.is_file() else ""
+    return [int(pid) for pid in re.findall(rf"\b{word} (\d+)", text)]
+
+
 def _torchrun_up(out: Path) -> tuple[int, list[int]]:
-    wait_for(lambda: lines(out).count("ready") == 2, 120, f"the ranks did not start: {lines(out)}")
-    torchrun = int(next(line for line in lines(out) if line.startswith("torchrun ")).split()[1])
-    ranks = [int(line.split()[1]) for line in lines(out) if line.startswith("started ")]
+    up = lambda: len(_pids(out, "started")) == 2 and len(_pids(out, "grandchild")) == 2  # noqa: E731
+    wait_for(up, 180, lambda: f"the ranks did not start: {lines(out)}")
+    (torchrun,) = _pids(out, "torchrun")
+    ranks = _pids(out, "started")
     # torchrun starts each rank in a session of its own: its group holds torchrun alone
     assert (
         len(ranks) == 2
@@ -185,7 +201,7 @@ def test_trainer_ranks_under_torchrun_go_with_the_launcher_and_torchrun_too(tmp_
         launcher.kill()
         launcher.wait()
         gone = lambda: not any(running_in_group(g) for g in (torchrun, *ranks))  # noqa: E731
-        wait_for(gone, 20, f"survived: {[running_in_group(g) for g in (torchrun, *ranks)]}")
+        wait_for(gone, 20, lambda: f"survived: {[running_in_group(g) for g in (torchrun, *ranks)]}")
     finally:
         kill_all(launcher, torchrun, *ranks)
 
@@ -198,7 +214,7 @@ def test_trainer_ranks_go_when_torchrun_is_killed_under_them(tmp_path):
         torchrun, ranks = _torchrun_up(out)
         os.kill(torchrun, signal.SIGKILL)  # as the launcher does to a torchrun that ignores SIGTERM
         gone = lambda: not any(running_in_group(g) for g in ranks)  # noqa: E731
-        wait_for(gone, 20, f"survived: {[running_in_group(g) for g in ranks]}")
+        wait_for(gone, 20, lambda: f"survived: {[running_in_group(g) for g in ranks]}")
         assert launcher.poll() is None
     finally:
         kill_all(launcher, torchrun, *ranks)
