@@ -33,6 +33,9 @@ class SyntheticRun:
     inference: list[str] = field(default_factory=list)
     trainer: list[str] = field(default_factory=list)
     values: dict[str, list[float]] = field(default_factory=dict)
+    servers: dict[str, list[str]] = field(default_factory=dict)
+    """With several servers: each server's log lines by file stem (``inference_1`` ...); the first
+    server's go to ``inference``."""
 
     def add(self, key: str, value: float) -> None:
         self.values.setdefault(key, []).append(value)
@@ -46,6 +49,7 @@ class SyntheticRun:
             ("orchestrator", self.orchestrator),
             ("inference", self.inference),
             ("trainer", self.trainer),
+            *self.servers.items(),
         ):
             path = root / (f"{name}.log.gz" if gz else f"{name}.log")
             data = ("\n".join(lines) + "\n").encode()
@@ -58,28 +62,60 @@ class SyntheticRun:
         return out
 
 
+@dataclass
+class Shape:
+    """Knobs of :func:`make_run` beyond the scenario (None: the scenario's value)."""
+
+    servers: int = 1
+    """Inference servers; every update fans out to all of them under one trace id."""
+    slow_server: int | None = None
+    """Index of a server whose reload takes ``slow_factor`` times as long."""
+    slow_factor: float = 5.0
+    rpc_ms: float | None = None
+    """Median reload time per update."""
+    gen_ms: float | None = None
+    verify_ms: float | None = None
+    """Summed scoring time per batch ([verify] dur_ms)."""
+    trunc_pct: float | None = None
+    train_wait_frac: float | None = None
+    """The trainer's wait for rollouts as a fraction of the batch time."""
+    console: bool = False
+    """Write the inference logs as a console capture: ``HH:MM:SS.mmm | LEVEL | message``, no date."""
+
+
 def _r1(x: float) -> float:
     """The value as the log shows it (durations carry one decimal)."""
     return float(f"{x:.1f}")
 
 
-def _line(wall: float, text: str) -> str:
-    stamp = datetime.fromtimestamp(wall).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+def _line(wall: float, text: str, console: bool = False) -> str:
+    stamp = datetime.fromtimestamp(wall).strftime("%H:%M:%S.%f" if console else "%Y-%m-%d %H:%M:%S.%f")[:-3]
     return f"{stamp} | INFO    | {text}"
 
 
 def make_run(
-    scenario: str, steps: int = 20, seed: int = 0, async_level: int = 1, start_offset_s: float = 0.0
+    scenario: str,
+    steps: int = 20,
+    seed: int = 0,
+    async_level: int = 1,
+    start_offset_s: float = 0.0,
+    shape: Shape | None = None,
+    first_step: int = 0,
 ) -> SyntheticRun:
-    """Logs of a ``steps``-step run shaped like ``scenario`` (one of :data:`SCENARIOS`)."""
+    """Logs of a ``steps``-step run shaped like ``scenario`` (one of :data:`SCENARIOS`), changed by
+    ``shape``; steps count from ``first_step`` (a resumed run)."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
+    shape = shape or Shape()
     rng = random.Random(seed)
     run = SyntheticRun()
     wall = datetime(2026, 1, 1, 12, 0, 0).timestamp() + start_offset_s
     mono = 1000.0 + start_offset_s
-    gen_ms = 8000.0 if scenario == "generation_bound" else 1500.0
-    for step in range(steps):
+    gen_ms = shape.gen_ms or (8000.0 if scenario == "generation_bound" else 1500.0)
+    server_logs = [run.inference] + [
+        run.servers.setdefault(f"inference_{k}", []) for k in range(1, shape.servers)
+    ]
+    for step in range(first_step, first_step + steps):
         # the barrier: wait for weights, then one update per step after the first async_level steps
         if step > async_level:
             wait = 6000.0 if scenario in ("checkpoint_io", "trainer_bound") else 20.0
@@ -102,65 +138,33 @@ def make_run(
             run.add("write_ms", _r1(write))
             tid = f"t{step:04d}"
             rpc = rng.uniform(20000, 30000) if scenario == "slow_reload" else rng.uniform(150, 250)
+            if shape.rpc_ms is not None:
+                rpc = shape.rpc_ms * rpc / 200.0 if scenario != "slow_reload" else shape.rpc_ms
             queue = (
                 rng.uniform(20000, 40000) if scenario == "frontend_queue_saturation" else rng.uniform(1, 6)
             )
-            recv_gap = queue * 0.95
-            run.orchestrator.append(
-                _line(
-                    wall,
-                    format_tagged(
-                        "weights", "client.send", tid, url="http://h:8000", path="/update_weights", t=mono
-                    ),
+            longest = 0.0
+            for k, server_log in enumerate(server_logs):
+                url = "http://h:8000" if k == 0 else f"http://h{k}:8000"
+                k_rpc = rpc * (shape.slow_factor if k == shape.slow_server else 1.0) * (1 + 0.01 * k)
+                longest = max(
+                    longest,
+                    _server_update(run, server_log, tid, url, wall, mono, queue, k_rpc, shape.console),
                 )
-            )
-            run.inference.append(
-                _line(
-                    wall + recv_gap / 1000.0,
-                    format_tagged(
-                        "weights", "server.recv", tid, path="/update_weights", t=mono + recv_gap / 1000.0
-                    ),
-                )
-            )
-            run.inference.append(
-                _line(
-                    wall + recv_gap / 1000.0,
-                    format_tagged(
-                        "weights", "rpc.start", tid, op="update_weights", t=mono + recv_gap / 1000.0
-                    ),
-                )
-            )
-            end = (queue + rpc) / 1000.0
-            run.inference.append(
-                _line(
-                    wall + end,
-                    format_tagged("weights", "rpc.done", tid, op="update_weights", t=mono + end, rpc_ms=rpc),
-                )
-            )
-            wall_ms = queue + rpc
-            run.orchestrator.append(
-                _line(
-                    wall + end,
-                    format_tagged(
-                        "weights", "client.done", tid, wall_ms=wall_ms, rpc_ms=rpc, queue_ms=wall_ms - rpc
-                    ),
-                )
-            )
-            run.add("queue_ms", _r1(wall_ms - rpc))
-            run.add("rpc_ms", _r1(rpc))
-            wall += end
-            mono += end
+            wall += longest
+            mono += longest
         run.orchestrator.append(
             _line(wall, format_tagged("gen", "batch.start", step=step, inflight=64, target_batch=256))
         )
         dur = gen_ms * rng.uniform(0.9, 1.1)
+        retry_url = "http://h:8000"
         if scenario == "rate_limited":
             for _ in range(10):
                 run.orchestrator.append(
                     _line(
                         wall,
                         format_tagged(
-                            "gen", "request.retry", url="http://h", status=429, attempt=1, wait_ms=500.0
+                            "gen", "request.retry", url=retry_url, status=429, attempt=1, wait_ms=500.0
                         ),
                     )
                 )
@@ -173,12 +177,20 @@ def make_run(
         )
         run.add("gen_dur_ms", _r1(dur))
         verify = dur * 2 if scenario == "verification_bound" else 30.0
+        if shape.verify_ms is not None:
+            verify = shape.verify_ms * dur / gen_ms
         run.orchestrator.append(
             _line(wall, format_tagged("verify", "batch.done", step=step, completions=256, dur_ms=verify))
         )
         run.add("verify_dur_ms", _r1(verify))
         staleness = min(step, async_level)
-        trunc = 25.0 if scenario == "generation_bound" else 2.0
+        trunc = (
+            shape.trunc_pct
+            if shape.trunc_pct is not None
+            else 25.0
+            if scenario == "generation_bound"
+            else 2.0
+        )
         run.orchestrator.append(
             _line(
                 wall,
@@ -198,6 +210,8 @@ def make_run(
             _line(wall, f"step {step} | reward 0.5 | some unrelated log text [with brackets]")
         )
         train_wait = 0.8 * dur if scenario == "generation_bound" else 30.0
+        if shape.train_wait_frac is not None:
+            train_wait = shape.train_wait_frac * dur
         run.trainer.append(
             _line(
                 wall,
@@ -209,3 +223,54 @@ def make_run(
         if step > 0:  # step 0's wait is start-up: the analyzer leaves it out
             run.add("train_wait_ms", _r1(train_wait))
     return run
+
+
+def _server_update(
+    run: SyntheticRun,
+    server_log: list[str],
+    tid: str,
+    url: str,
+    wall: float,
+    mono: float,
+    queue: float,
+    rpc: float,
+    console: bool,
+) -> float:
+    """One server's part of one update (client and server lines); returns its wall time in seconds."""
+    recv_gap = queue * 0.95
+    run.orchestrator.append(
+        _line(wall, format_tagged("weights", "client.send", tid, url=url, path="/update_weights", t=mono))
+    )
+    at = recv_gap / 1000.0
+    server_log.append(
+        _line(
+            wall + at,
+            format_tagged("weights", "server.recv", tid, path="/update_weights", t=mono + at),
+            console,
+        )
+    )
+    server_log.append(
+        _line(
+            wall + at, format_tagged("weights", "rpc.start", tid, op="update_weights", t=mono + at), console
+        )
+    )
+    end = (queue + rpc) / 1000.0
+    server_log.append(
+        _line(
+            wall + end,
+            format_tagged("weights", "rpc.done", tid, op="update_weights", t=mono + end, rpc_ms=rpc),
+            console,
+        )
+    )
+    wall_ms = queue + rpc
+    run.orchestrator.append(
+        _line(
+            wall + end,
+            format_tagged(
+                "weights", "client.done", tid, url=url, wall_ms=wall_ms, rpc_ms=rpc, queue_ms=wall_ms - rpc
+            ),
+        )
+    )
+    run.add("queue_ms", _r1(wall_ms - rpc))
+    run.add("rpc_ms", _r1(rpc))
+    return end

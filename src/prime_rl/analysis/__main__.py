@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from prime_rl.analysis.analyze import analyze
+from prime_rl.analysis.compare import write_compare
 from prime_rl.analysis.parser import ParseStats, discover, parse_files
 from prime_rl.analysis.report import write_report
 from prime_rl.analysis.thresholds import Thresholds
@@ -22,7 +23,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "inputs",
-        nargs="+",
+        nargs="*",
         type=Path,
         help="orchestrator.log [inference.log] [trainer logs ...], .gz or rotated parts, or a run directory",
     )
@@ -37,6 +38,13 @@ def _arg_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("RUN_A", "RUN_B"),
+        help="compare two runs (run directories or log files): COMPARE.md with both runs' tables side by side",
     )
     parser.add_argument(
         "--threshold",
@@ -58,6 +66,21 @@ def _async_level(inputs: list[Path]) -> int | None:
     return async_level
 
 
+def _run(
+    parser: argparse.ArgumentParser, inputs: list[Path], args: argparse.Namespace, thresholds: Thresholds
+):
+    """Analyse one run's logs (exits with a usage error when there are none)."""
+    try:
+        files = discover(inputs)
+    except FileNotFoundError as e:
+        parser.error(str(e))
+    if not files:
+        parser.error(f"no log files under {', '.join(map(str, inputs))}")
+    async_level = args.async_level if args.async_level is not None else _async_level(inputs)
+    stats = ParseStats()
+    return analyze(parse_files(files, stats), stats, thresholds, async_level), stats
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = _arg_parser()
     args = parser.parse_args(argv)
@@ -66,16 +89,21 @@ def main(argv: list[str] | None = None) -> None:
         thresholds = Thresholds(**overrides)
     except (ValueError, TypeError) as e:
         parser.error(f"--threshold: {e}")
-    try:
-        files = discover(args.inputs)
-    except FileNotFoundError as e:
-        parser.error(str(e))
-    if not files:
-        parser.error(f"no log files under {', '.join(map(str, args.inputs))}")
-    async_level = args.async_level if args.async_level is not None else _async_level(args.inputs)
-    stats = ParseStats()
-    analysis = analyze(parse_files(files, stats), stats, thresholds, async_level)
     out = args.out or Path("bottleneck_logs") / f"analysis_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
+    if args.compare:
+        if args.inputs:
+            parser.error("--compare takes the two runs; give no other inputs")
+        (a, _), (b, _) = (_run(parser, [p], args, thresholds) for p in args.compare)
+        write_report(a, out / "a")
+        write_report(b, out / "b")
+        names = (str(args.compare[0]), str(args.compare[1]))
+        print(f"A: {a.primary.title if a.primary else 'no bottleneck found'}")
+        print(f"B: {b.primary.title if b.primary else 'no bottleneck found'}")
+        print(f"report: {write_compare(a, b, names, out)}")
+        return
+    if not args.inputs:
+        parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
+    analysis, stats = _run(parser, args.inputs, args, thresholds)
     write_report(analysis, out)
     head = analysis.primary.title if analysis.primary else "no bottleneck found"
     print(

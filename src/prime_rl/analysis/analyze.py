@@ -26,7 +26,7 @@ class Analysis:
     data: Collected
     thresholds: Thresholds
     findings: tuple[Finding, ...]
-    """Largest share first; rules with equal shares keep the order of :data:`~prime_rl.analysis.rules.RULES`."""
+    """Ranked by :func:`order`; rules with equal shares keep the order of :data:`~prime_rl.analysis.rules.RULES`."""
     warnings: tuple[str, ...]
 
     @property
@@ -35,11 +35,25 @@ class Analysis:
         return self.findings[0] if self.findings else None
 
 
+def order(found: list[Finding]) -> list[Finding]:
+    """Largest share first, then two rules: a stall comes first (a run that hangs has no other
+    bottleneck that matters at its end), and a finding that explains another (``explains``: slow
+    scoring or truncation explain generation-bound, a slow server a slow reload) comes right above
+    it when it ranked lower."""
+    ranked = sorted(found, key=lambda f: (f.kind != "stall", -f.share))
+    for cause in [f for f in ranked if f.explains]:
+        kinds = [f.kind for f in ranked]
+        if cause.explains in kinds and kinds.index(cause.explains) < ranked.index(cause):
+            ranked.remove(cause)
+            ranked.insert(kinds.index(cause.explains), cause)
+    return ranked
+
+
 def rank_findings(data: Collected, thresholds: Thresholds) -> Analysis:
-    """Run every rule and every warning check on ``data``; rank the findings by share."""
+    """Run every rule and every warning check on ``data``; rank the findings (:func:`order`)."""
     found = [f for rule in RULES if (f := rule(data, thresholds)) is not None]
     warnings = [w for check in WARNINGS if (w := check(data, thresholds)) is not None]
-    return Analysis(data, thresholds, tuple(sorted(found, key=lambda f: -f.share)), tuple(warnings))
+    return Analysis(data, thresholds, tuple(order(found)), tuple(warnings))
 
 
 def analyze(

@@ -23,6 +23,10 @@ class Finding:
     """The rank score: the share of the run (or of the busy time) this bottleneck accounts for."""
     next: tuple[str, ...]
     """Next steps, most useful first."""
+    thresholds: tuple[str, ...] = ()
+    """The thresholds (names in :class:`~prime_rl.analysis.thresholds.Thresholds`) this finding crossed."""
+    explains: str | None = None
+    """The kind of finding this one is the cause of (ranked above it, see ``analyze.rank_findings``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (summary.json): kind, title, evidence, share, next."""
@@ -32,4 +36,6 @@ class Finding:
             "evidence": self.evidence,
             "share": self.share,
             "next": list(self.next),
+            "thresholds": list(self.thresholds),
+            "explains": self.explains,
         }

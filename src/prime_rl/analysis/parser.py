@@ -15,12 +15,15 @@ free-form message that quotes something a client sent (``weight dir '... [weight
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
+
+from prime_rl.analysis.clock import Clock, reference_date
 
 TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env")
 _TAG_ALT = b"|".join(TAGS)
@@ -29,11 +32,51 @@ _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 _AT_MARKER = re.compile(
     rb"\[(?P<tag>" + _TAG_ALT + rb")\](?:\[(?P<tid>[A-Za-z0-9_.-]{1,64})\])?[ \t]+(?P<rest>[^\n]*)"
 )
-_TS = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
+# a tagged-looking head with a tag the analyzer does not know, at a line's or a loguru message's start
+_UNKNOWN = re.compile(
+    rb"(?:\n|\| )\[(?!(?:"
+    + _TAG_ALT
+    + rb")\])([A-Za-z0-9_.-]{1,40})\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
+)
 CHUNK = 8 << 20
+EXAMPLES = 5
+"""How many malformed lines and bad values are kept as ``file:line: text`` examples."""
+
+
+@dataclass
+class ParseStats:
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    tagged: int = 0
+    malformed: int = 0
+    malformed_examples: list[str] = field(default_factory=list)
+    bad_values: int = 0
+    """Fields a number was expected in that hold none (``wait_ms=abc``, ``nan``, ``inf``)."""
+    bad_value_examples: list[str] = field(default_factory=list)
+    """The first few as ``file:line: key=value (tag event)``."""
+    unknown_tags: Counter = field(default_factory=Counter)
+    """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
+    last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
+    """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
+    ref_date: str | None = None
+    """The date given to timestamps without one (console captures)."""
+    seconds: float = 0.0
+
+
+class _Where:
+    """Where the current chunk lies in its file: turns an event's offset into ``file:line`` (counted
+    only when asked, for the few lines that are reported)."""
+
+    __slots__ = ("path", "first_line", "chunk", "stats")
+
+    def __init__(self, path: Path, first_line: int, chunk: bytes, stats: ParseStats) -> None:
+        self.path, self.first_line, self.chunk, self.stats = path, first_line, chunk, stats
+
+    def line(self, offset: int) -> int:
+        return self.first_line + self.chunk.count(b"\n", 0, offset)
 
 
 @dataclass(slots=True)
@@ -48,53 +91,42 @@ class Event:
     """Wall-clock seconds from the log line's timestamp (None when the line has none)."""
     source: str
     """Which file (its label) the line came from."""
+    loc: _Where | None = None
+    offset: int = 0
+    bad: tuple[str, ...] = ()
 
     def num(self, key: str) -> float | None:
+        """The field as a finite float; None when absent. A value that is no finite number counts
+        as a bad value (once per event and key), named by file and line (:class:`ParseStats`)."""
         raw = self.fields.get(key)
         if raw is None:
             return None
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            return None
+            value = math.nan
+        if math.isfinite(value):
+            return value
+        if key not in self.bad:
+            self.bad += (key,)
+            if self.loc is not None:
+                stats = self.loc.stats
+                stats.bad_values += 1
+                if len(stats.bad_value_examples) < EXAMPLES:
+                    where = f"{self.loc.path}:{self.loc.line(self.offset)}"
+                    stats.bad_value_examples.append(f"{where}: {key}={raw[:80]} ([{self.tag}] {self.event})")
+        return None
 
+    def where(self) -> str:
+        """``file:line`` of the line (``source`` when the event was not read from a file)."""
+        return f"{self.loc.path}:{self.loc.line(self.offset)}" if self.loc is not None else self.source
 
-@dataclass
-class ParseStats:
-    files: list[str] = field(default_factory=list)
-    lines: int = 0
-    tagged: int = 0
-    malformed: int = 0
-    malformed_examples: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-class _Clock:
-    """Log timestamp -> epoch seconds, parsing each distinct second once."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, float] = {}
-
-    def __call__(self, prefix: str) -> float | None:
-        if (
-            len(prefix) >= 23 and prefix[4] == "-" and prefix[10] == " " and prefix[19] == "."
-        ):  # loguru's own prefix
-            base = self._cache.get(prefix[:19])
-            if base is not None and prefix[20:23].isdigit():
-                return base + int(prefix[20:23]) / 1000.0
-        m = _TS.search(prefix)
-        if not m:
-            return None
-        key = f"{m.group(1)} {m.group(2)}"
-        base = self._cache.get(key)
-        if base is None:
-            try:
-                base = datetime.strptime(key, "%Y-%m-%d %H:%M:%S").timestamp()
-            except ValueError:
-                return None
-            self._cache[key] = base
-        frac = m.group(3)
-        return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    def text(self) -> str:
+        """The tagged part of the line again (for reports)."""
+        head = f"[{self.tag}][{self.tid}]" if self.tid else f"[{self.tag}]"
+        return " ".join(
+            [head, *([self.event] if self.event else []), *(f"{k}={v}" for k, v in self.fields.items())]
+        )
 
 
 def open_log(path: Path):
@@ -127,12 +159,18 @@ def _chunks(path: Path) -> Iterator[bytes]:
 def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[Event]:
     """Events from ``(label, path)`` pairs, file by file, in file order."""
     stats = stats if stats is not None else ParseStats()
-    clock = _Clock()
     start = time.perf_counter()
+    stats.ref_date = reference_date([p for _, p in paths], open_log)
+    clock = Clock(stats.ref_date)
     for label, path in paths:
         stats.files.append(str(path))
+        clock.new_file()
         lines_before = 0  # lines of this file in earlier chunks: a bad line is named file:line
+        last_chunk = b""
         for chunk in _chunks(path):
+            last_chunk = chunk
+            where = _Where(path, lines_before + 1, chunk, stats)
+            _count_unknown(stats, chunk)
             last_line = -1
             for marker in _MARKERS.finditer(chunk):
                 pos = marker.start()
@@ -176,18 +214,40 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
                     fields,
                     clock(prefix),
                     label,
+                    where,
+                    line_start,
                 )
             n = chunk.count(b"\n")
             stats.lines += n
             lines_before += n
+        _last_line(stats, path, last_chunk, clock)
     stats.seconds += time.perf_counter() - start
+
+
+def _count_unknown(stats: ParseStats, chunk: bytes) -> None:
+    """Count tagged-looking lines whose tag is not one of :data:`TAGS`."""
+    if chunk.startswith(b"[") and not _MARKERS.match(chunk):
+        m = _UNKNOWN.match(b"\n" + chunk[:200])
+        if m:
+            stats.unknown_tags[m.group(1).decode()] += 1
+    for m in _UNKNOWN.finditer(chunk):
+        stats.unknown_tags[m.group(1).decode()] += 1
+
+
+def _last_line(stats: ParseStats, path: Path, chunk: bytes, clock: Clock) -> None:
+    """Keep the file's last non-empty line and its timestamp."""
+    lines = chunk.rstrip().rsplit(b"\n", 1)
+    text = lines[-1].decode("utf-8", "replace")[:300] if lines and lines[-1] else ""
+    if text:
+        head = _LOGURU_PREFIX.match(lines[-1])
+        stats.last_lines[str(path)] = (clock(text[: head.end()] if head else text[:40]), text)
 
 
 def _bad(stats: ParseStats, chunk: bytes, start: int, end: int, where: str) -> None:
     """Count a malformed tagged line; the first few are kept as ``file:line: text`` (``where`` is
     ``file:first line of the chunk``, the line number is counted only for those kept)."""
     stats.malformed += 1
-    if len(stats.malformed_examples) < 5:
+    if len(stats.malformed_examples) < EXAMPLES:
         path, _, first = where.rpartition(":")
         line = int(first) + chunk.count(b"\n", 0, start)
         stats.malformed_examples.append(f"{path}:{line}: {chunk[start:end][:200].decode('utf-8', 'replace')}")

@@ -6,14 +6,24 @@ The files are described in ``bottleneck_logs/README.md``.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.report_sections import headline, sections_after_numbers
+from prime_rl.analysis.restarts import Restart
+from prime_rl.analysis.servers import server_dicts
+from prime_rl.analysis.stages import stages
+from prime_rl.analysis.stats import Collected, Span
 from prime_rl.analysis.thresholds import Thresholds
+
+TIMELINE_LINES = 50_000
+"""timeline.txt lists at most this many spans (the rest are counted)."""
+PLOT_BARS = 2_000
+"""timeline.png draws at most about this many bars per row: closer spans are merged."""
 
 STAT_FILES = {
     "queue_ms_stats.txt": ("queue_ms", "Queue delay (client wall_ms - server rpc_ms) per weight update"),
@@ -62,24 +72,41 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
         (u for u in d.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
         key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0),
     )[:n]
-    gens = [s for s in d.spans if s.kind == "gen"]
+    gens = _Overlaps([s for s in d.spans if s.kind == "gen"])
     out = [
-        f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  in flight"
+        f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  {'server':24} in flight"
     ]
     for u in ups:
-        overlapping = [
-            s.label
-            for s in gens
-            if u.start is not None and u.end is not None and s.start < u.end and s.end > u.start
-        ]
+        overlapping = gens.labels(u.start, u.end) if u.start is not None and u.end is not None else []
         gap = u.send_to_recv_ms
         out.append(
             f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
-            f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {', '.join(overlapping) or '-'}"
+            f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {u.url or '-':24} {', '.join(overlapping) or '-'}"
         )
     if not ups:
         out.append("(no weight updates in these logs)")
     return "\n".join(out) + "\n"
+
+
+class _Overlaps:
+    """Spans sorted by start, for "which of them overlap [start, end)" in logarithmic time (the
+    generation batches follow one another, so the walk back stops at the first that ended before
+    ``start``)."""
+
+    def __init__(self, spans: list[Span]) -> None:
+        self.spans = sorted(spans, key=lambda s: s.start)
+        self.starts = [s.start for s in self.spans]
+
+    def labels(self, start: float, end: float, limit: int = 8) -> list[str]:
+        i = bisect_left(self.starts, end) - 1
+        out: list[str] = []
+        while i >= 0 and len(out) < limit:
+            s = self.spans[i]
+            if s.end <= start:
+                break
+            out.append(s.label)
+            i -= 1
+        return out[::-1]
 
 
 def _fmt(v: float | None) -> str:
@@ -87,32 +114,47 @@ def _fmt(v: float | None) -> str:
 
 
 def timeline(d: Collected) -> str:
-    """timeline.txt: every span in time order; updates with their queue/rpc split and overlaps."""
+    """timeline.txt: every span in time order (at most :data:`TIMELINE_LINES`); updates with their
+    server, queue/rpc split and the batches they overlapped."""
     out = [
         "Weight updates, checkpoint waits/writes and generation batches in time order.",
-        "For each update: the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
+        "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         "",
     ]
-    gens = [s for s in d.spans if s.kind == "gen"]
-    for s in d.spans:
+    gens = _Overlaps([s for s in d.spans if s.kind == "gen"])
+    for s in d.spans[:TIMELINE_LINES]:
         line = (
             f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
         )
         if s.kind == "update":
-            over = [g.label for g in gens if g.start < s.end and g.end > s.start]
-            u = next((u for u in d.updates if f"update {u.tid}" == s.label), None)
-            gap = u.send_to_recv_ms if u else None
+            over = gens.labels(s.start, s.end)
+            gap = s.info.get("send_to_recv_ms")
             line += f"  queue_ms={_fmt(s.info.get('queue_ms'))} rpc_ms={_fmt(s.info.get('rpc_ms'))}"
             line += f" send->recv={_fmt(gap)}" if gap is not None else ""
             line += f"  overlaps: {', '.join(over) if over else 'no batch'}"
         out.append(line)
+    if len(d.spans) > TIMELINE_LINES:
+        out.append(f"... and {len(d.spans) - TIMELINE_LINES} more spans")
     if not d.spans:
         out.append("(no timed events)")
     return "\n".join(out) + "\n"
 
 
+def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
+    """(start, width) bars sorted by start, neighbours closer than ``resolution`` merged into one:
+    at most about span / resolution bars, whatever the number of spans."""
+    out: list[list[float]] = []
+    for start, width in sorted(bars):
+        if out and start - (out[-1][0] + out[-1][1]) < resolution:
+            out[-1][1] = max(out[-1][1], start + width - out[-1][0])
+        else:
+            out.append([start, width])
+    return [(a, b) for a, b in out]
+
+
 def plot_timeline(a: Analysis, path: Path) -> bool:
-    """timeline.png: one row per kind of event; returns False when there is nothing to draw."""
+    """timeline.png: one row per kind of event, one drawing call per row (bars merged to
+    :data:`PLOT_BARS` per row); returns False when there is nothing to draw."""
     d = a.data
     if not d.spans:
         return False
@@ -122,22 +164,23 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     t0 = min(s.start for s in d.spans)
+    t1 = max(s.end for s in d.spans)
+    resolution = max(t1 - t0, 1e-3) / PLOT_BARS
     rows = ["gen", "ckpt_wait", "ckpt_write", "update"]
     colors = {"gen": "tab:blue", "ckpt_wait": "tab:orange", "ckpt_write": "tab:green", "update": "tab:red"}
+    by_kind: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
+    for s in d.spans:
+        if s.kind in by_kind:
+            by_kind[s.kind].append((s.start - t0, max(s.end - s.start, 1e-3)))
     fig, ax = plt.subplots(figsize=(12, 3.2))
     for i, kind in enumerate(rows):
-        bars = [(s.start - t0, max(s.end - s.start, 1e-3)) for s in d.spans if s.kind == kind]
-        if bars:
-            ax.broken_barh(bars, (i - 0.35, 0.7), color=colors[kind])
-    for u in d.updates:  # the queue part of each update, hatched
-        if u.start is not None and u.queue_ms:
-            ax.broken_barh(
-                [(u.start - t0, u.queue_ms / 1000.0)],
-                (3 - 0.35, 0.7),
-                facecolor="none",
-                edgecolor="black",
-                hatch="///",
-            )
+        if by_kind[kind]:
+            ax.broken_barh(merge_bars(by_kind[kind], resolution), (i - 0.35, 0.7), color=colors[kind])
+    queued = [(u.start - t0, u.queue_ms / 1000.0) for u in d.updates if u.start is not None and u.queue_ms]
+    if queued:  # the queue part of the updates, hatched
+        ax.broken_barh(
+            merge_bars(queued, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"
+        )
     ax.set_yticks(
         range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"]
     )
@@ -148,28 +191,6 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
-
-
-def _headline(a: Analysis) -> list[str]:
-    """The primary bottleneck and its evidence, or the numbers that show there is none."""
-    if a.primary:
-        return [f"**Primary bottleneck: {a.primary.title}.**", "", f"Evidence: {a.primary.evidence}.", ""]
-    d = a.data
-    healthy = []
-    if d.stat("queue_ms", "count"):
-        healthy.append(
-            f"queue_ms median {d.stat('queue_ms', 'p50'):.1f} ms (max {d.stat('queue_ms', 'max'):.1f})"
-        )
-    if d.stat("rpc_ms", "count"):
-        healthy.append(f"rpc_ms median {d.stat('rpc_ms', 'p50'):.1f} ms")
-    if d.stat("ckpt_wait_ms", "count"):
-        healthy.append(f"ckpt wait median {d.stat('ckpt_wait_ms', 'p50'):.1f} ms")
-    return [
-        "**No bottleneck found: queue delays and waits are within the thresholds.**",
-        "",
-        ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
-        "",
-    ]
 
 
 def _key_numbers(d: Collected) -> list[str]:
@@ -209,25 +230,14 @@ def _staleness(d: Collected) -> list[str]:
         if bad
         else "None above async_level.",
     ]
-    return lines
-
-
-def _findings_and_steps(a: Analysis) -> list[str]:
-    """Secondary findings, warnings and every finding's next steps."""
-    lines = []
-    if a.findings[1:]:
-        lines += ["", "## Secondary findings", ""]
-        for f in a.findings[1:]:
-            lines.append(f"- **{f.title}**: {f.evidence}.")
-    if a.warnings:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
-    steps = [s for f in a.findings for s in f.next]
-    lines += ["", "## Next steps", ""]
-    lines += (
-        [f"{i}. {s}" for i, s in enumerate(steps, 1)]
-        if steps
-        else ["Nothing to fix; re-run the analysis after changing the load."]
-    )
+    drops = {k[5:]: n for k, n in d.counts.items() if k.startswith("drop.") and n}
+    if drops:
+        lines += [
+            "",
+            "Groups not used and generated again ([gen] group.drop): "
+            + ", ".join(f"{n} {reason}" for reason, n in sorted(drops.items()))
+            + ".",
+        ]
     return lines
 
 
@@ -236,9 +246,11 @@ def _inputs(a: Analysis) -> list[str]:
     p = a.data.parse
     lines = ["", "## Inputs and thresholds", ""]
     lines.append(
-        f"Parsed {p.lines} lines ({p.tagged} tagged, {p.malformed} malformed) from "
-        f"{len(p.files)} file(s) in {p.seconds:.2f} s: {', '.join(p.files)}."
+        f"Parsed {p.lines} lines ({p.tagged} tagged, {p.malformed} malformed, {p.bad_values} bad values, "
+        f"{sum(p.unknown_tags.values())} with unknown tags) from {len(p.files)} file(s) in {p.seconds:.2f} s: "
+        f"{', '.join(p.files)}."
     )
+
     lines.append("")
     for name, info in Thresholds.model_fields.items():
         lines.append(f"- `{name}` = {getattr(a.thresholds, name)}: {info.description}")
@@ -247,8 +259,8 @@ def _inputs(a: Analysis) -> list[str]:
 
 def summary_md(a: Analysis, has_png: bool) -> str:
     """SUMMARY.md: the primary bottleneck, key numbers, other findings, warnings, next steps, inputs."""
-    lines = ["# Bottleneck analysis", ""] + _headline(a) + _key_numbers(a.data) + _staleness(a.data)
-    lines += _findings_and_steps(a)
+    lines = ["# Bottleneck analysis", ""] + headline(a) + _key_numbers(a.data) + _staleness(a.data)
+    lines += sections_after_numbers(a)
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
     lines += _inputs(a)
@@ -278,8 +290,17 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "malformed": d.parse.malformed,
             "seconds": d.parse.seconds,
         },
-        "updates": [asdict(u) | {"send_to_recv_ms": u.send_to_recv_ms} for u in d.updates],
+        "updates": [vars(u) | {"send_to_recv_ms": u.send_to_recv_ms} for u in d.updates],
+        "stages": [asdict(st) for st in stages(d)],
+        "servers": server_dicts(d),
+        "restarts": [_restart_dict(r) for r in d.restarts],
+        "bad_values": {"count": d.parse.bad_values, "examples": d.parse.bad_value_examples},
+        "unknown_tags": dict(d.parse.unknown_tags),
     }
+
+
+def _restart_dict(r: Restart) -> dict[str, Any]:
+    return asdict(r) | {"redone": r.redone}
 
 
 def write_report(a: Analysis, out: Path) -> Path:
@@ -290,6 +311,6 @@ def write_report(a: Analysis, out: Path) -> Path:
     (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
     (out / "timeline.txt").write_text(timeline(a.data))
     has_png = plot_timeline(a, out / "timeline.png")
-    (out / "summary.json").write_text(json.dumps(to_json(a), indent=2, default=str))
+    (out / "summary.json").write_text(json.dumps(to_json(a), indent=1, default=str))
     (out / "SUMMARY.md").write_text(summary_md(a, has_png))
     return out

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.servers import slow_server
+from prime_rl.analysis.stages import update_critical, verify_wall_ms
+from prime_rl.analysis.stalls import stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -58,24 +61,43 @@ def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
     )
 
 
+def _update_rpc_queue(d: Collected) -> tuple[float, float]:
+    """rpc and queue ms summed over updates, each at its slowest server (the series when no update
+    objects were collected)."""
+    if d.updates:
+        _, rpc, queue = update_critical(d)
+        return rpc, queue
+    return sum(d.series["rpc_ms"] or d.series["server_rpc_ms"]), d.total("queue_ms")
+
+
 def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
     """The server takes long to load new weights: median ``rpc_ms`` (the server's when the client
-    gives none) above ``rpc_ms_high``."""
+    gives none) above ``rpc_ms_high``, or the updates' rpc time (the slowest server per update, which
+    the orchestrator waits for) above ``update_share`` of the run while it exceeds their queue time."""
     r50, _ = _rpc_p50_mean(d)
-    if r50 is None or not r50 > th.rpc_ms_high:
+    rpc, queue = _update_rpc_queue(d)
+    run_ms = d.run_ms
+    by_median = r50 is not None and r50 > th.rpc_ms_high
+    by_share = bool(run_ms) and rpc > queue and rpc / run_ms > th.update_share
+    if r50 is None or not (by_median or by_share):
         return None
     p95 = d.stat("rpc_ms", "p95") or d.stat("server_rpc_ms", "p95")
-    run_ms = d.run_ms
+    why = ([f"> rpc_ms_high {th.rpc_ms_high:.0f} ms"] if by_median else []) + (
+        [f"{100 * rpc / run_ms:.0f}% of the run > update_share {100 * th.update_share:.0f}%"]
+        if by_share
+        else []
+    )
     return Finding(
         kind="slow_reload",
         title="Slow engine reload: the server takes long to load new weights",
-        evidence=f"rpc_ms median {r50:.1f} ms (p95 {p95:.1f}) > {th.rpc_ms_high:.0f} ms",
-        share=sum(d.series["rpc_ms"] or d.series["server_rpc_ms"]) / run_ms if run_ms else 0.5,
+        evidence=f"rpc_ms median {r50:.1f} ms (p95 {p95:.1f}), {rpc / 1000:.1f} s in all ({'; '.join(why)})",
+        share=rpc / run_ms if run_ms else 0.5,
         next=(
             "Profile weight loading in the worker extension (load_ms in rpc.done): disk vs copy vs repack.",
             "Use faster storage (local NVMe) or in-memory sharing (shm/mmap) for weights/step_N.",
             "Use a smaller or quantised model (int8/int4) if the reload dominates.",
         ),
+        thresholds=(("rpc_ms_high",) if by_median else ()) + (("update_share",) if by_share else ()),
     )
 
 
@@ -176,21 +198,75 @@ def generation_bound(d: Collected, th: Thresholds) -> Finding | None:
 
 
 def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
-    """Scoring costs more than generation: median [verify] batch.done dur_ms above ``verify_ratio`` x
-    median [gen] batch.done dur_ms."""
-    v50, g50 = d.stat("verify_dur_ms", "p50"), d.stat("gen_dur_ms", "p50")
-    if v50 is None or not g50 or not v50 > th.verify_ratio * g50:
+    """Scoring paces the generation batches, compared like with like (see
+    :mod:`~prime_rl.analysis.stages`): with ``tail_ms``, scoring's wall time above ``verify_ratio`` of
+    the batch time; with the worker count, the workers busy above ``verify_util_high`` of the batch
+    time; otherwise the summed scoring time per step (an upper bound of its wall time) above
+    ``verify_ratio`` x the batch time. Ranked above generation-bound, which it then explains."""
+    gen = d.total("gen_dur_ms")
+    if not d.series["verify_dur_ms"] or not gen:
+        return None
+    wall, how = verify_wall_ms(d)
+    cpu = d.total("verify_dur_ms")
+    if d.series["verify_tail_ms"]:
+        fired, measure = (
+            wall > th.verify_ratio * gen,
+            f"scoring wall {wall / 1000:.1f} s of {gen / 1000:.1f} s of batches ({100 * wall / gen:.0f}% > verify_ratio {th.verify_ratio:g})",
+        )
+        names: tuple[str, ...] = ("verify_ratio",)
+    elif d.verify_workers:
+        util = cpu / (d.verify_workers * gen)
+        fired = util > th.verify_util_high
+        measure = f"{d.verify_workers} verifier workers busy {100 * util:.0f}% of the batch time (> verify_util_high {100 * th.verify_util_high:.0f}%)"
+        names = ("verify_util_high",)
+    else:
+        fired = cpu > th.verify_ratio * gen
+        measure = (
+            f"scoring {cpu / 1000:.1f} s summed over completions vs {gen / 1000:.1f} s of batch wall time "
+            f"({cpu / gen:.1f}x > verify_ratio {th.verify_ratio:g}; workers unknown, so summed time stands for wall time)"
+        )
+        names = ("verify_ratio",)
+    if not fired:
         return None
     run_ms = d.run_ms
     return Finding(
         kind="verification_bound",
-        title="Verification-bound: scoring costs more than generation",
-        evidence=f"verify dur_ms median {v50:.0f} per step vs generation {g50:.0f} ms ({v50 / g50:.1f}x)",
-        share=d.total("verify_dur_ms") / run_ms if run_ms else 0.5,
+        title="Verification-bound: scoring paces the generation batches",
+        evidence=f"{measure}; scoring's wall-time estimate {wall / 1000:.1f} s ({how})",
+        share=wall / run_ms if run_ms else 0.5,
         next=(
             "Add verifier processes (verify.workers) or speed up the verifier (cache, fast mode).",
             "Defer verification: collect with --no-verify and score later with verify-rollouts.",
         ),
+        thresholds=names,
+        explains="generation_bound",
+    )
+
+
+def truncation(d: Collected, th: Thresholds) -> Finding | None:
+    """Completions run into max_tokens: mean [rollout] trunc_pct above ``trunc_pct_high``. Its share is
+    generation time times the truncated fraction (the truncated completions are the longest, so
+    this is a lower bound); ranked above generation-bound, which it then explains."""
+    trunc = d.series["trunc_pct"]
+    if not trunc:
+        return None
+    mean = sum(trunc) / len(trunc)
+    if not mean > th.trunc_pct_high:
+        return None
+    gen = max(d.total("gen_dur_ms") - verify_wall_ms(d)[0], 0.0)
+    run_ms = d.run_ms
+    return Finding(
+        kind="truncation",
+        title="Truncation: many completions run into max_tokens",
+        evidence=f"mean trunc_pct {mean:.1f}% over {len(trunc)} steps (> trunc_pct_high {th.trunc_pct_high:g}%); "
+        f"at least {gen * mean / 100 / 1000:.1f} s of generation went into cut-off completions",
+        share=gen * mean / 100 / run_ms if run_ms else 0.0,
+        next=(
+            "Raise max_tokens (and seq_len) if the answers need the room, or shorten them (prompt, penalty).",
+            "A truncated answer earns no reward from most verifiers: check the reward of cut-off samples.",
+        ),
+        thresholds=("trunc_pct_high",),
+        explains="generation_bound",
     )
 
 
@@ -320,6 +396,7 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
 
 
 RULES: tuple[Rule, ...] = (
+    stall,
     frontend_queue_saturation,
     slow_reload,
     checkpoint_io,
@@ -331,5 +408,7 @@ RULES: tuple[Rule, ...] = (
     collect_generation_bound,
     collect_queue,
     rate_limited,
+    truncation,
+    slow_server,
 )
 """Every rule, in the order findings with equal shares are listed."""

@@ -31,9 +31,9 @@ def staleness_above_async_level(d: Collected, th: Thresholds) -> str | None:
 
 
 def truncation(d: Collected, th: Thresholds) -> str | None:
-    """Mean [rollout] trunc_pct above ``trunc_pct_warn``."""
+    """Mean [rollout] trunc_pct above ``trunc_pct_warn`` (above ``trunc_pct_high`` it is a finding instead)."""
     trunc = d.series["trunc_pct"]
-    if trunc and sum(trunc) / len(trunc) > th.trunc_pct_warn:
+    if trunc and th.trunc_pct_high >= sum(trunc) / len(trunc) > th.trunc_pct_warn:
         return (
             f"mean trunc_pct {sum(trunc) / len(trunc):.1f}% > {th.trunc_pct_warn:.0f}%: "
             "completions hit max_tokens; raise it or expect clipped answers"
@@ -52,16 +52,30 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
             "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
             "and that the orchestrator log (and, for server.recv, the inference log) was given"
         )
-    if not any(u.recv_ts is not None for u in d.updates):
+    if not any(
+        u.server is not None or u.recv_ts is not None or u.server_rpc_ms is not None for u in d.updates
+    ):
         return "no server-side [weights] lines: pass the inference log too to split queue time into client and server parts"
     return None
 
 
 def malformed_lines(d: Collected, th: Thresholds) -> str | None:
-    """Tagged lines the parser had to skip."""
-    if d.parse.malformed:
-        return f"{d.parse.malformed} malformed tagged line(s) skipped (e.g. {d.parse.malformed_examples[:1]})"
-    return None
+    """Tagged lines the parser had to skip, values that are no number (each named by file:line),
+    and lines with a tag the analyzer does not read."""
+    p = d.parse
+    parts = []
+    if p.malformed:
+        parts.append(
+            f"{p.malformed} malformed tagged line(s) skipped (e.g. {'; '.join(p.malformed_examples[:3])})"
+        )
+    if p.bad_values:
+        parts.append(
+            f"{p.bad_values} value(s) that are no number ignored (e.g. {'; '.join(p.bad_value_examples[:3])})"
+        )
+    if p.unknown_tags:
+        tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))
+        parts.append(f"{sum(p.unknown_tags.values())} line(s) with a tag the analyzer does not read: {tags}")
+    return "; ".join(parts) or None
 
 
 def failed_updates(d: Collected, th: Thresholds) -> str | None:

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.analysis.parser import Event, ParseStats
+from prime_rl.analysis.parser import EXAMPLES, Event, ParseStats
+from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.updates import Update, UpdateJoin
 
 SERIES = (
@@ -28,6 +29,7 @@ SERIES = (
     "trunc_pct",
     "staleness",
     "retry_wait_ms",
+    "rate_limit_wait_ms",
     "collect_ms",
     "train_wait_ms",
     "train_ms",
@@ -38,11 +40,27 @@ SERIES = (
     "tool_ms",
     "episode_gen_ms",
     "episode_turns",
+    "verify_tail_ms",
+    "lock_wait_ms",
 )
 """Every per-metric series, in the order summary.json lists them."""
 
-UPDATE_SERIES = ("queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms")
+UPDATE_SERIES = ("queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "lock_wait_ms")
 """The series taken from the joined weight updates (one value per update)."""
+
+
+PER_STEP = {
+    "gen_dur_ms": "gen",
+    "verify_dur_ms": "verify",
+    "verify_tail_ms": "verify",
+    "trunc_pct": "rollout",
+    "staleness": "rollout",
+    "train_wait_ms": "train",
+    "train_ms": "train",
+    "ckpt_wait_ms": "wait",
+    "write_ms": "write",
+}
+"""Series with one value per step: a step done again after a restart replaces its first value."""
 
 
 def describe(values: list[float]) -> dict[str, float]:
@@ -98,6 +116,20 @@ class Collected:
     """First to last timestamped event (None with fewer than two distinct timestamps)."""
     staleness_by_step: dict[int, int] = field(default_factory=dict)
     """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``."""
+    restarts: list[Restart] = field(default_factory=list)
+    """Where a process started again in the same log (a crash and a ``--resume``)."""
+    last_events: dict[str, Event] = field(default_factory=dict)
+    """The last tagged event of each process (by file label)."""
+    open_wait: tuple[str, float | None, Event] | None = None
+    """The orchestrator's last [ckpt] wait.start with no wait.done after it: (target step, since, event)."""
+    open_batch: Event | None = None
+    """The orchestrator's last [gen] batch.start with no batch.done after it."""
+    last_write: Event | None = None
+    """The trainer's last [ckpt] write.done."""
+    server_counts: dict[str, Counter] = field(default_factory=dict)
+    """Per server URL: retried requests by status (``retry.429``, ``retry.error``, ...)."""
+    verify_workers: int | None = None
+    """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -134,8 +166,10 @@ class Collected:
 
     @property
     def is_collector_run(self) -> bool:
-        """Only [collect] lines: an offline collection, which never updates weights."""
-        return self.counts.get("collect.rollout.done", 0) > 0 and not self.series["gen_dur_ms"]
+        """[collect] lines and none of the trio's: an offline collection, which never updates weights."""
+        trio = ("gen.", "ckpt.", "train.", "weights.", "rollout.", "verify.batch")
+        has = lambda prefix: any(k.startswith(prefix) and n for k, n in self.counts.items())  # noqa: E731
+        return has("collect.") and not any(has(p) for p in trio)
 
 
 class _Collector:
@@ -148,7 +182,15 @@ class _Collector:
         self.join = UpdateJoin()
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
+        self.last_open_wait: tuple[str, float | None, Event] | None = None
         self.staleness_by_step: dict[int, int] = {}
+        self.by_step: dict[str, dict[str, float]] = {k: {} for k in PER_STEP}
+        self.segments = Segments()
+        self.last_events: dict[str, Event] = {}
+        self.open_batch: Event | None = None
+        self.last_write: Event | None = None
+        self.server_counts: dict[str, Counter] = {}
+        self.verify_workers: int | None = None
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -160,44 +202,65 @@ class _Collector:
             "env": self.env,
         }
 
-    def _add(self, key: str, value: float | None) -> None:
-        if value is not None:
+    def _add(self, key: str, value: float | None, step: str | None = None) -> None:
+        """Add a value; a per-step series (:data:`PER_STEP`) keeps one value per step, the last."""
+        if value is None:
+            return
+        if step is not None and key in self.by_step:
+            values = self.by_step[key]
+            if step in values:
+                self.counts[f"redone.{key}"] += 1
+            values[step] = value
+        else:
             self.series[key].append(value)
 
     def _retry(self, ev: Event) -> None:
-        self.counts[f"retry.{ev.fields.get('status', '?')}"] += 1
+        status = ev.fields.get("status", "?")
+        self.counts[f"retry.{status}"] += 1
         self._add("retry_wait_ms", ev.num("wait_ms"))
+        if status == "429":
+            self._add("rate_limit_wait_ms", ev.num("wait_ms"))
+        url = ev.fields.get("url")
+        if url:
+            self.server_counts.setdefault(url, Counter())[f"retry.{status}"] += 1
 
     def weights(self, ev: Event) -> None:
         if ev.tid:
             self.join.add(ev)
 
     def ckpt(self, ev: Event) -> None:
-        if ev.event == "wait.start" and ev.ts is not None:
-            self.open_wait[ev.fields.get("target_step", "?")] = ev.ts
+        if ev.event == "wait.start":
+            target = ev.fields.get("target_step", "?")
+            if ev.ts is not None:
+                self.open_wait[target] = ev.ts
+            self.last_open_wait = (target, ev.ts, ev)
         elif ev.event == "wait.done":
+            self.last_open_wait = None
             ms = ev.num("wait_ms")
             if ms is not None:
-                self.series["ckpt_wait_ms"].append(ms)
+                self._add("ckpt_wait_ms", ms, ev.fields.get("target_step"))
                 end = ev.ts or 0.0
                 start = self.open_wait.pop(ev.fields.get("target_step", "?"), end - ms / 1000.0)
                 label = f"wait for weights step {ev.fields.get('target_step')}"
                 self.spans.append(Span("ckpt_wait", start, end, label, {"wait_ms": ms}))
-        elif ev.event == "write.done" and ev.num("write_ms") is not None:
-            ms = ev.num("write_ms")
-            self.series["write_ms"].append(ms)
+        elif ev.event == "write.done" and (ms := ev.num("write_ms")) is not None:
+            self.last_write = ev
+            self._add("write_ms", ms, ev.fields.get("step"))
             if ev.ts is not None:
                 label = f"write weights step {ev.fields.get('step')}"
                 self.spans.append(Span("ckpt_write", ev.ts - ms / 1000.0, ev.ts, label))
 
     def gen(self, ev: Event) -> None:
         key = ev.fields.get("step", str(self.counts["gen.batch.start"]))
-        if ev.event == "batch.start" and ev.ts is not None:
-            self.open_gen[key] = ev.ts
+        if ev.event == "batch.start":
+            self.open_batch = ev
+            if ev.ts is not None:
+                self.open_gen[key] = ev.ts
         elif ev.event == "batch.done":
+            self.open_batch = None
             ms = ev.num("dur_ms")
             if ms is not None:
-                self.series["gen_dur_ms"].append(ms)
+                self._add("gen_dur_ms", ms, ev.fields.get("step"))
                 end = ev.ts or 0.0
                 start = self.open_gen.pop(key, end - ms / 1000.0)
                 label = f"generate step {ev.fields.get('step', '?')}"
@@ -206,27 +269,38 @@ class _Collector:
             self.counts["completions"] += int(ev.num("completions") or 0)
         elif ev.event == "request.retry":
             self._retry(ev)
+        elif ev.event == "group.drop":
+            self.counts[f"drop.{ev.fields.get('reason', '?')}"] += 1
 
     def rollout(self, ev: Event) -> None:
-        self._add("trunc_pct", ev.num("trunc_pct"))
-        staleness, step = ev.num("staleness"), ev.num("current_step")
-        self._add("staleness", staleness)
-        if staleness is not None and step is not None:
-            self.staleness_by_step[int(step)] = int(staleness)
+        step = ev.fields.get("current_step")
+        self._add("trunc_pct", ev.num("trunc_pct"), step)
+        staleness, step_num = ev.num("staleness"), ev.num("current_step")
+        self._add("staleness", staleness, step)
+        if staleness is not None and step_num is not None:
+            self.staleness_by_step[int(step_num)] = int(staleness)
 
     def verify(self, ev: Event) -> None:
+        """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU
+        time of concurrent workers, not wall time); ``tail_ms`` and ``workers`` when the line has them."""
         if ev.event == "batch.done":
-            self._add("verify_dur_ms", ev.num("dur_ms"))
+            step = ev.fields.get("step")
+            self._add("verify_dur_ms", ev.num("cpu_ms") or ev.num("dur_ms"), step)
+            self._add("verify_tail_ms", ev.num("tail_ms"), step)
+            workers = ev.num("workers")
+            if workers:
+                self.verify_workers = int(workers)
 
     def train(self, ev: Event) -> None:
         if ev.event == "step.done":
             # step 0's wait is start-up (the servers start, the first batch is generated with
             # nothing to overlap it), not the steady state a bottleneck is judged on
-            if ev.fields.get("step") == "0":
+            step = ev.fields.get("step")
+            if step == "0":
                 self.counts["train_startup_wait_ms"] = int(ev.num("wait_ms") or 0)
             else:
-                self._add("train_wait_ms", ev.num("wait_ms"))
-            self._add("train_ms", ev.num("train_ms"))
+                self._add("train_wait_ms", ev.num("wait_ms"), step)
+            self._add("train_ms", ev.num("train_ms"), step)
 
     def collect(self, ev: Event) -> None:
         """The offline collector: one rollout.done per sample."""
@@ -253,30 +327,70 @@ class _Collector:
         self.counts[f"episode.{ev.fields.get('outcome', '?')}"] += 1
         self.counts["episode.tool_errors"] += int(ev.num("tool_errors") or 0)
 
+    def restart(self, ev: Event) -> None:
+        """A process started again in the same log: what was open in it is no longer waited on."""
+        if ev.source == "orchestrator":
+            self.last_open_wait, self.open_batch = None, None
+
     def update_spans(self, updates: list[Update]) -> None:
         """The joined updates' series and spans, then every span in start order."""
         for u in updates:
             for key in UPDATE_SERIES:
                 self._add(key, getattr(u, key))
             if u.start is not None and u.end is not None:
-                info = {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms}
-                self.spans.append(Span("update", u.start, u.end, f"update {u.tid}", info))
+                info = {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "send_to_recv_ms": u.send_to_recv_ms}
+                label = f"update {u.tid}" + (f" {u.url}" if u.url else "")
+                self.spans.append(Span("update", u.start, u.end, label, info))
         self.spans.sort(key=lambda s: s.start)
 
 
 def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None = None) -> Collected:
     """Fold the parsed events (``parse`` fills as they are read) into a :class:`Collected`."""
     c = _Collector()
-    counts, by_tag = c.counts, c.by_tag
+    counts, by_tag, last_events, segments = c.counts, c.by_tag, c.last_events, c.segments
     first_ts, last_ts = math.inf, -math.inf
     for ev in events:
         counts[f"{ev.tag}.{ev.event or '-'}"] += 1
         if ev.ts is not None:
-            first_ts, last_ts = min(first_ts, ev.ts), max(last_ts, ev.ts)
+            if ev.ts < first_ts:
+                first_ts = ev.ts
+            if ev.ts > last_ts:
+                last_ts = ev.ts
+        last_events[ev.source] = ev
+        if segments.observe(ev):
+            c.restart(ev)
         handler = by_tag.get(ev.tag)
         if handler is not None:
-            handler(ev)
+            try:
+                handler(ev)
+            except (ValueError, TypeError, OverflowError, KeyError) as e:  # never a crash: count it
+                _handler_error(parse, ev, e)
+    for key, values in c.by_step.items():
+        c.series[key].extend(values.values())
     updates = c.join.updates()
     c.update_spans(updates)
     run_s = (last_ts - first_ts) if last_ts > first_ts else None
-    return Collected(parse, updates, c.spans, c.series, counts, async_level, run_s, c.staleness_by_step)
+    return Collected(
+        parse,
+        updates,
+        c.spans,
+        c.series,
+        counts,
+        async_level,
+        run_s,
+        c.staleness_by_step,
+        segments.restarts,
+        last_events,
+        c.last_open_wait,
+        c.open_batch,
+        c.last_write,
+        c.server_counts,
+        c.verify_workers,
+    )
+
+
+def _handler_error(parse: ParseStats, ev: Event, e: Exception) -> None:
+    """A line whose values the collector could not use: counted with the bad values, named by file:line."""
+    parse.bad_values += 1
+    if len(parse.bad_value_examples) < EXAMPLES:
+        parse.bad_value_examples.append(f"{ev.where()}: {type(e).__name__}: {e} ({ev.text()[:120]})")

@@ -34,3 +34,17 @@ class Thresholds(StrictModel):
     """Rate-limited: 429 retries above this fraction of completions (or any 429 when counts are missing)."""
     trunc_pct_warn: float = 10.0
     """Warn when mean trunc_pct is above this."""
+    trunc_pct_high: float = 30.0
+    """Truncation is a finding (a cause of generation time, ranked above generation-bound) when mean trunc_pct is above this."""
+    update_share: float = 0.25
+    """Slow engine reload whatever the queue does: weight updates (the slowest server's wall time per update, which the orchestrator waits for) above this share of the run, with rpc time above queue time."""
+    verify_util_high: float = 0.8
+    """Verification-bound when the verifier workers are busy more than this share of the batch wall time (cpu_ms / (workers x batch ms)); needs workers= or the run's config."""
+    server_slow_ratio: float = 2.0
+    """A server is named as slow when its median update wall_ms (or generation retries per update) is this multiple of the median of its peers."""
+    server_min_updates: int = 3
+    """... and it has at least this many updates."""
+    stall_min_s: float = 30.0
+    """A wait still open where the logs end is a stall when it lasted this many seconds to the last line of any log, or the other side fell silent first."""
+    secondary_share: float = 0.05
+    """A finding below the primary is listed as a secondary bottleneck when it costs more than this share of the run; smaller ones are listed as minor."""

@@ -7,6 +7,7 @@ The events (``client.send``, ``client.done``, ``client.error``, ``server.recv``,
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from prime_rl.analysis.parser import Event
@@ -33,6 +34,10 @@ class Update:
     server_rpc_ms: float | None = None
     target: str | None = None
     failed: bool = False
+    server: str | None = None
+    """The server log file the server's lines came from (None: no server lines)."""
+    lock_wait_ms: float | None = None
+    """The server's wait for its swap lock (rpc.done lock_wait_ms): server-side queueing."""
 
     @property
     def send_to_recv_ms(self) -> float | None:
@@ -59,65 +64,140 @@ class Update:
 
 
 class UpdateJoin:
-    """Collects ``[weights]`` events into :class:`Update` objects, one per occurrence of a trace id."""
+    """Collects ``[weights]`` events into :class:`Update` objects: one per trace id *and server*.
+
+    One update goes to every server under one trace id, so the client's lines are kept apart by
+    ``url=`` and the server's by the file they come from; :meth:`updates` then pairs each server
+    part with its client part (see :meth:`_pair`). A trace id that repeats (logs appended over
+    several runs) starts a new update at a client.send after a finished one.
+    """
 
     def __init__(self) -> None:
-        self._by_tid: dict[str, list[Update]] = {}
+        self._client: dict[tuple[str, str | None], list[Update]] = {}
+        self._last_url: dict[str, str | None] = {}
+        self._server: dict[tuple[str, str], list[Update]] = {}
+        self._order: list[Update] = []
 
     def add(self, ev: Event) -> None:
         """Fold one ``[weights]`` event (with a trace id) into its update."""
-        u = self._occurrence(ev)
+        if ev.event.startswith("client."):
+            self._add_client(ev)
+        elif ev.event in ("server.recv", "rpc.start", "rpc.done"):
+            self._add_server(ev)
+
+    def _add_client(self, ev: Event) -> None:
+        tid = ev.tid or ""
+        url = ev.fields.get("url") or self._last_url.get(tid)
+        occ = self._client.setdefault((tid, url), [])
+        self._last_url[tid] = url
         if ev.event == "client.send":
+            if not occ or occ[-1].done_ts is not None or occ[-1].failed or occ[-1].wall_ms is not None:
+                occ.append(Update(tid, url=url))
+                self._order.append(occ[-1])
+            u = occ[-1]
             if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
                 u.send_ts, u.send_t = ev.ts, ev.num("t")
-            u.url, u.path = ev.fields.get("url"), ev.fields.get("path")
-        elif ev.event == "client.done":
-            u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = (
-                ev.ts,
-                ev.num("wall_ms"),
-                ev.num("rpc_ms"),
-                ev.num("queue_ms"),
-            )
+            u.path = ev.fields.get("path")
+            return
+        if not occ:
+            occ.append(Update(tid, url=url, path=ev.fields.get("path")))
+            self._order.append(occ[-1])
+        u = occ[-1]
+        if ev.event == "client.done":
+            u.done_ts, u.wall_ms, u.rpc_ms = ev.ts, ev.num("wall_ms"), ev.num("rpc_ms")
+            u.queue_ms = ev.num("queue_ms")
             if u.queue_ms is None and u.wall_ms is not None and u.rpc_ms is not None:
                 u.queue_ms = u.wall_ms - u.rpc_ms
         elif ev.event == "client.error":
             u.failed, u.done_ts = True, ev.ts
-        elif ev.event == "server.recv":
-            u.recv_ts, u.recv_t = ev.ts, ev.num("t")
-            u.path = u.path or ev.fields.get("path")
+
+    def _add_server(self, ev: Event) -> None:
+        source = str(ev.loc.path) if ev.loc is not None else ev.source
+        occ = self._server.setdefault((ev.tid or "", source), [])
+        if ev.event == "server.recv" or not occ:
+            occ.append(Update(ev.tid or "", server=source))
+        u = occ[-1]
+        if ev.event == "server.recv":
+            u.recv_ts, u.recv_t, u.path = ev.ts, ev.num("t"), ev.fields.get("path")
         elif ev.event == "rpc.start":
             u.target = ev.fields.get("target")
-        elif ev.event == "rpc.done":
-            u.server_rpc_ms = ev.num("rpc_ms")
+            u.path = u.path or _OP_PATHS.get(ev.fields.get("op", ""))
+        else:
+            u.server_rpc_ms, u.lock_wait_ms = ev.num("rpc_ms"), ev.num("lock_wait_ms")
+            u.path = u.path or _OP_PATHS.get(ev.fields.get("op", ""))
+
+    def server_urls(self) -> dict[str, str]:
+        """Which server URL each server log file belongs to, learned from the updates whose client
+        and server parts can only be each other (one URL and one server file for a trace id) or
+        whose ``rpc_ms`` agree to the logged decimal; a file is named when 80% of its votes agree."""
+        votes: dict[str, Counter] = {}
+        servers_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self._server.items():
+            servers_by_tid.setdefault(tid, []).extend(parts)
+        clients_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self._client.items():
+            clients_by_tid.setdefault(tid, []).extend(parts)
+        for tid, servers in servers_by_tid.items():
+            clients = clients_by_tid.get(tid, [])
+            urls = {c.url for c in clients if c.url}
+            if len(urls) == 1 and len({s.server for s in servers}) == 1:
+                votes.setdefault(servers[0].server or "", Counter())[next(iter(urls))] += 1
+                continue
+            for s in servers:
+                same = [c.url for c in clients if c.url and _same_rpc(c, s)]
+                if len(set(same)) == 1:
+                    votes.setdefault(s.server or "", Counter())[same[0]] += 1
+        out = {}
+        for source, counter in votes.items():
+            url, n = counter.most_common(1)[0]
+            if n >= 0.8 * sum(counter.values()):
+                out[source] = url
+        return out
 
     def updates(self) -> list[Update]:
-        """The weight updates (other admin paths left out), by trace id in first-seen order."""
-        return [u for occ in self._by_tid.values() for u in occ if u.path in UPDATE_PATHS]
+        """The weight updates (other admin paths left out), one per trace id and server: client parts
+        in first-seen order with their server parts joined, then server parts without a client part."""
+        mapping = self.server_urls()
+        clients_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self._client.items():
+            clients_by_tid.setdefault(tid, []).extend(parts)
+        alone: list[Update] = []
+        taken: set[int] = set()
+        for (tid, source), parts in self._server.items():
+            for s in parts:
+                c = self._pair(s, mapping.get(source), clients_by_tid.get(tid, []), taken)
+                if c is None:
+                    s.url = mapping.get(source)
+                    alone.append(s)
+                else:
+                    taken.add(id(c))
+                    c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
+                    c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
+                    c.path = c.path or s.path
+        return [u for u in self._order + alone if u.path in UPDATE_PATHS]
 
-    def _occurrence(self, ev: Event) -> Update:
-        """The update an event belongs to. Trace ids can repeat (logs appended over several runs): a
-        client.send after a finished update starts a new one, and a server line joins the latest update
-        sent at or before it that has no server part yet."""
-        occ = self._by_tid.setdefault(ev.tid, [])
-        if ev.event == "client.send":
-            if not occ or occ[-1].done_ts is not None or occ[-1].failed:
-                occ.append(Update(ev.tid))
-            return occ[-1]
-        if ev.event in ("client.done", "client.error"):
-            if not occ:
-                occ.append(Update(ev.tid))
-            return occ[-1]
-        open_ = (
-            [u for u in occ if u.recv_ts is None and u.recv_t is None] if ev.event == "server.recv" else occ
-        )
-        if ev.event == "server.recv" and ev.ts is not None:
-            before = [u for u in open_ if u.send_ts is None or u.send_ts <= ev.ts + 1.0]
-            open_ = before or open_
-        if not open_:
-            occ.append(Update(ev.tid))
-            return occ[-1]
-        if ev.event == "server.recv":
-            return open_[-1] if ev.ts is not None else open_[0]
-        # rpc.start / rpc.done: the occurrence whose server.recv came last
-        with_recv = [u for u in occ if u.recv_ts is not None or u.recv_t is not None]
-        return with_recv[-1] if with_recv else occ[-1]
+    @staticmethod
+    def _pair(s: Update, url: str | None, clients: list[Update], taken: set[int]) -> Update | None:
+        """The client part a server part belongs to: not yet paired, sent no later than 1 s after the
+        server received it, to the server file's URL when that is known, with equal ``rpc_ms`` when
+        several remain, else the one sent last before the server received it."""
+        free = [c for c in clients if id(c) not in taken]
+        if s.recv_ts is not None:
+            free = [c for c in free if c.send_ts is None or c.send_ts <= s.recv_ts + 1.0]
+        if url is not None:
+            free = [c for c in free if c.url == url] or ([] if any(c.url == url for c in clients) else free)
+        if len(free) > 1:
+            free = [c for c in free if _same_rpc(c, s)] or free
+        if not free:
+            return None
+        if s.recv_ts is not None:
+            return max(free, key=lambda c: c.send_ts if c.send_ts is not None else -math.inf)
+        return free[0]
+
+
+_OP_PATHS = {"update_weights": "/update_weights", "reload_weights": "/reload_weights"}
+
+
+def _same_rpc(c: Update, s: Update) -> bool:
+    """The client's rpc_ms (from the server's answer) equals the server log's, to the logged decimal."""
+    return c.rpc_ms is not None and s.server_rpc_ms is not None and abs(c.rpc_ms - s.server_rpc_ms) <= 0.051

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -26,8 +27,9 @@ def analyze():
 
 @pytest.fixture
 def collected():
-    """``collected(run_s=100.0, counts=None, updates=(), async_level=None, malformed=0, **series)``: a
-    hand-built :class:`Collected` (a run of ``run_s`` seconds; series not named are empty)."""
+    """``collected(run_s=100.0, counts=None, updates=(), async_level=None, malformed=0, fields=None,
+    last_lines=None, **series)``: a hand-built :class:`Collected` (a run of ``run_s`` seconds; series
+    not named are empty; ``fields`` sets other fields of Collected, ``last_lines`` the files' last lines)."""
 
     def build(
         run_s: float | None = 100.0,
@@ -35,12 +37,16 @@ def collected():
         updates: tuple[Update, ...] = (),
         async_level: int | None = None,
         malformed: int = 0,
+        fields: dict | None = None,
+        last_lines: dict | None = None,
         **series: list[float],
     ) -> Collected:
         unknown = set(series) - set(SERIES)
         assert not unknown, unknown
         parse = ParseStats(malformed=malformed, malformed_examples=["[ckpt] =3"] * min(malformed, 1))
+        parse.last_lines.update(last_lines or {})
         values = {k: list(series.get(k, [])) for k in SERIES}
-        return Collected(parse, list(updates), [], values, Counter(counts or {}), async_level, run_s)
+        built = Collected(parse, list(updates), [], values, Counter(counts or {}), async_level, run_s)
+        return dataclasses.replace(built, **(fields or {}))
 
     return build

@@ -52,6 +52,11 @@ def test_json_lists_findings_as_dicts(collected):
         "thresholds",
         "parse",
         "updates",
+        "stages",
+        "servers",
+        "restarts",
+        "bad_values",
+        "unknown_tags",
     ]
     assert (
         out["primary"]
@@ -62,6 +67,8 @@ def test_json_lists_findings_as_dicts(collected):
             "evidence": "rpc_ms median 20000.0 ms",
             "share": 0.6,
             "next": ["Profile.", "Faster disk."],
+            "thresholds": [],
+            "explains": None,
         }
     )
     assert out["stats"]["rpc_ms"]["count"] == 1 and out["stats"]["queue_ms"] == {"count": 0}

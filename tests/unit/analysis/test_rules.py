@@ -10,10 +10,30 @@ from prime_rl.analysis import analyze as analyze_mod
 from prime_rl.analysis import rules, run_warnings
 from prime_rl.analysis.analyze import rank_findings
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.parser import Event
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
 
 TH = Thresholds()
+WAIT = Event("ckpt", "wait.start", None, {"target_step": "5"}, 10.0, "orchestrator")
+ENDS = {"/r/orchestrator.log": (100.0, "still waiting"), "/r/trainer/rank_0.log": (5.0, "Killed")}
+
+
+def _servers(slow_ms: float) -> tuple[Update, ...]:
+    """Four updates on each of three servers; server c takes ``slow_ms`` where a and b take 1000 ms."""
+    return tuple(
+        Update(
+            f"t{i}",
+            url=f"http://{h}",
+            send_ts=10.0 * i,
+            wall_ms=slow_ms if h == "c" else 1000.0,
+            rpc_ms=900.0,
+        )
+        for i in range(4)
+        for h in "abc"
+    )
+
+
 # a 100 s run; series not given are empty (see the ``collected`` fixture)
 FIRES = {
     rules.frontend_queue_saturation: dict(queue_ms=[5000.0] * 4, rpc_ms=[200.0] * 4),
@@ -31,6 +51,9 @@ FIRES = {
     ),
     rules.collect_queue: dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),
     rules.rate_limited: dict(counts={"retry.429": 5, "completions": 100}, retry_wait_ms=[500.0] * 5),
+    rules.stall: dict(fields={"open_wait": ("5", 10.0, WAIT)}, last_lines=ENDS),
+    rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
+    rules.slow_server: dict(updates=_servers(5000.0)),
 }
 QUIET = {
     rules.frontend_queue_saturation: [
@@ -72,6 +95,19 @@ QUIET = {
         dict(counts={"completions": 100}),
         dict(counts={"retry.429": 1, "completions": 1000}),  # 0.1% of completions
     ],
+    rules.stall: [
+        dict(last_lines=ENDS),  # no wait open at the end
+        # a wait open 5 s before the end, the trainer still writing after it began
+        dict(
+            fields={"open_wait": ("5", 95.0, WAIT)},
+            last_lines={"/r/orchestrator.log": (100.0, "x"), "/r/trainer.log": (99.0, "y")},
+        ),
+    ],
+    rules.truncation: [dict(trunc_pct=[25.0] * 4, gen_dur_ms=[16000.0] * 4), {}],
+    rules.slow_server: [
+        dict(updates=_servers(1500.0)),
+        dict(updates=_servers(5000.0)[:6]),
+    ],  # 1.5x; 2 updates each
 }
 KINDS = {
     rules.collect_verification_bound: "verification_bound",
@@ -79,7 +115,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 11
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 14
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 
@@ -120,7 +156,8 @@ def test_rate_limited_with_no_completions_counted(collected):
 
 def test_thresholds_move_the_line(collected):
     d = collected(**FIRES[rules.slow_reload])
-    assert rules.slow_reload(d, Thresholds(rpc_ms_high=30000)) is None
+    assert rules.slow_reload(d, Thresholds(rpc_ms_high=30000, update_share=0.9)) is None
+    assert rules.slow_reload(d, Thresholds(rpc_ms_high=30000)).thresholds == ("update_share",)
 
 
 def test_findings_are_ranked_by_share(collected):

@@ -1,0 +1,146 @@
+"""``analyze-logs --compare RUN_A RUN_B``: the same tables side by side with ratios (before/after a fix).
+
+Each run is analysed on its own (its full report goes to ``<out>/a`` and ``<out>/b``); COMPARE.md
+and compare.json put the verdicts, the stage shares, the key numbers and the per-server figures
+next to each other, with B/A ratios.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.report import STAT_FILES
+from prime_rl.analysis.servers import server_rows
+from prime_rl.analysis.stages import stages
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "-"
+    if a == 0:
+        return "-" if b == 0 else "new"
+    return f"{b / a:.2f}x"
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _verdict(a: Analysis) -> str:
+    return a.primary.title if a.primary else "no bottleneck found"
+
+
+def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
+    """The rows of every table: stages (share), key numbers (p50 and mean), servers (wall p50)."""
+    sa = {s.name: s for s in stages(a.data)}
+    sb = {s.name: s for s in stages(b.data)}
+    stage_rows = [
+        {
+            "stage": name,
+            "a_s": sa[name].total_ms / 1000 if name in sa else None,
+            "b_s": sb[name].total_ms / 1000 if name in sb else None,
+            "a_share": sa[name].share if name in sa else None,
+            "b_share": sb[name].share if name in sb else None,
+        }
+        for name in list(dict.fromkeys([*sa, *sb]))
+    ]
+    stat_rows = []
+    for series, title in STAT_FILES.values():
+        da, db = a.data.describe(series), b.data.describe(series)
+        if da.get("count") or db.get("count"):
+            stat_rows.append(
+                {
+                    "metric": title,
+                    "series": series,
+                    "a_p50": da.get("p50"),
+                    "b_p50": db.get("p50"),
+                    "a_mean": da.get("mean"),
+                    "b_mean": db.get("mean"),
+                    "a_count": da["count"],
+                    "b_count": db["count"],
+                }
+            )
+    ra = {r.url: r for r in server_rows(a.data)}
+    rb = {r.url: r for r in server_rows(b.data)}
+    server_rows_ = [
+        {
+            "url": url,
+            "a_wall_p50": ra[url].median("wall_ms") if url in ra else None,
+            "b_wall_p50": rb[url].median("wall_ms") if url in rb else None,
+        }
+        for url in sorted({*ra, *rb})
+    ]
+    return {"stages": stage_rows, "stats": stat_rows, "servers": server_rows_}
+
+
+def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
+    """COMPARE.md: verdicts, then every table with A, B and B/A."""
+    rows = compare_rows(a, b)
+    ra, rb = a.data.run_ms / 1000, b.data.run_ms / 1000
+    lines = [
+        "# Bottleneck analysis: comparison",
+        "",
+        f"- A: `{names[0]}`: **{_verdict(a)}** ({ra:.1f} s)",
+        f"- B: `{names[1]}`: **{_verdict(b)}** ({rb:.1f} s)",
+        "",
+        "Findings: A "
+        + (", ".join(f.kind for f in a.findings) or "none")
+        + "; B "
+        + (", ".join(f.kind for f in b.findings) or "none")
+        + ".",
+        "",
+        "## Where the time goes",
+        "",
+        "| stage | A s | B s | B/A | A share | B share |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows["stages"]:
+        share = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        lines.append(
+            f"| {r['stage']} | {_num(r['a_s'])} | {_num(r['b_s'])} | {_ratio(r['a_s'], r['b_s'])} | "
+            f"{share(r['a_share'])} | {share(r['b_share'])} |"
+        )
+    lines += [
+        "",
+        "## Key numbers",
+        "",
+        "| metric | A p50 | B p50 | B/A | A mean | B mean | B/A |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows["stats"]:
+        lines.append(
+            f"| {r['metric']} | {_num(r['a_p50'])} | {_num(r['b_p50'])} | {_ratio(r['a_p50'], r['b_p50'])} | "
+            f"{_num(r['a_mean'])} | {_num(r['b_mean'])} | {_ratio(r['a_mean'], r['b_mean'])} |"
+        )
+    if rows["servers"]:
+        lines += [
+            "",
+            "## Per server",
+            "",
+            "| server | A wall_ms p50 | B wall_ms p50 | B/A |",
+            "|---|---|---|---|",
+        ]
+        for r in rows["servers"]:
+            lines.append(
+                f"| {r['url']} | {_num(r['a_wall_p50'])} | {_num(r['b_wall_p50'])} | {_ratio(r['a_wall_p50'], r['b_wall_p50'])} |"
+            )
+    lines += ["", "Full reports: [A](a/SUMMARY.md), [B](b/SUMMARY.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -> Path:
+    """COMPARE.md and compare.json in ``out`` (the two reports are written by the caller)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "COMPARE.md").write_text(compare_md(a, b, names))
+    data = {
+        "a": names[0],
+        "b": names[1],
+        "a_primary": _verdict(a),
+        "b_primary": _verdict(b),
+        **compare_rows(a, b),
+    }
+    (out / "compare.json").write_text(json.dumps(data, indent=1, default=str))
+    return out / "COMPARE.md"

@@ -1,0 +1,144 @@
+"""SUMMARY.md sections: the verdict, where the time goes, per server, restarts, findings and steps.
+
+The rest of SUMMARY.md (key numbers, staleness, inputs) is in :mod:`~prime_rl.analysis.report`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.servers import server_rows
+from prime_rl.analysis.stages import run_limit, stages
+from prime_rl.analysis.stats import Collected
+
+
+def _names(f: Finding) -> str:
+    return f" (thresholds crossed: {', '.join(f'`{t}`' for t in f.thresholds)})" if f.thresholds else ""
+
+
+def headline(a: Analysis) -> list[str]:
+    """The primary bottleneck and its evidence, or that there is none, with what limits the run."""
+    if a.primary:
+        return [
+            f"**Primary bottleneck: {a.primary.title}.**",
+            "",
+            f"Evidence: {a.primary.evidence}.{_names(a.primary)}",
+            "",
+        ]
+    d = a.data
+    healthy = []
+    if d.stat("queue_ms", "count"):
+        healthy.append(
+            f"queue_ms median {d.stat('queue_ms', 'p50'):.1f} ms (max {d.stat('queue_ms', 'max'):.1f})"
+        )
+    if d.stat("rpc_ms", "count"):
+        healthy.append(f"rpc_ms median {d.stat('rpc_ms', 'p50'):.1f} ms")
+    if d.stat("ckpt_wait_ms", "count"):
+        healthy.append(f"ckpt wait median {d.stat('ckpt_wait_ms', 'p50'):.1f} ms")
+    limit = run_limit(d)
+    return [
+        "**No bottleneck found: no threshold is crossed; queue delays and waits are within the thresholds.**",
+        "",
+        ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
+        "",
+    ] + ([f"Healthy run: {limit}.", ""] if limit else [])
+
+
+def where_time_goes(d: Collected) -> list[str]:
+    """Every stage's share of the run's wall time."""
+    rows = stages(d)
+    if not rows or not d.run_ms:
+        return []
+    lines = [
+        "",
+        "## Where the time goes",
+        "",
+        f"Share of the run's {d.run_ms / 1000:.1f} s wall time; the orchestrator's and the trainer's stages "
+        "run side by side, so the columns of the two do not add up.",
+        "",
+        "| process | stage | total s | share | from |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s.process} | {s.name} | {s.total_ms / 1000:.1f} | {100 * s.share:.1f}% | {s.how} |" for s in rows
+    ]
+    return lines
+
+
+def per_server(d: Collected) -> list[str]:
+    """One row per server URL (weight updates, retries, failures)."""
+    rows = server_rows(d)
+    if not rows:
+        return []
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = [
+        "",
+        "## Per server",
+        "",
+        "| server | updates | failed | wall_ms p50 | rpc_ms p50 | queue_ms p50 | 429 retries | other retries |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        other = sum(n for k, n in r.retries.items() if k != "retry.429")
+        lines.append(
+            f"| {r.url} | {r.updates} | {r.failed} | {f(r.median('wall_ms'))} | {f(r.median('rpc_ms'))} | "
+            f"{f(r.median('queue_ms'))} | {r.retries.get('retry.429', 0)} | {other} |"
+        )
+    return lines
+
+
+def restarts(d: Collected) -> list[str]:
+    """Where the logs hold a restart, and the steps done again (counted once)."""
+    if not d.restarts:
+        return []
+    lines = ["", "## Restarts", ""]
+    for r in d.restarts:
+        when = datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S") if r.ts is not None else "?"
+        down = f", after {r.down_s:.0f} s without a line" if r.down_s is not None else ""
+        lines.append(
+            f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
+            f"resumed at step {r.resumed}; {r.redone} step(s) redone, counted once (the later run's numbers)."
+        )
+    return lines
+
+
+def findings_and_steps(a: Analysis) -> list[str]:
+    """Secondary findings (above ``secondary_share``), minor ones, warnings and every next step."""
+    rest = a.findings[1:]
+    share = a.thresholds.secondary_share
+    secondary = [f for f in rest if f.share > share]
+    minor = [f for f in rest if f.share <= share]
+    lines = []
+    if secondary:
+        lines += ["", "## Secondary findings", ""]
+        lines += [
+            f"- **{f.title}**: {f.evidence}.{_names(f)} ({100 * f.share:.0f}% of the run)" for f in secondary
+        ]
+    if minor:
+        lines += [
+            "",
+            f"## Minor findings (at most {100 * share:.0f}% of the run each: `secondary_share`)",
+            "",
+        ]
+        lines += [f"- **{f.title}**: {f.evidence}.{_names(f)}" for f in minor]
+    if a.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
+    steps = [s for f in a.findings for s in f.next]
+    lines += ["", "## Next steps", ""]
+    lines += (
+        [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+        if steps
+        else ["Nothing to fix; re-run the analysis after changing the load."]
+    )
+    return lines
+
+
+def sections_after_numbers(a: Analysis) -> list[str]:
+    """Everything SUMMARY.md lists between the key numbers and the timeline."""
+    d = a.data
+    return where_time_goes(d) + per_server(d) + restarts(d) + findings_and_steps(a)

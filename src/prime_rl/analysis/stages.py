@@ -1,0 +1,152 @@
+"""Where the time goes: every stage's share of the run's wall time, and what limits a healthy run.
+
+The orchestrator's loop runs, per step: wait for weights (``[ckpt] wait``), update every server
+(``[weights]``, the slowest server sets the pace), generate the batch (``[gen] batch.done
+dur_ms``, which covers scoring too). The trainer runs beside it: wait for rollouts, compute,
+publish. Stages of the two processes overlap in time, so the shares of the two columns do not
+add up to one.
+
+Scoring is compared like with like: ``[verify] batch.done dur_ms`` (or ``cpu_ms``) is scoring
+time summed over concurrent workers, so its wall-time part of the batch is estimated as
+``tail_ms`` when the line carries it (the batch's end spent only on scoring), else
+``cpu_ms / workers`` when the worker count is known (``workers=`` or the run's config), else the
+summed time itself (an upper bound), never more than the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.updates import Update
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its total time and its share of the run."""
+
+    name: str
+    process: str
+    total_ms: float
+    share: float
+    how: str
+    """Where the number comes from."""
+
+
+def update_groups(updates: list[Update]) -> list[list[Update]]:
+    """The updates of one trace id (one per server) grouped; a trace id seen again more than ten
+    minutes later (logs appended over runs) is another group."""
+    groups: dict[tuple[str, int | None], list[Update]] = {}
+    for u in updates:
+        start = u.start
+        groups.setdefault((u.tid, None if start is None else int(start // 600)), []).append(u)
+    return list(groups.values())
+
+
+def _update_ms(u: Update) -> float:
+    return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
+
+
+def update_critical(d: Collected) -> tuple[float, float, float]:
+    """(wall, rpc, queue) ms summed over updates, each update taken at its slowest server: what the
+    orchestrator waits for before it generates again."""
+    wall = rpc = queue = 0.0
+    for group in update_groups(d.updates):
+        slow = max(group, key=_update_ms)
+        wall += _update_ms(slow)
+        rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
+        queue += slow.queue_ms or 0.0
+    return wall, rpc, queue
+
+
+def verify_wall_ms(d: Collected) -> tuple[float, str]:
+    """Scoring's wall time in the generation batches (see the module docstring) and how it was had."""
+    gen = d.total("gen_dur_ms")
+    if d.series["verify_tail_ms"]:
+        return min(d.total("verify_tail_ms"), gen or float("inf")), "[verify] tail_ms"
+    cpu = d.total("verify_dur_ms")
+    if d.verify_workers:
+        return min(cpu / d.verify_workers, gen or cpu), f"summed scoring time / {d.verify_workers} workers"
+    return min(cpu, gen or cpu), "summed scoring time (workers unknown: an upper bound)"
+
+
+def stages(d: Collected) -> list[Stage]:
+    """Every stage whose lines exist, largest share first within each process."""
+    run = d.run_ms
+    rows: list[tuple[str, str, float, str]] = []
+    gen = d.total("gen_dur_ms")
+    ver, how = verify_wall_ms(d)
+    if d.series["gen_dur_ms"]:
+        rows.append(("generation", "orchestrator", max(gen - ver, 0.0), "[gen] dur_ms less scoring"))
+    if d.series["verify_dur_ms"] or d.series["verify_tail_ms"]:
+        rows.append(("verification (scoring)", "orchestrator", ver, how))
+    if d.series["env_ms"]:
+        rows.append(
+            ("environment and tools", "orchestrator", d.total("env_ms"), "[env] env_ms summed over episodes")
+        )
+    if d.series["ckpt_wait_ms"]:
+        rows.append(("checkpoint wait", "orchestrator", d.total("ckpt_wait_ms"), "[ckpt] wait_ms"))
+    if d.updates:
+        wall, rpc, queue = update_critical(d)
+        rows.append(("weight update: rpc", "orchestrator", rpc, "slowest server per update"))
+        rows.append(("weight update: queue", "orchestrator", queue, "slowest server per update"))
+    if d.series["rate_limit_wait_ms"]:
+        rows.append(
+            (
+                "rate-limit waits (429)",
+                "orchestrator",
+                d.total("rate_limit_wait_ms"),
+                "retry wait_ms after 429",
+            )
+        )
+    if d.series["lock_wait_ms"]:
+        rows.append(
+            (
+                "server-side queueing (swap lock)",
+                "inference",
+                d.total("lock_wait_ms"),
+                "rpc.done lock_wait_ms",
+            )
+        )
+    if d.series["train_ms"]:
+        rows.append(("trainer compute", "trainer", d.total("train_ms"), "[train] train_ms"))
+    if d.series["train_wait_ms"]:
+        rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
+    if d.series["write_ms"]:
+        rows.append(("publish (weight write)", "trainer", d.total("write_ms"), "[ckpt] write_ms"))
+    if d.series["collect_ms"]:
+        for key, name in (
+            ("collect_gen_ms", "generation"),
+            ("collect_verify_ms", "verification"),
+            ("collect_queue_ms", "client-side queue"),
+        ):
+            if d.series[key]:
+                rows.append(
+                    (
+                        f"collector {name} (per sample, summed)",
+                        "collector",
+                        d.total(key),
+                        f"[collect] {key[8:]}",
+                    )
+                )
+    out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]
+    order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
+    return sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+
+
+def run_limit(d: Collected) -> str | None:
+    """What limits a run in which no threshold was crossed, as a finding in words (not an alarm)."""
+    run = d.run_ms
+    if not run:
+        return None
+    train, wait = d.total("train_ms"), d.total("train_wait_ms")
+    if d.series["train_ms"] and train / run >= 0.5:
+        return (
+            f"the trainer is the limit, as in a well-balanced run: it computes {100 * train / run:.0f}% of the "
+            f"run and waits for rollouts only {100 * wait / run:.0f}%"
+        )
+    busy = [s for s in stages(d) if s.process == "orchestrator"]
+    if busy:
+        top = max(busy, key=lambda s: s.total_ms)
+        return f"the largest stage is {top.name} ({100 * top.share:.0f}% of the run), within the thresholds"
+    return None

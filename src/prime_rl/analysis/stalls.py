@@ -1,0 +1,140 @@
+"""Stalls: the logs end (or go silent) inside a wait; say who waited on whom, since when, and what
+the other side's last line was.
+
+Three waits are recognised: the orchestrator waiting for ``weights/step_N`` (a ``[ckpt]
+wait.start`` with no ``wait.done``: the trainer never wrote it), a weight update with no answer
+(``client.send`` without ``client.done``/``client.error``: the server never finished its rpc),
+and a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the
+trainer waits for its rollouts). A wait counts as a stall when it lasted ``stall_min_s`` to the
+end of the logs (the last line of any file), or when the other side fell silent before it began.
+A stall is ranked first: a run that hangs has no other bottleneck that matters at its end.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.parser import label_for
+from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.thresholds import Thresholds
+
+
+def _clock(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts is not None else "?"
+
+
+def logs_end(d: Collected) -> float | None:
+    """The latest timestamp of any line (tagged or not) of any file."""
+    stamps = [ts for ts, _ in d.parse.last_lines.values() if ts is not None]
+    stamps += [e.ts for e in d.last_events.values() if e.ts is not None]
+    return max(stamps) if stamps else None
+
+
+def last_line(d: Collected, process: str) -> tuple[float | None, str] | None:
+    """The last line of a process's log files (the latest when there are several), with its time."""
+    found = [v for path, v in d.parse.last_lines.items() if label_for(path) == process]
+    if not found:
+        return None
+    return max(found, key=lambda v: v[0] if v[0] is not None else float("-inf"))
+
+
+def _other_side(d: Collected, process: str) -> tuple[float | None, str]:
+    """(time, words) of the other process's last line, or (None, that its log was not given)."""
+    last = last_line(d, process)
+    if last is None:
+        return None, f"no {process} log was given"
+    ts, text = last
+    return ts, f"the {process}'s last line, at {_clock(ts)}: `{text[:200]}`"
+
+
+def _is_stall(
+    since: float | None, other: float | None, end: float | None, th: Thresholds, floor_s: float = 0.0
+) -> bool:
+    if since is None or end is None:
+        return False
+    return end - since >= max(th.stall_min_s, floor_s) or (other is not None and other < since)
+
+
+def stall(d: Collected, th: Thresholds) -> Finding | None:
+    """The logs end inside a wait (see the module docstring); None when they do not."""
+    end = logs_end(d)
+    found = _ckpt_stall(d, th, end) or _update_stall(d, th, end) or _batch_stall(d, th, end)
+    if found is None:
+        return None
+    title, evidence, since = found
+    return Finding(
+        kind="stall",
+        title=title,
+        evidence=evidence,
+        share=((end or 0) - (since or 0)) / d.run_ms if d.run_ms else 1.0,
+        next=(
+            "Look at the end of the silent process's log (and its console: a kill, an OOM, a traceback).",
+            "Restart with `rl --resume` once the cause is fixed; the finished steps are kept.",
+        ),
+        thresholds=("stall_min_s",),
+    )
+
+
+def _ckpt_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
+    if d.open_wait is None:
+        return None
+    target, since, ev = d.open_wait
+    other_ts, other = _other_side(d, "trainer")
+    if not _is_stall(since, other_ts, end, th):
+        return None
+    wrote = (
+        f"the last weights it wrote: step {d.last_write.fields.get('step')}"
+        if d.last_write
+        else "no weight write in its log"
+    )
+    return (
+        f"Stall: the orchestrator waits for weights step {target}, which the trainer never wrote",
+        f"waiting since {_clock(since)} ({ev.where()}), {(end or 0) - (since or 0):.0f} s to the end of the logs "
+        f"(stall_min_s {th.stall_min_s:g}); {other}; {wrote}",
+        since,
+    )
+
+
+def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
+    open_ = [
+        u
+        for u in d.updates
+        if u.send_ts is not None and u.done_ts is None and not u.failed and u.wall_ms is None
+    ]
+    if not open_:
+        return None
+    u = min(open_, key=lambda u: u.send_ts or 0.0)
+    other_ts, other = _other_side(d, "inference")
+    if not _is_stall(u.send_ts, other_ts, end, th):
+        return None
+    server = (
+        "the server never received it"
+        if u.recv_ts is None and u.recv_t is None
+        else "the server received it and its rpc never finished"
+        if u.server_rpc_ms is None
+        else "the server finished its rpc but the answer never came back"
+    )
+    return (
+        f"Stall: a weight update to {u.url or 'a server'} got no answer (trace id {u.tid})",
+        f"sent at {_clock(u.send_ts)}, {(end or 0) - (u.send_ts or 0):.0f} s to the end of the logs "
+        f"(stall_min_s {th.stall_min_s:g}); {server}; {other}",
+        u.send_ts,
+    )
+
+
+def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
+    ev = d.open_batch
+    if ev is None:
+        return None
+    other_ts, other = _other_side(d, "inference")
+    typical = 3 * (d.stat("gen_dur_ms", "p50") or 0) / 1000.0
+    if not _is_stall(ev.ts, other_ts, end, th, typical):
+        return None
+    step = ev.fields.get("step", "?")
+    return (
+        f"Stall: generation of step {step} never finished; the trainer waits for its rollouts",
+        f"batch started at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
+        f"(stall_min_s {th.stall_min_s:g}, or 3x the median batch); {other}",
+        ev.ts,
+    )

@@ -1,0 +1,106 @@
+"""Issue 18 items 3, 4 (the log side) and 5: staleness violations with their steps, restarts split
+into segments with redone steps counted once, and logs that end inside a wait."""
+
+from __future__ import annotations
+
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.tracing import format_tagged
+
+
+def _appended(tmp_path, first, second):
+    """The two runs' logs appended file by file, as `rl --resume` appends to logs/*.log."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    paths = []
+    for name in ("orchestrator", "inference", "trainer"):
+        path = logs / f"{name}.log"
+        path.write_text("\n".join(getattr(first, name) + getattr(second, name)) + "\n")
+        paths.append(path)
+    return paths
+
+
+def test_a_resumed_run_appended_to_the_same_logs_is_split_and_counted_once(tmp_path, analyze):
+    first = make_run("healthy", steps=10, seed=1)  # steps 0..9, then a crash
+    second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=6)  # resumed at 6: 6..13
+    summary, md = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    assert set(restarts) == {"orchestrator", "trainer"}
+    o = restarts["orchestrator"]
+    assert (o["reached"], o["resumed"], o["redone"]) == (9, 6, 4)
+    assert o["where"].endswith(
+        "orchestrator.log:" + str(1 + _line_of(first.orchestrator, second.orchestrator))
+    )
+    assert 500 < o["down_s"] < 700
+    # one value per step, 0..13: the redone steps 6..9 keep the resumed run's numbers
+    assert summary["stats"]["gen_dur_ms"]["count"] == 14
+    assert summary["stats"]["train_ms"]["count"] == 14
+    assert summary["counts"]["redone.gen_dur_ms"] == 4
+    assert (
+        "## Restarts" in md
+        and "orchestrator restarted at" in md
+        and "resumed at step 6; 4 step(s) redone" in md
+    )
+
+
+def _line_of(first: list[str], second: list[str]) -> int:
+    """0-based index, in the appended orchestrator log, of the resumed run's first batch.start."""
+    return len(first) + next(i for i, x in enumerate(second) if "batch.start" in x)
+
+
+def test_a_log_that_ends_inside_a_checkpoint_wait_names_the_stall(tmp_path, analyze):
+    run = make_run("healthy", steps=12, seed=4)
+    # the trainer dies after writing weights for step 6; the orchestrator waits for step 9's
+    cut = next(i for i, x in enumerate(run.trainer) if "write.done step=7" in x)
+    run.trainer = run.trainer[:cut]
+    wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
+    run.orchestrator = run.orchestrator[: wait + 1]
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    p = summary["primary"]
+    assert p["kind"] == "stall", summary["findings"]
+    assert p["title"] == "Stall: the orchestrator waits for weights step 9, which the trainer never wrote"
+    assert f"orchestrator.log:{wait + 1}" in p["evidence"]
+    assert "the trainer's last line" in p["evidence"] and run.trainer[-1][-60:] in p["evidence"]
+    assert "the last weights it wrote: step 6" in p["evidence"]
+    assert md.startswith("# Bottleneck analysis\n\n**Primary bottleneck: Stall:")
+
+
+def test_an_update_without_an_answer_is_a_stall(tmp_path, analyze):
+    run = make_run("healthy", steps=8, seed=4)
+    send = max(i for i, x in enumerate(run.orchestrator) if "client.send" in x)
+    run.orchestrator = run.orchestrator[: send + 1]
+    tid = run.orchestrator[-1].split("[weights][")[1].split("]")[0]
+    run.inference = [x for x in run.inference if not (tid in x and "rpc.done" in x)]
+    run.inference.append("2026-01-01 12:30:00.000 | INFO    | engine still loading")  # half an hour later
+    run.trainer = []
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    p = summary["primary"]
+    assert p["kind"] == "stall" and tid in p["title"] and "http://h:8000" in p["title"]
+    assert "the server received it and its rpc never finished" in p["evidence"]
+
+
+def test_a_run_cut_while_healthy_is_no_stall(tmp_path, analyze):
+    run = make_run("healthy", steps=8, seed=4)
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert summary["primary"] is None
+
+
+def test_every_staleness_violation_is_listed_with_its_step(tmp_path, analyze):
+    log = tmp_path / "orchestrator.log"
+    lines = []
+    for step in range(40):
+        s = 3 if step % 2 else 1  # 20 steps above async_level 1, more than the warning lists
+        line = format_tagged(
+            "rollout", None, trunc_pct=0.0, current_step=step, ckpt_step=step - s, staleness=s
+        )
+        lines.append(f"2026-01-01 12:00:{step:02d}.000 | INFO    | {line}")
+    lines.append(
+        "2026-01-01 12:00:50.000 | INFO    | "
+        + format_tagged("rollout", None, trunc_pct=0.0, current_step=1, ckpt_step=1, staleness=0)
+    )
+    log.write_text("\n".join(lines) + "\n")
+    summary, md = analyze([log], tmp_path / "out", "--async_level", "1")
+    bad = [v["step"] for v in summary["staleness"]["violations"]]
+    assert bad == list(range(3, 40, 2))  # step 1 was redone with staleness 0: the later line counts
+    assert "Above async_level: steps " + ", ".join(map(str, bad)) + "." in md
+    assert summary["staleness"]["histogram"] == {"0": 1, "1": 20, "3": 19}

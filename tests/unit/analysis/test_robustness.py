@@ -1,0 +1,150 @@
+"""Issue 18 item 9: unknown tags and malformed lines are counted and reported, never a crash; a
+value that fails to parse names its file and line. Collector runs are not asked for [weights] lines."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prime_rl.analysis.analyze import analyze
+from prime_rl.analysis.parser import ParseStats, parse_files
+from prime_rl.analysis.report import write_report
+from prime_rl.analysis.thresholds import Thresholds
+
+PREFIX = "2026-01-01 12:00:{:02d}.000 | INFO    | "
+
+
+def _analyze(path: Path, label: str = "orchestrator"):
+    stats = ParseStats()
+    return analyze(parse_files([(label, path)], stats), stats, Thresholds(), async_level=1)
+
+
+def test_unknown_tags_are_counted_and_reported(tmp_path, analyze):
+    log = tmp_path / "orchestrator.log"
+    log.write_text(
+        "[mystery] first.line k=1\n"
+        + PREFIX.format(1)
+        + "[mystery] thing.done k=1\n"
+        + PREFIX.format(2)
+        + "[other][ab12] x.y\n"
+        + PREFIX.format(3)
+        + "[gen] batch.done step=0 completions=4 dur_ms=10.0\n"
+        + PREFIX.format(4)
+        + "text that quotes [mystery] in the middle\n"
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["unknown_tags"] == {"mystery": 2, "other": 1}
+    assert any(
+        "3 line(s) with a tag the analyzer does not read: [mystery] x2, [other] x1" in w
+        for w in summary["warnings"]
+    )
+    assert "3 with unknown tags" in md
+
+
+def test_a_value_that_is_no_number_names_its_file_and_line(tmp_path):
+    log = tmp_path / "trainer.log"
+    log.write_text(
+        PREFIX.format(0)
+        + "[train] step.done step=1 wait_ms=5.0 train_ms=10.0\n"
+        + "noise\n"
+        + PREFIX.format(2)
+        + "[train] step.done step=2 wait_ms=abc train_ms=nan\n"
+        + PREFIX.format(3)
+        + "[gen] batch.done step=2 completions=inf dur_ms=1e999\n"
+    )
+    a = _analyze(log, "trainer")
+    p = a.data.parse
+    assert p.bad_values == 4
+    assert p.bad_value_examples[:2] == [
+        f"{log}:3: wait_ms=abc ([train] step.done)",
+        f"{log}:3: train_ms=nan ([train] step.done)",
+    ]
+    assert f"{log}:4: completions=inf ([gen] batch.done)" in p.bad_value_examples
+    assert a.data.series["train_wait_ms"] == [5.0] and a.data.series["gen_dur_ms"] == []
+    assert any("4 value(s) that are no number" in w and f"{log}:3" in w for w in a.warnings)
+
+
+EVENTS = {
+    "weights": ["client.send", "client.done", "client.error", "server.recv", "rpc.start", "rpc.done"],
+    "ckpt": ["wait.start", "wait.done", "write.done", "save.done"],
+    "gen": ["batch.start", "batch.done", "request.retry", "group.drop"],
+    "rollout": [""],
+    "verify": ["batch.done"],
+    "train": ["step.done"],
+    "collect": ["rollout.done", "rollout.failed", "request.retry", "parallel.pause"],
+    "env": ["episode.done"],
+}
+KEYS = [
+    "step",
+    "target_step",
+    "wait_ms",
+    "dur_ms",
+    "rpc_ms",
+    "wall_ms",
+    "queue_ms",
+    "completions",
+    "staleness",
+    "current_step",
+    "trunc_pct",
+    "t",
+    "url",
+    "status",
+    "workers",
+    "tail_ms",
+    "turns",
+    "tool_errors",
+    "write_ms",
+]
+VALUES = st.one_of(
+    st.sampled_from(
+        ["0", "-1", "3", "1e400", "-inf", "nan", "inf", "abc", "", "9" * 400, "1.5", "http://h:1", "429"]
+    ),
+    st.text(alphabet="0123456789.-eE:/", max_size=8),
+)
+LINE = st.tuples(
+    st.sampled_from(sorted(EVENTS)),
+    st.sampled_from(["", "ab", "t1"]),
+    st.integers(0, 3),
+    st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=6),
+    st.sampled_from([PREFIX.format(1), PREFIX.format(59), "12:00:03.000 | INFO    | ", "", "garbage "]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(LINE, min_size=1, max_size=30))
+def test_any_mix_of_known_events_with_hostile_values_never_crashes(lines):
+    text = []
+    for tag, tid, which, fields, prefix in lines:
+        event = EVENTS[tag][which % len(EVENTS[tag])]
+        head = f"[{tag}][{tid}]" if tid else f"[{tag}]"
+        text.append(prefix + " ".join([head, *([event] if event else []), *(f"{k}={v}" for k, v in fields)]))
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "orchestrator.log"
+        log.write_text("\n".join(text) + "\n")
+        a = _analyze(log)
+        write_report(a, Path(d) / "out")
+        assert (Path(d) / "out" / "SUMMARY.md").is_file()
+        assert a.data.parse.lines == len(lines)
+
+
+def test_a_collector_run_without_successes_is_not_asked_for_weight_lines(tmp_path):
+    from prime_rl.tracing import format_tagged
+
+    lines = [
+        format_tagged(
+            "collect", "request.retry", "c1", status=429, wait_ms=500.0, attempt=1, retry_after=True
+        ),
+        format_tagged(
+            "collect", "rollout.failed", "c1", task=0, repeat=0, status=429, dur_ms=900.0, kind="RateLimited"
+        ),
+        format_tagged("collect", "parallel.pause", None, wait_ms=1000.0, status=429),
+    ]
+    log = tmp_path / "collect.log"
+    log.write_text("".join(PREFIX.format(i) + x + "\n" for i, x in enumerate(lines)))
+    a = _analyze(log, "collect")
+    assert a.data.is_collector_run
+    assert not any("[weights]" in w for w in a.warnings), a.warnings
+    assert a.primary is not None and a.primary.kind == "rate_limited"

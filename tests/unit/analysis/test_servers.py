@@ -1,0 +1,47 @@
+"""Issue 18 item 2: several servers, one trace id per update fanned out to all of them; per-server
+figures and a slow server named with its ratio; console captures keep the client/server match."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support.synthetic_logs import Shape, make_run
+
+
+def test_an_update_fanned_out_to_four_servers_counts_once_per_server(tmp_path, analyze):
+    run = make_run("healthy", steps=12, seed=2, shape=Shape(servers=4, slow_server=2))
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    updates = summary["updates"]
+    assert len(updates) == len(run.values["rpc_ms"]) == 4 * 10  # steps 2..11, four servers each
+    assert len({u["tid"] for u in updates}) == 10
+    # every client part found its own server's lines (the server file, equal rpc_ms)
+    assert all(u["server"] is not None and abs(u["server_rpc_ms"] - u["rpc_ms"]) < 0.06 for u in updates)
+    by_url = {s["url"]: s for s in summary["servers"]}
+    assert sorted(by_url) == ["http://h1:8000", "http://h2:8000", "http://h3:8000", "http://h:8000"]
+    assert all(s["updates"] == 10 for s in by_url.values())
+    slow = next(f for f in summary["findings"] if f["kind"] == "slow_server")
+    assert "http://h2:8000" in slow["title"]
+    ratio = float(re.search(r"takes ([0-9.]+)x", slow["title"]).group(1))
+    assert 4.5 < ratio < 5.5 and "server_slow_ratio 2" in slow["evidence"]
+    assert "## Per server" in md and "| http://h2:8000 | 10 | 0 |" in md
+
+
+def test_servers_that_agree_are_not_named(tmp_path, analyze):
+    run = make_run("healthy", steps=8, seed=2, shape=Shape(servers=3))
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert not any(f["kind"] == "slow_server" for f in summary["findings"])
+    assert len(summary["servers"]) == 3
+
+
+def test_console_captured_server_logs_still_match_the_client(tmp_path, analyze):
+    # the inference logs as `tee` captures the console: HH:MM:SS.mmm, no date
+    run = make_run("frontend_queue_saturation", steps=10, seed=5, shape=Shape(servers=2, console=True))
+    files = run.write(tmp_path / "logs")
+    assert re.match(r"\d{2}:\d{2}:\d{2}\.\d{3} \| INFO", files["inference"].read_text())
+    summary, md = analyze(files.values(), tmp_path / "out")
+    assert not any("server-side" in w for w in summary["warnings"]), summary["warnings"]
+    gaps = [u["send_to_recv_ms"] for u in summary["updates"]]
+    assert len(gaps) == 2 * 8 and all(g is not None and 0 <= g < 60_000 for g in gaps), gaps
+    # the date-less server times were put on the client's date: wall clocks agree within a minute
+    assert all(u["recv_ts"] is not None and 0 <= u["recv_ts"] - u["send_ts"] < 60 for u in summary["updates"])
+    assert "client.send -> server.recv median" in summary["primary"]["evidence"]

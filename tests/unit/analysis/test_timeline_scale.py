@@ -1,0 +1,59 @@
+"""Issue 18 item 8: the timeline's cost grows with the log, not with updates x batches: one drawing
+call per row whatever the number of spans, overlaps found by bisection."""
+
+from __future__ import annotations
+
+from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.report import PLOT_BARS, merge_bars, plot_timeline, timeline
+from prime_rl.analysis.stats import Span
+from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import Update
+
+
+def _many(n: int) -> tuple[list[Span], list[Update]]:
+    """n steps of 2 s: a generation batch, then a 0.2 s update of one server."""
+    spans, updates = [], []
+    for i in range(n):
+        t = 2.0 * i
+        spans.append(Span("gen", t, t + 1.7, f"generate step {i}"))
+        updates.append(
+            Update(f"t{i}", url="http://h", send_ts=t + 1.75, wall_ms=200.0, rpc_ms=190.0, queue_ms=10.0)
+        )
+        spans.append(Span("update", t + 1.75, t + 1.95, f"update t{i}", {"queue_ms": 10.0, "rpc_ms": 190.0}))
+    return spans, updates
+
+
+def test_the_plot_makes_one_call_per_row_for_thousands_of_updates(tmp_path, collected, monkeypatch):
+    import matplotlib.axes
+
+    spans, updates = _many(5000)
+    d = collected(updates=tuple(updates))
+    d.spans.extend(spans)
+    calls: list[int] = []
+    real = matplotlib.axes.Axes.broken_barh
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "broken_barh",
+        lambda self, bars, *a, **k: calls.append(len(bars)) or real(self, bars, *a, **k),
+    )
+    assert plot_timeline(Analysis(d, Thresholds(), (), ()), tmp_path / "t.png")
+    assert len(calls) == 3  # generation, updates, their hatched queue parts
+    assert all(n <= PLOT_BARS + 1 for n in calls), calls
+
+
+def test_merge_bars_keeps_far_bars_and_merges_close_ones():
+    assert merge_bars([(5.0, 1.0), (0.0, 1.0), (1.05, 1.0)], 0.1) == [(0.0, 2.05), (5.0, 1.0)]
+    assert len(merge_bars([(float(i), 0.5) for i in range(100_000)], 100_000 / 2000)) <= 2001
+
+
+def test_each_update_lists_the_batches_it_overlapped(collected):
+    spans, updates = _many(3)
+    spans.append(Span("update", 1.0, 4.5, "update long", {"queue_ms": 1.0, "rpc_ms": 3499.0}))
+    d = collected()
+    d.spans.extend(sorted(spans, key=lambda s: s.start))
+    text = timeline(d)
+    assert "update t0  queue_ms=10.0 rpc_ms=190.0  overlaps: no batch" in text
+    assert (
+        "update long  queue_ms=1.0 rpc_ms=3499.0  overlaps: generate step 0, generate step 1, generate step 2"
+        in text
+    )
