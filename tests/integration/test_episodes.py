@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from tests.support.orchestrator_run import tagged_lines
 
 from prime_rl.orchestrator.config import OrchestratorConfig
@@ -134,6 +135,14 @@ def test_a_two_tool_episode_runs_through_the_orchestrator_and_the_trainer_trains
     assert all(g in expected for g in got)
     episodes = [x for x in lines if x.tag == "env" and x.event == "episode.done"]
     assert all(x.fields["outcome"] == "done" for x in episodes)
+    # the batch lines say what they measure: scoring time summed over the workers, and the wall
+    # time at the batch's end spent on scoring alone, within the batch's wall time
+    (gen,) = [x for x in lines if x.tag == "gen" and x.event == "batch.done"]
+    (verify,) = [x for x in lines if x.tag == "verify" and x.event == "batch.done"]
+    assert verify.fields["workers"] == "1"
+    summed = sum(float(x.fields["env_ms"]) for x in episodes)
+    assert float(verify.fields["cpu_ms"]) == pytest.approx(summed, abs=0.1 * len(episodes) + 0.1)
+    assert 0 <= float(verify.fields["tail_ms"]) <= float(gen.fields["dur_ms"])
     # every episode called a tool each turn and got a tool answer back; several took 2+ turns
     assert max(int(x.fields["turns"]) for x in episodes) >= 2
     tool_turns = [x for x in exchanges if x["path"] == "completions"]

@@ -50,6 +50,9 @@ class Group:
     gen_ms: float = 0.0
     task: dict | None = None
     """The task itself, to hand it out again if the group cannot be used."""
+    sampled_at: float = 0.0
+    """``time.monotonic()`` when the group's last turn was sampled: what follows is scoring (and the
+    environment's turns) alone."""
 
 
 def assign_to_ranks(rollouts: list[Rollout], world_size: int) -> list[list[Rollout]]:

@@ -78,6 +78,8 @@ class Episode:
     tool_ms: float = 0.0
     tool_errors: list[str] = field(default_factory=list)
     turn_gen_ms: list[float] = field(default_factory=list)
+    sampled_at: float = 0.0
+    """``time.monotonic()`` when the last turn was sampled."""
 
     def add_turn(self, turn: SampledTurn, gen_ms: float) -> None:
         self.completion_ids += turn.token_ids
@@ -88,6 +90,7 @@ class Episode:
         self.policy_steps.append(turn.policy_step)
         self.finish_reason = turn.finish_reason
         self.turn_gen_ms.append(gen_ms)
+        self.sampled_at = time.monotonic()
 
     def add_env_ids(self, ids: list[int]) -> None:
         self.completion_ids += ids

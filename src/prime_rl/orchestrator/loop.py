@@ -169,7 +169,10 @@ class Orchestrator:
             "gen", "batch.start", step=step, inflight=len(self.inflight), target_batch=self.cfg.batch_size
         )
         groups = await self._collect(step)
-        gen_ms = (time.monotonic() - t0) * 1000.0
+        t1 = time.monotonic()
+        gen_ms = (t1 - t0) * 1000.0
+        # the batch's end spent on scoring alone: after the last of its turns was sampled
+        tail_ms = (t1 - max([t0, *(g.sampled_at for g in groups)])) * 1000.0
         rollouts = [r for g in groups for r in g.rollouts]
         log_tagged(
             "gen",
@@ -184,7 +187,15 @@ class Orchestrator:
         verify_ms = sum(r.verify_ms for r in rollouts)
         failures = sum(r.error is not None for r in rollouts)
         log_tagged(
-            "verify", "batch.done", step=step, completions=len(rollouts), dur_ms=verify_ms, failures=failures
+            "verify",
+            "batch.done",
+            step=step,
+            completions=len(rollouts),
+            dur_ms=verify_ms,
+            cpu_ms=verify_ms,
+            tail_ms=tail_ms,
+            workers=self.cfg.verify.workers,
+            failures=failures,
         )
         oldest = min(g.policy_step for g in groups)
         truncated = sum(r.truncated for r in rollouts)
@@ -372,7 +383,10 @@ class Orchestrator:
             r.advantage = a
         if rollouts:
             oldest = min(r.policy_step for r in rollouts)
-            self.ready.append(Group(index, str(task.get("id", index)), oldest, rollouts, gen_ms, task))
+            sampled_at = max(e.sampled_at for e in kept)
+            self.ready.append(
+                Group(index, str(task.get("id", index)), oldest, rollouts, gen_ms, task, sampled_at)
+            )
 
     def _sampling_body(self, max_tokens: int) -> dict[str, Any]:
         """The fields every generation request carries (each request gets its own seed)."""
