@@ -19,6 +19,11 @@ therefore the unit that is stopped, and it is tracked by its id, never by comman
   and a reused PID is not mistaken for it. A rank also goes when torchrun, between it and the
   launcher, dies.
 
+Stack dumps: a watched child also dumps the Python stacks of all its threads into its output
+(``faulthandler``) when it gets :data:`STACK_DUMP_SIGNAL` (SIGUSR1); the launcher's hang watchdog
+sends it (:func:`dump_stacks`) only to processes that catch that signal, so a process without the
+handler is never killed by it.
+
 Linux reads process groups from ``/proc``; elsewhere a group counts as alive while ``killpg(pgid,
 0)`` reaches it and the launcher is watched as the direct parent only.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
 import select
 import signal
@@ -37,6 +43,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 LAUNCHER_PID_ENV = "PRIME_RL_LAUNCHER_PID"
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+"""The signal on which a child of ``rl`` writes every thread's Python stack to its stderr."""
 
 _PROC = Path("/proc")
 
@@ -222,6 +230,7 @@ def watch_launcher(grace_s: float = 5.0, poll_s: float = 0.5) -> threading.Threa
         launcher = int(value)
     except ValueError:
         return None
+    enable_stack_dumps()
 
     def watch() -> None:
         groups = _wait_for_exit(launcher, poll_s)
@@ -230,3 +239,40 @@ def watch_launcher(grace_s: float = 5.0, poll_s: float = 0.5) -> threading.Threa
     thread = threading.Thread(target=watch, name="watch-launcher", daemon=True)
     thread.start()
     return thread
+
+
+def enable_stack_dumps() -> None:
+    """Dump every thread's Python stack to stderr on :data:`STACK_DUMP_SIGNAL` (the process goes on)."""
+    with contextlib.suppress(AttributeError, ValueError, OSError, RuntimeError):  # no SIGUSR1 / no stderr
+        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` of ``/proc/<pid>/status``)."""
+    try:
+        for line in (_PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def dump_stacks(leader: int) -> list[int]:
+    """Ask a child of ``rl`` and the ranks it started (torchrun's children, which run in sessions of
+    their own) for their Python stacks: :data:`STACK_DUMP_SIGNAL` goes to each of them that catches
+    it, never to one that does not (its default action would end it). Returns the pids signalled."""
+    candidates = [leader]
+    if _PROC.is_dir():
+        for entry in os.listdir(_PROC):
+            if entry.isdigit() and (st := _stat(int(entry))) is not None:
+                state, ppid, pgrp = st
+                if ppid == leader and pgrp == int(entry) and state not in ("Z", "X"):
+                    candidates.append(int(entry))
+    signalled = []
+    for pid in candidates:
+        if catches(pid, STACK_DUMP_SIGNAL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, STACK_DUMP_SIGNAL)
+                signalled.append(pid)
+    return signalled

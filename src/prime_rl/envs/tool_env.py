@@ -16,7 +16,8 @@ from typing import Any
 
 from prime_rl.envs.base import Environment, Task, Turn
 from prime_rl.envs.math_qa import MathQAEnv
-from prime_rl.envs.tools import ToolBox, python_tool
+from prime_rl.envs.sandbox import python_tool
+from prime_rl.envs.tools import ToolBox
 
 
 class ToolEnv(Environment):

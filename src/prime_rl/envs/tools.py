@@ -290,16 +290,6 @@ class ToolBox:
         return messages, ms, tuple(errors)
 
 
-def python_tool(
-    *, cpu_s: float = 5.0, memory_mb: int = 512, wall_s: float = 10.0, output_limit: int = 10_000
-) -> Tool:
-    """The sandboxed ``python`` tool: :func:`prime_rl.envs.sandbox.python_tool` (kept here for
-    callers that import it with the other tools)."""
-    from prime_rl.envs.sandbox import python_tool as sandboxed
-
-    return sandboxed(cpu_s=cpu_s, memory_mb=memory_mb, wall_s=wall_s, output_limit=output_limit)
-
-
 @dataclass(frozen=True)
 class _Raised:
     error: BaseException

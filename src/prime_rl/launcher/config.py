@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from prime_rl.config import BaseConfig, ConfigError
 from prime_rl.inference.config import InferenceConfig
+from prime_rl.launcher.watchdog import WatchdogConfig
 from prime_rl.monitor import MonitorConfig
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.paths import RunPaths
@@ -107,6 +108,10 @@ class RLConfig(BaseConfig):
     monitor: MonitorConfig = MonitorConfig()
     """Per-step metrics of trainer and orchestrator to Weights & Biases and TensorBoard besides
     metrics.jsonl (both off by default); set here once for both."""
+
+    watchdog: WatchdogConfig = WatchdogConfig()
+    """The hang watchdog: when no process makes progress for a multiple of the median step time, one
+    [hang] line naming who waits on whom, and every child's Python stacks in its log."""
 
     print_commands: bool = False
     """Print the three commands the launcher would run (inference, trainer, orchestrator, with every

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,7 +34,9 @@ from prime_rl.config import BaseConfig, ConfigError
 from prime_rl.launcher import progress
 from prime_rl.launcher.config import RLConfig, check_models
 from prime_rl.launcher.rundir import RunComplete, check_unfinished, lock_run_dir, prepare_run_dir
-from prime_rl.lifecycle import launcher_env, stop_group
+from prime_rl.launcher.watchdog import Hang, Watchdog
+from prime_rl.lifecycle import dump_stacks, launcher_env, stop_group
+from prime_rl.logging import log_tagged
 from prime_rl.paths import RunPaths, atomic_write_json
 from prime_rl.trainer.main import command as trainer_command
 
@@ -73,6 +76,7 @@ class Child:
         self.name, self.log_path = name, log_path
         self.quiet = False  # set while stopping: shutdown noise goes to the log file only
         self.log_error: OSError | None = None  # why the log file could not be written, if it could not
+        self.watch: Callable[[str, str], None] | None = None  # sees every line (the hang watchdog)
         self._recent: collections.deque[str] = collections.deque(maxlen=200)  # for tail() without a log
         try:
             log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +111,8 @@ class Child:
         try:
             for line in self.proc.stdout:
                 self._recent.append(line)
+                if self.watch is not None:
+                    self.watch(self.name, line)
                 if f is not None:
                     try:
                         f.write(line)
@@ -217,6 +223,25 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def _report_hang(hang: Hang, children: list[Child], stacks: bool) -> None:
+    """One ``[hang] detected`` line, the story on the console, and every child's stacks in its log."""
+    log_tagged(
+        "hang",
+        "detected",
+        silent_s=round(hang.silent_s, 1),
+        threshold_s=round(hang.threshold_s, 1),
+        median_step_s=round(hang.median_step_s, 3) if hang.median_step_s is not None else "unknown",
+        waits=",".join(w.code for w in hang.waits) or "none",
+    )
+    logger.warning(f"the run seems to hang: {hang.describe(time.monotonic())}")
+    if stacks:
+        dumped = [(c, dump_stacks(c.proc.pid)) for c in children if c.proc.poll() is None]
+        where = "; ".join(
+            f"{c.name} (pid {', '.join(map(str, pids))}) into {c.log_path}" for c, pids in dumped if pids
+        )
+        logger.warning(f"Python stacks dumped: {where or 'no process could dump its stacks'}")
+
+
 def launch(cfg: RLConfig, lock_fd: int | None = None) -> int:
     """Lock and prepare the run directory, write the three configs, start the processes and
     supervise them. ``lock_fd``: the run directory's lock when the caller holds it already."""
@@ -259,6 +284,7 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
     )
     children: list[Child] = []
     bar: progress.Progress | None = None  # the progress line, once the processes run
+    dog = Watchdog(cfg.watchdog, paths) if cfg.watchdog.enabled else None
     stopping = threading.Event()
 
     def on_signal(signum, _frame):
@@ -287,6 +313,8 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
             logger.error(f"{e}; stopping the others")
             return 1
         by_name = {c.name: c for c in children}
+        for c in children:
+            c.watch = dog.feed if dog is not None else None
         logger.info(
             f"started inference, trainer ({cfg.trainer_nproc} process(es)) and orchestrator; logs in {paths.logs_dir}"
         )
@@ -294,6 +322,9 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
         while not stopping.is_set():
             time.sleep(0.5)
             bar.poll()
+            hang = dog.check() if dog is not None else None
+            if hang is not None:
+                _report_hang(hang, children, cfg.watchdog.dump_stacks)
             for c in children:
                 code = c.proc.poll()
                 if code is None:

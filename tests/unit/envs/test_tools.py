@@ -14,7 +14,8 @@ import pydantic
 import pytest
 
 from prime_rl.envs.registry import load_env
-from prime_rl.envs.tools import Tool, ToolBox, ToolError, ToolResult, python_tool, tool
+from prime_rl.envs.sandbox import python_tool
+from prime_rl.envs.tools import Tool, ToolBox, ToolError, ToolResult, tool
 
 
 def add(a: int, b: float = 0.5, mode: Literal["sum", "max"] = "sum", tags: list[str] | None = None) -> float:

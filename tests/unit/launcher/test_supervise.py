@@ -284,3 +284,64 @@ def test_resume_reaches_the_children_validated_without_warnings(tmp_path, monkey
     assert isinstance(resumed.resume, ResumeConfig) and resumed.resume.step == 2
     with pytest.raises(ValidationError):  # the value is validated: a bad one fails here, not in the child
         with_resume(cfg.trainer, -1)
+
+
+HANGING_ORCHESTRATOR = """
+import sys, time
+from pathlib import Path
+from prime_rl.lifecycle import watch_launcher
+watch_launcher()
+for step in range(4):
+    print(f"[gen] batch.start step={step} inflight=0", flush=True)
+    time.sleep(0.2)
+    print(f"[gen] batch.done step={step} completions=4 dur_ms=200.0", flush=True)
+rollouts = Path(sys.argv[1]) / "rollouts" / "step_2"
+rollouts.mkdir(parents=True)
+(rollouts / "rank_0.safetensors").write_bytes(b"")
+print("[ckpt] wait.start target_step=3", flush=True)
+time.sleep(300)
+"""
+
+HANGING_TRAINER = """
+import sys, time
+from prime_rl.lifecycle import watch_launcher
+watch_launcher()
+for step in range(2):
+    print(f"[train] step.done step={step} wait_ms=1.0 train_ms=200.0 write_ms=1.0", flush=True)
+    time.sleep(0.2)
+def stuck_in_the_trainer():
+    time.sleep(6)
+stuck_in_the_trainer()
+sys.exit(3)
+"""
+
+
+def test_a_hang_is_named_once_and_the_children_dump_their_stacks(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    scripts = {
+        "inference": SLEEP,  # no stack-dump handler: it must not get the signal (it would die of it)
+        "orchestrator": HANGING_ORCHESTRATOR.replace("sys.argv[1]", repr(str(run))),
+        "trainer": HANGING_TRAINER,
+    }
+    started = _scripted_children(monkeypatch, scripts)
+    seen: list[str] = []
+    sink = logger.add(lambda m: seen.append(m.record["message"]), level="INFO")
+    try:
+        cfg = _rl_config(tmp_path, "--watchdog", json.dumps({"factor": 2, "min_s": 1}))
+        assert supervise.launch(cfg) == 1
+    finally:
+        logger.remove(sink)
+    hangs = [m for m in seen if m.startswith("[hang] detected")]
+    assert len(hangs) == 1, seen
+    assert "waits=orchestrator>trainer:weights/step_3 " in hangs[0] + " "
+    story = next(m for m in seen if m.startswith("the run seems to hang"))
+    assert "trainer: computing step 2 (rollouts/step_2 is there)" in story
+    # the trainer (not the inference server, which has no handler) is what ended the run
+    assert any(m.startswith("trainer exited with code 3") for m in seen), seen
+    trainer_log = (run / "logs" / "trainer" / "stdout.log").read_text()
+    assert "most recent call first" in trainer_log and "in stuck_in_the_trainer" in trainer_log
+    orchestrator_log = (run / "logs" / "orchestrator.stdout.log").read_text()
+    assert "most recent call first" in orchestrator_log
+    dumped = next(m for m in seen if m.startswith("Python stacks dumped"))
+    assert "trainer (pid" in dumped and "orchestrator (pid" in dumped and "inference" not in dumped
+    assert all(running_in_group(c.proc.pid) == [] for c in started)

@@ -1,0 +1,101 @@
+"""The hang watchdog's logic on hand-fed lines and a hand-driven clock: the threshold follows the
+median step time, a hang is reported once per silence, and it names who waits on whom."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_rl.launcher.watchdog import Watchdog, WatchdogConfig
+from prime_rl.paths import RunPaths
+from prime_rl.transport.rollouts import rollout_path
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _dog(tmp_path, **cfg) -> tuple[Watchdog, Clock]:
+    clock = Clock()
+    return Watchdog(WatchdogConfig(**cfg), RunPaths(tmp_path), clock), clock
+
+
+def _steps(dog: Watchdog, clock: Clock, n: int, every_s: float, first: int = 0) -> None:
+    for step in range(first, first + n):
+        dog.feed("orchestrator", f"12:00:00.000 | INFO    | [gen] batch.start step={step} inflight=0\n")
+        clock.now += every_s
+        dog.feed("orchestrator", f"12:00:00.000 | INFO    | [gen] batch.done step={step} completions=4\n")
+
+
+def test_the_threshold_is_a_multiple_of_the_median_step_time_with_a_floor(tmp_path):
+    dog, clock = _dog(tmp_path, factor=10, min_s=5, first_step_s=100)
+    assert dog.threshold_s() == 100  # no step seen yet
+    _steps(dog, clock, 4, every_s=2.0)
+    assert dog.median_step_s() == pytest.approx(2.0)
+    assert dog.threshold_s() == pytest.approx(20.0)
+    _steps(dog, clock, 4, every_s=0.1, first=4)
+    assert dog.threshold_s() == 5  # 10 x a median of 0.1 s is below the floor
+
+
+def test_a_hang_is_reported_once_per_silence_and_periodic_lines_are_no_progress(tmp_path):
+    dog, clock = _dog(tmp_path, factor=10, min_s=1)
+    _steps(dog, clock, 3, every_s=1.0)
+    clock.now += 9.9
+    assert dog.check() is None
+    dog.feed("orchestrator", "[server] metrics url=http://a running=1 waiting=0\n")  # not progress
+    clock.now += 0.2
+    hang = dog.check()
+    assert hang is not None and hang.silent_s == pytest.approx(10.1) and hang.threshold_s == pytest.approx(10)
+    clock.now += 100
+    assert dog.check() is None  # once per silence
+    _steps(dog, clock, 1, every_s=1.0, first=3)
+    clock.now += 11
+    assert dog.check() is not None  # progress came, then stopped again
+
+
+def test_the_orchestrator_waiting_for_a_checkpoint_and_the_trainer_computing_are_named(tmp_path):
+    dog, clock = _dog(tmp_path, factor=2, min_s=1)
+    _steps(dog, clock, 3, every_s=1.0)
+    dog.feed("trainer", "[train] step.done step=1 wait_ms=1.0 train_ms=900.0 write_ms=3.0\n")
+    dog.feed("orchestrator", "[ckpt] wait.start target_step=3\n")
+    path = rollout_path(RunPaths(tmp_path).rollouts_dir(2), 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # the trainer has its rollouts: it is the one that is slow
+    dog.feed("trainer", "still computing, no tagged line\n")
+    clock.now += 5
+    hang = dog.check()
+    assert [w.code for w in hang.waits] == ["orchestrator>trainer:weights/step_3"]
+    assert hang.waits[0].since == clock.now - 5
+    text = hang.describe(clock.now)
+    assert "orchestrator waits for trainer: weights/step_3 (for 5s)" in text
+    assert "trainer: computing step 2 (rollouts/step_2 is there)" in text
+    assert "trainer's last line (5s ago): still computing, no tagged line" in text
+
+
+def test_an_unanswered_weight_update_and_a_trainer_without_rollouts_are_named(tmp_path):
+    dog, clock = _dog(tmp_path, factor=2, min_s=1)
+    _steps(dog, clock, 3, every_s=1.0)
+    dog.feed("trainer", "[train] step.done step=2 wait_ms=1.0 train_ms=900.0 write_ms=3.0\n")
+    for tid, url in (("u1", "http://a:8000"), ("u1", "http://b:8000")):
+        dog.feed(
+            "orchestrator", f"[weights][{tid}] client.send url={url} path=/update_weights t=1.0 attempt=1\n"
+        )
+    dog.feed("orchestrator", "[weights][u1] client.done url=http://a:8000 path=/update_weights wall_ms=5.0\n")
+    clock.now += 30
+    hang = dog.check()
+    assert [w.code for w in hang.waits] == [
+        "orchestrator>inference_http://b:8000:weight_update_u1",
+        "trainer>orchestrator:rollouts/step_3",
+    ]
+
+
+def test_a_batch_that_never_ends_is_a_wait_on_inference(tmp_path):
+    dog, clock = _dog(tmp_path, factor=2, min_s=1)
+    _steps(dog, clock, 3, every_s=1.0)
+    dog.feed("orchestrator", "[gen] batch.start step=3 inflight=8\n")
+    clock.now += 3
+    (wait,) = dog.check().waits
+    assert (wait.who, wait.whom, wait.what) == ("orchestrator", "inference", "generation of step 3")
