@@ -6,7 +6,7 @@ and the worst case where every line is tagged. The tagged lines are a real run's
 (unique trace ids, every step's weight update, generation, scoring and trainer lines from
 ``tests/support/synthetic_logs.py``), so the report has one update and one batch per step to
 draw. Each analysis runs in its own process (``python -m prime_rl.analysis``), whose peak RSS is
-read from ``getrusage(RUSAGE_CHILDREN)``.
+read from its own ``getrusage(RUSAGE_SELF)``.
 
 usage: python benchmarks/analyzer_speed.py [--lines 1000000] [--lines 10000000]
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -50,18 +49,30 @@ def build(path: Path, lines: int, tagged_every: int) -> int:
     return step
 
 
+# runs the analyzer's CLI in a fresh process and prints that process's own peak RSS (KiB) last on
+# stderr: RUSAGE_CHILDREN would report the largest of all children so far, not this one's
+_CHILD = """
+import resource, runpy, sys
+sys.argv = ["prime_rl.analysis", *sys.argv[1:]]
+try:
+    runpy.run_module("prime_rl.analysis", run_name="__main__")
+finally:
+    print("peak_rss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
 def measure(path: Path, out: Path) -> dict[str, float]:
-    """Run the analyzer on ``path`` in a child process; seconds and the child's peak RSS."""
+    """Run the analyzer on ``path`` in a child process; seconds and that child's peak RSS."""
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "prime_rl.analysis", str(path), "--out", str(out)],
+        [sys.executable, "-c", _CHILD, str(path), "--out", str(out)],
         capture_output=True,
         text=True,
     )
     secs = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(done.stderr)
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    peak_mb = int(done.stderr.rsplit("peak_rss_kib", 1)[1].split()[0]) / 1024.0
     summary = json.loads((out / "summary.json").read_text())
     return {
         "seconds": secs,
