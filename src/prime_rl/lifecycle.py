@@ -231,6 +231,8 @@ def watch_launcher(grace_s: float = 5.0, poll_s: float = 0.5) -> threading.Threa
     except ValueError:
         return None
     enable_stack_dumps()
+    if _chain(launcher) is None:  # gone already: stop right here, before this process starts anything
+        _take_groups_down(None, grace_s, f"the rl launcher (pid {launcher}) is gone")
 
     def watch() -> None:
         groups = _wait_for_exit(launcher, poll_s)

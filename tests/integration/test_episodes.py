@@ -106,6 +106,13 @@ def test_guess_episodes_train_on_exactly_the_sampled_ids_turn_after_turn(inferen
     assert len(episodes) >= 4
     assert {x.fields["outcome"] for x in episodes} == {"done"}  # the game ends every episode itself
     assert all(1 <= int(x.fields["turns"]) <= 3 for x in episodes)
+    # one [env] turn.done line per answer of the environment: as many as the episodes' turns, the
+    # last of each ending the episode (groups still in flight when the run ended are left out)
+    tasks = {x.fields["task"] for x in episodes}
+    turns = [x for x in lines if x.tag == "env" and x.event == "turn.done" and x.fields["task"] in tasks]
+    assert len(turns) == sum(int(x.fields["turns"]) for x in episodes)
+    assert sum(x.fields["end"] == "done" for x in turns) == len(episodes)
+    assert all(x.fields["step"] == "0" and x.fields["tool_calls"] == "0" for x in turns)
 
 
 def test_a_two_tool_episode_runs_through_the_orchestrator_and_the_trainer_trains_on_its_sampled_ids(

@@ -1,10 +1,11 @@
 """Staleness against the real vLLM server: the step each answer reports, through a server loss.
 
-The orchestrator runs against the session's vLLM server twice over (directly, and through a TCP
-proxy the test kills and restarts), with a fake trainer that publishes perturbed weights. Mid-run
-the proxied "server" dies and the engine is put back on its base weights, as a restarted server
-would be; the run must go on, bring the server back with the current policy, and train no sample
-whose staleness (from the ``x-policy-step`` the server reported) leaves ``0..async_level``.
+The orchestrator runs against the session's vLLM server three times over (directly, and through
+two TCP proxies, one of which the test kills and restarts), with the fleet balancer reading the
+servers' /metrics, and a fake trainer that publishes perturbed weights. Mid-run the killed
+"server" dies and the engine is put back on its base weights, as a restarted server would be; the
+run must go on on the other two, bring the server back with the current policy, and train no
+sample whose staleness (from the ``x-policy-step`` the server reported) leaves ``0..async_level``.
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
 
     async def scenario():
         proxy = await TcpProxy(port).start()
+        other = await TcpProxy(port).start()
         cfg, _ = load_config(
             OrchestratorConfig,
             [
                 "--output_dir", str(out), "--model", inference_server.model,
                 "--max_steps", str(MAX_STEPS), "--async_level", str(ASYNC_LEVEL),
                 "--batch_size", "16", "--rollouts_per_example", "4", "--sampling.max_tokens", "24",
-                "--client.base_urls", json.dumps([proxy.url, inference_server.base_url]),
+                "--client.base_urls", json.dumps([proxy.url, other.url, inference_server.base_url]),
+                "--server_metrics.interval_s", "0.5",
                 "--client.admin.token", ADMIN_TOKEN, "--client.admin.max_retries", "0",
                 "--verify.workers", "1", "--max_inflight", "4",
             ],
@@ -81,10 +84,11 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         finally:
             trainer.cancel()
             await proxy.kill()
-        return orch, proxy.connections - killed_at
+            await other.kill()
+        return orch, proxy.connections - killed_at, other.connections
 
     try:
-        orch, connections_after = asyncio.run(scenario())
+        orch, connections_after, other_connections = asyncio.run(scenario())
     finally:  # the server is shared by the session: later tests expect the base weights (policy 0)
         r = httpx.post(
             f"{inference_server.base_url}/reload_weights",
@@ -99,5 +103,7 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         assert all(0 <= s <= ASYNC_LEVEL for s in staleness), (step, staleness)
     assert orch.down == set()  # the restarted server was brought back ...
     assert connections_after > 0  # ... and used again
+    assert other_connections > 0  # the third server took requests too
+    assert orch.pool.balancer is not None and orch.server_metrics.scrapes[inference_server.base_url] > 0
     rows = [json.loads(x) for x in RunPaths(out).metrics_file.read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(MAX_STEPS))

@@ -28,7 +28,7 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from prime_rl.dev.server import free_port
@@ -96,6 +96,10 @@ class ScriptState:
     """Requests held so far (see ``hold_after``)."""
     released: threading.Event = field(default_factory=threading.Event)
     """Set by :meth:`release` (thread-safe: the server runs in its own thread)."""
+    metrics_text: str | None = None
+    """What ``GET /metrics`` answers (a Prometheus page); None: 404, as a hosted API answers."""
+    metrics_hits: int = 0
+    """``GET /metrics`` requests seen."""
     _completions_arrived: int = 0
     _rng: random.Random | None = None
 
@@ -245,6 +249,12 @@ def build_app(state: ScriptState) -> Starlette:
         finally:
             state.active_streams -= 1
 
+    async def metrics(request: Request) -> Response:
+        state.metrics_hits += 1
+        if state.metrics_text is None:
+            return Response(status_code=404)
+        return PlainTextResponse(state.metrics_text)
+
     async def health(request: Request) -> Response:
         state.peers.append(("/health", request.client.port if request.client else -1))
         return Response(status_code=200)
@@ -256,6 +266,7 @@ def build_app(state: ScriptState) -> Starlette:
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", completions, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
         ]
     )
 

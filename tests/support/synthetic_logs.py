@@ -24,6 +24,7 @@ SCENARIOS = (
     "generation_bound",
     "verification_bound",
     "rate_limited",
+    "kv_cache_pressure",
 )
 
 
@@ -81,6 +82,9 @@ class Shape:
     """The trainer's wait for rollouts as a fraction of the batch time."""
     console: bool = False
     """Write the inference logs as a console capture: ``HH:MM:SS.mmm | LEVEL | message``, no date."""
+    server_metrics: bool = False
+    """Scrape every server's /metrics every ``SCRAPE_S`` of generation (``[server] metrics`` lines in
+    the orchestrator log) at a healthy load; scenario ``kv_cache_pressure`` always does, under pressure."""
 
 
 def _r1(x: float) -> float:
@@ -111,7 +115,10 @@ def make_run(
     run = SyntheticRun()
     wall = datetime(2026, 1, 1, 12, 0, 0).timestamp() + start_offset_s
     mono = 1000.0 + start_offset_s
-    gen_ms = shape.gen_ms or (8000.0 if scenario == "generation_bound" else 1500.0)
+    kv_pressure = scenario == "kv_cache_pressure"
+    gen_bound = scenario == "generation_bound" or kv_pressure  # the pressure is what makes generation slow
+    gen_ms = shape.gen_ms or (8000.0 if gen_bound else 1500.0)
+    scraper = _Scraper(random.Random(seed + 1), kv_pressure) if kv_pressure or shape.server_metrics else None
     server_logs = [run.inference] + [
         run.servers.setdefault(f"inference_{k}", []) for k in range(1, shape.servers)
     ]
@@ -168,6 +175,8 @@ def make_run(
                         ),
                     )
                 )
+        if scraper is not None:
+            scraper.scrape_until(run, wall, wall + dur / 1000.0, shape.servers)
         wall += dur / 1000.0
         mono += dur / 1000.0
         run.orchestrator.append(
@@ -209,7 +218,7 @@ def make_run(
         run.orchestrator.append(
             _line(wall, f"step {step} | reward 0.5 | some unrelated log text [with brackets]")
         )
-        train_wait = 0.8 * dur if scenario == "generation_bound" else 30.0
+        train_wait = 0.8 * dur if gen_bound else 30.0
         if shape.train_wait_frac is not None:
             train_wait = shape.train_wait_frac * dur
         run.trainer.append(
@@ -274,3 +283,52 @@ def _server_update(
     run.add("queue_ms", _r1(wall_ms - rpc))
     run.add("rpc_ms", _r1(rpc))
     return end
+
+
+SCRAPE_S = 5.0
+"""Seconds between two scrapes of a server's /metrics in the synthetic logs."""
+
+
+class _Scraper:
+    """``[server] metrics`` lines of every server while batches generate, one per ``SCRAPE_S``:
+    healthy (KV cache 20-60% full, nothing waiting, no preemption) or under KV-cache pressure
+    (92-100% full, 4-20 waiting, 2-4 preemptions per scrape: about 36 a minute). Its own random
+    generator, so the other lines of a scenario stay as they were."""
+
+    def __init__(self, rng: random.Random, pressure: bool):
+        self.rng, self.pressure = rng, pressure
+        self.next_at: float | None = None
+        self.preemptions: dict[str, int] = {}
+
+    def scrape_until(self, run: SyntheticRun, now: float, end: float, servers: int) -> None:
+        """Scrape from the next scrape due (``now`` at the first) to wall time ``end`` (exclusive)."""
+        at = max(self.next_at or now, now)
+        rng = self.rng
+        while at < end:
+            for k in range(servers):
+                url = "http://h:8000" if k == 0 else f"http://h{k}:8000"
+                before = self.preemptions.setdefault(url, 7)  # the server preempted before the run
+                if self.pressure:
+                    kv, waiting, preempted = rng.uniform(92, 100), rng.randint(4, 20), rng.randint(2, 4)
+                    queue = rng.uniform(2000, 6000)
+                else:
+                    kv, waiting, preempted, queue = rng.uniform(20, 60), 0, 0, rng.uniform(1, 20)
+                self.preemptions[url] = before + preempted
+                fields = dict(
+                    url=url,
+                    running=rng.randint(8, 32),
+                    waiting=waiting,
+                    kv_cache_pct=round(kv, 2),
+                    preemptions=before + preempted,
+                    queue_ms=queue,
+                    queue_p50_ms=queue,
+                    ttft_ms=queue + 40.0,
+                    ttft_p50_ms=queue + 40.0,
+                    requests=rng.randint(10, 40),
+                    scrape_ms=3.0,
+                )
+                run.orchestrator.append(_line(at, format_tagged("server", "metrics", **fields)))
+                run.add(f"kv_cache_pct {url}", fields["kv_cache_pct"])
+                run.add(f"preempted {url}", float(preempted))
+            at += SCRAPE_S
+        self.next_at = at

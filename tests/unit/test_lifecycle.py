@@ -97,7 +97,9 @@ def test_a_child_takes_its_group_down_when_the_launcher_is_killed(tmp_path):
         launcher.kill()
         launcher.wait()
         wait_for(
-            lambda: not running_in_group(child), 15, f"group {child} survived: {running_in_group(child)}"
+            lambda: not running_in_group(child),
+            15,
+            lambda: f"group {child} survived: {running_in_group(child)}",
         )
     finally:
         kill_all(launcher, child)
@@ -121,7 +123,9 @@ def test_a_launcher_gone_before_the_watch_began_is_noticed_at_once(tmp_path):
     child = int(next(line for line in lines(out) if line.startswith("child ")).split()[1])
     try:
         wait_for(
-            lambda: not running_in_group(child), 30, f"group {child} survived: {running_in_group(child)}"
+            lambda: not running_in_group(child),
+            30,
+            lambda: f"group {child} survived: {running_in_group(child)}",
         )
         assert "ready" not in lines(out)  # it stopped at the watch, before starting anything
     finally:
@@ -153,7 +157,9 @@ def test_the_launcher_s_children_watch_it(tmp_path):
         launcher.kill()
         launcher.wait()
         wait_for(
-            lambda: not running_in_group(child), 15, f"group {child} survived: {running_in_group(child)}"
+            lambda: not running_in_group(child),
+            15,
+            lambda: f"group {child} survived: {running_in_group(child)}",
         )
     finally:
         kill_all(launcher, child)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.findings import Finding
-from prime_rl.analysis.servers import server_rows
+from prime_rl.analysis.servers import server_load_section, server_rows
 from prime_rl.analysis.stages import run_limit, stages
 from prime_rl.analysis.stats import Collected
 
@@ -141,4 +141,4 @@ def findings_and_steps(a: Analysis) -> list[str]:
 def sections_after_numbers(a: Analysis) -> list[str]:
     """Everything SUMMARY.md lists between the key numbers and the timeline."""
     d = a.data
-    return where_time_goes(d) + per_server(d) + restarts(d) + findings_and_steps(a)
+    return where_time_goes(d) + per_server(d) + server_load_section(d) + restarts(d) + findings_and_steps(a)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prime_rl.analysis.findings import Finding
-from prime_rl.analysis.servers import slow_server
+from prime_rl.analysis.servers import kv_cache_pressure, slow_server
 from prime_rl.analysis.stages import update_critical, verify_wall_ms
 from prime_rl.analysis.stalls import stall
 from prime_rl.analysis.stats import Collected
@@ -410,5 +410,6 @@ RULES: tuple[Rule, ...] = (
     rate_limited,
     truncation,
     slow_server,
+    kv_cache_pressure,
 )
 """Every rule, in the order findings with equal shares are listed."""

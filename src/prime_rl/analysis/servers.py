@@ -1,5 +1,10 @@
 """Per server: with several inference servers, every figure broken down by server URL.
 
+Each server's load scraped from /metrics (``[server]`` lines, folded by
+:mod:`~prime_rl.analysis.server_load`): :func:`kv_cache_pressure` names a server that preempts
+requests or runs with a full KV cache while requests wait, :func:`server_load_section` is its
+SUMMARY.md table, and :func:`server_dicts` puts it beside the figures above in summary.json.
+
 Weight updates come from the client's ``[weights]`` lines (``url=``), one update per trace id and
 server (:mod:`~prime_rl.analysis.updates`); retries (429 and errors) from ``[gen] request.retry
 url=``; failed updates from ``client.error``. A server whose median update wall time is
@@ -13,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_groups
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
@@ -108,5 +114,143 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
 
 
 def server_dicts(d: Collected) -> list[dict[str, object]]:
-    """The rows for summary.json."""
-    return [r.to_dict() for r in server_rows(d)]
+    """The rows for summary.json: every server of the update and retry lines, and of the ``[server]``
+    lines, each with its ``load`` from /metrics (None when it was not scraped)."""
+    rows = {r.url: r.to_dict() for r in server_rows(d)}
+    for url in d.server_load:
+        rows.setdefault(url, ServerRow(url).to_dict())
+    loads = server_load_dicts(d)
+    return [rows[url] | {"load": loads.get(url)} for url in sorted(rows)]
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One server's KV-cache figures against the thresholds."""
+
+    load: ServerLoadSeries
+    rate: float | None
+    """Preemptions per minute."""
+    kv95: float | None
+    by_rate: bool
+    """More than ``preemptions_per_min``."""
+    by_kv: bool
+    """``kv_cache_pct`` p95 above ``kv_cache_pct_high``, and a scrape that full found requests waiting."""
+
+
+def _judged(d: Collected, th: Thresholds) -> list[_Judged]:
+    """Every server with at least ``server_min_scrapes`` scrapes, judged."""
+    out = []
+    for s in d.server_load.values():
+        if s.scrapes < th.server_min_scrapes:
+            continue
+        rate = s.preemptions_per_min()
+        kv95 = percentile(s.kv_values(), 0.95)
+        full_and_waiting = any(
+            kv is not None and kv >= th.kv_cache_pct_high and w > 0
+            for kv, w in zip(s.kv_cache_pct, s.waiting, strict=True)
+        )
+        by_kv = kv95 is not None and kv95 > th.kv_cache_pct_high and full_and_waiting
+        out.append(_Judged(s, rate, kv95, rate is not None and rate > th.preemptions_per_min, by_kv))
+    return out
+
+
+def _evidence(s: ServerLoadSeries, rate: float | None, kv95: float | None, th: Thresholds) -> str:
+    parts = []
+    if rate is not None:
+        cmp = ">" if rate > th.preemptions_per_min else "<="
+        parts.append(
+            f"{s.preempted():.0f} preemptions in {s.covered_s() / 60:.1f} min ({rate:.1f}/min {cmp} "
+            f"preemptions_per_min {th.preemptions_per_min:g})"
+        )
+    if kv95 is not None:
+        cmp = ">" if kv95 > th.kv_cache_pct_high else "<="
+        parts.append(
+            f"kv_cache_pct p95 {kv95:.0f}% ({cmp} kv_cache_pct_high {th.kv_cache_pct_high:g}%) with up to "
+            f"{max(s.waiting, default=0):.0f} requests waiting"
+        )
+    queue = s.weighted_mean(s.queue_ms)
+    if queue is not None:
+        parts.append(f"queue time mean {queue:.0f} ms")
+    covered = s.covered_s()
+    pressure = s.pressure_s(th.kv_cache_pct_high)
+    if covered:
+        parts.append(f"under pressure {pressure:.0f} s of {covered:.0f} s scraped")
+    return f"{s.url}: " + "; ".join(parts)
+
+
+def kv_cache_pressure(d: Collected, th: Thresholds) -> Finding | None:
+    """A server runs out of KV cache: over at least ``server_min_scrapes`` scrapes it preempts more
+    than ``preemptions_per_min`` requests a minute, or its ``kv_cache_pct`` p95 is above
+    ``kv_cache_pct_high`` while requests wait in a scrape that found it that full. The share is
+    the time under pressure (intervals with a preemption, or ending full with requests waiting)
+    of the worst server, over the run. It explains generation time, and is ranked above it."""
+    fired = [j for j in _judged(d, th) if j.by_rate or j.by_kv]
+    if not fired:
+        return None
+    fired.sort(key=lambda j: -j.load.pressure_s(th.kv_cache_pct_high))
+    worst = fired[0].load
+    base_s = d.run_seconds or worst.covered_s()
+    pressure = worst.pressure_s(th.kv_cache_pct_high)
+    evidence = _evidence(worst, fired[0].rate, fired[0].kv95, th)
+    if len(fired) > 1:
+        evidence += f"; also under pressure: {', '.join(j.load.url for j in fired[1:])}"
+    names = (("preemptions_per_min",) if any(j.by_rate for j in fired) else ()) + (
+        ("kv_cache_pct_high",) if any(j.by_kv for j in fired) else ()
+    )
+    return Finding(
+        kind="kv_cache_pressure",
+        title=f"KV-cache pressure / preemption: {worst.url} runs out of KV cache, requests are preempted "
+        "or wait for room",
+        evidence=evidence,
+        share=min(1.0, pressure / base_s) if base_s else 0.5,
+        next=(
+            "Give the server more KV cache: raise --gpu-memory-utilization (--kv-cache-memory-bytes on CPU), "
+            "or a KV-cache dtype of fewer bytes (--kv-cache-dtype fp8).",
+            "Run fewer sequences at once: lower vLLM's --max-num-seqs, or the orchestrator's max_inflight "
+            "(the collector's num_samples_in_parallel).",
+            "Shorten the sequences (max_tokens, seq_len / --max-model-len) or add servers.",
+        ),
+        thresholds=names,
+        explains="collect_generation_bound" if d.is_collector_run else "generation_bound",
+    )
+
+
+def server_load_dicts(d: Collected) -> dict[str, dict[str, object]]:
+    """Each server's load for summary.json, by URL."""
+    return {url: s.to_dict() for url, s in sorted(d.server_load.items())}
+
+
+def server_load_section(d: Collected) -> list[str]:
+    """The SUMMARY.md table of each server's load from its ``[server]`` lines (empty without any)."""
+    if not d.server_load:
+        return []
+
+    def f(v: object, digits: int = 0) -> str:
+        return "-" if v is None else f"{v:.{digits}f}"
+
+    lines = [
+        "",
+        "## Server load (from /metrics)",
+        "",
+        "Scraped from each server's `/metrics` (`[server] metrics` lines); the queue time is the mean over the "
+        "requests that finished, the TTFT over those that got their first token, between scrapes.",
+        "",
+        "| server | scrapes | running p50 / max | waiting p50 / max | kv_cache_pct p50 / p95 / max | "
+        "preemptions (per min) | queue_ms mean | ttft_ms mean | scrape errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for url, s in sorted(d.server_load.items()):
+        x = s.to_dict()
+        if not s.scrapes:
+            lines.append(
+                f"| {url} | 0 | - | - | - | - | - | - | {s.errors}{'; off: ' + s.off if s.off else ''} |"
+            )
+            continue
+        lines.append(
+            f"| {url} | {s.scrapes} | {f(x['running_p50'])} / {f(x['running_max'])} | "
+            f"{f(x['waiting_p50'])} / {f(x['waiting_max'])} | {f(x['kv_cache_pct_p50'])} / "
+            f"{f(x['kv_cache_pct_p95'])} / {f(x['kv_cache_pct_max'])} | {f(x['preemptions'])} "
+            f"({f(x['preemptions_per_min'], 1)}) | {f(x['queue_ms_mean'])} | {f(x['ttft_ms_mean'])} | "
+            f"{s.errors}{'; off: ' + s.off if s.off else ''} |"
+        )
+    return lines

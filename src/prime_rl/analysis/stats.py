@@ -14,6 +14,7 @@ from typing import Any
 
 from prime_rl.analysis.parser import EXAMPLES, Event, ParseStats
 from prime_rl.analysis.restarts import Restart, Segments
+from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.updates import Update, UpdateJoin
 
 SERIES = (
@@ -130,6 +131,8 @@ class Collected:
     """Per server URL: retried requests by status (``retry.429``, ``retry.error``, ...)."""
     verify_workers: int | None = None
     """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
+    server_load: dict[str, ServerLoadSeries] = field(default_factory=dict)
+    """Per server URL: its load scraped from /metrics ([server] lines, :mod:`~prime_rl.analysis.server_load`)."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -191,6 +194,7 @@ class _Collector:
         self.last_write: Event | None = None
         self.server_counts: dict[str, Counter] = {}
         self.verify_workers: int | None = None
+        self.server_loads = ServerLoads()
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -200,6 +204,7 @@ class _Collector:
             "train": self.train,
             "collect": self.collect,
             "env": self.env,
+            "server": self.server_loads.add,
         }
 
     def _add(self, key: str, value: float | None, step: str | None = None) -> None:
@@ -386,6 +391,7 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
         c.last_write,
         c.server_counts,
         c.verify_workers,
+        c.server_loads.by_url,
     )
 
 

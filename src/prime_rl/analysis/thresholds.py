@@ -46,5 +46,11 @@ class Thresholds(StrictModel):
     """... and it has at least this many updates."""
     stall_min_s: float = 30.0
     """A wait still open where the logs end is a stall when it lasted this many seconds to the last line of any log, or the other side fell silent first."""
+    preemptions_per_min: float = 2.0
+    """KV-cache pressure: a server preempts more than this many requests a minute ([server] metrics preemptions=, over the scraped time) ..."""
+    kv_cache_pct_high: float = 90.0
+    """... or its kv_cache_pct p95 is above this while requests wait (waiting > 0 in a scrape that found it this full). A full cache with nothing waiting is a cache well used, no alarm."""
+    server_min_scrapes: int = 3
+    """... judged only for a server scraped at least this many times."""
     secondary_share: float = 0.05
     """A finding below the primary is listed as a secondary bottleneck when it costs more than this share of the run; smaller ones are listed as minor."""

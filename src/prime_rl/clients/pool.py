@@ -21,6 +21,7 @@ import aiohttp
 
 from prime_rl.clients.config import ClientConfig
 from prime_rl.clients.errors import TRANSPORT_EXCEPTIONS, TransportError, status_error, transport_error
+from prime_rl.clients.fleet import FleetBalancer
 
 DOWN_FOR_S = 5.0
 """Seconds a server whose connection was refused is skipped by :meth:`InferencePool.pick`."""
@@ -96,6 +97,8 @@ class InferencePool:
         if config.api_key is not None:
             self.headers["Authorization"] = f"Bearer {config.api_key.get_secret_value()}"
         self._session: aiohttp.ClientSession | None = None
+        self.balancer: FleetBalancer | None = None
+        """Set to spread requests by live metrics (:mod:`prime_rl.clients.fleet`); None: fewest in flight."""
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -110,18 +113,30 @@ class InferencePool:
             self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 
-    def pick(self, exclude: set[str] | frozenset[str] = frozenset(), *, fallback: bool = False) -> str | None:
-        """The least-loaded server (ties: config order) neither in ``exclude`` nor marked down.
+    def pick(
+        self,
+        exclude: set[str] | frozenset[str] = frozenset(),
+        *,
+        fallback: bool = False,
+        limits: bool = True,
+    ) -> str | None:
+        """The least-loaded server (ties: config order) neither in ``exclude`` nor marked down;
+        with a :attr:`balancer` (and ``limits``), the one with the most headroom under its
+        in-flight limit.
 
         When none is left: None (the caller waits or fails), or with ``fallback`` the
         least-loaded server not in ``exclude`` even if marked down (a caller with nowhere else to
         go tries again rather than failing), and None only when ``exclude`` holds every server.
+        None also when every server that is up is at its limit: ``pick(..., limits=False)`` then
+        names one, which tells a busy fleet from a dead one.
         """
         now = time.monotonic()
         allowed = [u for u in self.base_urls if u not in exclude]
         up = [u for u in allowed if self.down_until[u] <= now]
         if not up and fallback:
             up = allowed
+        if up and limits and self.balancer is not None:
+            return self.balancer.choose(up)
         return min(up, key=self.inflight.__getitem__) if up else None
 
     def mark_down(self, url: str, for_s: float | None = None) -> None:

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from prime_rl.clients.config import RetryPolicy
+from prime_rl.clients.server_metrics import ServerMetricsConfig
 from prime_rl.config import BaseConfig, StrictModel
 from prime_rl.envs.config import EpisodeConfig, VerifyConfig
 
@@ -98,6 +99,123 @@ class VerifySettings(VerifyConfig):
 
     timeout_s: float = Field(default=60.0, gt=0)
     """Seconds one score() call may take; a slower one is recorded as a verifier failure."""
+
+
+class RayConfig(StrictModel):
+    """Collection on a Ray cluster: ``--ray`` (a local Ray, or the cluster ``RAY_ADDRESS`` names)
+    or ``--ray ADDRESS`` (``HOST:PORT`` of a running cluster's head, ``auto`` or ``local``).
+    Needs the ``ray`` extra (``pip install 'prime-rl[ray]'``) and prime-rl on every node. The
+    collector stays the only writer of the output (same records, siblings, resume and exit
+    codes); workers (Ray actors, ``workers_per_node`` on every node with ``num_cpus`` free) send
+    the requests and score the responses. ``num_samples_in_parallel`` is the most requests in
+    flight against one set of servers: the workers that use the same base URLs share it."""
+
+    enabled: bool = False
+    """Collect on Ray (``--ray`` sets it; ``--ray ADDRESS`` sets the address too)."""
+
+    address: str | None = None
+    """The cluster: ``HOST:PORT`` of its head (GCS), ``auto`` (one started on this machine with
+    ``ray start``) or ``local`` (a new Ray on this machine, gone with the run). Unset:
+    ``RAY_ADDRESS``, else a cluster ``ray start`` began on this machine, else a new local Ray
+    (what ``ray.init()`` does)."""
+
+    workers_per_node: int = Field(default=1, ge=1)
+    """Workers on each node (one worker's event loop sends thousands of requests a second; more
+    help when scoring inline, ``--verify.workers 0``, is the bound)."""
+
+    num_cpus: float = Field(default=1.0, ge=0)
+    """CPUs each worker reserves on its node; nodes with fewer free get no worker (0: place a
+    worker on every node, a head started with ``--num-cpus 0`` too)."""
+
+    node_base_urls: dict[str, list[str]] = {}
+    """The servers nearest each node: node IP, hostname or Ray node ID -> base URLs its workers
+    send to (JSON on the command line). A node not listed uses ``base_urls``."""
+
+    window: int | None = Field(default=None, ge=1)
+    """Pairs handed to a worker and not yet back, at most (its queue, in flight and being scored);
+    unset: twice its share of the parallelism plus twice verify.workers plus 16, as the
+    single-process collector admits. What a lost worker had unfinished is handed out again."""
+
+    max_worker_restarts: int = Field(default=3, ge=0)
+    """Workers started on a node after one died there while the node lives (a lost node's work
+    goes to the others; a node that joins later gets workers too)."""
+
+    max_pair_losses: int = Field(default=3, ge=1)
+    """Workers a (task, repeat) pair may be lost with (a worker or node died while it was
+    unfinished) before it goes to the failures file with kind WorkerLost, so that one pair that
+    crashes its worker cannot take every worker down."""
+
+    start_timeout_s: float = Field(default=120.0, gt=0)
+    """Seconds a worker may take to start (placed, imported, its servers' model listed)."""
+
+    no_worker_timeout_s: float = Field(default=120.0, gt=0)
+    """With work left and no worker alive (none could be started), the run stops after this
+    long with exit code 1; every record written so far stays (rerun to resume)."""
+
+    check_interval_s: float = Field(default=5.0, gt=0)
+    """How often the cluster's nodes are looked at (new nodes get workers, lost workers are
+    replaced)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flag(cls, data: Any) -> Any:
+        if isinstance(data, bool):  # --ray / --no-ray
+            return {"enabled": data}
+        if isinstance(data, str):
+            if data.lower() in ("true", "false", "1", "0"):
+                return {"enabled": data.lower() in ("true", "1")}
+            return {"enabled": True, "address": data}
+        if isinstance(data, dict) and data.get("address") is not None:
+            data = {**data, "enabled": True}
+        return data
+
+    @field_validator("node_base_urls")
+    @classmethod
+    def _check_node_urls(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        empty = [node for node, urls in value.items() if not urls]
+        if empty:
+            raise ValueError(f"no base URL for node {', '.join(empty)} (leave a node out to use base_urls)")
+        return value
+
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("ray://"):
+            raise ValueError(
+                "Ray Client addresses (ray://) are not supported: run collect-rollouts on a node of "
+                "the cluster with --ray HOST:PORT (the head's GCS address) or --ray auto"
+            )
+        return value
+
+
+def _is_address(value: str) -> bool:
+    return (
+        not value.startswith("-") and not value.lstrip().startswith("{") and value.lower() not in _FLAG_WORDS
+    )
+
+
+_FLAG_WORDS = ("true", "false", "1", "0", "yes", "no")
+
+
+def ray_argv(argv: list[str]) -> list[str]:
+    """``--ray ADDRESS`` (or ``--ray=ADDRESS``) -> ``--ray.address ADDRESS``: the option takes an
+    optional bare value, which the generic parser would read as the block's JSON. ``--ray``
+    alone, ``--ray true|false`` and ``--ray '{...}'`` pass unchanged."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        name, eq, value = token.partition("=")
+        if name == "--ray" and eq and _is_address(value):
+            out += ["--ray.address", value]
+        elif token == "--ray" and nxt is not None and _is_address(nxt):
+            out += ["--ray.address", nxt]
+            i += 1
+        else:
+            out.append(token)
+        i += 1
+    return out
 
 
 class SourceConfig(BaseConfig):
@@ -208,6 +326,11 @@ class CollectConfig(SourceConfig):
     retry: RetryConfig = RetryConfig()
     """Timeouts, retries, rate limits."""
 
+    server_metrics: ServerMetricsConfig = ServerMetricsConfig()
+    """Each server's load (requests running and waiting, KV-cache use, preemptions, queue time)
+    scraped from its /metrics into ``[server] metrics`` lines in the collect log. A server without
+    vLLM's metrics (a hosted API: 404) is asked once; ``interval_s`` 0 turns it off."""
+
     prices: dict[str, Price] = Field(
         default_factory=lambda: {k: Price(**v) for k, v in DEFAULT_PRICES.items()}
     )
@@ -224,6 +347,14 @@ class CollectConfig(SourceConfig):
 
     progress_interval_s: float = Field(default=0.5, gt=0)
     """Seconds between progress refreshes."""
+
+    ray: RayConfig = RayConfig()
+    """Collection on a Ray cluster: ``--ray`` (``RAY_ADDRESS``, a cluster started on this machine,
+    else a local Ray) or ``--ray ADDRESS`` (``HOST:PORT`` of the head, ``auto``, ``local``); needs
+    the ``ray`` extra on every node. Workers (Ray actors) on every node send the requests, each to
+    its node's servers (``ray.node_base_urls``), and score the answers; this process writes every
+    record once, as without Ray, and resumes the same way. ``num_samples_in_parallel`` is per set
+    of servers: the workers that send to the same base URLs split it."""
 
     @field_validator("shard")
     @classmethod
@@ -321,4 +452,6 @@ class DiagnoseConfig(CollectConfig):
     def _check_levels(self) -> DiagnoseConfig:
         if self.high <= self.low:
             raise ValueError(f"high ({self.high}) must be above low ({self.low})")
+        if self.ray.enabled:
+            raise ValueError("diagnose runs in one process: drop --ray")
         return self

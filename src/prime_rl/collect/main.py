@@ -17,7 +17,14 @@ from typing import TypeVar
 
 from loguru import logger
 
-from prime_rl.collect.config import CollectConfig, DiagnoseConfig, MergeConfig, SourceConfig, VerifyFileConfig
+from prime_rl.collect.config import (
+    CollectConfig,
+    DiagnoseConfig,
+    MergeConfig,
+    SourceConfig,
+    VerifyFileConfig,
+    ray_argv,
+)
 from prime_rl.collect.progress import setup_collect_logging
 from prime_rl.collect.store import OutputError, OutputWriteError, aggregates_path, sibling
 from prime_rl.collect.tasks import InputError
@@ -69,11 +76,20 @@ def _run(coro_or_fn) -> int:
 def run_collect(argv: Sequence[str]) -> int:
     from prime_rl.collect.runner import CollectError, collect
 
-    cfg = _start(CollectConfig, argv)
+    cfg = _start(CollectConfig, ray_argv(list(argv)))
 
     def go() -> int:
         try:
-            result = asyncio.run(collect(cfg))
+            if cfg.ray.enabled:  # --ray [ADDRESS]: the requests go out from a Ray cluster's nodes
+                from prime_rl.collect.ray_driver import ClusterError, collect_ray
+
+                try:
+                    result = asyncio.run(collect_ray(cfg))
+                except ClusterError as e:
+                    logger.error(f"error: {e}")
+                    return 1
+            else:
+                result = asyncio.run(collect(cfg))
         except CollectError as e:
             logger.error(f"error: {e}")
             return 2

@@ -24,9 +24,9 @@ why, or the record was never scored) are handled as follows:
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from math import comb
 from typing import Any
 
@@ -54,19 +54,42 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@dataclass
-class Aggregator:
-    """Streaming accumulator: :meth:`add` each record, then :meth:`result`."""
+class _Counts:
+    """A growable array of small counters indexed by task index (4 bytes per task)."""
 
-    pass_threshold: float = 1.0
-    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    counts: Counter[str] = field(default_factory=Counter)
-    samples: dict[int, list[tuple[int, bool, str | None]]] = field(default_factory=lambda: defaultdict(list))
-    """Per task: (repeat_index, passed, answer key) of every sample; unscored ones are
-    (repeat_index, False, None): failed, and without a vote."""
-    records: int = 0
-    verify_failures: int = 0
-    unscored: int = 0
+    def __init__(self) -> None:
+        self.values = array("I")
+
+    def bump(self, index: int, by: int = 1) -> None:
+        if index >= len(self.values):
+            self.values.frombytes(bytes(self.values.itemsize * (index + 1 - len(self.values))))
+        self.values[index] += by
+
+
+class Aggregator:
+    """Streaming accumulator: :meth:`add` each record, then :meth:`result`.
+
+    Memory: each task's sample and pass counts (8 bytes per task index, for ``pass@k``); the
+    samples themselves (repeat, passed, answer) only with ``keep_answers``, which ``majority@k``
+    needs. :func:`aggregate_file` reads a file once without them and a second time with them only
+    when its tasks have several samples each, so a file of a million single samples aggregates in
+    a few megabytes."""
+
+    def __init__(self, pass_threshold: float = 1.0, keep_answers: bool = True) -> None:
+        self.pass_threshold = pass_threshold
+        self.keep_answers = keep_answers
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: Counter[str] = Counter()
+        self.n = _Counts()
+        """Samples per task index."""
+        self.c = _Counts()
+        """Passing samples per task index."""
+        self.samples: dict[int, list[tuple[int, bool, str | None]]] = defaultdict(list)
+        """Per task (with ``keep_answers``): (repeat_index, passed, answer key) of every sample;
+        unscored ones are (repeat_index, False, None): failed, and without a vote."""
+        self.records = 0
+        self.verify_failures = 0
+        self.unscored = 0
 
     def _add(self, name: str, value: Any) -> None:
         if _numeric(value):
@@ -78,48 +101,69 @@ class Aggregator:
         reward = record.get("reward")
         if record.get("verify_error"):
             self.verify_failures += 1
-        sample: tuple[int, bool, str | None]
+        task = int(record["task_index"])
+        passed = False
         if not _numeric(reward):
             self.unscored += 1
-            sample = (int(record["repeat_index"]), False, None)  # a failed sample, with no vote
         else:
             self._add("reward", reward)
             passed = float(reward) >= self.pass_threshold
-            sample = (int(record["repeat_index"]), passed, answer_key(record))
-        self.samples[int(record["task_index"])].append(sample)
+        self.n.bump(task)
+        if passed:
+            self.c.bump(task)
+        if self.keep_answers:  # an unscored sample is a failed one, with no vote
+            answer = answer_key(record) if _numeric(reward) else None
+            self.samples[task].append((int(record["repeat_index"]), passed, answer))
         for name, value in (record.get("metrics") or {}).items():
             self._add(f"metrics.{name}" if name == "reward" else name, value)
         for block in ("usage", "timings"):
             for name, value in (record.get(block) or {}).items():
                 self._add(f"{block}.{name}", value)
 
+    def samples_per_task(self) -> tuple[int, int]:
+        """The fewest and the most samples of a task (0, 0 when there is none)."""
+        counts = [n for n in self.n.values if n]
+        return (min(counts), max(counts)) if counts else (0, 0)
+
+    def wants_answers(self) -> bool:
+        """Whether :meth:`result` reports ``majority@k``, for which the answers must be kept."""
+        scored = self.records - self.unscored
+        return self.samples_per_task()[0] > 1 and bool(scored or self.verify_failures)
+
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: self.sums[name] / self.counts[name] for name in sorted(self.sums)}
         if "reward" in out:  # reward first, as users look for it
             out = {"reward": out.pop("reward"), **out}
+        tasks = [(n, c) for n, c in zip(self.n.values, self._c_values(), strict=True) if n]
         out.update(
             num_records=self.records,
-            num_tasks=len(self.samples),
+            num_tasks=len(tasks),
             unscored=self.unscored,
             verify_failures=self.verify_failures,
             verify_failure_rate=self.verify_failures / self.records if self.records else 0.0,
         )
-        if self.samples:
-            n_min = min(len(s) for s in self.samples.values())
-            n_max = max(len(s) for s in self.samples.values())
+        if tasks:
+            n_min, n_max = self.samples_per_task()
             out["samples_per_task"] = n_min if n_min == n_max else {"min": n_min, "max": n_max}
-            scored = self.records - self.unscored
             # a --no-verify file (nothing scored, nothing failed verification) has no pass@k
-            if n_min > 1 and (scored or self.verify_failures):
+            if self.wants_answers():
                 ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k <= n_min} | {n_min})
                 for k in ks:
-                    per_task = [pass_at_k(len(s), sum(p for _, p, _ in s), k) for s in self.samples.values()]
-                    out[f"pass@{k}"] = sum(per_task) / len(per_task)
-                for k in ks[1:]:
-                    out[f"majority@{k}"] = sum(_majority_passes(s, k) for s in self.samples.values()) / len(
-                        self.samples
-                    )
+                    out[f"pass@{k}"] = sum(pass_at_k(n, c, k) for n, c in tasks) / len(tasks)
+                if self.keep_answers:
+                    for k in ks[1:]:
+                        out[f"majority@{k}"] = sum(
+                            _majority_passes(s, k) for s in self.samples.values()
+                        ) / len(self.samples)
         return out
+
+    def _c_values(self) -> array:
+        missing = len(self.n.values) - len(self.c.values)
+        return (
+            self.c.values + array("I", bytes(self.c.values.itemsize * missing))
+            if missing > 0
+            else self.c.values
+        )
 
 
 def _majority_passes(samples: list[tuple[int, bool, str | None]], k: int) -> bool:
@@ -135,10 +179,25 @@ def _majority_passes(samples: list[tuple[int, bool, str | None]], k: int) -> boo
 
 
 def aggregate(records: Iterable[dict[str, Any]], pass_threshold: float = 1.0) -> dict[str, Any]:
+    """The aggregate of records held or streamed once (answers kept, for ``majority@k``)."""
     agg = Aggregator(pass_threshold)
     for record in records:
         agg.add(record)
     return agg.result()
+
+
+def aggregate_file(
+    read: Callable[[], Iterable[dict[str, Any]]], pass_threshold: float = 1.0
+) -> dict[str, Any]:
+    """The aggregate of a file's records, ``read()`` giving them afresh each time: one pass that keeps
+    counts only, then, when its tasks have several samples each (``majority@k``), a second pass that
+    keeps their answers too."""
+    agg = Aggregator(pass_threshold, keep_answers=False)
+    for record in read():
+        agg.add(record)
+    if not agg.wants_answers():
+        return agg.result()
+    return aggregate(read(), pass_threshold)
 
 
 class PriceTable:

@@ -13,14 +13,14 @@ from prime_rl.logging import LOG_FORMAT, intercept_stdlib
 
 
 def setup_collect_logging(log_file, level: str = "INFO") -> None:
-    """Console: messages only, printed above the bar; tagged ``[collect]`` lines go only to
-    ``log_file`` (one per rollout would drown the console)."""
+    """Console: messages only, printed above the bar; tagged ``[collect]`` and ``[server]`` lines
+    go only to ``log_file`` (one per rollout, or per scrape, would drown the console)."""
     logger.remove()
     logger.add(
         lambda msg: tqdm.write(msg, end="", file=sys.stderr),
         level=level,
         format="{message}",
-        filter=lambda r: not r["message"].startswith("[collect]"),
+        filter=lambda r: not r["message"].startswith(("[collect]", "[server]")),
     )
     if log_file is not None:
         logger.add(LogFile(log_file), level=level, format=LOG_FORMAT)

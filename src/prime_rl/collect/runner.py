@@ -28,10 +28,11 @@ from loguru import logger
 
 from prime_rl.clients.backoff import backoff_delay
 from prime_rl.clients.chat import ChatBackend, Completion, RateLimited, RequestError
+from prime_rl.clients.server_metrics import ServerMetricsScraper
 from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.episodes import add_episode, play_episode
 from prime_rl.collect.limiter import AdaptiveLimiter
-from prime_rl.collect.metrics import Aggregator, PriceTable
+from prime_rl.collect.metrics import PriceTable, aggregate_file
 from prime_rl.collect.progress import Progress
 from prime_rl.collect.scoring import Scorer, apply_verdict
 from prime_rl.collect.store import (
@@ -47,7 +48,7 @@ from prime_rl.collect.store import (
     scan_output,
     sibling,
 )
-from prime_rl.collect.tasks import TaskSelection, check_bad_lines, iter_tasks, scan_tasks
+from prime_rl.collect.tasks import Pairs, TaskSelection, check_bad_lines, iter_tasks, scan_tasks
 from prime_rl.envs.registry import load_env
 from prime_rl.logging import log_tagged
 from prime_rl.paths import atomic_write_json
@@ -217,8 +218,19 @@ class CollectResult:
     interrupted: bool = False
     aggregates: dict[str, Any] = field(default_factory=dict)
     estimate: dict[str, Any] | None = None
-    gen_ms: list[float] = field(default_factory=list)
-    verify_ms: list[float] = field(default_factory=list)
+    gen_ms_total: float = 0.0
+    gen_ms_count: int = 0
+    verify_ms_total: float = 0.0
+    verify_ms_count: int = 0
+    """Sums and counts, not lists: a million rollouts must not keep a million numbers."""
+
+    @property
+    def gen_ms_mean(self) -> float | None:
+        return self.gen_ms_total / self.gen_ms_count if self.gen_ms_count else None
+
+    @property
+    def verify_ms_mean(self) -> float | None:
+        return self.verify_ms_total / self.verify_ms_count if self.verify_ms_count else None
 
     @property
     def samples_per_s(self) -> float:
@@ -545,9 +557,11 @@ class Collector:
         r.written += 1
         r.input_tokens += comp.input_tokens
         r.output_tokens += comp.output_tokens
-        r.gen_ms.append(record["timings"]["gen_ms"])
+        r.gen_ms_total += record["timings"]["gen_ms"]
+        r.gen_ms_count += 1
         if "verify_ms" in record["timings"]:
-            r.verify_ms.append(record["timings"]["verify_ms"])
+            r.verify_ms_total += record["timings"]["verify_ms"]
+            r.verify_ms_count += 1
         if record.get("verify_error"):
             r.verify_failures += 1
         if isinstance(record.get("reward"), float):
@@ -589,7 +603,7 @@ class Collector:
         if state.duplicates:
             logger.warning(f"{out}: {state.duplicates} duplicate records (merge dedups them)")
         gave_up = read_failures(failures_path(out))
-        todo: dict[int, list[int]] = {}
+        todo = Pairs(cfg.num_repeats)
         for ti in sel.selected:
             for rep in range(cfg.num_repeats):
                 key: Key = (ti, rep)
@@ -598,8 +612,8 @@ class Collector:
                 elif gave_up[key] >= cfg.retry.max_attempts:
                     r.given_up += 1
                 else:
-                    todo.setdefault(ti, []).append(rep)
-        r.todo = sum(len(v) for v in todo.values())
+                    todo.add(ti, rep)
+        r.todo = todo.count
         if r.given_up:
             logger.warning(
                 f"{r.given_up} pairs failed in {cfg.retry.max_attempts} runs and are skipped "
@@ -624,9 +638,14 @@ class Collector:
             r.estimate = self._estimate(sel)
         return r
 
-    async def _collect(self, sel: TaskSelection, todo: dict[int, list[int]], first: dict | None) -> None:
+    async def _collect(self, sel: TaskSelection, todo: Pairs, first: dict | None) -> None:
         cfg, r = self.cfg, self.result
-        async with chat_backend(cfg, resolve_api_key(cfg)) as backend:
+        api_key = resolve_api_key(cfg)
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with (
+            chat_backend(cfg, api_key) as backend,
+            ServerMetricsScraper(backend.base_urls, cfg.server_metrics, auth),  # [server] metrics lines
+        ):
             model = cfg.responses_create_params.model or await backend.first_model()
             params = request_params(cfg, model)
             self._check_same_params(first, params)
@@ -659,8 +678,8 @@ class Collector:
                 AppendWriter(failures_path(cfg.output_jsonl_fpath), lazy=True) as failures,
             ):
                 try:
-                    for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, set(todo), self.env):
-                        for rep in todo[ti]:
+                    for ti, row, messages in iter_tasks(cfg.input_jsonl_fpath, todo, self.env):
+                        for rep in todo.repeats_of(ti):
                             await admission.acquire()
                             if fatal:
                                 break
@@ -737,11 +756,8 @@ class Collector:
 
 def write_aggregates(output: Path, pass_threshold: float) -> dict[str, Any]:
     """Aggregate every record of ``output`` into ``<stem>_aggregate_metrics.json``."""
-    agg = Aggregator(pass_threshold)
-    if output.exists():
-        for _, record in iter_records(output):
-            agg.add(record)
-    result = agg.result()
+    records = (lambda: (r for _, r in iter_records(output))) if output.exists() else (lambda: iter(()))
+    result = aggregate_file(records, pass_threshold)
     write_json(aggregates_path(output), result)
     return result
 

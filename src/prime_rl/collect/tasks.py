@@ -16,7 +16,8 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from array import array
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,8 @@ class TaskSelection:
     """What :func:`scan_tasks` found."""
 
     path: Path
-    selected: list[int] = field(default_factory=list)
-    """Task indices (zero-based line numbers) this run works on, in file order."""
+    selected: array = field(default_factory=lambda: array("q"))
+    """Task indices (zero-based line numbers) this run works on, in file order (8 bytes each)."""
     valid_total: int = 0
     """Valid tasks in the whole file (before --limit and --shard)."""
     shard_total: int = 0
@@ -231,13 +232,53 @@ class _RejectsFile:
         self._done = True
 
 
+class Pairs:
+    """The ``(task_index, repeat_index)`` pairs a run still has to do: one byte per pair up to the
+    largest task index (a million tasks of one sample: 1 MB, where a dict of lists took 150)."""
+
+    def __init__(self, repeats: int) -> None:
+        self.repeats = repeats
+        self._flags = bytearray()
+        self.count = 0
+        """Pairs to do."""
+        self.tasks = 0
+        """Tasks with at least one pair to do."""
+        self.last = -1
+        """The largest task index with a pair to do."""
+
+    def add(self, task: int, repeat: int) -> None:
+        base = task * self.repeats
+        if base + self.repeats > len(self._flags):
+            self._flags.extend(bytes(base + self.repeats - len(self._flags)))
+        if self._flags.find(1, base, base + self.repeats) == -1:
+            self.tasks += 1
+        if not self._flags[base + repeat]:
+            self._flags[base + repeat] = 1
+            self.count += 1
+        self.last = max(self.last, task)
+
+    def __contains__(self, task: object) -> bool:
+        if not isinstance(task, int) or task < 0:
+            return False
+        base = task * self.repeats
+        return base < len(self._flags) and self._flags.find(1, base, base + self.repeats) != -1
+
+    def __len__(self) -> int:
+        return self.tasks
+
+    def repeats_of(self, task: int) -> list[int]:
+        """The repeat indices of ``task`` still to do."""
+        base = task * self.repeats
+        return [r for r in range(self.repeats) if base + r < len(self._flags) and self._flags[base + r]]
+
+
 def iter_tasks(
-    path: Path, wanted: set[int], env: Environment | None
+    path: Path, wanted: Container[int], env: Environment | None
 ) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]]]]:
-    """``(task_index, row, messages)`` for the wanted indices, in file order."""
+    """``(task_index, row, messages)`` for the wanted indices (a set, or :class:`Pairs`), in file order."""
     if not wanted:
         return
-    last = max(wanted)
+    last = wanted.last if isinstance(wanted, Pairs) else max(wanted)  # type: ignore[call-overload]
     for index, raw in _lines(path):
         if index in wanted:
             try:

@@ -47,6 +47,7 @@ PROGRESS = {
     ("weights", "rpc.done"),
     ("train", "step.done"),
     ("env", "episode.done"),
+    ("env", "turn.done"),
 }
 """The tagged lines (tag, event) that count as progress of a run."""
 

@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from prime_rl.clients.config import ClientConfig, RetryPolicy
+from prime_rl.clients.fleet import FleetConfig
+from prime_rl.clients.server_metrics import ServerMetricsConfig
 from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
 from prime_rl.envs.config import EnvConfig, EpisodeConfig, VerifyConfig
 from prime_rl.monitor import MonitorConfig
@@ -127,6 +129,15 @@ class OrchestratorConfig(BaseConfig):
 
     client: ClientConfig = ClientConfig()
     """Inference servers, shared pool and admin client."""
+
+    server_metrics: ServerMetricsConfig = ServerMetricsConfig()
+    """Each server's load (requests running and waiting, KV-cache use, preemptions, queue time)
+    scraped from its /metrics into ``[server] metrics`` lines; ``interval_s`` 0 turns it off."""
+
+    fleet: FleetConfig = FleetConfig()
+    """How generation requests are spread over the servers: with server_metrics on, each server gets
+    an in-flight limit that backs off on preemption and a full KV cache, and the request goes to
+    the server with the most headroom."""
 
     sampling: SamplingConfig = SamplingConfig()
     """Sampling parameters."""

@@ -37,6 +37,7 @@ from typing import Any
 from prime_rl.envs.base import Score, Task
 from prime_rl.envs.tool_calls import ToolParser, parse_tool_calls
 from prime_rl.envs.verify import Verdict
+from prime_rl.logging import log_tagged
 
 OUTCOMES = ("done", "max_turns", "max_tokens", "timeout", "env_error", "abort")
 """Every way an episode ends (see the module docstring)."""
@@ -181,16 +182,23 @@ class EpisodeLimits:
 
 
 async def play(
-    task: Task, episode: Episode, limits: EpisodeLimits, step: StepFn, sample: SampleFn, delta: DeltaFn | None
+    task: Task,
+    episode: Episode,
+    limits: EpisodeLimits,
+    step: StepFn,
+    sample: SampleFn,
+    delta: DeltaFn | None,
+    log: dict[str, object] | None = None,
 ) -> Episode:
     """Run ``episode`` (its first model turn already added) until it ends; returns it.
 
     ``step``: the environment's answer (a verifier-pool call); ``sample``: the next model turn
     from a token prompt; ``delta``: the environment messages' ids (None when the environment has
-    a single turn, which never needs one)."""
+    a single turn, which never needs one). With ``log`` (fields such as ``step=`` and ``task=``),
+    each answer of the environment is an ``[env] turn.done`` line."""
     try:
         async with asyncio.timeout(limits.timeout_s):
-            await _turns(task, episode, limits, step, sample, delta)
+            await _turns(task, episode, limits, step, sample, delta, log)
     except TimeoutError:
         episode.outcome, episode.error = "timeout", f"episode took over {limits.timeout_s:.0f}s"
     except EpisodeError as e:
@@ -198,8 +206,21 @@ async def play(
     return episode
 
 
+def _turn_end(verdict: Verdict) -> str:
+    """How the environment's answer ends the turn: ``done`` (the episode), ``no`` or ``env_error``."""
+    if verdict.error is not None or verdict.turn is None:
+        return "env_error"
+    return "done" if verdict.turn.done else "no"
+
+
 async def _turns(
-    task: Task, ep: Episode, limits: EpisodeLimits, step: StepFn, sample: SampleFn, delta: DeltaFn | None
+    task: Task,
+    ep: Episode,
+    limits: EpisodeLimits,
+    step: StepFn,
+    sample: SampleFn,
+    delta: DeltaFn | None,
+    log: dict[str, object] | None,
 ) -> None:
     while True:
         if ep.finish_reason == "abort":
@@ -211,6 +232,21 @@ async def _turns(
             last["tool_calls"] = calls
         verdict = await step(task, ep.messages)
         ep.env_ms += verdict.ms
+        if log is not None:
+            answer = verdict.turn
+            log_tagged(
+                "env",
+                "turn.done",
+                **log,
+                turn=ep.turns,
+                policy_step=ep.policy_steps[-1],
+                gen_ms=ep.turn_gen_ms[-1],
+                env_ms=verdict.ms,
+                tool_ms=answer.tool_ms if answer is not None else 0.0,
+                tool_calls=len(calls),
+                tool_errors=len(answer.tool_errors) if answer is not None else 0,
+                end=_turn_end(verdict),
+            )
         if verdict.error is not None or verdict.turn is None:
             ep.outcome, ep.error = "env_error", verdict.error or "no answer"
             return

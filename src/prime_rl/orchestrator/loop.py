@@ -34,7 +34,9 @@ from prime_rl import failpoints
 from prime_rl.clients.admin import AdminClient, WeightUpdateError
 from prime_rl.clients.chat import chat_url, completions_url
 from prime_rl.clients.errors import RateLimited, Rejected, RequestError, TransportError
+from prime_rl.clients.fleet import FleetBalancer
 from prime_rl.clients.pool import HealthProbe, InferencePool, JsonReply
+from prime_rl.clients.server_metrics import ServerMetricsScraper
 from prime_rl.envs.base import Task
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import VerifierPool
@@ -74,6 +76,16 @@ class Orchestrator:
         self.env = load_env(cfg.env.name, cfg.env.options)
         self.pool = InferencePool(cfg.client)
         self.admin = AdminClient(cfg.client, pool=self.pool)
+        auth = {k: v for k, v in self.pool.headers.items() if k == "Authorization"}  # the API key, if any
+        self.server_metrics = ServerMetricsScraper(self.pool.base_urls, cfg.server_metrics, auth)
+        if cfg.fleet.adaptive and self.server_metrics.enabled:
+            self.pool.balancer = FleetBalancer(
+                self.pool.base_urls,
+                cfg.fleet,
+                cfg.max_inflight,
+                self.server_metrics.latest,
+                self.pool.inflight,
+            )
         self.verifier = VerifierPool(cfg.env.name, cfg.env.options, cfg.verify.workers, cfg.verify.timeout_s)
         self.max_turns = cfg.episode.max_turns or self.env.max_turns
         self._tokenizer = None
@@ -117,6 +129,7 @@ class Orchestrator:
             await self._load_tokenizer()
             await self.wait_for_servers()
             await self.admin.start()  # connections for weight updates, open before the streams start
+            self.server_metrics.start()  # [server] metrics lines every server_metrics.interval_s
             start = await self._resume() if self.cfg.resume.enabled else 0
             producer = asyncio.create_task(self._produce())
             health = asyncio.create_task(self._health_loop())
@@ -130,6 +143,7 @@ class Orchestrator:
                 *[t for t in [producer, health, *self.inflight] if t is not None], return_exceptions=True
             )
             self.verifier.close()
+            await self.server_metrics.aclose()
             await self.admin.aclose()
             await self.pool.aclose()
 
@@ -365,8 +379,9 @@ class Orchestrator:
             cfg.episode.tool_parser,
         )
         delta = None if self.max_turns == 1 else self._chat_delta(task)
+        turn_log = None if self.max_turns == 1 else {"step": self.step, "task": index}
         await asyncio.gather(
-            *(play(task, e, limits, self.verifier.step, self._sample_turn, delta) for e in kept)
+            *(play(task, e, limits, self.verifier.step, self._sample_turn, delta, turn_log) for e in kept)
         )
         aborted = sum(e.outcome == "abort" for e in kept)
         if aborted:  # a later turn was cut off by a weight swap: regenerate the whole group
@@ -580,12 +595,17 @@ class Orchestrator:
         )
 
     async def _pick(self) -> str:
-        """The least-loaded healthy server; waits (bounded) while every server is down."""
+        """The healthy server with the most headroom; waits while every one is at its in-flight
+        limit (for a request to finish), and (bounded) while every server is down."""
         deadline = time.monotonic() + self.cfg.request_timeout_s
         while True:
             url = self.pool.pick(exclude=self.down)
             if url is not None:
                 return url
+            if self.pool.pick(exclude=self.down, limits=False) is not None:  # up, but all busy
+                deadline = time.monotonic() + self.cfg.request_timeout_s
+                await asyncio.sleep(0.02)
+                continue
             if time.monotonic() > deadline:
                 raise OrchestratorError(f"every inference server is down ({', '.join(sorted(self.down))})")
             await asyncio.sleep(0.5)

@@ -11,6 +11,7 @@ from prime_rl.analysis import rules, run_warnings
 from prime_rl.analysis.analyze import rank_findings
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import Event
+from prime_rl.analysis.server_load import ServerLoadSeries
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
 
@@ -34,6 +35,14 @@ def _servers(slow_ms: float) -> tuple[Update, ...]:
     )
 
 
+def _load(kv: float, waiting: float, preemptions: list[float]) -> dict:
+    """``fields`` of one server scraped every 5 s (KV cache ``kv`` % full, ``waiting`` requests)."""
+    s = ServerLoadSeries("http://a", ts=[5.0 * i for i in range(len(preemptions))])
+    s.running, s.waiting = [8.0] * len(s.ts), [waiting] * len(s.ts)
+    s.kv_cache_pct, s.preemptions = [kv] * len(s.ts), list(preemptions)
+    return {"server_load": {s.url: s}}
+
+
 # a 100 s run; series not given are empty (see the ``collected`` fixture)
 FIRES = {
     rules.frontend_queue_saturation: dict(queue_ms=[5000.0] * 4, rpc_ms=[200.0] * 4),
@@ -54,6 +63,7 @@ FIRES = {
     rules.stall: dict(fields={"open_wait": ("5", 10.0, WAIT)}, last_lines=ENDS),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
     rules.slow_server: dict(updates=_servers(5000.0)),
+    rules.kv_cache_pressure: dict(fields=_load(97.0, 5.0, [0.0, 3.0, 6.0, 9.0])),
 }
 QUIET = {
     rules.frontend_queue_saturation: [
@@ -108,6 +118,12 @@ QUIET = {
         dict(updates=_servers(1500.0)),
         dict(updates=_servers(5000.0)[:6]),
     ],  # 1.5x; 2 updates each
+    rules.kv_cache_pressure: [
+        dict(fields=_load(97.0, 0.0, [4.0] * 4)),  # full, nothing waiting, no preemption: well used
+        dict(fields=_load(50.0, 3.0, [0.0] * 11 + [1.0])),  # 1 preemption in 55 s: 1.1 a minute
+        dict(fields=_load(99.0, 9.0, [0.0, 30.0])),  # two scrapes: fewer than server_min_scrapes
+        {},
+    ],
 }
 KINDS = {
     rules.collect_verification_bound: "verification_bound",
@@ -115,7 +131,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 14
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 15
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 

@@ -225,7 +225,7 @@ def test_empty_prompts_are_rejected_whatever_field_or_env_builds_them(tmp_path):
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sel = scan_tasks(path, load_env("math"), rejects=tmp_path / "rejects.jsonl")
-    assert sel.selected == [1, 4] and sel.rejects == tmp_path / "rejects.jsonl"
+    assert list(sel.selected) == [1, 4] and sel.rejects == tmp_path / "rejects.jsonl"
     assert [(i.line, i.problem) for i in sel.issues] == [
         (1, "empty prompt: field 'question' is blank"),
         (3, "empty prompt: field 'responses_create_params.input' is blank"),

@@ -8,7 +8,7 @@ import pytest
 from tests.support.samples import rec
 
 from prime_rl.collect.config import Price
-from prime_rl.collect.metrics import PriceTable, aggregate, pass_at_k
+from prime_rl.collect.metrics import Aggregator, PriceTable, aggregate, aggregate_file, pass_at_k
 from prime_rl.collect.store import (
     iter_records,
 )
@@ -113,6 +113,27 @@ def test_an_unverified_file_gets_no_pass_at_k_but_its_counts():
 def test_single_samples_get_no_pass_at_k():
     agg = aggregate([rec(0, 0, 1.0), rec(1, 0, 0.0)])
     assert agg["reward"] == 0.5 and not any(k.startswith(("pass@", "majority@")) for k in agg)
+
+
+def test_a_file_aggregates_in_counts_and_reads_answers_only_for_majority_votes():
+    single = [rec(t, 0, float(t % 2), str(t)) for t in range(1000)]
+    reads = []
+
+    def read(rows):
+        reads.append(1)
+        return iter(rows)
+
+    assert aggregate_file(lambda: read(single)) == aggregate(single)
+    assert len(reads) == 1  # one sample per task: no majority@k, one pass, no answers kept
+    counts = Aggregator(keep_answers=False)
+    for r in single:
+        counts.add(r)
+    assert counts.samples == {} and len(counts.n.values) == 1000 and sum(counts.c.values) == 500
+    multi = [rec(t, r, float(r == t % 3), "ab"[r % 2]) for t in range(30) for r in range(3)]
+    reads.clear()
+    got = aggregate_file(lambda: read(multi))
+    assert got == aggregate(multi) and "majority@3" in got and "pass@2" in got
+    assert len(reads) == 2  # counts first, then the answers for the votes
 
 
 def test_price_table_matches_prefixes_and_computes_cost():

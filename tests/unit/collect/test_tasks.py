@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prime_rl.collect.tasks import InputError, iter_tasks, scan_tasks
+from prime_rl.collect.tasks import InputError, Pairs, iter_tasks, scan_tasks
 from prime_rl.envs.registry import load_env
 
 
@@ -26,7 +26,7 @@ def test_bad_task_lines_are_reported_with_line_numbers(tmp_path):
         (4, "no prompt"),
         (5, "expected a JSON object, got list"),
     ]
-    assert sel.selected == [0, 2, 5] and sel.valid_total == 3
+    assert list(sel.selected) == [0, 2, 5] and sel.valid_total == 3
     with pytest.raises(InputError, match=r"tasks.jsonl:2: not valid JSON.*--strict"):
         scan_tasks(path, None, strict=True)
 
@@ -37,7 +37,7 @@ def test_env_required_fields_are_checked(tmp_path):
         json.dumps({"question": "1+1?", "answer": "2"}) + "\n" + json.dumps({"question": "2+2?"}) + "\n"
     )
     sel = scan_tasks(path, load_env("math"))
-    assert sel.selected == [0]
+    assert list(sel.selected) == [0]
     assert sel.issues[0].line == 2 and "missing field 'answer'" in sel.issues[0].problem
     ((_, _, messages),) = list(iter_tasks(path, {0}, load_env("math")))
     assert messages[0]["role"] == "system" and messages[-1] == {"role": "user", "content": "1+1?"}
@@ -46,9 +46,21 @@ def test_env_required_fields_are_checked(tmp_path):
 def test_limit_then_shard_is_deterministic(tmp_path):
     path = tmp_path / "tasks.jsonl"
     write_tasks(path, 10, {2: "{bad"})
-    full = scan_tasks(path, None, limit=6).selected
+    full = list(scan_tasks(path, None, limit=6).selected)
     assert full == [0, 1, 3, 4, 5, 6]
-    shards = [scan_tasks(path, None, limit=6, shard=(i, 3)).selected for i in range(3)]
+    shards = [list(scan_tasks(path, None, limit=6, shard=(i, 3)).selected) for i in range(3)]
     assert sorted(sum(shards, [])) == full
     assert all(t % 3 == i for i, s in enumerate(shards) for t in s)
     assert scan_tasks(path, None, shard=(1, 3)).shard_total == 3  # 1, 4, 7
+
+
+def test_pairs_hold_what_is_left_to_do_per_task_and_feed_iter_tasks(tmp_path):
+    todo = Pairs(repeats=3)
+    for task, repeat in [(5, 0), (5, 2), (2, 1), (5, 2)]:
+        todo.add(task, repeat)
+    assert (todo.count, len(todo), todo.last) == (3, 2, 5)
+    assert todo.repeats_of(5) == [0, 2] and todo.repeats_of(2) == [1] and todo.repeats_of(9) == []
+    assert 5 in todo and 2 in todo and 3 not in todo and 99 not in todo and -1 not in todo
+    path = tmp_path / "tasks.jsonl"
+    write_tasks(path, 8)
+    assert [t for t, _, _ in iter_tasks(path, todo, None)] == [2, 5]
