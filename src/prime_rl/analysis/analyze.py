@@ -40,7 +40,7 @@ def order(found: list[Finding]) -> list[Finding]:
     bottleneck that matters at its end), and a finding that explains another (``explains``: slow
     scoring or truncation explain generation-bound, a slow server a slow reload) comes right above
     it when it ranked lower."""
-    ranked = sorted(found, key=lambda f: (f.kind != "stall", -f.share))
+    ranked = sorted(found, key=lambda f: (f.kind not in ("stall", "hang"), -f.share))
     for cause in [f for f in ranked if f.explains]:
         kinds = [f.kind for f in ranked]
         if cause.explains in kinds and kinds.index(cause.explains) < ranked.index(cause):

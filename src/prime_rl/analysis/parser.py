@@ -25,7 +25,7 @@ from pathlib import Path
 
 from prime_rl.analysis.clock import Clock, reference_date
 
-TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server")
+TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
 _TAG_ALT = b"|".join(TAGS)
 _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # anchored at a marker: the tag, an optional trace id, whitespace, the rest of the line

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
 from prime_rl.analysis.stages import update_critical, verify_wall_ms
-from prime_rl.analysis.stalls import stall
+from prime_rl.analysis.stalls import hang, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -397,6 +397,7 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
 
 RULES: tuple[Rule, ...] = (
     stall,
+    hang,
     frontend_queue_saturation,
     slow_reload,
     checkpoint_io,

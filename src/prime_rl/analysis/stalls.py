@@ -138,3 +138,27 @@ def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, 
         f"(stall_min_s {th.stall_min_s:g}, or 3x the median batch); {other}",
         ev.ts,
     )
+
+
+def hang(d: Collected, th: Thresholds) -> Finding | None:
+    """The ``rl`` launcher's watchdog saw no progress (``[hang] detected``): who waited on whom."""
+    if not d.hangs:
+        return None
+    first = d.hangs[0]
+    waits = first.fields.get("waits", "none")
+    said = (
+        f"{len(d.hangs)} time(s), first at {_clock(first.ts)} ({first.where()}): no progress for "
+        f"{first.fields.get('silent_s', '?')} s (threshold {first.fields.get('threshold_s', '?')} s, median step "
+        f"{first.fields.get('median_step_s', '?')} s); waits: {waits.replace(',', ', ')}"
+    )
+    return Finding(
+        kind="hang",
+        title="Hang: the launcher's watchdog saw no process make progress",
+        evidence=said,
+        share=1.0,
+        next=(
+            "Read the Python stacks each process dumped into its log right after the [hang] line.",
+            "The side waited on (after '>' in waits) is where to look first.",
+        ),
+        thresholds=(),
+    )

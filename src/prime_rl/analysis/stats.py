@@ -133,6 +133,8 @@ class Collected:
     """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
     server_load: dict[str, ServerLoadSeries] = field(default_factory=dict)
     """Per server URL: its load scraped from /metrics ([server] lines, :mod:`~prime_rl.analysis.server_load`)."""
+    hangs: list[Event] = field(default_factory=list)
+    """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -195,6 +197,7 @@ class _Collector:
         self.server_counts: dict[str, Counter] = {}
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
+        self.hangs: list[Event] = []
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -205,6 +208,7 @@ class _Collector:
             "collect": self.collect,
             "env": self.env,
             "server": self.server_loads.add,
+            "hang": self.hang,
         }
 
     def _add(self, key: str, value: float | None, step: str | None = None) -> None:
@@ -228,6 +232,10 @@ class _Collector:
         url = ev.fields.get("url")
         if url:
             self.server_counts.setdefault(url, Counter())[f"retry.{status}"] += 1
+
+    def hang(self, ev: Event) -> None:
+        if ev.event == "detected":
+            self.hangs.append(ev)
 
     def weights(self, ev: Event) -> None:
         if ev.tid:
@@ -392,6 +400,7 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
         c.server_counts,
         c.verify_workers,
         c.server_loads.by_url,
+        c.hangs,
     )
 
 

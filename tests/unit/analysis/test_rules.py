@@ -17,6 +17,19 @@ from prime_rl.analysis.updates import Update
 
 TH = Thresholds()
 WAIT = Event("ckpt", "wait.start", None, {"target_step": "5"}, 10.0, "orchestrator")
+HANG = Event(
+    "hang",
+    "detected",
+    None,
+    {
+        "silent_s": "312.4",
+        "threshold_s": "120.0",
+        "median_step_s": "2.1",
+        "waits": "orchestrator>trainer:weights/step_5",
+    },
+    50.0,
+    "rl",
+)
 ENDS = {"/r/orchestrator.log": (100.0, "still waiting"), "/r/trainer/rank_0.log": (5.0, "Killed")}
 
 
@@ -61,6 +74,7 @@ FIRES = {
     rules.collect_queue: dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),
     rules.rate_limited: dict(counts={"retry.429": 5, "completions": 100}, retry_wait_ms=[500.0] * 5),
     rules.stall: dict(fields={"open_wait": ("5", 10.0, WAIT)}, last_lines=ENDS),
+    rules.hang: dict(fields={"hangs": [HANG]}),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
     rules.slow_server: dict(updates=_servers(5000.0)),
     rules.kv_cache_pressure: dict(fields=_load(97.0, 5.0, [0.0, 3.0, 6.0, 9.0])),
@@ -113,6 +127,7 @@ QUIET = {
             last_lines={"/r/orchestrator.log": (100.0, "x"), "/r/trainer.log": (99.0, "y")},
         ),
     ],
+    rules.hang: [{}],
     rules.truncation: [dict(trunc_pct=[25.0] * 4, gen_dur_ms=[16000.0] * 4), {}],
     rules.slow_server: [
         dict(updates=_servers(1500.0)),
@@ -131,7 +146,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 15
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 16
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 
@@ -147,6 +162,13 @@ def test_rule_fires_on_its_signature(rule, collected):
 def test_rule_stays_quiet_otherwise(rule, collected):
     for case in QUIET[rule]:
         assert rule(collected(**case), TH) is None, case
+
+
+def test_a_watchdog_hang_is_ranked_first_and_says_who_waits_on_whom(collected):
+    d = collected(fields={"hangs": [HANG, HANG]}, gen_dur_ms=[45000.0] * 2)
+    first = rank_findings(d, TH).findings[0]
+    assert first.kind == "hang"
+    assert "2 time(s)" in first.evidence and "orchestrator>trainer:weights/step_5" in first.evidence
 
 
 def test_rpc_time_falls_back_to_the_server_log(collected):
