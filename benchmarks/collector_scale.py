@@ -60,7 +60,7 @@ def run_size(n: int, work: Path, url: str, parallel: int, extra: list[str]) -> d
     cpu_s, rss_mb = float(tail[0]), int(tail[2]) / 1024.0
     with open(out) as f:
         written = sum(1 for _ in f)
-    for f in [tasks, *work.glob(f"out_{n}*")]:
+    for f in [tasks, *work.glob(f"out_{n}*"), *work.glob(f".out_{n}*")]:  # the lock file too
         f.unlink()
     return {
         "tasks": n,
