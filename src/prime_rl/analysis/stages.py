@@ -114,7 +114,11 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     if d.series["write_ms"]:
         rows.append(("publish (weight write)", "trainer", d.total("write_ms"), "[ckpt] write_ms"))
-    if d.series["collect_ms"]:
+    busy = d.total("collect_ms")
+    if busy and run:
+        # samples overlap: a stage's summed time over the mean number of samples in flight (Little's
+        # law: busy time / wall time) is its wall-time equivalent, its share that of the samples' time
+        inflight = busy / run
         for key, name in (
             ("collect_gen_ms", "generation"),
             ("collect_verify_ms", "verification"),
@@ -123,10 +127,10 @@ def stages(d: Collected) -> list[Stage]:
             if d.series[key]:
                 rows.append(
                     (
-                        f"collector {name} (per sample, summed)",
+                        f"collector {name}",
                         "collector",
-                        d.total(key),
-                        f"[collect] {key[8:]}",
+                        d.total(key) / inflight,
+                        f"[collect] {key[8:]} summed / {inflight:.1f} samples in flight (mean)",
                     )
                 )
     out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]

@@ -3,9 +3,11 @@ a healthy run named as such; the runs are generated logs with one injected bottl
 
 from __future__ import annotations
 
+import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
 from prime_rl.analysis import rules
+from prime_rl.analysis.stages import stages
 from prime_rl.analysis.thresholds import Thresholds
 
 
@@ -72,3 +74,15 @@ def test_minor_findings_are_listed_apart_from_secondary_ones(collected):
     md = summary_md(Analysis(collected(), Thresholds(), (big, small), ()), has_png=False)
     assert "## Secondary findings" not in md
     assert "## Minor findings (at most 5% of the run each: `secondary_share`)\n\n- **Small**: e2." in md
+
+
+def test_a_collector_s_overlapping_samples_are_shares_of_the_samples_time_not_of_summed_time(collected):
+    # 10 s of wall time, 400 samples of 1 s each: 40 in flight on average
+    d = collected(
+        run_s=10.0, collect_ms=[1000.0] * 400, collect_gen_ms=[900.0] * 400, collect_verify_ms=[100.0] * 400
+    )
+    rows = {s.name: s for s in stages(d)}
+    assert rows["collector generation"].share == pytest.approx(0.9)  # was 36x the run, summed
+    assert rows["collector generation"].total_ms == pytest.approx(9000.0)
+    assert rows["collector verification"].share == pytest.approx(0.1)
+    assert "40.0 samples in flight" in rows["collector generation"].how
