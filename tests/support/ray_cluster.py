@@ -46,9 +46,13 @@ class TwoNodeCluster:
             initialize_head=True,
             head_node_args={**NODE_ARGS, "include_dashboard": False, "temp_dir": self.temp},
         )
-        self.address = self.cluster.address
-        self.head = Node(self.cluster.head_node.node_id, self.cluster.head_node)
-        self.other = self.add_node()
+        try:
+            self.address = self.cluster.address
+            self.head = Node(self.cluster.head_node.node_id, self.cluster.head_node)
+            self.other = self.add_node()
+        except BaseException:  # the head runs already: a failed second node must not leave it behind
+            self.shutdown()
+            raise
 
     def add_node(self) -> Node:
         """A second node (again); returns once it is registered (a node removed before may still

@@ -74,7 +74,8 @@ def where_time_goes(d: Collected) -> list[str]:
 
 
 def per_server(d: Collected) -> list[str]:
-    """One row per server URL (weight updates, retries, failures)."""
+    """One row per server URL: weight updates, retries and failures; for a collector run, samples,
+    generation time, retries and failures."""
     rows = server_rows(d)
     if not rows:
         return []
@@ -82,6 +83,21 @@ def per_server(d: Collected) -> list[str]:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
+    if not any(r.updates for r in rows):  # a collector run: samples, not weight updates
+        lines = [
+            "",
+            "## Per server",
+            "",
+            "| server | samples | failed | gen_ms p50 | 429 retries | other retries |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            other = sum(n for k, n in r.retries.items() if k != "retry.429")
+            lines.append(
+                f"| {r.url} | {r.samples} | {r.failed} | {f(r.median('gen_ms'))} | "
+                f"{r.retries.get('retry.429', 0)} | {other} |"
+            )
+        return lines
     lines = [
         "",
         "## Per server",

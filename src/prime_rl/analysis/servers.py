@@ -35,6 +35,10 @@ class ServerRow:
     rpc_ms: list[float] = field(default_factory=list)
     queue_ms: list[float] = field(default_factory=list)
     retries: Counter = field(default_factory=Counter)
+    samples: int = 0
+    """Samples the collector got from this server ([collect] rollout.done url=)."""
+    gen_ms: list[float] = field(default_factory=list)
+    """Their generation times."""
 
     def median(self, key: str) -> float | None:
         values = getattr(self, key)
@@ -49,6 +53,8 @@ class ServerRow:
             "rpc_ms_p50": self.median("rpc_ms"),
             "queue_ms_p50": self.median("queue_ms"),
             "retries": dict(self.retries),
+            "samples": self.samples,
+            "gen_ms_p50": self.median("gen_ms"),
         }
 
 
@@ -69,7 +75,12 @@ def server_rows(d: Collected) -> list[ServerRow]:
         if rpc is not None:
             row.rpc_ms.append(rpc)
     for url, counts in d.server_counts.items():
-        rows.setdefault(url, ServerRow(url)).retries.update(counts)
+        row = rows.setdefault(url, ServerRow(url))
+        row.failed += counts.get("failed", 0)
+        row.retries.update({k: v for k, v in counts.items() if k != "failed"})
+    for url, gen in d.server_gen_ms.items():
+        row = rows.setdefault(url, ServerRow(url))
+        row.samples, row.gen_ms = len(gen), gen
     return [rows[k] for k in sorted(rows)]
 
 
@@ -80,7 +91,7 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     server, so its share is the time the others spent waiting for it."""
     rows = [r for r in server_rows(d) if r.updates >= th.server_min_updates]
     if len(rows) < 2:
-        return None
+        return _slow_generation(d, th)
     key = "wall_ms" if all(r.wall_ms for r in rows) else "rpc_ms"
     medians = {r.url: r.median(key) for r in rows if r.median(key) is not None}
     if len(medians) < 2:
@@ -110,6 +121,36 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),
         explains="slow_reload",
+    )
+
+
+def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
+    """A collector run's slow server: its median generation time per sample ``server_slow_ratio``
+    times its peers', over at least ``server_min_updates`` samples each."""
+    rows = [r for r in server_rows(d) if r.samples >= th.server_min_updates]
+    if len(rows) < 2:
+        return None
+    medians = {r.url: statistics.median(r.gen_ms) for r in rows}
+    slow_url = max(medians, key=lambda u: medians[u])
+    peers = statistics.median(v for u, v in medians.items() if u != slow_url)
+    ratio = medians[slow_url] / peers if peers > 0 else float("inf")
+    if ratio < th.server_slow_ratio:
+        return None
+    slow = next(r for r in rows if r.url == slow_url)
+    samples = sum(r.samples for r in rows)
+    return Finding(
+        kind="slow_server",
+        title=f"Slow server: {slow_url} takes {ratio:.1f}x as long as its peers to generate",
+        evidence=f"median generation {medians[slow_url]:.0f} ms per sample on {slow_url} vs {peers:.0f} ms on "
+        f"the {len(medians) - 1} other server(s) ({ratio:.1f}x >= server_slow_ratio {th.server_slow_ratio:g}); "
+        f"it answered {slow.samples} of {samples} samples",
+        share=slow.samples / samples * (1 - 1 / ratio) if samples else 0.0,
+        next=(
+            f"Check {slow_url}'s host (GPU health, other load, its batch size and KV cache in [server] lines).",
+            "Drop it from --base_urls, or give it a smaller share until it is fixed.",
+        ),
+        thresholds=("server_slow_ratio", "server_min_updates"),
+        explains="collect_generation_bound",
     )
 
 

@@ -133,6 +133,8 @@ class Collected:
     """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
     server_load: dict[str, ServerLoadSeries] = field(default_factory=dict)
     """Per server URL: its load scraped from /metrics ([server] lines, :mod:`~prime_rl.analysis.server_load`)."""
+    server_gen_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
@@ -198,6 +200,7 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
+        self.server_gen_ms: dict[str, list[float]] = {}
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -321,10 +324,16 @@ class _Collector:
             self._retry(ev)
             return
         self._add("collect_ms", ev.num("dur_ms"))
+        url = ev.fields.get("url")
         if ev.event == "rollout.done":
             self.counts["completions"] += 1
             for key in ("queue_ms", "gen_ms", "verify_ms"):
                 self._add(f"collect_{key}", ev.num(key))
+            gen = ev.num("gen_ms")
+            if url and gen is not None:
+                self.server_gen_ms.setdefault(url, []).append(gen)
+        elif ev.event == "rollout.failed" and url:
+            self.server_counts.setdefault(url, Counter())["failed"] += 1
         elif ev.fields.get("status") == "429":  # older collector lines: a 429 with its dur_ms
             self.counts["retry.429"] += 1
 
@@ -400,6 +409,7 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
         c.server_counts,
         c.verify_workers,
         c.server_loads.by_url,
+        c.server_gen_ms,
         c.hangs,
     )
 

@@ -386,6 +386,7 @@ class Collector:
                 verify_ms=t.get("verify_ms"),
                 out_tokens=comp.output_tokens,
                 attempts=record["attempts"],
+                url=comp.url,
             )
         except RequestError as e:
             self.result.failed += 1
@@ -409,6 +410,7 @@ class Collector:
                 status=e.status or "conn",
                 dur_ms=(time.monotonic() - created) * 1000,
                 kind=type(e).__name__,
+                url=e.url,
             )
         finally:
             if tries.held:
@@ -444,6 +446,7 @@ class Collector:
                     wait_ms=wait * 1000,
                     attempt=tries.n429,
                     retry_after=e.retry_after is not None,
+                    url=e.url,
                 )
                 if tries.n429 > retry.max_429_retries:
                     raise
@@ -468,6 +471,7 @@ class Collector:
                     status=e.status or "conn",
                     wait_ms=delay * 1000,
                     attempt=tries.attempts,
+                    url=e.url,
                 )
                 await asyncio.sleep(delay)
         gen_ms = (time.monotonic() - sent) * 1000

@@ -45,3 +45,54 @@ def test_console_captured_server_logs_still_match_the_client(tmp_path, analyze):
     # the date-less server times were put on the client's date: wall clocks agree within a minute
     assert all(u["recv_ts"] is not None and 0 <= u["recv_ts"] - u["send_ts"] < 60 for u in summary["updates"])
     assert "client.send -> server.recv median" in summary["primary"]["evidence"]
+
+
+def _collect_log(path, gen_ms_by_url: dict[str, float], n: int = 20):
+    """A collector's log: ``n`` samples per server, each server at its own generation time; one
+    429 retry and one failed sample on the last server."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for i in range(n):
+        for j, (url, gen) in enumerate(gen_ms_by_url.items()):
+            ts = f"2026-01-01 12:00:{(i * len(gen_ms_by_url) + j) % 60:02d}.000"
+            tagged = format_tagged(
+                "collect", "rollout.done", f"t{i}-{j}", task=i, repeat=j, status=200, dur_ms=gen + 5,
+                queue_ms=0.0, gen_ms=gen, verify_ms=5.0, out_tokens=8, attempts=1, url=url,
+            )  # fmt: skip
+            lines.append(f"{ts} | INFO    | {tagged}")
+    last = list(gen_ms_by_url)[-1]
+    for tagged in (
+        format_tagged("collect", "request.retry", "r1", status=429, wait_ms=100.0, attempt=1, url=last),
+        format_tagged(
+            "collect", "rollout.failed", "f1", task=99, repeat=0, status=500, dur_ms=5.0, kind="X", url=last
+        ),
+    ):
+        lines.append(f"2026-01-01 12:00:59.000 | INFO    | {tagged}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_collector_s_servers_get_their_own_rows_and_a_slow_one_is_named(tmp_path, analyze):
+    log = _collect_log(
+        tmp_path / "collect.log", {"http://a:1": 100.0, "http://b:1": 100.0, "http://c:1": 300.0}
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    by_url = {s["url"]: s for s in summary["servers"]}
+    assert {u: (s["samples"], s["gen_ms_p50"]) for u, s in by_url.items()} == {
+        "http://a:1": (20, 100.0),
+        "http://b:1": (20, 100.0),
+        "http://c:1": (20, 300.0),
+    }
+    assert by_url["http://c:1"]["failed"] == 1 and by_url["http://c:1"]["retries"] == {"retry.429": 1}
+    slow = next(f for f in summary["findings"] if f["kind"] == "slow_server")
+    assert slow["title"] == "Slow server: http://c:1 takes 3.0x as long as its peers to generate"
+    assert (
+        "| server | samples | failed | gen_ms p50 |" in md and "| http://c:1 | 20 | 1 | 300.0 | 1 | 0 |" in md
+    )
+
+
+def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):
+    log = _collect_log(tmp_path / "collect.log", {"http://a:1": 100.0, "http://b:1": 150.0})
+    summary, _ = analyze([log], tmp_path / "out")
+    assert not any(f["kind"] == "slow_server" for f in summary["findings"])
