@@ -24,21 +24,26 @@ def children_groups(launcher: subprocess.Popen, n: int = 3, timeout_s: float = 1
     deadline = time.monotonic() + timeout_s
     while True:
         kids = psutil.Process(launcher.pid).children()
-        if len(kids) >= n:
+        # a child caught between fork and exec still shows the launcher's command line: wait for it
+        names = [_module(kid) for kid in kids]
+        if len(kids) >= n and all(name not in (None, "launcher") for name in names):
             break
         assert launcher.poll() is None and time.monotonic() < deadline, (
-            "the launcher did not start its children"
+            f"the launcher did not start its children: {names}"
         )
         time.sleep(0.2)
-    groups = {}
-    for kid in kids:
-        args = kid.cmdline()
-        name = next(
-            (a.split(".")[1] for a in args if a.startswith("prime_rl.") and a.endswith(".main")), None
-        )
-        groups[name or str(kid.pid)] = os.getpgid(kid.pid)
+    groups = {name: os.getpgid(kid.pid) for kid, name in zip(kids, names, strict=True)}
     assert len(set(groups.values())) == n and os.getpgid(launcher.pid) not in groups.values(), groups
     return groups
+
+
+def _module(process: psutil.Process) -> str | None:
+    """``inference`` for a process running ``prime_rl.inference.main`` (torchrun's ``-m`` target too)."""
+    try:
+        args = process.cmdline()
+    except psutil.Error:
+        return None
+    return next((a.split(".")[1] for a in args if a.startswith("prime_rl.") and a.endswith(".main")), None)
 
 
 def running_in_group(pgid: int) -> list[int]:

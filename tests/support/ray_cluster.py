@@ -42,6 +42,9 @@ class TwoNodeCluster:
 
     def __init__(self) -> None:
         self.temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+        # Ray writes the head's address to its default temp dir whatever temp_dir says, and fails
+        # where no Ray ran on this machine before (a fresh CI machine): make that directory
+        Path(ray._private.utils.get_ray_address_file(None)).parent.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster_utils.Cluster(
             initialize_head=True,
             head_node_args={**NODE_ARGS, "include_dashboard": False, "temp_dir": self.temp},
