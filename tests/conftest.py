@@ -168,3 +168,13 @@ def base_server(inference_server, server_fault_file):
         timeout=120,
     )
     assert r.status_code == 200, r.text
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local two-node Ray cluster shared by a test module (tests/support/ray_cluster.py), shut
+    down with every raylet, GCS and worker after the module."""
+    from tests.support.ray_cluster import two_node_cluster
+
+    with two_node_cluster() as cluster:
+        yield cluster

@@ -11,45 +11,28 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
 
 pytest.importorskip("ray")
 
-from tests.support.collect import cli_command, keys, sigint_reaches_children, write_tasks  # noqa: E402
+from tests.support.collect import (  # noqa: E402
+    FAST_FLAGS,
+    cli_command,
+    keys,
+    sigint_reaches_children,
+    wait_for,
+    write_tasks,
+)
 from tests.support.http_server import LocalTestServer  # noqa: E402
-from tests.support.ray_cluster import no_ray_env, two_node_cluster, wait_gone, workers_started  # noqa: E402
+from tests.support.ray_cluster import no_ray_env, wait_gone, workers_started  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-FAST = [
-    "--verify.workers",
-    "0",
-    "--responses_create_params.max_output_tokens",
-    "6",
-    "--retry.backoff_s",
-    "0.01",
-]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with two_node_cluster() as c:
-        yield c
 
 
 def lines(path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def wait_for(condition, proc: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc.poll() is None, f"the collector exited (rc {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
-        time.sleep(0.01)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -58,7 +41,7 @@ def stop(proc: subprocess.Popen) -> None:
         proc.communicate()
 
 
-def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tmp_path, cluster):
+def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tmp_path, ray_cluster):
     n = 2000
     tasks = write_tasks(tmp_path / "tasks.jsonl", n)
     out = tmp_path / "out.jsonl"
@@ -70,12 +53,12 @@ def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tm
             out,
             server.base_url,
             "--ray",
-            cluster.address,
+            ray_cluster.address,
             "--parallel",
             "8",
             "--ray.check_interval_s",
             "1",
-            *FAST,
+            *FAST_FLAGS,
         )
         proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=no_ray_env()
@@ -84,14 +67,16 @@ def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tm
             wait_for(
                 lambda: len(workers_started(log)) == 2 and lines(out) >= 200, proc, "two workers at work"
             )
-            on_head = next(w for w in workers_started(log) if cluster.head.id.startswith(w.node_id_prefix))
+            on_head = next(
+                w for w in workers_started(log) if ray_cluster.head.id.startswith(w.node_id_prefix)
+            )
             os.kill(on_head.pid, signal.SIGKILL)  # the worker process itself, as the OOM killer would
             wait_for(lambda: len(workers_started(log)) == 3, proc, "a replacement worker")
             replacement = workers_started(log)[-1]
             assert replacement.node_id_prefix == on_head.node_id_prefix  # its node lives: a new one there
             written = lines(out)
             wait_for(lambda: lines(out) >= written + 100, proc, "records after the replacement")
-            cluster.remove_other()  # the other node, its raylet and its worker, at once
+            ray_cluster.remove_other()  # the other node, its raylet and its worker, at once
             _, err = proc.communicate(timeout=120)
         finally:
             stop(proc)
@@ -103,18 +88,20 @@ def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tm
         assert int(line.split("its ")[1].split()[0]) > 0, line
     assert len(workers_started(log)) == 3  # no worker on the removed node again
     assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == n
-    cluster.add_node()  # for the next test
+    ray_cluster.add_node()  # for the next test
 
 
-def test_the_driver_stopped_or_killed_resumes_with_each_pair_once(tmp_path, cluster):
-    cluster.ensure_two_nodes()
+def test_the_driver_stopped_or_killed_resumes_with_each_pair_once(tmp_path, ray_cluster):
+    ray_cluster.ensure_two_nodes()
     n = 1500
     tasks = write_tasks(tmp_path / "tasks.jsonl", n)
     out = tmp_path / "out.jsonl"
     log = tmp_path / "out_collect.log"
     with LocalTestServer() as server, sigint_reaches_children():
         server.state.default_delay_s = 0.01
-        cmd = cli_command(tasks, out, server.base_url, "--ray", cluster.address, "--parallel", "8", *FAST)
+        cmd = cli_command(
+            tasks, out, server.base_url, "--ray", ray_cluster.address, "--parallel", "8", *FAST_FLAGS
+        )
 
         # SIGTERM: the run ends as interrupted (exit 130), every finished record kept
         proc = subprocess.Popen(

@@ -24,6 +24,7 @@ from tests.support.collect import (
     keys,
     records,
     sigint_reaches_children,
+    wait_for,
     write_tasks,
 )
 from tests.support.http_server import LocalTestServer, Reply
@@ -36,15 +37,6 @@ from prime_rl.envs.registry import load_env
 def completions_seen(server: LocalTestServer) -> int:
     """Chat completion requests the server has received so far (answered, failed or held)."""
     return sum(1 for path, _, _ in server.state.seen if path.endswith("completions"))
-
-
-def wait_for(condition, proc: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:
-    """Poll ``condition`` until it holds; fail if ``proc`` exits first or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc.poll() is None, f"the collector exited (rc {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
-        time.sleep(0.01)
 
 
 def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_path):

@@ -19,37 +19,13 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tests.support.collect import cli_command, keys, records, write_tasks  # noqa: E402
+from tests.support.collect import FAST_FLAGS, cli_command, keys, records, wait_for, write_tasks  # noqa: E402
 from tests.support.http_server import LocalTestServer, Reply  # noqa: E402
-from tests.support.ray_cluster import no_ray_env, two_node_cluster, workers_started  # noqa: E402
+from tests.support.ray_cluster import no_ray_env, workers_started  # noqa: E402
 
 from prime_rl.collect.store import failures_path, iter_records  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-FAST = [
-    "--verify.workers",
-    "0",
-    "--responses_create_params.max_output_tokens",
-    "6",
-    "--retry.backoff_s",
-    "0.01",
-]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with two_node_cluster() as c:
-        yield c
-
-
-def wait_for(condition, proc: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:
-    """Poll ``condition`` until it holds; fail if ``proc`` exits first or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert proc.poll() is None, f"the collector exited (rc {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
-        time.sleep(0.02)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -68,7 +44,7 @@ def test_ray_local_starts_its_own_ray_and_collects_every_pair_once(tmp_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 40)
     out = tmp_path / "out.jsonl"
     with LocalTestServer() as server:
-        cmd = cli_command(tasks, out, server.base_url, "--ray", "local", *FAST)
+        cmd = cli_command(tasks, out, server.base_url, "--ray", "local", *FAST_FLAGS)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=no_ray_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Started a local Ray instance" in done.stderr
@@ -77,7 +53,7 @@ def test_ray_local_starts_its_own_ray_and_collects_every_pair_once(tmp_path):
 
 
 def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun_retries_failures(
-    tmp_path, cluster
+    tmp_path, ray_cluster
 ):
     n, repeats = 150, 2
     tasks = write_tasks(tmp_path / "tasks.jsonl", n)
@@ -86,13 +62,13 @@ def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun
     every = Counter({(t, r): 1 for t in range(n) for r in range(repeats)})
     with LocalTestServer() as a, LocalTestServer() as b:
         a.state.fail_every = 17  # with no retries, those pairs go to the failures file
-        mapping = {cluster.head.id: [a.base_url], cluster.other.id: [b.base_url]}
+        mapping = {ray_cluster.head.id: [a.base_url], ray_cluster.other.id: [b.base_url]}
         cmd = cli_command(
             tasks,
             out,
             "http://127.0.0.1:9",  # base_urls: no node uses it, each has its own
             "--ray",
-            cluster.address,
+            ray_cluster.address,
             "--ray.node_base_urls",
             json.dumps(mapping),
             "--num_repeats",
@@ -101,7 +77,7 @@ def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun
             "4",
             "--retry.max_retries",
             "0",
-            *FAST,
+            *FAST_FLAGS,
         )
         for server in (a, b):  # requests wait until both workers are up, so that both take part
             server.state.hold_after = 0
@@ -125,7 +101,7 @@ def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun
         assert {r["server"] for r in records(out)} == {a.base_url, b.base_url}
         started = workers_started(log)
         assert sorted((w.node_id_prefix, w.urls) for w in started) == sorted(
-            [(cluster.head.id[:8], a.base_url), (cluster.other.id[:8], b.base_url)]
+            [(ray_cluster.head.id[:8], a.base_url), (ray_cluster.other.id[:8], b.base_url)]
         )
         text = log.read_text()
         assert text.count("rollout.done") == sum(written.values())
@@ -148,7 +124,7 @@ def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun
     assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == n * repeats
 
 
-def test_workers_split_the_parallelism_and_share_a_server_pause(tmp_path, cluster):
+def test_workers_split_the_parallelism_and_share_a_server_pause(tmp_path, ray_cluster):
     parallel, reset_s = 6, 1.5
     tasks = write_tasks(tmp_path / "tasks.jsonl", 300)
     out = tmp_path / "out.jsonl"
@@ -158,7 +134,14 @@ def test_workers_split_the_parallelism_and_share_a_server_pause(tmp_path, cluste
         st.default_delay_s = 0.02
         st.hold_after = 0  # every request waits until both workers are up
         cmd = cli_command(
-            tasks, out, server.base_url, "--ray", cluster.address, "--parallel", str(parallel), *FAST
+            tasks,
+            out,
+            server.base_url,
+            "--ray",
+            ray_cluster.address,
+            "--parallel",
+            str(parallel),
+            *FAST_FLAGS,
         )
         proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=no_ray_env()

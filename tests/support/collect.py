@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +104,23 @@ def sigint_reaches_children() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+FAST_FLAGS = [
+    "--verify.workers",
+    "0",
+    "--responses_create_params.max_output_tokens",
+    "6",
+    "--retry.backoff_s",
+    "0.01",
+]
+"""Collector flags that keep a test run short: inline scoring, 6 output tokens, quick retries."""
+
+
+def wait_for(condition, proc: subprocess.Popen, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail if ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, f"the collector exited (rc {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s:.0f} s"
+        time.sleep(0.01)

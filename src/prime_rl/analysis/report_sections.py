@@ -84,34 +84,29 @@ def per_server(d: Collected) -> list[str]:
         return "-" if v is None else f"{v:.1f}"
 
     if not any(r.updates for r in rows):  # a collector run: samples, not weight updates
-        lines = [
-            "",
-            "## Per server",
-            "",
-            "| server | samples | failed | gen_ms p50 | 429 retries | other retries |",
-            "|---|---|---|---|---|---|",
+        head = ["server", "samples", "failed", "gen_ms p50", "429 retries", "other retries"]
+        cells = [[r.url, str(r.samples), str(r.failed), f(r.median("gen_ms"))] for r in rows]
+    else:
+        head = ["server", "updates", "failed", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
+        head += ["429 retries", "other retries"]
+        cells = [
+            [
+                r.url,
+                str(r.updates),
+                str(r.failed),
+                f(r.median("wall_ms")),
+                f(r.median("rpc_ms")),
+                f(r.median("queue_ms")),
+            ]
+            for r in rows
         ]
-        for r in rows:
-            other = sum(n for k, n in r.retries.items() if k != "retry.429")
-            lines.append(
-                f"| {r.url} | {r.samples} | {r.failed} | {f(r.median('gen_ms'))} | "
-                f"{r.retries.get('retry.429', 0)} | {other} |"
-            )
-        return lines
-    lines = [
-        "",
-        "## Per server",
-        "",
-        "| server | updates | failed | wall_ms p50 | rpc_ms p50 | queue_ms p50 | 429 retries | other retries |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        other = sum(n for k, n in r.retries.items() if k != "retry.429")
-        lines.append(
-            f"| {r.url} | {r.updates} | {r.failed} | {f(r.median('wall_ms'))} | {f(r.median('rpc_ms'))} | "
-            f"{f(r.median('queue_ms'))} | {r.retries.get('retry.429', 0)} | {other} |"
-        )
-    return lines
+    for r, row in zip(rows, cells, strict=True):
+        row += [
+            str(r.retries.get("retry.429", 0)),
+            str(sum(n for k, n in r.retries.items() if k != "retry.429")),
+        ]
+    lines = ["", "## Per server", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(row) + " |" for row in cells]
 
 
 def restarts(d: Collected) -> list[str]:
