@@ -13,6 +13,7 @@ from prime_rl.analysis.compare import write_compare
 from prime_rl.analysis.parser import ParseStats, discover, parse_files
 from prime_rl.analysis.report import write_report
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.trace import write_trace
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -52,6 +53,13 @@ def _arg_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help=f"override a threshold ({', '.join(Thresholds.model_fields)}); listed in SUMMARY.md",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also write OUT/trace.json, the run as a Chrome/Perfetto trace: every process on one time axis "
+        "(generation, checkpoint waits, weight updates per server, server rpc, trainer compute, waits and "
+        "publish); open it in https://ui.perfetto.dev",
     )
     return parser
 
@@ -105,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
     analysis, stats = _run(parser, args.inputs, args, thresholds)
     write_report(analysis, out)
+    if args.trace:
+        trace = write_trace(analysis.data, out / "trace.json")
+        print(f"trace: {trace} (open it in https://ui.perfetto.dev)")
     head = analysis.primary.title if analysis.primary else "no bottleneck found"
     print(
         f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "

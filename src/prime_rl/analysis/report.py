@@ -166,13 +166,20 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     t0 = min(s.start for s in d.spans)
     t1 = max(s.end for s in d.spans)
     resolution = max(t1 - t0, 1e-3) / PLOT_BARS
-    rows = ["gen", "ckpt_wait", "ckpt_write", "update"]
-    colors = {"gen": "tab:blue", "ckpt_wait": "tab:orange", "ckpt_write": "tab:green", "update": "tab:red"}
+    rows = ["gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait"]
+    colors = {
+        "gen": "tab:blue",
+        "ckpt_wait": "tab:orange",
+        "ckpt_write": "tab:green",
+        "update": "tab:red",
+        "train": "tab:purple",
+        "train_wait": "tab:gray",
+    }
     by_kind: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
     for s in d.spans:
         if s.kind in by_kind:
             by_kind[s.kind].append((s.start - t0, max(s.end - s.start, 1e-3)))
-    fig, ax = plt.subplots(figsize=(12, 3.2))
+    fig, ax = plt.subplots(figsize=(12, 4.2))
     for i, kind in enumerate(rows):
         if by_kind[kind]:
             ax.broken_barh(merge_bars(by_kind[kind], resolution), (i - 0.35, 0.7), color=colors[kind])
@@ -182,7 +189,15 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
             merge_bars(queued, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"
         )
     ax.set_yticks(
-        range(len(rows)), ["generation", "ckpt wait", "ckpt write", "weight update\n(hatched: queue)"]
+        range(len(rows)),
+        [
+            "generation",
+            "ckpt wait",
+            "ckpt write",
+            "weight update\n(hatched: queue)",
+            "trainer compute",
+            "trainer waits\nfor rollouts",
+        ],
     )
     ax.set_xlabel("seconds since the first event")
     title = a.primary.title if a.primary else "no bottleneck found"

@@ -93,7 +93,8 @@ def describe(values: list[float]) -> dict[str, float]:
 
 @dataclass
 class Span:
-    """Something that took time: a generation batch, a checkpoint wait or write, a weight update."""
+    """Something that took time: a generation batch, a checkpoint wait or write, a weight update, a
+    trainer step's compute and its wait for rollouts."""
 
     kind: str
     start: float
@@ -201,6 +202,7 @@ class _Collector:
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
         self.server_gen_ms: dict[str, list[float]] = {}
+        self.compute_start: dict[str, float] = {}
         self.by_tag: dict[str, Callable[[Event], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
@@ -317,6 +319,34 @@ class _Collector:
             else:
                 self._add("train_wait_ms", ev.num("wait_ms"), step)
             self._add("train_ms", ev.num("train_ms"), step)
+            self._train_spans(ev, str(step))
+        elif ev.event == "compute.done" and ev.ts is not None:
+            train = ev.num("train_ms")
+            if train is not None:  # the line ends the compute: forward/backward, then the optimizer
+                start, step = ev.ts - train / 1000.0, ev.fields.get("step", "?")
+                self.spans.append(Span("train", start, ev.ts, f"train step {step}", {"train_ms": train}))
+                fwd, opt = ev.num("fwd_bwd_ms"), ev.num("optim_ms")
+                if fwd:
+                    self.spans.append(
+                        Span("train_fwd_bwd", start, start + fwd / 1000.0, f"forward/backward {step}")
+                    )
+                if opt:
+                    self.spans.append(Span("train_optim", ev.ts - opt / 1000.0, ev.ts, f"optimizer {step}"))
+                self.compute_start[step] = start
+
+    def _train_spans(self, ev: Event, step: str) -> None:
+        """The step's wait for rollouts (before its compute) and, from a trainer that writes no
+        ``compute.done`` line, the compute itself: it ended ``write_ms`` before this line."""
+        train, wait = ev.num("train_ms"), ev.num("wait_ms")
+        if ev.ts is None or train is None:
+            return
+        start = self.compute_start.pop(step, None)
+        if start is None:
+            end = ev.ts - (ev.num("write_ms") or 0.0) / 1000.0
+            start = end - train / 1000.0
+            self.spans.append(Span("train", start, end, f"train step {step}", {"train_ms": train}))
+        if wait:
+            self.spans.append(Span("train_wait", start - wait / 1000.0, start, f"wait for rollouts {step}"))
 
     def collect(self, ev: Event) -> None:
         """The offline collector: one rollout.done per sample."""

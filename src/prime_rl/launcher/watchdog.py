@@ -46,6 +46,7 @@ PROGRESS = {
     ("weights", "client.done"),
     ("weights", "rpc.done"),
     ("train", "step.done"),
+    ("train", "compute.done"),
     ("env", "episode.done"),
     ("env", "turn.done"),
 }

@@ -77,6 +77,10 @@ class StepResult:
     stats: LossStats
     grad_norm: float
     tokens: int
+    fwd_bwd_s: float = 0.0
+    """Forward and backward passes over the micro-batches (this rank)."""
+    optim_s: float = 0.0
+    """Gradient clipping and the optimizer step (this rank)."""
 
 
 def _sequences_with_loss(mbs: list[MicroBatch]) -> int:
@@ -104,6 +108,7 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
 
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    started = time.monotonic()
     total_loss = 0.0
     stats = LossStats()
     for mb in mbs:
@@ -131,15 +136,24 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
         (loss * world.world_size).backward()
         total_loss += float(loss.detach())
         stats.add(mb_stats)
+    optim_start = time.monotonic()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.max_grad_norm)
     if hasattr(grad_norm, "full_tensor"):
         grad_norm = grad_norm.full_tensor()
     optimizer.step()
+    optim_end = time.monotonic()
     reduced = all_reduce_sum(
         torch.cat([torch.tensor([total_loss], dtype=torch.float64), stats.as_tensor()]), world
     )
     tokens = int(all_reduce_sum(torch.tensor([batch.num_tokens], dtype=torch.float64), world)[0])
-    return StepResult(float(reduced[0]), LossStats.from_tensor(reduced[1:]), float(grad_norm), tokens)
+    return StepResult(
+        float(reduced[0]),
+        LossStats.from_tensor(reduced[1:]),
+        float(grad_norm),
+        tokens,
+        optim_start - started,
+        optim_end - optim_start,
+    )
 
 
 def train(cfg: TrainerConfig) -> None:
@@ -228,6 +242,17 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         result = train_step(model, optimizer, batch, cfg, world)
         scheduler.step()
         train_s = time.monotonic() - t0
+        if (
+            world.is_main
+        ):  # the compute's end, for the trace's trainer rows (step.done comes after publishing)
+            log_tagged(
+                "train",
+                "compute.done",
+                step=step,
+                train_ms=train_s * 1000.0,
+                fwd_bwd_ms=result.fwd_bwd_s * 1000.0,
+                optim_ms=result.optim_s * 1000.0,
+            )
 
         state = full_state_dict(model)
         write_ms = None

@@ -53,6 +53,8 @@ def test_events_fill_series_counts_and_spans():
         ("ckpt_wait", 100.0, 102.0),
         ("ckpt_write", 101.0, 101.5),
         ("gen", 102.0, 104.0),
+        ("train_wait", pytest.approx(104.09), pytest.approx(104.1)),  # the step's line ends its compute
+        ("train", pytest.approx(104.1), 105.0),
     ]
     assert d.run_seconds == 7.5 and d.run_ms == 7500.0 and d.async_level == 1 and not d.updates
     assert d.stat("gen_dur_ms", "p50") == 2000.0 and d.stat("queue_ms", "p50") is None

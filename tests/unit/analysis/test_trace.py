@@ -1,0 +1,109 @@
+"""``analyze-logs --trace``: the run as a Chrome/Perfetto trace; the JSON is checked against the
+trace-event format (what Perfetto's importer needs), and its spans against the generated run."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+
+from tests.support.synthetic_logs import Shape, make_run
+
+PHASES = {"X", "M"}
+
+
+def check_trace_format(doc: dict) -> list[dict]:
+    """Fail unless ``doc`` is a valid trace: typed fields, named processes and rows, and complete
+    events of one row that nest or are disjoint (Perfetto cannot draw partial overlaps)."""
+    assert set(doc) == {"traceEvents", "displayTimeUnit"} and doc["displayTimeUnit"] == "ms"
+    events = doc["traceEvents"]
+    named_pids, named_rows = set(), set()
+    slices = defaultdict(list)
+    for e in events:
+        assert e["ph"] in PHASES and isinstance(e["name"], str) and e["name"]
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "process_sort_index", "thread_name")
+            if e["name"] == "process_name":
+                named_pids.add(e["pid"])
+            if e["name"] == "thread_name":
+                named_rows.add((e["pid"], e["tid"]))
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0 and isinstance(e["args"], dict)
+        slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for (pid, tid), spans in slices.items():
+        assert pid in named_pids and (pid, tid) in named_rows, (pid, tid)
+        open_ends: list[float] = []  # a stack of the enclosing slices' ends
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while open_ends and open_ends[-1] <= start + 1e-6:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1] + 1e-6, f"partial overlap on {(pid, tid)} at {start}"
+            open_ends.append(end)
+    return events
+
+
+def test_the_trace_holds_every_process_on_one_axis(tmp_path, analyze):
+    run = make_run("healthy", steps=8, seed=4, shape=Shape(servers=2))
+    files = run.write(tmp_path / "logs")
+    summary, _ = analyze(files.values(), tmp_path / "out", "--trace")
+    events = check_trace_format(json.loads((tmp_path / "out" / "trace.json").read_text()))
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(processes.values()) == [
+        "inference http://h1:8000",
+        "inference http://h:8000",
+        "orchestrator",
+        "trainer",
+    ]
+    kinds = Counter(e["cat"] for e in events if e["ph"] == "X")
+    text = "\n".join(f.read_text() for f in files.values())
+    assert kinds["gen"] == text.count("[gen] batch.done")
+    assert kinds["train"] == text.count("[train] step.done")
+    assert kinds["ckpt_write"] == text.count("[ckpt] write.done")
+    # one client slice per update and server (plus its nested queue slice), one server rpc each
+    tids = set(re.findall(r"\[weights\]\[(\w+)\] client\.send", text))
+    assert kinds["rpc"] == len(summary["updates"]) == 2 * len(tids) > 0
+    client = [e for e in events if e.get("cat") == "update" and e["name"].startswith("update ")]
+    assert len(client) == len(summary["updates"])
+    starts = [e["ts"] for e in events if e["ph"] == "X"]
+    assert min(starts) == 0  # the run's first event
+
+
+def test_the_flag_comes_anywhere_and_a_run_without_spans_gives_an_empty_trace(tmp_path, analyze):
+    run = make_run("healthy", steps=4, seed=1)
+    files = run.write(tmp_path / "logs")
+    analyze(["--trace", *files.values()], tmp_path / "out")
+    assert check_trace_format(json.loads((tmp_path / "out" / "trace.json").read_text()))
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing tagged here\n")
+    analyze([empty], tmp_path / "out2", "--trace")
+    assert json.loads((tmp_path / "out2" / "trace.json").read_text())["traceEvents"] == []
+
+
+def test_trainer_steps_are_compute_with_forward_backward_and_optimizer_nested_and_the_wait_before():
+    from prime_rl.analysis.parser import Event, ParseStats
+    from prime_rl.analysis.stats import collect
+    from prime_rl.analysis.trace import trace_events
+
+    def ev(event, ts, **fields):
+        return Event("train", event, None, {k: str(v) for k, v in fields.items()}, ts, "trainer")
+
+    events = [
+        ev("compute.done", 10.0, step=1, train_ms=1000.0, fwd_bwd_ms=700.0, optim_ms=200.0),
+        ev("step.done", 12.0, step=1, wait_ms=500.0, train_ms=1000.0, write_ms=1500.0),
+        ev("step.done", 20.0, step=2, wait_ms=0.0, train_ms=1000.0, write_ms=1500.0),  # no compute.done
+    ]
+    d = collect(iter(events), ParseStats())
+    spans = sorted((s.kind, s.start, s.end) for s in d.spans)
+    assert spans == [
+        ("train", 9.0, 10.0),
+        ("train", 17.5, 18.5),  # an older trainer: the compute ended write_ms before step.done
+        ("train_fwd_bwd", 9.0, 9.7),
+        ("train_optim", 9.8, 10.0),
+        ("train_wait", 8.5, 9.0),
+    ]
+    doc = {"traceEvents": trace_events(d), "displayTimeUnit": "ms"}
+    slices = [e for e in check_trace_format(doc) if e["ph"] == "X"]
+    rows = {(e["cat"], e["tid"]) for e in slices}
+    assert rows == {("train", 1), ("train_fwd_bwd", 1), ("train_optim", 1), ("train_wait", 2)}
+    assert min(e["ts"] for e in slices) == 0  # the wait, the first thing the trainer did
