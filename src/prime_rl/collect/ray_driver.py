@@ -44,7 +44,6 @@ from typing import Any
 from loguru import logger
 
 from prime_rl.collect.config import CollectConfig
-from prime_rl.collect.metrics import PriceTable
 from prime_rl.collect.progress import Progress
 from prime_rl.collect.ray_worker import CollectWorker
 from prime_rl.collect.runner import CollectError, Collector, CollectResult, request_params, resolve_api_key
@@ -369,7 +368,10 @@ class RayCollector(Collector):
             for record in batch["records"]:
                 if self._settle(record_key(record)):
                     self.writer.write(record)  # type: ignore[union-attr]
-                    self._count(record, None)
+                    usage = record.get("usage") or {}  # the completion stayed on the worker
+                    self._count(
+                        record, int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+                    )
             for failure in batch["failures"]:
                 if self._settle(record_key(failure)):
                     self.failures.write(failure)  # type: ignore[union-attr]
@@ -446,29 +448,6 @@ class RayCollector(Collector):
         except OutputWriteError as e:
             self.fatal = e
         self.result.failed += 1
-
-    def _count(self, record: dict, comp: Any) -> None:
-        """Count a record from its own fields (the completion stayed on the worker)."""
-        r = self.result
-        usage = record.get("usage") or {}
-        tokens_in, tokens_out = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
-        r.written += 1
-        r.input_tokens += tokens_in
-        r.output_tokens += tokens_out
-        timings = record.get("timings") or {}
-        if hasattr(r, "gen_ms_total"):  # sums, as the single-process collector keeps them
-            r.gen_ms_total += float(timings.get("gen_ms") or 0.0)
-            r.gen_ms_count += 1
-            if "verify_ms" in timings:
-                r.verify_ms_total += float(timings["verify_ms"] or 0.0)
-                r.verify_ms_count += 1
-        if record.get("verify_error"):
-            r.verify_failures += 1
-        if isinstance(record.get("reward"), float):
-            self.reward_sum += record["reward"]
-            self.reward_n += 1
-        if self.price is not None:
-            r.cost = (r.cost or 0.0) + (PriceTable.cost(self.price, tokens_in, tokens_out) or 0.0)
 
     # ------------------------------------------------------------------ handing out
 

@@ -137,7 +137,7 @@ class WorkerCollector(Collector):
         self.outbox = outbox
         self._shared_until = 0.0
 
-    def _count(self, record: dict, comp: Any) -> None:
+    def _count(self, record: dict, input_tokens: int, output_tokens: int) -> None:
         self.result.written += 1  # tokens, rewards and cost are counted by the driver, from the record
 
     def _pause(self, seconds: float, status: int | None) -> None:

@@ -371,7 +371,7 @@ class Collector:
                 apply_verdict(record, await scorer.score(row, comp.text))
             record["timings"]["total_ms"] = (time.monotonic() - created) * 1000
             writer.write(record)
-            self._count(record, comp)
+            self._count(record, comp.input_tokens, comp.output_tokens)
             t = record["timings"]
             log_tagged(
                 "collect",
@@ -556,15 +556,17 @@ class Collector:
             "attempts": attempts,
         }
 
-    def _count(self, record: dict, comp: Completion) -> None:
+    def _count(self, record: dict, input_tokens: int, output_tokens: int) -> None:
+        """Count a written record: tokens, timings, verifier failures, reward and cost."""
         r = self.result
         r.written += 1
-        r.input_tokens += comp.input_tokens
-        r.output_tokens += comp.output_tokens
-        r.gen_ms_total += record["timings"]["gen_ms"]
+        r.input_tokens += input_tokens
+        r.output_tokens += output_tokens
+        timings = record.get("timings") or {}
+        r.gen_ms_total += float(timings.get("gen_ms") or 0.0)
         r.gen_ms_count += 1
-        if "verify_ms" in record["timings"]:
-            r.verify_ms_total += record["timings"]["verify_ms"]
+        if "verify_ms" in timings:
+            r.verify_ms_total += float(timings["verify_ms"] or 0.0)
             r.verify_ms_count += 1
         if record.get("verify_error"):
             r.verify_failures += 1
@@ -572,7 +574,7 @@ class Collector:
             self.reward_sum += record["reward"]
             self.reward_n += 1
         if self.price is not None:
-            r.cost = (r.cost or 0.0) + PriceTable.cost(self.price, comp.input_tokens, comp.output_tokens)
+            r.cost = (r.cost or 0.0) + (PriceTable.cost(self.price, input_tokens, output_tokens) or 0.0)
 
     # ------------------------------------------------------------------ the run
 

@@ -77,10 +77,14 @@ class StepResult:
     stats: LossStats
     grad_norm: float
     tokens: int
+    prep_s: float = 0.0
+    """Before the first forward pass: micro-batching and the token counts summed over ranks (which
+    waits for the slowest rank), this rank's wall time."""
     fwd_bwd_s: float = 0.0
     """Forward and backward passes over the micro-batches (this rank)."""
     optim_s: float = 0.0
-    """Gradient clipping and the optimizer step (this rank)."""
+    """Gradient clipping and the optimizer step (this rank; on a GPU what the host waited for: the
+    optimizer's kernels may still run after it, no extra synchronisation is added)."""
 
 
 def _sequences_with_loss(mbs: list[MicroBatch]) -> int:
@@ -99,6 +103,7 @@ def _max_over_ranks(value: int, world: World) -> int:
 
 def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> StepResult:
     """Forward/backward over the rank's micro-batches, grad clip, optimizer step."""
+    entered = time.monotonic()
     mbs = micro_batches(batch, cfg.data.micro_batch_tokens)
     local = torch.tensor([batch.num_loss_tokens, _sequences_with_loss(mbs)], dtype=torch.float64)
     global_tokens, global_seqs = (float(x) for x in all_reduce_sum(local, world))
@@ -151,6 +156,7 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
         LossStats.from_tensor(reduced[1:]),
         float(grad_norm),
         tokens,
+        started - entered,
         optim_start - started,
         optim_end - optim_start,
     )
@@ -236,23 +242,27 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         waited = wait_for_rollouts(path, cfg.data.wait_timeout_s, cfg.data.poll_interval_s)
         if waited > 1.0:
             logger.info(f"step {step}: waited {waited:.1f}s for {path}")
+        read_start = time.monotonic()
         batch = read_rollout_batch(path, vocab_size=vocab_size)
         t0 = time.monotonic()
         lr = scheduler.get_last_lr()[0]
         result = train_step(model, optimizer, batch, cfg, world)
         scheduler.step()
         train_s = time.monotonic() - t0
-        if (
-            world.is_main
-        ):  # the compute's end, for the trace's trainer rows (step.done comes after publishing)
-            log_tagged(
-                "train",
-                "compute.done",
-                step=step,
-                train_ms=train_s * 1000.0,
-                fwd_bwd_ms=result.fwd_bwd_s * 1000.0,
-                optim_ms=result.optim_s * 1000.0,
-            )
+        # every rank, at the compute's end (step.done, rank 0's, comes after publishing): the
+        # trace's trainer rows, one per rank; durations only, measured above, no extra syncs
+        log_tagged(
+            "train",
+            "compute.done",
+            step=step,
+            rank=world.rank,
+            wait_ms=waited * 1000.0,
+            read_ms=(t0 - read_start) * 1000.0,
+            train_ms=train_s * 1000.0,
+            prep_ms=result.prep_s * 1000.0,
+            fwd_bwd_ms=result.fwd_bwd_s * 1000.0,
+            optim_ms=result.optim_s * 1000.0,
+        )
 
         state = full_state_dict(model)
         write_ms = None
