@@ -7,30 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.support.processes import dead, wait_until
 
 from prime_rl.envs.sandbox import run_python
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie (killed, waiting for a parent that may never reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def start_caller(tmp_path: Path, body: str) -> tuple[subprocess.Popen, Path]:
@@ -39,7 +21,7 @@ def start_caller(tmp_path: Path, body: str) -> tuple[subprocess.Popen, Path]:
     code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpgid(0)))\ntime.sleep(60)"
     script = f"from prime_rl.envs.sandbox import run_python\nCODE = {code!r}\n{body}"
     caller = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    assert wait_for(lambda: marker.exists() and marker.read_text() != ""), "the sandbox never started"
+    assert wait_until(lambda: marker.exists() and marker.read_text() != ""), "the sandbox never started"
     return caller, marker
 
 
@@ -58,7 +40,7 @@ def test_a_sigkilled_caller_takes_its_running_sandbox_with_it(tmp_path):
         assert not dead(leader)
         os.kill(caller.pid, signal.SIGKILL)  # no atexit, no finally: only PR_SET_PDEATHSIG is left
         caller.wait(timeout=10)
-        assert wait_for(lambda: dead(leader), 5), "the sandbox outlived its SIGKILLed caller"
+        assert wait_until(lambda: dead(leader), 5), "the sandbox outlived its SIGKILLed caller"
     finally:
         cleanup(caller, marker)
 
@@ -74,7 +56,7 @@ def test_a_caller_that_exits_mid_run_kills_its_sandbox_at_exit(tmp_path):
     try:
         leader = int(marker.read_text())
         assert caller.wait(timeout=10) == 0
-        assert wait_for(lambda: dead(leader), 5), "the sandbox outlived its caller's exit"
+        assert wait_until(lambda: dead(leader), 5), "the sandbox outlived its caller's exit"
     finally:
         cleanup(caller, marker)
 

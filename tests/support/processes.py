@@ -97,3 +97,22 @@ def new_descendants(before: set[int]) -> list[str]:
             if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(f"{p.pid} {p.name()} pgid={os.getpgid(p.pid)}")
     return found
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie (killed, waiting for a parent that may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` every 50 ms; whether it came true within ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
