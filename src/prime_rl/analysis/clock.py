@@ -43,6 +43,8 @@ class Clock:
 
     def __init__(self, ref_date: str = FALLBACK_DATE) -> None:
         self._cache: dict[str, float] = {}
+        self.loguru_seconds: dict[bytes, float] = {}
+        """Epoch seconds of each ``YYYY-MM-DD HH:MM:SS`` seen, by its bytes (:meth:`loguru`)."""
         self._midnight = datetime.strptime(ref_date, "%Y-%m-%d").timestamp()
         self._last_tod: float | None = None
         self._days = 0
@@ -74,6 +76,19 @@ class Clock:
             base = self._cache[key] = midnight + h * 3600 + mi * 60 + sec
         frac = m.group(3)
         return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+    def loguru(self, second: bytes, millis: bytes) -> float | None:
+        """The fast path for loguru's file prefix, from its bytes: ``second`` is its
+        ``YYYY-MM-DD HH:MM:SS`` (parsed once per distinct second), ``millis`` the 3 digits after it."""
+        base = self.loguru_seconds.get(second)
+        if base is None:
+            base = self(second.decode("ascii", "replace"))
+            if base is None:
+                return None
+            self.loguru_seconds[second] = base
+        if millis.isdigit():
+            return base + int(millis) / 1000.0
+        return self((second + b"." + millis).decode("ascii", "replace"))
 
     def _time_only(self, prefix: str) -> float | None:
         m = _TIME_ONLY.match(prefix)

@@ -28,19 +28,23 @@ from prime_rl.analysis.clock import Clock, reference_date
 TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
 _TAG_ALT = b"|".join(TAGS)
 _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
-# anchored at a marker: the tag, an optional trace id, whitespace, the rest of the line
-_AT_MARKER = re.compile(
-    rb"\[(?P<tag>" + _TAG_ALT + rb")\](?:\[(?P<tid>[A-Za-z0-9_.-]{1,64})\])?[ \t]+(?P<rest>[^\n]*)"
-)
+# from a marker: the tag, an optional trace id, then whitespace and the rest of the line (no rest:
+# the marker is not followed by whitespace, a malformed line)
+_AT_MARKER = re.compile(rb"\[(" + _TAG_ALT + rb")\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+([^\n]*))?")
+_TAG_NAMES = {t: t.decode() for t in TAGS}
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
-# a tagged-looking head with a tag the analyzer does not know, at a line's or a loguru message's start
+# a tagged-looking head with a tag the analyzer does not know, at a line's or a loguru message's
+# start; it begins with the literal "[" (the lookbehinds come after it), so the regex engine skips
+# to each "[" at memory speed instead of trying every position of the chunk
 _UNKNOWN = re.compile(
-    rb"(?:\n|\| )\[(?!(?:"
+    rb"\[(?:(?<=\n\[)|(?<=\| \[))(?!(?:"
     + _TAG_ALT
     + rb")\])([A-Za-z0-9_.-]{1,40})\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
 )
+_LOGURU_LEN = 36
+"""Length of loguru's file prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` (levels padded to 8)."""
 CHUNK = 8 << 20
 EXAMPLES = 5
 """How many malformed lines and bad values are kept as ``file:line: text`` examples."""
@@ -162,6 +166,8 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
     start = time.perf_counter()
     stats.ref_date = reference_date([p for _, p in paths], open_log)
     clock = Clock(stats.ref_date)
+    seconds = clock.loguru_seconds
+    events_seen: set[str] = set()
     for label, path in paths:
         stats.files.append(str(path))
         clock.new_file()
@@ -172,47 +178,52 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
             where = _Where(path, lines_before + 1, chunk, stats)
             _count_unknown(stats, chunk)
             last_line = -1
-            for marker in _MARKERS.finditer(chunk):
-                pos = marker.start()
+            for m in _AT_MARKER.finditer(chunk):
+                pos = m.start()
                 line_start = chunk.rfind(b"\n", 0, pos) + 1
                 if line_start == last_line:  # a second marker on a line already handled
                     continue
                 last_line = line_start
-                if pos > line_start:
+                loguru = pos - line_start == _LOGURU_LEN and chunk[pos - 2 : pos] == b"| "
+                if pos > line_start and not loguru:
                     head = _LOGURU_PREFIX.match(chunk, line_start, pos)
                     if head is not None and head.end() != pos:
                         continue  # a marker inside a free-form message: text, not a tagged line
-                line_end = chunk.find(b"\n", pos)
-                m = _AT_MARKER.match(chunk, pos, line_end)
-                rest = m.group("rest").decode("utf-8", "replace").split() if m else None
-                if not rest:
-                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
+                raw = m.group(3)
+                parts = raw.decode("utf-8", "replace").split(None, 1) if raw else None
+                if not parts:
+                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
                     continue
-                first = rest[0]
+                first = parts[0]
                 if "=" in first:
-                    event, tokens = "", rest
-                elif _EVENT.fullmatch(first):
-                    event, tokens = first, rest[1:]
+                    event, fields = "", _fields(" ".join(parts).split())
+                elif first in events_seen or _new_event(events_seen, first):
+                    event, fields = first, _fields(parts[1].split()) if len(parts) > 1 else {}
                 else:
-                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
+                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
                     continue
-                fields = {}
-                for tok in tokens:
-                    k, sep, v = tok.partition("=")
-                    if sep and k:
-                        fields[k] = v
                 if not event and not fields:  # "[ckpt] =3": neither an event nor a key
-                    _bad(stats, chunk, line_start, line_end, f"{path}:{lines_before + 1}")
+                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
                     continue
                 stats.tagged += 1
-                tid = m.group("tid")
-                prefix = chunk[line_start:pos].decode("utf-8", "replace") if pos > line_start else ""
+                tid = m.group(2)
+                if loguru and chunk[line_start + 4] == 45 and chunk[line_start + 19] == 46:  # "-", "."
+                    # loguru's file prefix: the second's epoch seconds looked up by its bytes
+                    second = chunk[line_start : line_start + 19]
+                    millis = chunk[line_start + 20 : line_start + 23]
+                    base = seconds.get(second)
+                    if base is not None and millis.isdigit():
+                        ts = base + int(millis) / 1000.0
+                    else:
+                        ts = clock.loguru(second, millis)
+                else:
+                    ts = clock(chunk[line_start:pos].decode("utf-8", "replace")) if pos > line_start else None
                 yield Event(
-                    m.group("tag").decode(),
+                    _TAG_NAMES[m.group(1)],
                     event,
                     tid.decode() if tid else None,
                     fields,
-                    clock(prefix),
+                    ts,
                     label,
                     where,
                     line_start,
@@ -224,10 +235,34 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
     stats.seconds += time.perf_counter() - start
 
 
+def _fields(tokens: list[str]) -> dict[str, str]:
+    """``key=value`` tokens as a dict (the last of a repeated key wins); tokens without ``=`` and
+    empty keys are no fields."""
+    try:
+        fields = dict(tok.split("=", 1) for tok in tokens)  # every token has a "=": the usual case
+    except ValueError:
+        fields = {}
+        for tok in tokens:
+            k, sep, v = tok.partition("=")
+            if sep:
+                fields[k] = v
+    fields.pop("", None)
+    return fields
+
+
+def _new_event(seen: set[str], word: str) -> bool:
+    """Whether ``word`` is an event name; remembered (up to 4096 names) so each is checked once."""
+    if not _EVENT.fullmatch(word):
+        return False
+    if len(seen) < 4096:
+        seen.add(word)
+    return True
+
+
 def _count_unknown(stats: ParseStats, chunk: bytes) -> None:
     """Count tagged-looking lines whose tag is not one of :data:`TAGS`."""
     if chunk.startswith(b"[") and not _MARKERS.match(chunk):
-        m = _UNKNOWN.match(b"\n" + chunk[:200])
+        m = _UNKNOWN.match(b"\n" + chunk[:200], 1)
         if m:
             stats.unknown_tags[m.group(1).decode()] += 1
     for m in _UNKNOWN.finditer(chunk):
@@ -243,13 +278,14 @@ def _last_line(stats: ParseStats, path: Path, chunk: bytes, clock: Clock) -> Non
         stats.last_lines[str(path)] = (clock(text[: head.end()] if head else text[:40]), text)
 
 
-def _bad(stats: ParseStats, chunk: bytes, start: int, end: int, where: str) -> None:
+def _bad(stats: ParseStats, chunk: bytes, start: int, where: str) -> None:
     """Count a malformed tagged line; the first few are kept as ``file:line: text`` (``where`` is
     ``file:first line of the chunk``, the line number is counted only for those kept)."""
     stats.malformed += 1
     if len(stats.malformed_examples) < EXAMPLES:
         path, _, first = where.rpartition(":")
         line = int(first) + chunk.count(b"\n", 0, start)
+        end = chunk.find(b"\n", start)
         stats.malformed_examples.append(f"{path}:{line}: {chunk[start:end][:200].decode('utf-8', 'replace')}")
 
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
 from prime_rl.analysis.restarts import Restart
@@ -23,6 +24,9 @@ from prime_rl.analysis.thresholds import Thresholds
 TIMELINE_LINES = 50_000
 """timeline.txt lists at most this many spans (the rest are counted)."""
 PLOT_BARS = 2_000
+JSON_UPDATES = 10_000
+"""summary.json lists the first this many weight updates (``updates_total`` counts them all);
+slowest_updates.txt has the slowest of all, the statistics use every one."""
 """timeline.png draws at most about this many bars per row: closer spans are merged."""
 
 STAT_FILES = {
@@ -135,9 +139,19 @@ def timeline(d: Collected) -> str:
         out.append(line)
     if len(d.spans) > TIMELINE_LINES:
         out.append(f"... and {len(d.spans) - TIMELINE_LINES} more spans")
+    if d.spans_dropped:
+        out.append(_dropped_note(d))
     if not d.spans:
         out.append("(no timed events)")
     return "\n".join(out) + "\n"
+
+
+def _dropped_note(d: Collected) -> str:
+    dropped = ", ".join(f"{n} {kind}" for kind, n in sorted(d.spans_dropped.items()))
+    return (
+        f"(a long run: the first and last {collection.SPANS_KEPT} spans of each kind are shown; between them "
+        f"{dropped} spans are left out here, not from the statistics)"
+    )
 
 
 def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
@@ -278,6 +292,8 @@ def summary_md(a: Analysis, has_png: bool) -> str:
     lines += sections_after_numbers(a)
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
+        if a.data.spans_dropped:
+            lines += ["", _dropped_note(a.data)]
     lines += _inputs(a)
     return "\n".join(lines) + "\n"
 
@@ -305,7 +321,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "malformed": d.parse.malformed,
             "seconds": d.parse.seconds,
         },
-        "updates": [vars(u) | {"send_to_recv_ms": u.send_to_recv_ms} for u in d.updates],
+        "updates": [u.to_dict() for u in d.updates[:JSON_UPDATES]],
+        "updates_total": len(d.updates),
+        "spans_dropped": d.spans_dropped,
         "stages": [asdict(st) for st in stages(d)],
         "servers": server_dicts(d),
         "restarts": [_restart_dict(r) for r in d.restarts],

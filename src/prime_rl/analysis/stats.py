@@ -6,8 +6,10 @@ the series are the ones the stats files of ``bottleneck_logs/README.md`` describ
 
 from __future__ import annotations
 
+import gc
 import math
-from collections import Counter
+from array import array
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +65,11 @@ PER_STEP = {
 }
 """Series with one value per step: a step done again after a restart replaces its first value."""
 
+SPANS_KEPT = 20_000
+"""Spans of each kind kept from the start of the run, and as many from its end: the timeline and
+the trace of a long run show its first and last steps; the spans between are counted
+(``Collected.spans_dropped``). The statistics use every line whatever this limit."""
+
 
 def describe(values: list[float]) -> dict[str, float]:
     """count, mean, stddev, min, p50, p95, p99, max (linear interpolation percentiles)."""
@@ -91,7 +98,7 @@ def describe(values: list[float]) -> dict[str, float]:
     }
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """Something that took time: a generation batch, a checkpoint wait or write, a weight update, a
     trainer step's compute and its wait for rollouts."""
@@ -111,7 +118,8 @@ class Collected:
     updates: list[Update]
     spans: list[Span]
     """In start order."""
-    series: dict[str, list[float]]
+    series: dict[str, array]
+    """Each :data:`SERIES` as an ``array('d')`` of its values (8 bytes a value)."""
     counts: Counter
     async_level: int | None
     run_seconds: float | None = None
@@ -138,6 +146,8 @@ class Collected:
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
+    spans_dropped: dict[str, int] = field(default_factory=dict)
+    """Spans of each kind left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -184,15 +194,16 @@ class _Collector:
     """Folds events into series, counts and spans; one method per tag."""
 
     def __init__(self) -> None:
-        self.series: dict[str, list[float]] = {k: [] for k in SERIES}
-        self.spans: list[Span] = []
+        self.series: dict[str, array] = {k: array("d") for k in SERIES}
+        self.spans = _Spans()
         self.counts: Counter = Counter()
         self.join = UpdateJoin()
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
         self.last_open_wait: tuple[str, float | None, Event] | None = None
         self.staleness_by_step: dict[int, int] = {}
-        self.by_step: dict[str, dict[str, float]] = {k: {} for k in PER_STEP}
+        self.by_step: dict[str, _PerStep] = {k: _PerStep() for k in PER_STEP}
+        self.batches_started = 0
         self.segments = Segments()
         self.last_events: dict[str, Event] = {}
         self.open_batch: Event | None = None
@@ -221,10 +232,8 @@ class _Collector:
         if value is None:
             return
         if step is not None and key in self.by_step:
-            values = self.by_step[key]
-            if step in values:
+            if self.by_step[key].set(step, value):
                 self.counts[f"redone.{key}"] += 1
-            values[step] = value
         else:
             self.series[key].append(value)
 
@@ -269,7 +278,11 @@ class _Collector:
                 self.spans.append(Span("ckpt_write", ev.ts - ms / 1000.0, ev.ts, label))
 
     def gen(self, ev: Event) -> None:
-        key = ev.fields.get("step", str(self.counts["gen.batch.start"]))
+        if ev.event == "batch.start":
+            self.batches_started += 1
+        key = ev.fields.get("step")
+        if key is None:  # no step= on the line: batches are paired by their count
+            key = str(self.batches_started)
         if ev.event == "batch.start":
             self.open_batch = ev
             if ev.ts is not None:
@@ -393,21 +406,32 @@ class _Collector:
                 info = {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "send_to_recv_ms": u.send_to_recv_ms}
                 label = f"update {u.tid}" + (f" {u.url}" if u.url else "")
                 self.spans.append(Span("update", u.start, u.end, label, info))
-        self.spans.sort(key=lambda s: s.start)
 
 
 def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None = None) -> Collected:
     """Fold the parsed events (``parse`` fills as they are read) into a :class:`Collected`."""
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of small objects and no cycles: the collector's passes would cost ~10%
+    try:
+        return _collect(events, parse, async_level)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _collect(events: Iterable[Event], parse: ParseStats, async_level: int | None) -> Collected:
     c = _Collector()
     counts, by_tag, last_events, segments = c.counts, c.by_tag, c.last_events, c.segments
     first_ts, last_ts = math.inf, -math.inf
+    lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for ev in events:
-        counts[f"{ev.tag}.{ev.event or '-'}"] += 1
-        if ev.ts is not None:
-            if ev.ts < first_ts:
-                first_ts = ev.ts
-            if ev.ts > last_ts:
-                last_ts = ev.ts
+        lines[ev.tag, ev.event] += 1
+        ts = ev.ts
+        if ts is not None:
+            if ts < first_ts:
+                first_ts = ts
+            if ts > last_ts:
+                last_ts = ts
         last_events[ev.source] = ev
         if segments.observe(ev):
             c.restart(ev)
@@ -417,6 +441,8 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
                 handler(ev)
             except (ValueError, TypeError, OverflowError, KeyError) as e:  # never a crash: count it
                 _handler_error(parse, ev, e)
+    for (tag, event), n in lines.items():
+        counts[f"{tag}.{event or '-'}"] += n
     for key, values in c.by_step.items():
         c.series[key].extend(values.values())
     updates = c.join.updates()
@@ -425,7 +451,7 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
     return Collected(
         parse,
         updates,
-        c.spans,
+        c.spans.kept(),
         c.series,
         counts,
         async_level,
@@ -441,7 +467,67 @@ def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None 
         c.server_loads.by_url,
         c.server_gen_ms,
         c.hangs,
+        c.spans.dropped,
     )
+
+
+class _PerStep:
+    """One value per step, the last: an ``array('d')`` indexed by the step number (NaN where a
+    step has none; values are finite), a dict for steps that are no small integer."""
+
+    __slots__ = ("by_number", "other")
+
+    def __init__(self) -> None:
+        self.by_number = array("d")
+        self.other: dict[str, float] = {}
+
+    def set(self, step: str, value: float) -> bool:
+        """Set the step's value; True when it had one (the step was done again)."""
+        values = self.by_number
+        if step.isdigit() and len(step) < 9 and (i := int(step)) < len(values) + 100_000:
+            if i >= len(values):
+                values.extend(array("d", [math.nan]) * (i + 1 - len(values)))
+                values[i] = value
+                return False
+            had = values[i] == values[i]  # not NaN
+            values[i] = value
+            return had
+        had = step in self.other
+        self.other[step] = value
+        return had
+
+    def values(self) -> Iterable[float]:
+        """Every step's value: numbered steps in step order, then the others."""
+        yield from (v for v in self.by_number if v == v)
+        yield from self.other.values()
+
+
+class _Spans:
+    """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted."""
+
+    def __init__(self) -> None:
+        self.head: dict[str, list[Span]] = {}
+        self.tail: dict[str, deque[Span]] = {}
+        self.dropped: dict[str, int] = {}
+
+    def append(self, span: Span) -> None:
+        head = self.head.setdefault(span.kind, [])
+        if len(head) < SPANS_KEPT:
+            head.append(span)
+            return
+        tail = self.tail.get(span.kind)
+        if tail is None:
+            tail = self.tail[span.kind] = deque(maxlen=SPANS_KEPT)
+        if len(tail) == SPANS_KEPT:
+            self.dropped[span.kind] = self.dropped.get(span.kind, 0) + 1
+        tail.append(span)
+
+    def kept(self) -> list[Span]:
+        """Every kept span in start order."""
+        out = [s for spans in self.head.values() for s in spans]
+        out += [s for spans in self.tail.values() for s in spans]
+        out.sort(key=lambda s: s.start)
+        return out
 
 
 def _handler_error(parse: ParseStats, ev: Event, e: Exception) -> None:

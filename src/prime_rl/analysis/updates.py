@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from prime_rl.analysis.parser import Event
 
@@ -16,7 +17,7 @@ UPDATE_PATHS = (None, "/update_weights", "/reload_weights")
 """The request paths that are weight updates (None: the path was never logged)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Update:
     """One weight update as seen by client and server, joined by trace id."""
 
@@ -38,6 +39,10 @@ class Update:
     """The server log file the server's lines came from (None: no server lines)."""
     lock_wait_ms: float | None = None
     """The server's wait for its swap lock (rpc.done lock_wait_ms): server-side queueing."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, with ``send_to_recv_ms`` (summary.json)."""
+        return {f.name: getattr(self, f.name) for f in _FIELDS} | {"send_to_recv_ms": self.send_to_recv_ms}
 
     @property
     def send_to_recv_ms(self) -> float | None:
@@ -61,6 +66,9 @@ class Update:
         if self.start is not None and (self.wall_ms or self.server_rpc_ms):
             return self.start + (self.wall_ms or self.server_rpc_ms or 0) / 1000.0
         return None
+
+
+_FIELDS = fields(Update)
 
 
 class UpdateJoin:

@@ -182,3 +182,26 @@ def test_a_malformed_line_is_named_by_file_and_line(tmp_path, monkeypatch):
     events = list(parser_mod.parse_files([("orchestrator", log)], stats))
     assert len(events) == 8 and stats.malformed == 1 and stats.lines == 9
     assert stats.malformed_examples == [f"{log}:8: 2026-11-23 10:00:01.000 | INFO    | [gen] !!!"]
+
+
+def test_fields_and_timestamps_take_the_fast_paths_with_the_slow_paths_meaning(tmp_path):
+    """The parser's shortcuts (fields split on "=", loguru's prefix read from its bytes, event names
+    remembered) give what the general rules give: odd tokens, other prefixes, unknown tags."""
+    log = tmp_path / "orchestrator.log"
+    log.write_text(
+        "[gen] x a=b=c k= =v bare z=1 z=2\n"  # no prefix: no timestamp
+        "2026-01-01 12:00:00.250 | INFO    | [gen] y s=1\n"  # loguru's file prefix
+        "2026-01-01 12:00:00.250 | WARNING | [gen] y s=2\n"  # the same second again: cached
+        "2026-01-01 12:00:01,5 [gen] y s=3\n"  # another format: the general clock
+        "12:00:02.000 | INFO     | [gen] y s=4\n"  # the console's prefix, no date
+        "2026-01-01 12:00:03.000 | INFO    | [ckpt] =3\n"  # neither an event nor a field: malformed
+        "2026-01-01 12:00:03.000 | INFO    | [gen] 9bad s=1\n"  # no event name: malformed
+        "[zzz] odd k=1\n2026-01-01 12:00:04.000 | INFO    | [yyy] other k=1\n"
+    )
+    stats = ParseStats()
+    evs = list(parse_files([("orchestrator", log)], stats))
+    assert evs[0].fields == {"a": "b=c", "k": "", "z": "2"} and evs[0].ts is None
+    base = datetime(2026, 1, 1, 12).timestamp()
+    assert [e.ts - base for e in evs[1:]] == [0.25, 0.25, 1.5, 2.0]
+    assert [e.fields["s"] for e in evs[1:]] == ["1", "2", "3", "4"]
+    assert stats.malformed == 2 and dict(stats.unknown_tags) == {"zzz": 1, "yyy": 1}

@@ -52,6 +52,8 @@ def test_json_lists_findings_as_dicts(collected):
         "thresholds",
         "parse",
         "updates",
+        "updates_total",
+        "spans_dropped",
         "stages",
         "servers",
         "restarts",

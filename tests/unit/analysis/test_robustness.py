@@ -63,7 +63,7 @@ def test_a_value_that_is_no_number_names_its_file_and_line(tmp_path):
         f"{log}:3: train_ms=nan ([train] step.done)",
     ]
     assert f"{log}:4: completions=inf ([gen] batch.done)" in p.bad_value_examples
-    assert a.data.series["train_wait_ms"] == [5.0] and a.data.series["gen_dur_ms"] == []
+    assert list(a.data.series["train_wait_ms"]) == [5.0] and list(a.data.series["gen_dur_ms"]) == []
     assert any("4 value(s) that are no number" in w and f"{log}:3" in w for w in a.warnings)
 
 

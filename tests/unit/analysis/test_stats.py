@@ -39,7 +39,7 @@ def test_events_fill_series_counts_and_spans():
         ev("collect", "request.retry", "c3", ts=107.5, status="conn", wait_ms=100),
     ]
     d = collect(iter(events), ParseStats(), async_level=1)
-    s = d.series
+    s = {k: list(v) for k, v in d.series.items()}
     assert s["ckpt_wait_ms"] == [2000.0] and s["write_ms"] == [500.0] and s["gen_dur_ms"] == [2000.0]
     assert s["verify_dur_ms"] == [40.0] and s["trunc_pct"] == [5.0] and s["staleness"] == [1.0]
     assert s["train_wait_ms"] == [10.0] and s["train_ms"] == [900.0]
@@ -74,7 +74,7 @@ def test_client_and_server_lines_join_into_one_update():
     (u,) = d.updates
     assert (u.tid, u.queue_ms, u.server_rpc_ms, u.target, u.failed) == ("t1", 500.0, 200.0, "step_1", False)
     assert u.send_to_recv_ms == 500.0 and u.start == 10.0 and u.end == 10.7
-    assert d.series["queue_ms"] == [500.0] and d.series["send_to_recv_ms"] == [500.0]
+    assert list(d.series["queue_ms"]) == [500.0] and list(d.series["send_to_recv_ms"]) == [500.0]
     assert [sp.kind for sp in d.spans] == ["update"]
 
 
@@ -121,7 +121,11 @@ def test_the_trainers_start_up_wait_is_not_counted_as_waiting_for_rollouts():
         ev("train", "step.done", ts=44.0, step=2, wait_ms=20, train_ms=1600),
     ]
     d = collect(iter(events), ParseStats(), async_level=1)
-    assert d.series["train_wait_ms"] == [0.0, 20.0] and d.series["train_ms"] == [1500.0, 1600.0, 1600.0]
+    assert list(d.series["train_wait_ms"]) == [0.0, 20.0] and list(d.series["train_ms"]) == [
+        1500.0,
+        1600.0,
+        1600.0,
+    ]
     assert d.counts["train_startup_wait_ms"] == 35000
 
 
@@ -150,7 +154,7 @@ def test_episode_lines_from_the_orchestrators_formatter_become_environment_serie
     parse = ParseStats()
     result = analyze(parse_files([("orchestrator", log)], parse), parse, Thresholds())
     d = result.data
-    assert d.series["env_ms"] == [800.0] * 6 and d.series["episode_turns"] == [3.0] * 6
+    assert list(d.series["env_ms"]) == [800.0] * 6 and list(d.series["episode_turns"]) == [3.0] * 6
     assert d.counts["episode.done"] == 5 and d.counts["episode.max_turns"] == 1
     assert d.counts["episode.tool_errors"] == 3
     kinds = [f.kind for f in result.findings]
@@ -218,3 +222,68 @@ def test_a_collector_run_is_not_told_its_weight_lines_are_missing(tmp_path):
         tmp_path, [format_tagged("gen", "batch.done", step=0, completions=4, dur_ms=10.0, inflight=0)]
     )
     assert any("no [weights] lines" in w for w in trio.warnings)
+
+
+def test_per_step_values_keep_the_last_of_each_step_in_step_order():
+    from prime_rl.analysis.stats import _PerStep
+
+    p = _PerStep()
+    assert [
+        p.set(s, v) for s, v in [("3", 1.0), ("1", 2.0), ("3", 5.0), ("warmup", 7.0), ("warmup", 8.0)]
+    ] == [
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert p.set("999999999", 9.0) is False  # a step number far beyond the others: kept apart
+    assert list(p.values()) == [2.0, 5.0, 8.0, 9.0]
+
+
+def test_a_long_run_keeps_the_first_and_last_spans_of_each_kind_and_counts_the_rest(monkeypatch, tmp_path):
+    import json
+
+    from prime_rl.analysis import stats
+    from prime_rl.analysis.analyze import rank_findings
+    from prime_rl.analysis.report import timeline, write_report
+    from prime_rl.analysis.thresholds import Thresholds
+
+    monkeypatch.setattr(stats, "SPANS_KEPT", 3)
+    events = []
+    for step in range(10):
+        events += [
+            ev("gen", "batch.start", ts=10.0 * step, step=step),
+            ev("gen", "batch.done", ts=10.0 * step + 5, step=step, dur_ms=5000, completions=1),
+        ]
+    d = collect(iter(events), ParseStats())
+    assert [s.label for s in d.spans] == [f"generate step {i}" for i in (0, 1, 2, 7, 8, 9)]
+    assert d.spans_dropped == {"gen": 4} and len(d.series["gen_dur_ms"]) == 10  # statistics: every step
+    assert "first and last 3 spans of each kind are shown; between them 4 gen spans are left out" in timeline(
+        d
+    )
+    out = write_report(rank_findings(d, Thresholds()), tmp_path / "a")
+    assert json.loads((out / "summary.json").read_text())["spans_dropped"] == {"gen": 4}
+
+
+def test_summary_json_lists_at_most_its_limit_of_updates_and_counts_them_all(monkeypatch, tmp_path):
+    import json
+
+    from prime_rl.analysis import report
+    from prime_rl.analysis.analyze import rank_findings
+    from prime_rl.analysis.thresholds import Thresholds
+
+    monkeypatch.setattr(report, "JSON_UPDATES", 2)
+    events = [
+        ev("weights", event, f"t{i}", ts=float(i) + dt, url="http://h", **extra)
+        for i in range(5)
+        for event, dt, extra in (
+            ("client.send", 0.0, {}),
+            ("client.done", 0.5, {"wall_ms": 500, "rpc_ms": 400}),
+        )
+    ]
+    out = report.write_report(
+        rank_findings(collect(iter(events), ParseStats()), Thresholds()), tmp_path / "a"
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert [u["tid"] for u in summary["updates"]] == ["t0", "t1"] and summary["updates_total"] == 5
