@@ -23,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "math": "prime_rl.envs.math_qa:MathQAEnv",
     "math_tool": "prime_rl.envs.tool_env:MathToolEnv",
     "reasoning_gym": "prime_rl.envs.reasoning_gym_env:ReasoningGymEnv",
+    # a verifiers (0.4.x) taskset/env; needs the optional verifiers package
+    "verifiers": "prime_rl.envs.verifiers_adapter:VerifiersEnv",
 }
 """Registered names and the ``module:Class`` each one builds."""
 
