@@ -73,10 +73,47 @@ def point(tiny_model, spec: str) -> str:
 def test_a_load_failing_anywhere_leaves_the_previous_weights_served(
     server, tiny_model, server_fault_file, spec
 ):
+    """The session server reloads directly (``weight_reload = auto`` on an unquantised model)."""
+    check_a_failed_load_rolls_back(server, tiny_model, server_fault_file, spec, "direct")
+
+
+@pytest.fixture(scope="module")
+def layerwise_server(tiny_model, tmp_path_factory):
+    """A second real server that reloads through vLLM's layerwise path (quantised or MLA models
+    take it; this tiny model takes it only when told)."""
+    from prime_rl.dev.server import CPU_TEST_ARGS, start_server
+    from prime_rl.failpoints import FAULT_FILE_ENV
+
+    fault_file = tmp_path_factory.mktemp("layerwise-faults") / "faults"
+    server = start_server(
+        tiny_model,
+        tmp_path_factory.mktemp("layerwise-run"),
+        admin_token="layerwise-admin-token",
+        extra_args=[*CPU_TEST_ARGS, "--weight_reload", "layerwise"],
+        env={FAULT_FILE_ENV: str(fault_file)},
+    )
+    try:
+        server.wait_ready(timeout_s=420)
+        yield server, fault_file
+    finally:
+        server.stop()
+
+
+def test_a_layerwise_load_failing_inside_a_fused_parameter_leaves_the_previous_weights_served(
+    layerwise_server, tiny_model
+):
+    server, fault_file = layerwise_server
+    check_a_failed_load_rolls_back(
+        server, tiny_model, fault_file, "after:model.layers.0.self_attn.k_proj.weight", "layerwise"
+    )
+
+
+def check_a_failed_load_rolls_back(server, tiny_model, server_fault_file, spec: str, reload: str) -> None:
     fault = point(tiny_model, spec)
     step_1 = write_perturbed_weights(tiny_model, server.weights_root / "step_1", scale=0.05, seed=11)
     step_2 = write_perturbed_weights(tiny_model, server.weights_root / "step_2", scale=0.05, seed=12)
-    assert admin(server, "POST", "/update_weights", json={"weight_dir": str(step_1)}).status_code == 200
+    r = admin(server, "POST", "/update_weights", json={"weight_dir": str(step_1)})
+    assert r.status_code == 200 and r.json()["reload"] == reload, r.text
     ids_1, logprobs_1 = completion(server)
     shutil.rmtree(step_1)  # the trainer prunes it: the rollback source must survive
 

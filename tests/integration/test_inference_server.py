@@ -146,11 +146,17 @@ def test_update_weights_then_reload_restores_base(server, tiny_model):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "ok" and body["rpc_ms"] > 0
+    assert body["reload"] == "direct"  # weight_reload = auto on an unquantised model
 
     new_result = complete(server)
     new_ids = new_result["choices"][0]["token_ids"]
-    ref_ids, _ = hf_greedy(hf_model(weight_dir), new_result["choices"][0]["prompt_token_ids"], len(new_ids))
+    ref_ids, ref_lps = hf_greedy(
+        hf_model(weight_dir), new_result["choices"][0]["prompt_token_ids"], len(new_ids)
+    )
     assert new_ids == ref_ids, "served greedy output differs from transformers on the new weights"
+    # every layer serves the new weights (none kept a stale packed copy): logprobs as at start-up
+    got_lps = new_result["choices"][0]["logprobs"]["token_logprobs"]
+    assert max(abs(a - b) for a, b in zip(got_lps, ref_lps, strict=True)) < 5e-5
     assert new_ids != base_ids, "the perturbation did not change the answer"
     info = httpx.get(f"{server.base_url}/weights", headers=server.admin_headers()).json()
     assert info["weight_dir"] == str(weight_dir.resolve()) and info["base"] is False

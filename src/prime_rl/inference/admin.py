@@ -218,6 +218,22 @@ class Engine(Protocol):
     ) -> Any: ...
 
 
+async def pause_engine(engine: Engine, mode: str) -> None:
+    """Pause generation and clear the caches, as vLLM's ``pause_generation`` does, without the
+    fixed 20 ms sleep it ends with (there only so that the outputs of requests it aborted reach
+    their callers before it returns; they still do, a moment later). That sleep was most of an
+    idle swap's overhead: rpc_ms minus load_ms went from ~26 ms to ~5 ms. An engine client without
+    the parts (another vLLM version, a fake) gets its ``pause_generation``."""
+    core = getattr(engine, "engine_core", None)
+    pause_scheduler = getattr(core, "pause_scheduler_async", None)
+    clear_mm_cache = getattr(getattr(engine, "renderer", None), "clear_mm_cache_async", None)
+    if pause_scheduler is None or clear_mm_cache is None:
+        await engine.pause_generation(mode=mode, clear_cache=True)
+        return
+    await clear_mm_cache()
+    await pause_scheduler(mode=mode, clear_cache=True)
+
+
 class SwapError(Exception):
     """The engine failed to load weights; ``rolled_back`` tells whether the previous ones are back."""
 
@@ -312,7 +328,7 @@ class WeightSwapper:
             log_tagged("weights", "rpc.start", trace_id, op=op, t=start, target=target.name)
             paused = loaded = False
             try:
-                await self.engine.pause_generation(mode=self.inflight_mode, clear_cache=True)
+                await pause_engine(self.engine, self.inflight_mode)
                 paused = True
                 try:
                     ranks = await self._load(files)
@@ -353,6 +369,7 @@ class WeightSwapper:
                 "lock_wait_ms": round(lock_wait_ms, 3),
                 "server_ms": round((end - wait_start) * 1000.0, 3),
                 "load_ms": load_ms,
+                "reload": next((r["reload"] for r in ranks if isinstance(r, dict) and "reload" in r), None),
                 "trace_id": trace_id,
                 "weight_dir": str(target.weight_dir) if target.weight_dir is not None else None,
                 "policy_step": target.step,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from loguru import logger
@@ -20,8 +21,10 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(paths.log_file("inference"), level=config.log_level)
 
     from prime_rl.inference import server
+    from prime_rl.inference.worker import RELOAD_ENV
 
     server.prepare_environment()
+    os.environ[RELOAD_ENV] = config.weight_reload  # the workers vLLM spawns read it at start
     try:
         args = server.parse_vllm_args(server.vllm_argv(config, passthrough))
     except SystemExit as e:  # argparse already printed which vLLM argument is wrong

@@ -417,18 +417,62 @@ _TORCH_DTYPES = {
 }
 
 
-def iter_tensors(files: Iterable[Path]) -> Iterator[tuple[str, object]]:
-    """``(name, tensor)`` for every tensor of safetensors ``files``, each read into its own memory
-    when it is reached (file by file, sorted by name within a file).
+class _ReadBuffers:
+    """Two read buffers, taken in turn, each reused while nobody holds a view of it: a loader that
+    copies each tensor into its parameter before taking the next (its loop variable still holds
+    the last one, in the other buffer) reads every tensor into the same memory, with no fresh
+    pages to fault in. A buffer someone kept a view of is theirs; its replacement is sized to the
+    tensor, so a loader that keeps every tensor costs what it did without reuse."""
+
+    def __init__(self) -> None:
+        self.bufs: list = [None, None]
+        self.idle = [0, 0]
+        self.turn = 0
+        self.allocations = 0
+
+    def take(self, nbytes: int):
+        import torch
+
+        i = self.turn = 1 - self.turn
+        buf = self.bufs[i]
+        free = buf is not None and _use_count(buf) == self.idle[i]
+        if not free or buf.numel() < nbytes:
+            size = max(nbytes, buf.numel()) if free else nbytes
+            buf = self.bufs[i] = torch.empty(size, dtype=torch.uint8)
+            self.idle[i] = _use_count(buf)
+            self.allocations += 1
+        return buf[:nbytes]
+
+
+def _use_count(tensor) -> int:
+    import torch
+
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
+def _can_reuse() -> bool:
+    import torch
+
+    return hasattr(torch._C, "_storage_Use_Count")
+
+
+def iter_tensors(files: Iterable[Path], reuse: bool = False) -> Iterator[tuple[str, object]]:
+    """``(name, tensor)`` for every tensor of safetensors ``files``, each read into memory when it
+    is reached (file by file, sorted by name within a file).
 
     Each header is checked strictly first (:func:`read_safetensors_header`). Tensors are read
-    with ``preadv`` into their own tensors, never memory-mapped: a file cut short or failing while it is read raises
-    an ``OSError`` naming it, which a loader can handle (a mapped file cut short kills the reader
+    with ``preadv``, never memory-mapped: a file cut short or failing while it is read raises an
+    ``OSError`` naming it, which a loader can handle (a mapped file cut short kills the reader
     with SIGBUS at first touch instead). One tensor at a time, as the loader takes it, so the
     bytes go from the page cache to the model while they are still in the CPU's cache.
+
+    Each tensor has its own memory, unless ``reuse``: then a tensor's memory is reused for a later
+    one once the caller holds no view of it (:class:`_ReadBuffers`), for a loader that copies
+    each tensor where it belongs before taking the next.
     """
     import torch
 
+    pool = _ReadBuffers() if reuse and _can_reuse() else None
     for path in files:
         path = Path(path)
         infos = read_safetensors_header(path)
@@ -438,7 +482,7 @@ def iter_tensors(files: Iterable[Path]) -> Iterator[tuple[str, object]]:
             for name in sorted(infos):
                 info = infos[name]
                 begin, end = info.offsets
-                raw = torch.empty(end - begin, dtype=torch.uint8)
+                raw = pool.take(end - begin) if pool else torch.empty(end - begin, dtype=torch.uint8)
                 view = memoryview(raw.numpy())
                 got = 0
                 while got < end - begin:
@@ -448,6 +492,7 @@ def iter_tensors(files: Iterable[Path]) -> Iterator[tuple[str, object]]:
                     got += n
                 dtype = getattr(torch, _TORCH_DTYPES[info.dtype])
                 yield name, raw.view(dtype).reshape(info.shape)
+                del raw
 
 
 def read_tensors(path: Path) -> list[tuple[str, object]]:

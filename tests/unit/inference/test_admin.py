@@ -21,6 +21,7 @@ from prime_rl.inference.admin import (
     SwapError,
     WeightSwapper,
     build_admin_router,
+    pause_engine,
 )
 from prime_rl.tracing import parse_tagged
 from prime_rl.transport.weights import POLICY_HEADER, policy_step_of, write_file_manifest
@@ -566,3 +567,38 @@ def test_rollback_after_the_served_dir_was_pruned_loads_the_held_links(setup):
     assert load_file(rolled_back_to)["w"][0, 0] == 1.0  # step 1's bytes, from the held link
     assert swapper.served.step == 1 and swapper.current_dir == good.resolve()
     assert [p.name for p in swapper.held.home.iterdir()] == [swapper.held.serving.name]
+
+
+class VllmLikeEngine(FakeEngine):
+    """vLLM's AsyncLLM shape: its pause_generation ends with a fixed sleep; the parts it calls
+    first (the renderer's cache clear, the engine core's scheduler pause) are reachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        outer = self
+
+        class Renderer:
+            async def clear_mm_cache_async(self):
+                outer.calls.append(("clear_mm_cache",))
+
+        class Core:
+            async def pause_scheduler_async(self, *, mode, clear_cache):
+                outer.paused = True
+                outer.calls.append(("pause_scheduler", mode, clear_cache))
+
+        self.renderer, self.engine_core = Renderer(), Core()
+
+    async def pause_generation(self, *, mode="abort", clear_cache=True):
+        raise AssertionError("the swap must not pay for pause_generation's fixed sleep")
+
+
+def test_a_swap_pauses_the_scheduler_directly_and_clears_the_caches():
+    engine = VllmLikeEngine()
+    asyncio.run(pause_engine(engine, "keep"))
+    assert engine.calls == [("clear_mm_cache",), ("pause_scheduler", "keep", True)] and engine.paused
+
+
+def test_an_engine_client_without_those_parts_is_paused_through_pause_generation():
+    engine = FakeEngine()
+    asyncio.run(pause_engine(engine, "wait"))
+    assert engine.calls == [("pause", "wait", True)] and engine.paused

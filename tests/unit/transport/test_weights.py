@@ -582,3 +582,62 @@ def test_a_shard_cut_while_it_is_read_raises_an_error_naming_it(tmp_path):
         f.truncate(path.stat().st_size - 100)
     with pytest.raises(OSError, match=r"model\.safetensors: file ended inside tensor 'b'"):
         next(tensors)
+
+
+@pytest.fixture
+def varied_shard(tmp_path):
+    """Tensors of several sizes and dtypes, so a reused buffer must grow and be viewed anew."""
+    torch.manual_seed(0)
+    tensors = {
+        f"t{i}": torch.randn(n).to(dtype)
+        for i, (n, dtype) in enumerate(
+            [
+                (7, torch.float32),
+                (300, torch.bfloat16),
+                (64, torch.float32),
+                (1000, torch.float16),
+                (5, torch.float32),
+            ]
+        )
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    return path, tensors
+
+
+def read_buffers_made(monkeypatch) -> list:
+    from prime_rl.transport import weights
+
+    made: list = []
+
+    class Counted(weights._ReadBuffers):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(weights, "_ReadBuffers", Counted)
+    return made
+
+
+def test_reused_reads_give_each_tensor_exactly_to_a_loader_that_copies_it(monkeypatch, varied_shard):
+    from prime_rl.transport.weights import iter_tensors
+
+    path, tensors = varied_shard
+    made = read_buffers_made(monkeypatch)
+    copies = {name: t.clone() for name, t in iter_tensors([path], reuse=True)}
+    assert copies.keys() == tensors.keys()
+    for name, t in tensors.items():
+        assert torch.equal(copies[name], t), name
+    # two buffers taken in turn (the loop variable holds the last tensor), grown when too small
+    assert made[0].allocations <= 4
+
+
+def test_reused_reads_never_overwrite_a_tensor_the_caller_kept(monkeypatch, varied_shard):
+    from prime_rl.transport.weights import iter_tensors
+
+    path, tensors = varied_shard
+    made = read_buffers_made(monkeypatch)
+    kept = dict(iter_tensors([path], reuse=True))  # keeps a view of every tensor, like a layerwise loader
+    for name, t in tensors.items():
+        assert torch.equal(kept[name], t), f"{name} was overwritten by a later read"
+    assert made[0].allocations == len(tensors)  # each kept one got its own memory
