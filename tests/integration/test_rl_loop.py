@@ -83,11 +83,13 @@ def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_leve
 
     rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
     first, last = rewards[:6], rewards[-6:]
-    # a real rise, not noise: 4 of the last 6 steps above every one of the first 6, and +0.05 on
-    # average (runs rise by 0.09-0.47 at the demo's lr; a t statistic rejected good runs whose
-    # reward was still climbing fast at the end)
+    # a real rise, not noise: 4 of the last 6 steps above every one of the first 6 (with no
+    # learning, about 3% of runs would pass that: the top 4 of 12 exchangeable steps all late),
+    # and +0.03 on average (steps vary by about 0.02, so 6 against 6 by about 0.012: +0.03 is 2.5
+    # of that). Runs rise by 0.04-0.47 at the demo's lr (benchmarks/RESULTS.md, "Demo learning");
+    # a t statistic rejected good runs whose reward was still climbing fast at the end
     assert sorted(last)[2] > max(first), rewards
-    assert sum(last) / 6 - sum(first) / 6 > 0.05, rewards
+    assert sum(last) / 6 - sum(first) / 6 > 0.03, rewards
     # earned on answers the model ends (stop strings), not on cut-off ones (issue 12 item 17): a
     # cut-off answer earns 0 (truncated_reward), and the policy it learned ends its answers. The
     # random model's first answers lack a space within max_tokens (12) about a quarter of the time;

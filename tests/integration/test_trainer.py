@@ -122,6 +122,19 @@ def test_vllm_serves_the_trainers_weights(inference_server, tiny_model):
         httpx.post(f"{server.base_url}/reload_weights", json={}, headers=server.admin_headers(), timeout=120)
 
 
+def assert_same_weights_but_summation_order(w1: dict, w2: dict) -> None:
+    """Two runs on different rank counts: Adam turns float-summation-order noise on near-zero
+    gradients into full-size steps on a few elements, so allow those few (under 0.5% of the
+    elements off by more than 1e-6, none by more than 3e-4). A real difference (a lost optimizer
+    state, a missing world-size factor in the loss) moves most elements."""
+    assert set(w1) == set(w2)
+    total = sum(t.numel() for t in w1.values())
+    differing = sum(int(((w1[k] - w2[k]).abs() > 1e-6).sum()) for k in w1)
+    assert differing / total < 0.005, f"{differing} of {total} elements differ"
+    for k in w1:
+        assert torch.allclose(w1[k], w2[k], atol=3e-4), k
+
+
 def test_two_ranks_match_one_rank(tiny_model, tmp_path):
     samples = make_samples(n_prompts=4, vocab_size=2048, seed=5)
     args = [*LR, "--data.micro_batch_tokens", "24"]
@@ -134,15 +147,8 @@ def test_two_ranks_match_one_rank(tiny_model, tmp_path):
     assert loss1 == pytest.approx(loss2, abs=1e-5)
     assert gn1 == pytest.approx(gn2, rel=1e-4)
     # grad_norm above is the sensitive check (Adam is scale-invariant, so a missing world-size
-    # factor would hardly move the weights). Weights: Adam turns float-summation-order noise on
-    # near-zero gradients into full-size steps on a few elements, so allow those few.
-    w1, w2 = load_weights(one.weights(3)), load_weights(two.weights(3))
-    assert set(w1) == set(w2)
-    total = sum(t.numel() for t in w1.values())
-    differing = sum(int(((w1[k] - w2[k]).abs() > 1e-6).sum()) for k in w1)
-    assert differing / total < 0.005, f"{differing} of {total} elements differ"
-    for k in w1:
-        assert torch.allclose(w1[k], w2[k], atol=3e-4), k
+    # factor would hardly move the weights).
+    assert_same_weights_but_summation_order(load_weights(one.weights(3)), load_weights(two.weights(3)))
     assert (tmp_path / "two" / "logs" / "trainer" / "rank_1.log").is_file()
 
 
@@ -175,9 +181,9 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model, tmp_path
         second.finish()
     finally:
         second.kill()
-    a, b = load_weights(full.weights(4)), load_weights(second.weights(4))
-    for k in a:
-        assert torch.allclose(a[k], b[k], atol=1e-6), k
+    # the full run had one rank, the resumed part two: equal up to summation order (CI once saw
+    # k_proj.bias off by just over 1e-6 on a few elements, as in the two-rank test above)
+    assert_same_weights_but_summation_order(load_weights(full.weights(4)), load_weights(second.weights(4)))
     lrs_full = [r["lr"] for r in metrics(tmp_path / "full")]
     lrs_resumed = [r["lr"] for r in metrics(out)][-2:]
     assert lrs_resumed == pytest.approx(lrs_full[2:])
