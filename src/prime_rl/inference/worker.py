@@ -6,10 +6,9 @@ has checked the files before (strict headers, names, shapes and dtypes against t
 the manifest's sizes and checksums), so the load is expected to succeed; what can still fail is
 handled here. The tensors are read one by one with plain reads, never memory-mapped
 (:func:`prime_rl.transport.weights.iter_tensors`: a file cut or unreadable now raises an error
-instead of killing the engine with SIGBUS), and go through the worker's ``reload_weights``,
-vLLM's layerwise in-place reload, which handles the kernel-format repacking of the CPU backend
-(a direct ``model.load_weights`` does not). It runs between engine steps, so no forward pass
-sees a half-loaded model from another request's point of view.
+instead of killing the engine with SIGBUS), and go into the model one of two ways (below). The
+load runs between engine steps, so no forward pass sees a half-loaded model from another
+request's point of view.
 
 Two ways in (``inference.weight_reload``, passed to the workers as ``PRIME_RL_WEIGHT_RELOAD``):
 
@@ -27,7 +26,7 @@ Two ways in (``inference.weight_reload``, passed to the workers as ``PRIME_RL_WE
   transform their weights after loading (quantised weights, MLA).
 - **auto** (the default): direct, except layerwise for those models (:func:`resolve_reload`).
 
-If the load fails part-way (a read error, an engine error), vLLM's layerwise reload leaves the
+If a layerwise load fails part-way (a read error, an engine error), vLLM's reload leaves the
 layers it had not finished on the meta device (the next forward pass would kill the engine) and
 the ones it had finished on the new weights. :func:`abandon_partial_reload` puts every
 unfinished layer back on its previous tensors, untouched because vLLM only copies a layer once
