@@ -141,18 +141,12 @@ def server_fault_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def inference_server(tiny_model, tmp_path_factory, server_fault_file):
     """One real vLLM inference server (CPU) on the tiny model for the whole test session."""
-    from prime_rl.dev.server import start_server
-    from prime_rl.failpoints import FAULT_FILE_ENV
+    from tests.support.servers import serving
 
-    output_dir = tmp_path_factory.mktemp("inference-run")
-    server = start_server(
-        tiny_model, output_dir, admin_token=ADMIN_TOKEN, env={FAULT_FILE_ENV: str(server_fault_file)}
-    )
-    try:
-        server.wait_ready(timeout_s=float(os.environ.get("PRIME_TEST_SERVER_TIMEOUT", "420")))
+    with serving(
+        tiny_model, tmp_path_factory.mktemp("inference-run"), server_fault_file, ADMIN_TOKEN
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import shutil
 import httpx
 import pytest
 from tests.support.completions import complete
+from tests.support.servers import serving
 
 from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.transport.weights import read_tensors, weight_files
@@ -81,22 +82,13 @@ def test_a_load_failing_anywhere_leaves_the_previous_weights_served(
 def layerwise_server(tiny_model, tmp_path_factory):
     """A second real server that reloads through vLLM's layerwise path (quantised or MLA models
     take it; this tiny model takes it only when told)."""
-    from prime_rl.dev.server import CPU_TEST_ARGS, start_server
-    from prime_rl.failpoints import FAULT_FILE_ENV
+    from prime_rl.dev.server import CPU_TEST_ARGS
 
     fault_file = tmp_path_factory.mktemp("layerwise-faults") / "faults"
-    server = start_server(
-        tiny_model,
-        tmp_path_factory.mktemp("layerwise-run"),
-        admin_token="layerwise-admin-token",
-        extra_args=[*CPU_TEST_ARGS, "--weight_reload", "layerwise"],
-        env={FAULT_FILE_ENV: str(fault_file)},
-    )
-    try:
-        server.wait_ready(timeout_s=420)
+    extra_args = [*CPU_TEST_ARGS, "--weight_reload", "layerwise"]
+    run_dir = tmp_path_factory.mktemp("layerwise-run")
+    with serving(tiny_model, run_dir, fault_file, "layerwise-admin-token", extra_args) as server:
         yield server, fault_file
-    finally:
-        server.stop()
 
 
 def test_a_layerwise_load_failing_inside_a_fused_parameter_leaves_the_previous_weights_served(

@@ -222,7 +222,7 @@ async def pause_engine(engine: Engine, mode: str) -> None:
     """Pause generation and clear the caches, as vLLM's ``pause_generation`` does, without the
     fixed 20 ms sleep it ends with (there only so that the outputs of requests it aborted reach
     their callers before it returns; they still do, a moment later). That sleep was most of an
-    idle swap's overhead: rpc_ms minus load_ms went from ~26 ms to ~5 ms. An engine client without
+    idle swap's overhead: rpc_ms minus load_ms went from ~26 ms to ~4 ms. An engine client without
     the parts (another vLLM version, a fake) gets its ``pause_generation``."""
     core = getattr(engine, "engine_core", None)
     pause_scheduler = getattr(core, "pause_scheduler_async", None)
