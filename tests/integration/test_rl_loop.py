@@ -56,6 +56,23 @@ def metrics(out: Path, process: str) -> list[dict]:
     return [r for r in rows if r["process"] == process]
 
 
+def assert_rose(rewards: list[float]) -> None:
+    """A real rise of the reward per step, not noise, judged on the first 6 steps against the last 6.
+
+    Ranks: of the 36 (late, early) pairs, at least 30 have the late step higher (Mann-Whitney U).
+    With no learning the 12 steps are exchangeable and 3.2% of runs would pass that by chance (the
+    exact distribution; "4 of the last 6 above every one of the first 6", used before, let 3.0%
+    through but failed a learning run on one lucky early step: 0.120 -> 0.195 with step 2 at 0.204).
+    Size: +0.03 on average (steps vary by about 0.02, so 6 against 6 by about 0.012: +0.03 is 2.5 of
+    that). A t statistic rejected good runs whose reward was still climbing fast at the end. Runs
+    rise by 0.04-0.47 (benchmarks/RESULTS.md, "Demo learning")."""
+    first, last = rewards[:6], rewards[-6:]
+    print(f"reward: first 6 steps {sum(first) / 6:.3f}, last 6 {sum(last) / 6:.3f}: {rewards}")
+    late_above = sum((lt > e) + 0.5 * (lt == e) for lt in last for e in first)
+    assert late_above >= 30, (late_above, rewards)
+    assert sum(last) / 6 - sum(first) / 6 > 0.03, rewards
+
+
 def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_level(tiny_model, tmp_path):
     out = tmp_path / "run"
     done = rl(tiny_model, out, "--max_steps", "30")
@@ -85,14 +102,7 @@ def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_leve
         assert batch.num_samples == 64 and batch.step == step
 
     rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
-    first, last = rewards[:6], rewards[-6:]
-    # a real rise, not noise: 4 of the last 6 steps above every one of the first 6 (with no
-    # learning, about 3% of runs would pass that: the top 4 of 12 exchangeable steps all late),
-    # and +0.03 on average (steps vary by about 0.02, so 6 against 6 by about 0.012: +0.03 is 2.5
-    # of that). Runs rise by 0.04-0.47 at the demo's lr (benchmarks/RESULTS.md, "Demo learning");
-    # a t statistic rejected good runs whose reward was still climbing fast at the end
-    assert sorted(last)[2] > max(first), rewards
-    assert sum(last) / 6 - sum(first) / 6 > 0.03, rewards
+    assert_rose(rewards)
     # earned on answers the model ends (stop strings), not on cut-off ones (issue 12 item 17): a
     # cut-off answer earns 0 (truncated_reward), and the policy it learned ends its answers. The
     # random model's first answers lack a space within max_tokens (12) about a quarter of the time;
@@ -128,12 +138,7 @@ def test_the_multi_turn_demo_learns_the_guessing_game(tiny_model, tmp_path):
     rows = metrics(out, "orchestrator")
     assert [r["step"] for r in rows] == list(range(20))
     assert all(r["turns_mean"] > 1 for r in rows[:3]), [r["turns_mean"] for r in rows]  # multi-turn
-    rewards = [r["reward_mean"] for r in rows]
-    first, last = rewards[:6], rewards[-6:]
-    print(f"guess demo reward: first 6 steps {sum(first) / 6:.3f}, last 6 {sum(last) / 6:.3f}: {rewards}")
-    # the same criteria as the single-turn demo's (see above)
-    assert sorted(last)[2] > max(first), rewards
-    assert sum(last) / 6 - sum(first) / 6 > 0.03, rewards
+    assert_rose([r["reward_mean"] for r in rows])
 
 
 def test_orchestrator_without_server_fails_with_a_countdown(tmp_path):
