@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prime_rl.analysis.findings import Finding
-from prime_rl.analysis.parser import Event, ParseStats
 from prime_rl.analysis.rules import RULES
 from prime_rl.analysis.run_warnings import WARNINGS
 from prime_rl.analysis.stats import Collected, collect
+from prime_rl.analysis.tagged import Event, ParseStats, TaggedLines
 from prime_rl.analysis.thresholds import Thresholds
 
 
@@ -57,7 +57,11 @@ def rank_findings(data: Collected, thresholds: Thresholds) -> Analysis:
 
 
 def analyze(
-    events: Iterable[Event], parse: ParseStats, thresholds: Thresholds, async_level: int | None = None
+    lines: Iterable[TaggedLines] | Iterable[Event],
+    parse: ParseStats,
+    thresholds: Thresholds,
+    async_level: int | None = None,
 ) -> Analysis:
-    """Collect ``events`` (``parse`` fills as they are read), then :func:`rank_findings`."""
-    return rank_findings(collect(events, parse, async_level), thresholds)
+    """Collect ``lines`` (batches of tagged lines or events; ``parse`` fills as they are read),
+    then :func:`rank_findings`."""
+    return rank_findings(collect(lines, parse, async_level), thresholds)

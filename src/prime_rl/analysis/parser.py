@@ -1,10 +1,14 @@
 """Streaming parser for the tagged timing lines whose grammar is in ``docs/design.md``.
 
-Logs are read in large binary chunks and scanned with one compiled regex, so Python only touches
-tagged lines; gzip files (``.gz``) and rotated parts are read the same way. A line that carries
-a known tag but does not follow the grammar (cut mid-line, garbled) is counted as malformed and
-skipped, never a crash. Each event keeps the log's wall-clock timestamp (when the line has one)
-and the process-local monotonic ``t=`` when present.
+Logs are read in large binary chunks; one compiled regex finds the tag markers, so the rest of a
+log (vLLM's request lines and the like) costs no Python. Gzip files (``.gz``) and rotated parts are
+read the same way. A file's tagged lines are handed on in batches (:class:`~prime_rl.analysis.
+tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole chunks): the lines in loguru's
+file format, nearly all of them, are taken apart column-wise with polars (timestamp, tag, trace
+id, event, fields), the few in other formats (console captures, foreign prefixes) one by one with
+the same grammar. A line that carries a known tag but does not follow the grammar (cut mid-line,
+garbled) is counted as malformed and skipped, never a crash. Each line keeps the log's wall-clock
+timestamp (when it has one) and its line number in its file.
 
 A tagged line starts its log message. On a line with loguru's prefix (``<date> <time> | LEVEL |``,
 what every process writes) a tag marker anywhere else in the message is text, not an event: a
@@ -15,15 +19,16 @@ free-form message that quotes something a client sent (``weight dir '... [weight
 from __future__ import annotations
 
 import gzip
-import math
 import re
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import polars as pl
+
 from prime_rl.analysis.clock import Clock, reference_date
+from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines
 
 TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
 _TAG_ALT = b"|".join(TAGS)
@@ -32,6 +37,7 @@ _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # the marker is not followed by whitespace, a malformed line)
 _AT_MARKER = re.compile(rb"\[(" + _TAG_ALT + rb")\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+([^\n]*))?")
 _TAG_NAMES = {t: t.decode() for t in TAGS}
+_TAG_LIST = list(_TAG_NAMES.values())
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
@@ -46,91 +52,9 @@ _UNKNOWN = re.compile(
 _LOGURU_LEN = 36
 """Length of loguru's file prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` (levels padded to 8)."""
 CHUNK = 8 << 20
-EXAMPLES = 5
-"""How many malformed lines and bad values are kept as ``file:line: text`` examples."""
-
-
-@dataclass
-class ParseStats:
-    files: list[str] = field(default_factory=list)
-    lines: int = 0
-    tagged: int = 0
-    malformed: int = 0
-    malformed_examples: list[str] = field(default_factory=list)
-    bad_values: int = 0
-    """Fields a number was expected in that hold none (``wait_ms=abc``, ``nan``, ``inf``)."""
-    bad_value_examples: list[str] = field(default_factory=list)
-    """The first few as ``file:line: key=value (tag event)``."""
-    unknown_tags: Counter = field(default_factory=Counter)
-    """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
-    last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
-    """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
-    ref_date: str | None = None
-    """The date given to timestamps without one (console captures)."""
-    seconds: float = 0.0
-
-
-class _Where:
-    """Where the current chunk lies in its file: turns an event's offset into ``file:line`` (counted
-    only when asked, for the few lines that are reported)."""
-
-    __slots__ = ("path", "first_line", "chunk", "stats")
-
-    def __init__(self, path: Path, first_line: int, chunk: bytes, stats: ParseStats) -> None:
-        self.path, self.first_line, self.chunk, self.stats = path, first_line, chunk, stats
-
-    def line(self, offset: int) -> int:
-        return self.first_line + self.chunk.count(b"\n", 0, offset)
-
-
-@dataclass(slots=True)
-class Event:
-    """One tagged line."""
-
-    tag: str
-    event: str
-    tid: str | None
-    fields: dict[str, str]
-    ts: float | None
-    """Wall-clock seconds from the log line's timestamp (None when the line has none)."""
-    source: str
-    """Which file (its label) the line came from."""
-    loc: _Where | None = None
-    offset: int = 0
-    bad: tuple[str, ...] = ()
-
-    def num(self, key: str) -> float | None:
-        """The field as a finite float; None when absent. A value that is no finite number counts
-        as a bad value (once per event and key), named by file and line (:class:`ParseStats`)."""
-        raw = self.fields.get(key)
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value):
-            return value
-        if key not in self.bad:
-            self.bad += (key,)
-            if self.loc is not None:
-                stats = self.loc.stats
-                stats.bad_values += 1
-                if len(stats.bad_value_examples) < EXAMPLES:
-                    where = f"{self.loc.path}:{self.loc.line(self.offset)}"
-                    stats.bad_value_examples.append(f"{where}: {key}={raw[:80]} ([{self.tag}] {self.event})")
-        return None
-
-    def where(self) -> str:
-        """``file:line`` of the line (``source`` when the event was not read from a file)."""
-        return f"{self.loc.path}:{self.loc.line(self.offset)}" if self.loc is not None else self.source
-
-    def text(self) -> str:
-        """The tagged part of the line again (for reports)."""
-        head = f"[{self.tag}][{self.tid}]" if self.tid else f"[{self.tag}]"
-        return " ".join(
-            [head, *([self.event] if self.event else []), *(f"{k}={v}" for k, v in self.fields.items())]
-        )
+BATCH_ROWS = 1 << 16
+"""Tagged lines folded together (at least; one file's, from whole chunks): the collector's column
+work costs per batch, so small batches of a log with few tagged lines would cost more than their lines."""
 
 
 def open_log(path: Path):
@@ -160,94 +84,231 @@ def _chunks(path: Path) -> Iterator[bytes]:
             yield block[: cut + 1]
 
 
-def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[Event]:
-    """Events from ``(label, path)`` pairs, file by file, in file order."""
+def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[TaggedLines]:
+    """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
     stats.ref_date = reference_date([p for _, p in paths], open_log)
     clock = Clock(stats.ref_date)
-    seconds = clock.loguru_seconds
     events_seen: set[str] = set()
     for label, path in paths:
         stats.files.append(str(path))
         clock.new_file()
-        lines_before = 0  # lines of this file in earlier chunks: a bad line is named file:line
+        lines_seen = stats.lines
+        lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
         last_chunk = b""
+        pending = _Pending(path, clock, stats, events_seen)
         for chunk in _chunks(path):
             last_chunk = chunk
-            where = _Where(path, lines_before + 1, chunk, stats)
             _count_unknown(stats, chunk)
-            last_line = -1
-            for m in _AT_MARKER.finditer(chunk):
-                pos = m.start()
-                line_start = chunk.rfind(b"\n", 0, pos) + 1
-                if line_start == last_line:  # a second marker on a line already handled
-                    continue
-                last_line = line_start
-                loguru = pos - line_start == _LOGURU_LEN and chunk[pos - 2 : pos] == b"| "
-                if pos > line_start and not loguru:
-                    head = _LOGURU_PREFIX.match(chunk, line_start, pos)
-                    if head is not None and head.end() != pos:
-                        continue  # a marker inside a free-form message: text, not a tagged line
-                raw = m.group(3)
-                parts = raw.decode("utf-8", "replace").split(None, 1) if raw else None
-                if not parts:
-                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
-                    continue
-                first = parts[0]
-                if "=" in first:
-                    event, fields = "", _fields(" ".join(parts).split())
-                elif first in events_seen or _new_event(events_seen, first):
-                    event, fields = first, _fields(parts[1].split()) if len(parts) > 1 else {}
-                else:
-                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
-                    continue
-                if not event and not fields:  # "[ckpt] =3": neither an event nor a key
-                    _bad(stats, chunk, line_start, f"{path}:{lines_before + 1}")
-                    continue
-                stats.tagged += 1
-                tid = m.group(2)
-                if loguru and chunk[line_start + 4] == 45 and chunk[line_start + 19] == 46:  # "-", "."
-                    # loguru's file prefix: the second's epoch seconds looked up by its bytes
-                    second = chunk[line_start : line_start + 19]
-                    millis = chunk[line_start + 20 : line_start + 23]
-                    base = seconds.get(second)
-                    if base is not None and millis.isdigit():
-                        ts = base + int(millis) / 1000.0
-                    else:
-                        ts = clock.loguru(second, millis)
-                else:
-                    ts = clock(chunk[line_start:pos].decode("utf-8", "replace")) if pos > line_start else None
-                yield Event(
-                    _TAG_NAMES[m.group(1)],
-                    event,
-                    tid.decode() if tid else None,
-                    fields,
-                    ts,
-                    label,
-                    where,
-                    line_start,
-                )
-            n = chunk.count(b"\n")
-            stats.lines += n
-            lines_before += n
+            stats.lines += _scan_chunk(chunk, lines_before + 1, pending)
+            lines_before = stats.lines - lines_seen
+            if pending.rows >= BATCH_ROWS:
+                yield TaggedLines(pending.flush(), label, path, None, stats)
+        if pending.rows:
+            yield TaggedLines(pending.flush(), label, path, None, stats)
         _last_line(stats, path, last_chunk, clock)
     stats.seconds += time.perf_counter() - start
 
 
-def _fields(tokens: list[str]) -> dict[str, str]:
-    """``key=value`` tokens as a dict (the last of a repeated key wins); tokens without ``=`` and
-    empty keys are no fields."""
-    try:
-        fields = dict(tok.split("=", 1) for tok in tokens)  # every token has a "=": the usual case
-    except ValueError:
-        fields = {}
-        for tok in tokens:
-            k, sep, v = tok.partition("=")
-            if sep:
-                fields[k] = v
-    fields.pop("", None)
-    return fields
+def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[Event]:
+    """Events from ``(label, path)`` pairs, file by file, in file order (:func:`scan_files`, one
+    :class:`Event` per line: for tests and small logs)."""
+    for lines in scan_files(paths, stats):
+        yield from (lines.event(i) for i in range(len(lines)))
+
+
+_NL = 10
+# a tagged line's message from its marker: tag, trace id, then whitespace, the first word (an
+# event, or the first key=value of an event-less line) and the rest (no whitespace after the
+# marker: no first word, a malformed line)
+_HEAD = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+\s*(\S+)(?:\s+(.*))?)?"
+
+
+class _Pending:
+    """One file's tagged lines read so far and not yet yielded: those in loguru's file format as
+    text (taken apart together, column-wise, when the batch is full), the others already parsed."""
+
+    def __init__(self, path: Path, clock: Clock, stats: ParseStats, events_seen: set[str]) -> None:
+        self.path, self.clock, self.stats, self.events_seen = path, clock, stats, events_seen
+        self.lines: list[str] = []
+        self.numbers: list[int] = []
+        self.other: list[pl.DataFrame] = []
+        self.rows = 0
+
+    def flush(self) -> pl.DataFrame:
+        """The lines as one frame (:data:`~prime_rl.analysis.tagged.SCHEMA`), in line order."""
+        frames = self.other
+        if self.lines:
+            frame, malformed = _loguru_lines(self.lines, self.numbers, self.clock, self.events_seen)
+            for i in malformed:
+                _bad(self.stats, self.path, self.numbers[i], self.lines[i])
+            frames = [frame, *frames]
+        frame = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line")
+        self.stats.tagged += frame.height
+        self.lines, self.numbers, self.other, self.rows = [], [], [], 0
+        return frame
+
+
+def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
+    """Find one chunk's tagged lines (the chunk starts at line ``first_line``) and add them to
+    ``pending``; returns the chunk's number of lines. Lines in loguru's file format (nearly all)
+    are kept as text for :func:`_loguru_lines`; the others are parsed one by one."""
+    data = np.frombuffer(chunk, np.uint8)
+    newlines = np.flatnonzero(data == _NL)
+    marks = [m.start() for m in _MARKERS.finditer(chunk)]
+    if not marks:
+        return len(newlines)
+    pos = np.asarray(marks, dtype=np.int64)
+    line_no = np.searchsorted(newlines, pos)
+    first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
+    pos, line_no = pos[first], line_no[first]
+    starts = np.where(line_no > 0, newlines[np.maximum(line_no - 1, 0)] + 1, 0)
+    ends = newlines[line_no]
+    numbers = line_no + first_line
+    fast = (pos - starts) == _LOGURU_LEN
+    if fast.any():  # "YYYY-MM-DD HH:MM:SS.mmm | LEVEL   | [tag]"
+        s = starts[fast]
+        ok = (data[s + 34] == 124) & (data[s + 35] == 32) & (data[s + 4] == 45) & (data[s + 19] == 46)
+        for k in (20, 21, 22):
+            ok &= (data[s + k] >= 48) & (data[s + k] <= 57)
+        fast[np.flatnonzero(fast)[~ok]] = False
+    if fast.any():
+        s, e = starts[fast].tolist(), ends[fast].tolist()
+        if chunk.isascii():
+            text = chunk.decode("ascii")
+            pending.lines += [text[a:b] for a, b in zip(s, e, strict=True)]
+        else:
+            pending.lines += [chunk[a:b].decode("utf-8", "replace") for a, b in zip(s, e, strict=True)]
+        pending.numbers += numbers[fast].tolist()
+        pending.rows += len(s)
+    slow = np.flatnonzero(~fast)
+    if len(slow):
+        s, n = starts[slow].tolist(), numbers[slow].tolist()
+        frame, malformed = _other_lines(chunk, s, pos[slow].tolist(), n, pending.clock, pending.events_seen)
+        for i in malformed:
+            end = chunk.find(b"\n", s[i])
+            _bad(pending.stats, pending.path, n[i], chunk[s[i] : end][:200].decode("utf-8", "replace"))
+        if frame is not None and frame.height:
+            pending.other.append(frame)
+            pending.rows += frame.height
+    return len(newlines)
+
+
+def _loguru_lines(
+    lines: list[str], numbers: list[int], clock: Clock, events_seen: set[str]
+) -> tuple[pl.DataFrame, list[int]]:
+    """Lines with loguru's file prefix and a marker right after it, column-wise; and the indices
+    of the malformed ones."""
+    line = pl.Series("line", lines, dtype=pl.String)
+    second = line.str.slice(0, 19)
+    seconds = {sec: clock.loguru(sec.encode(), b"000") for sec in second.unique().to_list()}
+    base = second.replace_strict(seconds, default=None, return_dtype=pl.Float64)
+    ts = base + line.str.slice(20, 3).cast(pl.Int64) / 1000.0
+    head = _heads(line.str.slice(_LOGURU_LEN)).with_columns(line=pl.Series(numbers, dtype=pl.Int64), ts=ts)
+    return _finish(head, events_seen)
+
+
+def _heads(msg: pl.Series) -> pl.DataFrame:
+    """Messages that start with a marker, taken apart: tag, trace id, the first word and the rest
+    (see :data:`_HEAD`). Messages with single spaces between the head and the first two words (all
+    that ``format_tagged`` writes) are split on them; the others go through the regex."""
+    split = msg.str.splitn(" ", 3).struct.unnest()
+    split.columns = ["head", "first", "rest"]
+    names = split.get_column("head").str.strip_chars_start("[").str.strip_chars_end("]")
+    tag_tid = names.str.split_exact("][", 1).struct.unnest()
+    tag_tid.columns = ["tag", "tid"]
+    heads = pl.concat([tag_tid, split], how="horizontal")
+    tid = pl.col("tid")
+    again = pl.concat_str(
+        [
+            pl.lit("["),
+            pl.col("tag"),
+            pl.lit("]"),
+            pl.when(tid.is_null()).then(pl.lit("")).otherwise("[" + tid + "]"),
+        ]
+    )
+    clean = heads.select(
+        (pl.col("head") == again)
+        & pl.col("tag").is_in(_TAG_LIST)
+        & (tid.is_null() | tid.str.contains(r"^[A-Za-z0-9_.-]{1,64}$"))
+        & (pl.col("first").str.len_bytes() > 0)
+        & ~pl.lit(msg).str.contains(r"[\t\r\x0b\x0c]")
+    ).to_series()
+    heads = heads.select("tag", "tid", "first", "rest")
+    if clean.all():
+        return heads
+    other = msg.filter(~clean).str.extract_groups(_HEAD).struct.unnest()
+    other.columns = heads.columns
+    other = other.with_columns(index=(~clean).arg_true()).select("index", *heads.columns)
+    out = pl.concat([heads.with_row_index().filter(clean), other])
+    return out.sort("index").drop("index")
+
+
+def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, list[int]]:
+    """From (off, ts, tag, tid, first word, rest) to the lines' columns: the first word is the
+    event, or (with a ``=``) the first field of an event-less line; lines without a first word,
+    with one that is no event name, or with neither an event nor a field are malformed."""
+    first = head.get_column("first")
+    names = {w: _new_event(events_seen, w) for w in first.drop_nulls().unique().to_list() if "=" not in w}
+    has_eq = first.str.contains("=", literal=True)
+    rest = head.get_column("rest").fill_null("")
+    frame = head.select(
+        "line",
+        "ts",
+        "tag",
+        "tid",
+        event=pl.when(has_eq).then(pl.lit("")).otherwise(first),
+        rest=pl.when(has_eq).then(pl.concat_str([first, pl.lit(" "), rest])).otherwise(rest),
+    )
+    fields = frame.get_column("rest").str.contains(r"(?:^|\s)[^\s=]+=")
+    valid = first.is_not_null() & (has_eq & fields | ~has_eq & first.replace_strict(names, default=False))
+    if valid.all():
+        return frame, []
+    return frame.filter(valid), (~valid).arg_true().to_list()
+
+
+def _other_lines(
+    chunk: bytes, starts: list[int], marks: list[int], numbers: list[int], clock: Clock, events_seen: set[str]
+) -> tuple[pl.DataFrame | None, list[int]]:
+    """Lines in other formats, one by one: a marker after a loguru prefix that is not where the
+    message starts is text; the timestamp is whatever the line starts with. Returns the frame and
+    the indices (into ``starts``) of the malformed lines."""
+    rows: list[tuple] = []
+    kept: list[int] = []
+    for k, (line_start, pos, number) in enumerate(zip(starts, marks, numbers, strict=True)):
+        if pos > line_start:
+            head = _LOGURU_PREFIX.match(chunk, line_start, pos)
+            if head is not None and head.end() != pos:
+                continue  # a marker inside a free-form message: text, not a tagged line
+        m = _AT_MARKER.match(chunk, pos)
+        ts = clock(chunk[line_start:pos].decode("utf-8", "replace")) if pos > line_start else None
+        raw = m.group(3)
+        parts = raw.decode("utf-8", "replace").split(None, 1) if raw else []
+        tid = m.group(2).decode() if m.group(2) else None
+        kept.append(k)
+        rows.append(
+            (
+                number,
+                ts,
+                _TAG_NAMES[m.group(1)],
+                tid,
+                parts[0] if parts else None,
+                parts[1] if len(parts) > 1 else None,
+            )
+        )
+    if not rows:
+        return None, []
+    schema = {
+        "line": pl.Int64,
+        "ts": pl.Float64,
+        "tag": pl.String,
+        "tid": pl.String,
+        "first": pl.String,
+    }
+    head = pl.DataFrame(rows, schema=schema | {"rest": pl.String}, orient="row")
+    frame, malformed = _finish(head, events_seen)
+    return frame, [kept[j] for j in malformed]
 
 
 def _new_event(seen: set[str], word: str) -> bool:
@@ -278,15 +339,11 @@ def _last_line(stats: ParseStats, path: Path, chunk: bytes, clock: Clock) -> Non
         stats.last_lines[str(path)] = (clock(text[: head.end()] if head else text[:40]), text)
 
 
-def _bad(stats: ParseStats, chunk: bytes, start: int, where: str) -> None:
-    """Count a malformed tagged line; the first few are kept as ``file:line: text`` (``where`` is
-    ``file:first line of the chunk``, the line number is counted only for those kept)."""
+def _bad(stats: ParseStats, path: Path, line: int, text: str) -> None:
+    """Count a malformed tagged line; the first few are kept as ``file:line: text``."""
     stats.malformed += 1
     if len(stats.malformed_examples) < EXAMPLES:
-        path, _, first = where.rpartition(":")
-        line = int(first) + chunk.count(b"\n", 0, start)
-        end = chunk.find(b"\n", start)
-        stats.malformed_examples.append(f"{path}:{line}: {chunk[start:end][:200].decode('utf-8', 'replace')}")
+        stats.malformed_examples.append(f"{path}:{line}: {text[:200]}")
 
 
 def label_for(path: Path) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prime_rl.analysis.parser import Event
+import numpy as np
 
-STEP_LINES = {("gen", "batch.start"): "orchestrator", ("train", "step.done"): "trainer"}
-"""The lines whose ``step=`` counts a process's progress, and the process they belong to."""
+from prime_rl.analysis.tagged import TaggedLines
+
+STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
+"""The line whose ``step=`` counts a process's progress, by process."""
 
 
 @dataclass(frozen=True)
@@ -49,25 +51,49 @@ class Segments:
         self._last_ts: dict[str, float] = {}
         self._gap: dict[str, float] = {}
 
-    def observe(self, ev: Event) -> bool:
-        """Fold one event; True when it starts a new segment of its process. The downtime is the
-        longest silence of the process since its previous step line (the crash, then the start-up)."""
-        source = ev.source
-        if ev.ts is not None and source in ("orchestrator", "trainer"):
+    def observe(self, lines: TaggedLines) -> list[int]:
+        """Fold a batch of one process's lines; the rows that start a new segment of it. The downtime
+        is the longest silence of the process since its previous step line (the crash, then the
+        start-up)."""
+        source = lines.source
+        if source not in ("orchestrator", "trainer"):
+            return []
+        ts = lines.frame.get_column("ts").to_numpy()
+        # each row's silence before it: the time since the process's previous timestamped line
+        gaps = np.full(len(ts), -np.inf)
+        stamped = np.flatnonzero(~np.isnan(ts))
+        if len(stamped):
             before = self._last_ts.get(source)
+            stamps = ts[stamped]
+            gaps[stamped[1:]] = np.maximum(np.diff(stamps), 0.0)
             if before is not None:
-                self._gap[source] = max(self._gap.get(source, 0.0), ev.ts - before)
-            self._last_ts[source] = ev.ts
-        process = STEP_LINES.get((ev.tag, ev.event))
-        if process is None or source != process:
-            return False
-        raw = ev.fields.get("step", "")
-        if not raw.isdigit():
-            return False
-        step, reached = int(raw), self._reached.get(process)
-        self._reached[process] = step
-        gap = self._gap.pop(process, None)
-        if reached is None or step > reached:
-            return False
-        self.restarts.append(Restart(process, ev.where(), ev.ts, reached, step, gap))
-        return True
+                gaps[stamped[0]] = max(stamps[0] - before, 0.0)
+            self._last_ts[source] = float(stamps[-1])
+        tag, event = STEP_LINE_OF[source]
+        frame = lines.frame
+        rows = np.flatnonzero(
+            ((frame.get_column("tag") == tag) & (frame.get_column("event") == event)).to_numpy()
+        )
+        # the longest silence before each step line since the one before it, and after the last
+        bounds = np.concatenate([[0], rows + 1])
+        longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds).tolist()
+        steps = lines.text("step")
+        out = []
+        for k, i in enumerate(rows.tolist()):
+            gap = max(self._gap.pop(source, -np.inf), longest[k])
+            raw = steps[i] or ""
+            if not raw.isdigit():
+                self._gap[source] = gap
+                continue
+            step, reached = int(raw), self._reached.get(source)
+            self._reached[source] = step
+            if reached is None or step > reached:
+                continue
+            ev = lines.event(i)
+            self.restarts.append(
+                Restart(source, ev.where(), ev.ts, reached, step, gap if gap > -np.inf else None)
+            )
+            out.append(i)
+        if longest[-1] > -np.inf:
+            self._gap[source] = max(self._gap.get(source, -np.inf), longest[-1])
+        return out

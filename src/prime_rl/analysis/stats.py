@@ -1,22 +1,29 @@
-"""From parsed events to per-metric series, counts and time spans: everything the rules look at.
+"""From parsed lines to per-metric series, counts and time spans: everything the rules look at.
 
 Which tag and event feeds which series is fixed by the tagged-line grammar in ``docs/design.md``;
-the series are the ones the stats files of ``bottleneck_logs/README.md`` describe.
+the series are the ones the stats files of ``bottleneck_logs/README.md`` describe. The collector
+takes the parser's batches (one file's lines, :class:`~prime_rl.analysis.tagged.TaggedLines`) tag
+by tag: each tag's handler reads the fields it needs as columns, sets the per-step values of the
+whole batch at once and walks the lines in order only for what pairs them (a wait with its start,
+a batch with its start, a weight update's client and server lines).
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_rl.analysis.parser import EXAMPLES, Event, ParseStats
+import numpy as np
+
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
+from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines, batches_from_events
 from prime_rl.analysis.updates import Update, UpdateJoin
 
 SERIES = (
@@ -190,8 +197,14 @@ class Collected:
         return has("collect.") and not any(has(p) for p in trio)
 
 
+Position = tuple[int, int]
+"""Where a line lies in the order of the logs: (batch number, its line number)."""
+
+
 class _Collector:
-    """Folds events into series, counts and spans; one method per tag."""
+    """Folds batches of tagged lines into series, counts and spans; one method per tag, which reads
+    the columns it needs and walks the lines in order (a tag's lines keep their order; only the
+    restarts relate lines of different tags, by position)."""
 
     def __init__(self) -> None:
         self.series: dict[str, array] = {k: array("d") for k in SERIES}
@@ -200,21 +213,25 @@ class _Collector:
         self.join = UpdateJoin()
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
-        self.last_open_wait: tuple[str, float | None, Event] | None = None
+        self.last_wait: tuple[Position, TaggedLines, int, str] | None = None
+        """The last [ckpt] wait.start with no wait.done after it: where, its batch, row, target."""
         self.staleness_by_step: dict[int, int] = {}
         self.by_step: dict[str, _PerStep] = {k: _PerStep() for k in PER_STEP}
         self.batches_started = 0
         self.segments = Segments()
-        self.last_events: dict[str, Event] = {}
-        self.open_batch: Event | None = None
-        self.last_write: Event | None = None
+        self.restarted: Position = (-1, -1)
+        """Where the orchestrator last started again: what was open before it is no longer waited on."""
+        self.last_start: tuple[Position, TaggedLines, int] | None = None
+        """The last [gen] batch.start with no batch.done after it."""
+        self.last_write: tuple[TaggedLines, int] | None = None
         self.server_counts: dict[str, Counter] = {}
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
         self.server_gen_ms: dict[str, list[float]] = {}
         self.compute_start: dict[str, float] = {}
-        self.by_tag: dict[str, Callable[[Event], None]] = {
+        self.errors: list[tuple[TaggedLines, int, Exception]] = []
+        self.by_tag: dict[str, Callable[[int, TaggedLines], None]] = {
             "weights": self.weights,
             "ckpt": self.ckpt,
             "gen": self.gen,
@@ -223,224 +240,306 @@ class _Collector:
             "train": self.train,
             "collect": self.collect,
             "env": self.env,
-            "server": self.server_loads.add,
+            "server": self.server,
             "hang": self.hang,
         }
 
-    def _add(self, key: str, value: float | None, step: str | None = None) -> None:
-        """Add a value; a per-step series (:data:`PER_STEP`) keeps one value per step, the last."""
-        if value is None:
-            return
-        if step is not None and key in self.by_step:
-            if self.by_step[key].set(step, value):
-                self.counts[f"redone.{key}"] += 1
-        else:
+    def _add(self, key: str, value: float | None) -> None:
+        """Add a value to a series with no per-step values."""
+        if value is not None:
             self.series[key].append(value)
 
-    def _retry(self, ev: Event) -> None:
-        status = ev.fields.get("status", "?")
-        self.counts[f"retry.{status}"] += 1
-        self._add("retry_wait_ms", ev.num("wait_ms"))
-        if status == "429":
-            self._add("rate_limit_wait_ms", ev.num("wait_ms"))
-        url = ev.fields.get("url")
-        if url:
-            self.server_counts.setdefault(url, Counter())[f"retry.{status}"] += 1
+    def _per_step(self, key: str, steps: list[str | None], values: list[float | None]) -> None:
+        """A per-step series (:data:`PER_STEP`) keeps one value per step, the last; a value on a line
+        without a step is kept as it is."""
+        again, loose = self.by_step[key].set_many(steps, values)
+        if again:
+            self.counts[f"redone.{key}"] += again
+        self.series[key].extend(loose)
 
-    def hang(self, ev: Event) -> None:
-        if ev.event == "detected":
-            self.hangs.append(ev)
+    def _extend(self, key: str, values: list[float | None]) -> None:
+        """Add every value that is not None (a series with no per-step values)."""
+        self.series[key].extend(v for v in values if v is not None)
 
-    def weights(self, ev: Event) -> None:
-        if ev.tid:
-            self.join.add(ev)
+    def _retry(self, b: TaggedLines, rows: list[int]) -> None:
+        """request.retry lines: by status, their waits, per server URL."""
+        status, url = b.text("status"), b.text("url")
+        wait = b.num("wait_ms", ("request.retry",))
+        for i in rows:
+            code = status[i] or "?"
+            self.counts[f"retry.{code}"] += 1
+            self._add("retry_wait_ms", wait[i])
+            if code == "429":
+                self._add("rate_limit_wait_ms", wait[i])
+            if url[i]:
+                self.server_counts.setdefault(url[i], Counter())[f"retry.{code}"] += 1
 
-    def ckpt(self, ev: Event) -> None:
-        if ev.event == "wait.start":
-            target = ev.fields.get("target_step", "?")
-            if ev.ts is not None:
-                self.open_wait[target] = ev.ts
-            self.last_open_wait = (target, ev.ts, ev)
-        elif ev.event == "wait.done":
-            self.last_open_wait = None
-            ms = ev.num("wait_ms")
-            if ms is not None:
-                self._add("ckpt_wait_ms", ms, ev.fields.get("target_step"))
-                end = ev.ts or 0.0
-                start = self.open_wait.pop(ev.fields.get("target_step", "?"), end - ms / 1000.0)
-                label = f"wait for weights step {ev.fields.get('target_step')}"
-                self.spans.append(Span("ckpt_wait", start, end, label, {"wait_ms": ms}))
-        elif ev.event == "write.done" and (ms := ev.num("write_ms")) is not None:
-            self.last_write = ev
-            self._add("write_ms", ms, ev.fields.get("step"))
-            if ev.ts is not None:
-                label = f"write weights step {ev.fields.get('step')}"
-                self.spans.append(Span("ckpt_write", ev.ts - ms / 1000.0, ev.ts, label))
+    def hang(self, seq: int, b: TaggedLines) -> None:
+        self.hangs.extend(b.event(i) for i, e in enumerate(b.column("event")) if e == "detected")
 
-    def gen(self, ev: Event) -> None:
-        if ev.event == "batch.start":
-            self.batches_started += 1
-        key = ev.fields.get("step")
-        if key is None:  # no step= on the line: batches are paired by their count
-            key = str(self.batches_started)
-        if ev.event == "batch.start":
-            self.open_batch = ev
-            if ev.ts is not None:
-                self.open_gen[key] = ev.ts
-        elif ev.event == "batch.done":
-            self.open_batch = None
-            ms = ev.num("dur_ms")
-            if ms is not None:
-                self._add("gen_dur_ms", ms, ev.fields.get("step"))
-                end = ev.ts or 0.0
-                start = self.open_gen.pop(key, end - ms / 1000.0)
-                label = f"generate step {ev.fields.get('step', '?')}"
-                info = {"completions": ev.fields.get("completions"), "dur_ms": ms}
-                self.spans.append(Span("gen", start, end, label, info))
-            self.counts["completions"] += int(ev.num("completions") or 0)
-        elif ev.event == "request.retry":
-            self._retry(ev)
-        elif ev.event == "group.drop":
-            self.counts[f"drop.{ev.fields.get('reason', '?')}"] += 1
+    def server(self, seq: int, b: TaggedLines) -> None:
+        for i in range(len(b)):
+            self.server_loads.add(b.event(i))
 
-    def rollout(self, ev: Event) -> None:
-        step = ev.fields.get("current_step")
-        self._add("trunc_pct", ev.num("trunc_pct"), step)
-        staleness, step_num = ev.num("staleness"), ev.num("current_step")
-        self._add("staleness", staleness, step)
-        if staleness is not None and step_num is not None:
-            self.staleness_by_step[int(step_num)] = int(staleness)
+    def weights(self, seq: int, b: TaggedLines) -> None:
+        self.join.add_lines(b)
 
-    def verify(self, ev: Event) -> None:
+    def ckpt(self, seq: int, b: TaggedLines) -> None:
+        events, ts, number = b.column("event"), b.column("ts"), b.column("line")
+        target, step = b.text("target_step"), b.text("step")
+        wait_ms = b.num("wait_ms", ("wait.done",))
+        write_ms = b.num("write_ms", ("write.done",))
+        self._per_step("ckpt_wait_ms", target, wait_ms)
+        self._per_step("write_ms", step, write_ms)
+        for i, e in enumerate(events):
+            if e == "wait.start":
+                key = target[i] or "?"
+                if ts[i] is not None:
+                    self.open_wait[key] = ts[i]
+                self.last_wait = ((seq, number[i]), b, i, key)
+            elif e == "wait.done":
+                self.last_wait = None
+                ms = wait_ms[i]
+                if ms is not None:
+                    end = ts[i] or 0.0
+                    start = self.open_wait.pop(target[i] or "?", end - ms / 1000.0)
+                    label = f"wait for weights step {target[i]}"
+                    self.spans.append(Span("ckpt_wait", start, end, label, {"wait_ms": ms}))
+            elif e == "write.done" and (ms := write_ms[i]) is not None:
+                self.last_write = (b, i)
+                if ts[i] is not None:
+                    label = f"write weights step {step[i]}"
+                    self.spans.append(Span("ckpt_write", ts[i] - ms / 1000.0, ts[i], label))
+
+    def gen(self, seq: int, b: TaggedLines) -> None:
+        events, ts, number = b.column("event"), b.column("ts"), b.column("line")
+        step, completions = b.text("step"), b.text("completions")
+        dur = b.num("dur_ms", ("batch.done",))
+        done_completions = b.num("completions", ("batch.done",))
+        self._per_step("gen_dur_ms", step, dur)
+        retries = []
+        for i, e in enumerate(events):
+            if e == "batch.start":
+                self.batches_started += 1
+            key = step[i]
+            if key is None:  # no step= on the line: batches are paired by their count
+                key = str(self.batches_started)
+            if e == "batch.start":
+                self.last_start = ((seq, number[i]), b, i)
+                if ts[i] is not None:
+                    self.open_gen[key] = ts[i]
+            elif e == "batch.done":
+                self.last_start = None
+                ms = dur[i]
+                if ms is not None:
+                    end = ts[i] or 0.0
+                    start = self.open_gen.pop(key, end - ms / 1000.0)
+                    label = f"generate step {step[i] or '?'}"
+                    info = {"completions": completions[i], "dur_ms": ms}
+                    self.spans.append(Span("gen", start, end, label, info))
+                self.counts["completions"] += int(done_completions[i] or 0)
+            elif e == "request.retry":
+                retries.append(i)
+            elif e == "group.drop":
+                self.counts[f"drop.{b.text('reason')[i] or '?'}"] += 1
+        if retries:
+            self._retry(b, retries)
+
+    def rollout(self, seq: int, b: TaggedLines) -> None:
+        step = b.text("current_step")
+        trunc, staleness, step_num = b.num("trunc_pct"), b.num("staleness"), b.num("current_step")
+        self._per_step("trunc_pct", step, trunc)
+        self._per_step("staleness", step, staleness)
+        for i, value in enumerate(staleness):
+            if value is not None and step_num[i] is not None:
+                self.staleness_by_step[int(step_num[i])] = int(value)
+
+    def verify(self, seq: int, b: TaggedLines) -> None:
         """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU
         time of concurrent workers, not wall time); ``tail_ms`` and ``workers`` when the line has them."""
-        if ev.event == "batch.done":
-            step = ev.fields.get("step")
-            self._add("verify_dur_ms", ev.num("cpu_ms") or ev.num("dur_ms"), step)
-            self._add("verify_tail_ms", ev.num("tail_ms"), step)
-            workers = ev.num("workers")
-            if workers:
-                self.verify_workers = int(workers)
+        done = ("batch.done",)
+        events, step = b.column("event"), b.text("step")
+        cpu, dur, tail = b.num("cpu_ms", done), b.num("dur_ms", done), b.num("tail_ms", done)
+        workers = b.num("workers", done)
+        self._per_step("verify_dur_ms", step, [c or d for c, d in zip(cpu, dur, strict=True)])
+        self._per_step("verify_tail_ms", step, tail)
+        for i, e in enumerate(events):
+            if e == "batch.done" and workers[i]:
+                self.verify_workers = int(workers[i])
 
-    def train(self, ev: Event) -> None:
-        if ev.event == "step.done":
-            # step 0's wait is start-up (the servers start, the first batch is generated with
-            # nothing to overlap it), not the steady state a bottleneck is judged on
-            step = ev.fields.get("step")
-            if step == "0":
-                self.counts["train_startup_wait_ms"] = int(ev.num("wait_ms") or 0)
-            else:
-                self._add("train_wait_ms", ev.num("wait_ms"), step)
-            self._add("train_ms", ev.num("train_ms"), step)
-            self._train_spans(ev, str(step))
-        elif ev.event == "compute.done" and ev.ts is not None:
-            train = ev.num("train_ms")
-            if train is not None:  # the line ends the compute: forward/backward, then the optimizer
-                start, step = ev.ts - train / 1000.0, ev.fields.get("step", "?")
-                self.spans.append(Span("train", start, ev.ts, f"train step {step}", {"train_ms": train}))
-                fwd, opt = ev.num("fwd_bwd_ms"), ev.num("optim_ms")
-                if fwd:
+    def train(self, seq: int, b: TaggedLines) -> None:
+        lines = ("step.done", "compute.done")
+        events, ts, step = b.column("event"), b.column("ts"), b.text("step")
+        wait, train, write = (
+            b.num("wait_ms", ("step.done",)),
+            b.num("train_ms", lines),
+            b.num("write_ms", lines),
+        )
+        fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
+        # step 0's wait is start-up (the servers start, the first batch is generated with nothing
+        # to overlap it), not the steady state a bottleneck is judged on
+        self._per_step(
+            "train_wait_ms", step, [w if s != "0" else None for s, w in zip(step, wait, strict=True)]
+        )
+        steps_done = [t if e == "step.done" else None for e, t in zip(events, train, strict=True)]
+        self._per_step("train_ms", step, steps_done)
+        for i, e in enumerate(events):
+            if e == "step.done":
+                if step[i] == "0":
+                    self.counts["train_startup_wait_ms"] = int(wait[i] or 0)
+                self._train_spans(ts[i], str(step[i]), train[i], wait[i], write[i])
+            elif e == "compute.done" and ts[i] is not None and train[i] is not None:
+                # the line ends the compute: forward/backward, then the optimizer
+                end, key = ts[i], step[i] or "?"
+                start = end - train[i] / 1000.0
+                self.spans.append(Span("train", start, end, f"train step {key}", {"train_ms": train[i]}))
+                if fwd[i]:
                     self.spans.append(
-                        Span("train_fwd_bwd", start, start + fwd / 1000.0, f"forward/backward {step}")
+                        Span("train_fwd_bwd", start, start + fwd[i] / 1000.0, f"forward/backward {key}")
                     )
-                if opt:
-                    self.spans.append(Span("train_optim", ev.ts - opt / 1000.0, ev.ts, f"optimizer {step}"))
-                self.compute_start[step] = start
+                if opt[i]:
+                    self.spans.append(Span("train_optim", end - opt[i] / 1000.0, end, f"optimizer {key}"))
+                self.compute_start[key] = start
 
-    def _train_spans(self, ev: Event, step: str) -> None:
+    def _train_spans(
+        self, ts: float | None, step: str, train: float | None, wait: float | None, write: float | None
+    ) -> None:
         """The step's wait for rollouts (before its compute) and, from a trainer that writes no
         ``compute.done`` line, the compute itself: it ended ``write_ms`` before this line."""
-        train, wait = ev.num("train_ms"), ev.num("wait_ms")
-        if ev.ts is None or train is None:
+        if ts is None or train is None:
             return
         start = self.compute_start.pop(step, None)
         if start is None:
-            end = ev.ts - (ev.num("write_ms") or 0.0) / 1000.0
+            end = ts - (write or 0.0) / 1000.0
             start = end - train / 1000.0
             self.spans.append(Span("train", start, end, f"train step {step}", {"train_ms": train}))
         if wait:
             self.spans.append(Span("train_wait", start - wait / 1000.0, start, f"wait for rollouts {step}"))
 
-    def collect(self, ev: Event) -> None:
+    def collect(self, seq: int, b: TaggedLines) -> None:
         """The offline collector: one rollout.done per sample."""
-        if ev.event == "request.retry":
-            self._retry(ev)
-            return
-        self._add("collect_ms", ev.num("dur_ms"))
-        url = ev.fields.get("url")
-        if ev.event == "rollout.done":
-            self.counts["completions"] += 1
-            for key in ("queue_ms", "gen_ms", "verify_ms"):
-                self._add(f"collect_{key}", ev.num(key))
-            gen = ev.num("gen_ms")
-            if url and gen is not None:
-                self.server_gen_ms.setdefault(url, []).append(gen)
-        elif ev.event == "rollout.failed" and url:
-            self.server_counts.setdefault(url, Counter())["failed"] += 1
-        elif ev.fields.get("status") == "429":  # older collector lines: a 429 with its dur_ms
-            self.counts["retry.429"] += 1
+        events, url, status = b.column("event"), b.text("url"), b.text("status")
+        lines = [e for e in set(events) if e != "request.retry"]
+        dur = b.num("dur_ms", lines)
+        done = ("rollout.done",)
+        queue, gen, verify = b.num("queue_ms", done), b.num("gen_ms", done), b.num("verify_ms", done)
+        retries = []
+        for i, e in enumerate(events):
+            if e == "request.retry":
+                retries.append(i)
+                continue
+            self._add("collect_ms", dur[i])
+            if e == "rollout.done":
+                self.counts["completions"] += 1
+                self._add("collect_queue_ms", queue[i])
+                self._add("collect_gen_ms", gen[i])
+                self._add("collect_verify_ms", verify[i])
+                if url[i] and gen[i] is not None:
+                    self.server_gen_ms.setdefault(url[i], []).append(gen[i])
+            elif e == "rollout.failed" and url[i]:
+                self.server_counts.setdefault(url[i], Counter())["failed"] += 1
+            elif status[i] == "429":  # older collector lines: a 429 with its dur_ms
+                self.counts["retry.429"] += 1
+        if retries:
+            self._retry(b, retries)
 
-    def env(self, ev: Event) -> None:
+    def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
         model's generation time and the turns of each episode; outcomes and tool errors counted."""
-        if ev.event != "episode.done":
+        done = ("episode.done",)
+        events = b.column("event")
+        if "episode.done" not in events:
             return
-        self._add("env_ms", ev.num("env_ms"))
-        self._add("tool_ms", ev.num("tool_ms"))
-        self._add("episode_gen_ms", ev.num("gen_ms"))
-        self._add("episode_turns", ev.num("turns"))
-        self.counts[f"episode.{ev.fields.get('outcome', '?')}"] += 1
-        self.counts["episode.tool_errors"] += int(ev.num("tool_errors") or 0)
+        rows = [i for i, e in enumerate(events) if e == "episode.done"]
+        for key, series in (("env_ms", "env_ms"), ("tool_ms", "tool_ms"), ("gen_ms", "episode_gen_ms")):
+            values = b.num(key, done)
+            self._extend(series, [values[i] for i in rows])
+        turns, errors, outcome = b.num("turns", done), b.num("tool_errors", done), b.text("outcome")
+        self._extend("episode_turns", [turns[i] for i in rows])
+        for i in rows:
+            self.counts[f"episode.{outcome[i] or '?'}"] += 1
+            self.counts["episode.tool_errors"] += int(errors[i] or 0)
 
-    def restart(self, ev: Event) -> None:
-        """A process started again in the same log: what was open in it is no longer waited on."""
-        if ev.source == "orchestrator":
-            self.last_open_wait, self.open_batch = None, None
+    def fold(self, seq: int, b: TaggedLines) -> None:
+        """One batch (one source): restarts first, then each tag's lines."""
+        restarts = self.segments.observe(b)
+        if restarts and b.source == "orchestrator":
+            self.restarted = (seq, b.column("line")[restarts[-1]])
+        for tag, lines in b.by_tag():
+            handler = self.by_tag.get(tag)
+            if handler is not None:
+                try:
+                    handler(seq, lines)
+                except (ValueError, TypeError, OverflowError, KeyError) as e:  # never a crash: count it
+                    self.errors.append((lines, 0, e))
 
     def update_spans(self, updates: list[Update]) -> None:
         """The joined updates' series and spans, then every span in start order."""
+        for key in UPDATE_SERIES:
+            values = [getattr(u, key) for u in updates]
+            self.series[key].extend([v for v in values if v is not None])
         for u in updates:
-            for key in UPDATE_SERIES:
-                self._add(key, getattr(u, key))
             if u.start is not None and u.end is not None:
                 info = {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "send_to_recv_ms": u.send_to_recv_ms}
                 label = f"update {u.tid}" + (f" {u.url}" if u.url else "")
                 self.spans.append(Span("update", u.start, u.end, label, info))
 
+    def open_wait_event(self) -> tuple[str, float | None, Event] | None:
+        if self.last_wait is None or self.last_wait[0] < self.restarted:
+            return None
+        _, b, i, target = self.last_wait
+        ev = b.event(i)
+        return target, ev.ts, ev
 
-def collect(events: Iterable[Event], parse: ParseStats, async_level: int | None = None) -> Collected:
-    """Fold the parsed events (``parse`` fills as they are read) into a :class:`Collected`."""
+    def open_batch_event(self) -> Event | None:
+        if self.last_start is None or self.last_start[0] < self.restarted:
+            return None
+        return self.last_start[1].event(self.last_start[2])
+
+
+def collect(
+    lines: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats, async_level: int | None = None
+) -> Collected:
+    """Fold the parsed lines (batches from :func:`~prime_rl.analysis.parser.scan_files`, or events;
+    ``parse`` fills as they are read) into a :class:`Collected`."""
     gc_was_on = gc.isenabled()
-    gc.disable()  # millions of small objects and no cycles: the collector's passes would cost ~10%
+    gc.disable()  # many small objects and no cycles: the collector's passes would cost ~10%
     try:
-        return _collect(events, parse, async_level)
+        return _collect(_batches(lines, parse), parse, async_level)
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _collect(events: Iterable[Event], parse: ParseStats, async_level: int | None) -> Collected:
+def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
+    """Batches as they come; events grouped into batches of one source."""
+    it = iter(items)
+    first = next(it, None)
+    if first is None:
+        return
+    if isinstance(first, TaggedLines):
+        yield first
+        yield from it  # type: ignore[misc]
+        return
+    yield from batches_from_events(itertools.chain([first], it), parse)  # type: ignore[list-item]
+
+
+def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int | None) -> Collected:
     c = _Collector()
-    counts, by_tag, last_events, segments = c.counts, c.by_tag, c.last_events, c.segments
+    counts, last_events = c.counts, {}
     first_ts, last_ts = math.inf, -math.inf
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
-    for ev in events:
-        lines[ev.tag, ev.event] += 1
-        ts = ev.ts
-        if ts is not None:
-            if ts < first_ts:
-                first_ts = ts
-            if ts > last_ts:
-                last_ts = ts
-        last_events[ev.source] = ev
-        if segments.observe(ev):
-            c.restart(ev)
-        handler = by_tag.get(ev.tag)
-        if handler is not None:
-            try:
-                handler(ev)
-            except (ValueError, TypeError, OverflowError, KeyError) as e:  # never a crash: count it
-                _handler_error(parse, ev, e)
+    for seq, b in enumerate(batches):
+        frame = b.frame
+        for tag, event, n in frame.group_by("tag", "event").len().iter_rows():
+            lines[tag, event] += n
+        ts = frame.get_column("ts")
+        if ts.null_count() < len(ts):
+            first_ts, last_ts = min(first_ts, ts.min()), max(last_ts, ts.max())  # type: ignore[type-var]
+        last_events[b.source] = (b, len(b) - 1)
+        c.fold(seq, b)
+    for b, i, e in c.errors:
+        _handler_error(parse, b.event(i), e)
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
     for key, values in c.by_step.items():
@@ -448,6 +547,7 @@ def _collect(events: Iterable[Event], parse: ParseStats, async_level: int | None
     updates = c.join.updates()
     c.update_spans(updates)
     run_s = (last_ts - first_ts) if last_ts > first_ts else None
+    last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     return Collected(
         parse,
         updates,
@@ -457,11 +557,11 @@ def _collect(events: Iterable[Event], parse: ParseStats, async_level: int | None
         async_level,
         run_s,
         c.staleness_by_step,
-        segments.restarts,
-        last_events,
-        c.last_open_wait,
-        c.open_batch,
-        c.last_write,
+        c.segments.restarts,
+        {source: b.event(i) for source, (b, i) in last_events.items()},
+        c.open_wait_event(),
+        c.open_batch_event(),
+        last_write,
         c.server_counts,
         c.verify_workers,
         c.server_loads.by_url,
@@ -472,33 +572,57 @@ def _collect(events: Iterable[Event], parse: ParseStats, async_level: int | None
 
 
 class _PerStep:
-    """One value per step, the last: an ``array('d')`` indexed by the step number (NaN where a
-    step has none; values are finite), a dict for steps that are no small integer."""
+    """One value per step, the last: a float array indexed by the step number (NaN where a step
+    has none; values are finite), a dict for steps that are no small integer."""
 
-    __slots__ = ("by_number", "other")
+    __slots__ = ("by_number", "size", "other")
 
     def __init__(self) -> None:
-        self.by_number = array("d")
+        self.by_number = np.full(1024, np.nan)
+        self.size = 0
+        """Numbered steps below this may have a value."""
         self.other: dict[str, float] = {}
 
-    def set(self, step: str, value: float) -> bool:
-        """Set the step's value; True when it had one (the step was done again)."""
-        values = self.by_number
-        if step.isdigit() and len(step) < 9 and (i := int(step)) < len(values) + 100_000:
-            if i >= len(values):
-                values.extend(array("d", [math.nan]) * (i + 1 - len(values)))
-                values[i] = value
-                return False
-            had = values[i] == values[i]  # not NaN
-            values[i] = value
-            return had
-        had = step in self.other
-        self.other[step] = value
-        return had
+    def set_many(self, steps: list[str | None], values: list[float | None]) -> tuple[int, list[float]]:
+        """Set each step's value, in order (the last of a step wins). Returns how many were set again
+        (a step done again, as after a restart) and the values without a step."""
+        loose: list[float] = []
+        numbered_steps: list[int] = []
+        numbered_values: list[float] = []
+        again = 0
+        limit = self.size + 100_000  # a step number far beyond the others is kept by name
+        for step, value in zip(steps, values, strict=True):
+            if value is None:
+                continue
+            if step is None:
+                loose.append(value)
+            elif step.isdigit() and len(step) < 9 and int(step) < limit:
+                numbered_steps.append(int(step))
+                numbered_values.append(value)
+            else:
+                again += step in self.other
+                self.other[step] = value
+        if numbered_steps:
+            again += self._set_numbered(np.asarray(numbered_steps), np.asarray(numbered_values))
+        return again, loose
+
+    def _set_numbered(self, idx: np.ndarray, values: np.ndarray) -> int:
+        top = int(idx.max()) + 1
+        if top > len(self.by_number):
+            grown = np.full(max(top, 2 * len(self.by_number)), np.nan)
+            grown[: self.size] = self.by_number[: self.size]
+            self.by_number = grown
+        self.size = max(self.size, top)
+        # the last value of each step (numpy's assignment does not promise an order for repeats)
+        last = len(idx) - 1 - np.unique(idx[::-1], return_index=True)[1]
+        again = len(idx) - len(last) + int((~np.isnan(self.by_number[idx[last]])).sum())
+        self.by_number[idx[last]] = values[last]
+        return again
 
     def values(self) -> Iterable[float]:
         """Every step's value: numbered steps in step order, then the others."""
-        yield from (v for v in self.by_number if v == v)
+        numbered = self.by_number[: self.size]
+        yield from numbered[~np.isnan(numbered)].tolist()
         yield from self.other.values()
 
 

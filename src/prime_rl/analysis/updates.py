@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
-from prime_rl.analysis.parser import Event
+from prime_rl.analysis.tagged import TaggedLines
 
 UPDATE_PATHS = (None, "/update_weights", "/reload_weights")
 """The request paths that are weight updates (None: the path was never logged)."""
@@ -86,53 +86,66 @@ class UpdateJoin:
         self._server: dict[tuple[str, str], list[Update]] = {}
         self._order: list[Update] = []
 
-    def add(self, ev: Event) -> None:
-        """Fold one ``[weights]`` event (with a trace id) into its update."""
-        if ev.event.startswith("client."):
-            self._add_client(ev)
-        elif ev.event in ("server.recv", "rpc.start", "rpc.done"):
-            self._add_server(ev)
+    def add_lines(self, lines: TaggedLines) -> None:
+        """Fold a batch of ``[weights]`` lines (those with a trace id) into their updates."""
+        events, tids, ts = lines.column("event"), lines.column("tid"), lines.column("ts")
+        url, path = lines.text("url"), lines.text("path")
+        t = lines.num("t", ("client.send", "server.recv"))
+        wall, queue = lines.num("wall_ms", ("client.done",)), lines.num("queue_ms", ("client.done",))
+        rpc = lines.num("rpc_ms", ("client.done", "rpc.done"))
+        lock = lines.num("lock_wait_ms", ("rpc.done",))
+        target, op = lines.text("target"), lines.text("op")
+        source = str(lines.path) if lines.path is not None else None
+        for i, event in enumerate(events):
+            tid = tids[i]
+            if not tid:
+                continue
+            if event.startswith("client."):
+                self._add_client(event, tid, ts[i], url[i], path[i], t[i], wall[i], rpc[i], queue[i])
+            elif event in ("server.recv", "rpc.start", "rpc.done"):
+                server = source
+                if server is None:  # a batch of events: each event's own file
+                    ev = lines.event(i)
+                    server = str(ev.path) if ev.path is not None else ev.source
+                self._add_server(event, tid, server, ts[i], t[i], path[i], target[i], op[i], rpc[i], lock[i])
 
-    def _add_client(self, ev: Event) -> None:
-        tid = ev.tid or ""
-        url = ev.fields.get("url") or self._last_url.get(tid)
+    def _add_client(self, event, tid, ts, url, path, t, wall, rpc, queue) -> None:
+        url = url or self._last_url.get(tid)
         occ = self._client.setdefault((tid, url), [])
         self._last_url[tid] = url
-        if ev.event == "client.send":
+        if event == "client.send":
             if not occ or occ[-1].done_ts is not None or occ[-1].failed or occ[-1].wall_ms is not None:
                 occ.append(Update(tid, url=url))
                 self._order.append(occ[-1])
             u = occ[-1]
             if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
-                u.send_ts, u.send_t = ev.ts, ev.num("t")
-            u.path = ev.fields.get("path")
+                u.send_ts, u.send_t = ts, t
+            u.path = path
             return
         if not occ:
-            occ.append(Update(tid, url=url, path=ev.fields.get("path")))
+            occ.append(Update(tid, url=url, path=path))
             self._order.append(occ[-1])
         u = occ[-1]
-        if ev.event == "client.done":
-            u.done_ts, u.wall_ms, u.rpc_ms = ev.ts, ev.num("wall_ms"), ev.num("rpc_ms")
-            u.queue_ms = ev.num("queue_ms")
-            if u.queue_ms is None and u.wall_ms is not None and u.rpc_ms is not None:
-                u.queue_ms = u.wall_ms - u.rpc_ms
-        elif ev.event == "client.error":
-            u.failed, u.done_ts = True, ev.ts
+        if event == "client.done":
+            u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
+            if queue is None and wall is not None and rpc is not None:
+                u.queue_ms = wall - rpc
+        elif event == "client.error":
+            u.failed, u.done_ts = True, ts
 
-    def _add_server(self, ev: Event) -> None:
-        source = str(ev.loc.path) if ev.loc is not None else ev.source
-        occ = self._server.setdefault((ev.tid or "", source), [])
-        if ev.event == "server.recv" or not occ:
-            occ.append(Update(ev.tid or "", server=source))
+    def _add_server(self, event, tid, source, ts, t, path, target, op, rpc, lock) -> None:
+        occ = self._server.setdefault((tid, source), [])
+        if event == "server.recv" or not occ:
+            occ.append(Update(tid, server=source))
         u = occ[-1]
-        if ev.event == "server.recv":
-            u.recv_ts, u.recv_t, u.path = ev.ts, ev.num("t"), ev.fields.get("path")
-        elif ev.event == "rpc.start":
-            u.target = ev.fields.get("target")
-            u.path = u.path or _OP_PATHS.get(ev.fields.get("op", ""))
+        if event == "server.recv":
+            u.recv_ts, u.recv_t, u.path = ts, t, path
+        elif event == "rpc.start":
+            u.target = target
+            u.path = u.path or _OP_PATHS.get(op or "")
         else:
-            u.server_rpc_ms, u.lock_wait_ms = ev.num("rpc_ms"), ev.num("lock_wait_ms")
-            u.path = u.path or _OP_PATHS.get(ev.fields.get("op", ""))
+            u.server_rpc_ms, u.lock_wait_ms = rpc, lock
+            u.path = u.path or _OP_PATHS.get(op or "")
 
     def server_urls(self) -> dict[str, str]:
         """Which server URL each server log file belongs to, learned from the updates whose client

@@ -228,17 +228,13 @@ def test_per_step_values_keep_the_last_of_each_step_in_step_order():
     from prime_rl.analysis.stats import _PerStep
 
     p = _PerStep()
-    assert [
-        p.set(s, v) for s, v in [("3", 1.0), ("1", 2.0), ("3", 5.0), ("warmup", 7.0), ("warmup", 8.0)]
-    ] == [
-        False,
-        False,
-        True,
-        False,
-        True,
-    ]
-    assert p.set("999999999", 9.0) is False  # a step number far beyond the others: kept apart
-    assert list(p.values()) == [2.0, 5.0, 8.0, 9.0]
+    steps = ["3", "1", "3", "warmup", "warmup", None, "2", "2"]
+    values = [1.0, 2.0, 5.0, 7.0, 8.0, 6.0, None, 4.0]
+    # 3 and warmup were set again; the value without a step is handed back; a step without a value
+    # sets nothing
+    assert p.set_many(steps, values) == (2, [6.0])
+    assert p.set_many(["1", "999999999"], [3.0, 9.0]) == (1, [])  # a step far beyond the others: by name
+    assert list(p.values()) == [3.0, 4.0, 5.0, 8.0, 9.0]
 
 
 def test_a_long_run_keeps_the_first_and_last_spans_of_each_kind_and_counts_the_rest(monkeypatch, tmp_path):

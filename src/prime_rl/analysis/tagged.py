@@ -1,0 +1,283 @@
+"""One chunk of one log's tagged lines as columns: what the collector folds.
+
+The parser (:mod:`~prime_rl.analysis.parser`) turns each chunk of a log into a :class:`TaggedLines`:
+a polars frame with one row per tagged line (its offset in the chunk, timestamp, tag, trace id,
+event and the ``key=value`` rest). The collector asks it for the fields it needs, one column at a
+time (:meth:`TaggedLines.text`, :meth:`TaggedLines.num`), so no per-line dict or object is made;
+a line is turned into an :class:`Event` only when one is kept (the last
+line of a process, an open wait, a restart).
+
+A batch can also be made of events (:meth:`TaggedLines.from_events`: tests, callers that build
+events themselves); its fields then come from the events' dicts, with the same results.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import polars as pl
+
+EXAMPLES = 5
+"""How many malformed lines and bad values are kept as ``file:line: text`` examples."""
+
+
+@dataclass
+class ParseStats:
+    files: list[str] = field(default_factory=list)
+    lines: int = 0
+    tagged: int = 0
+    malformed: int = 0
+    malformed_examples: list[str] = field(default_factory=list)
+    bad_values: int = 0
+    """Fields a number was expected in that hold none (``wait_ms=abc``, ``nan``, ``inf``)."""
+    bad_value_examples: list[str] = field(default_factory=list)
+    """The first few as ``file:line: key=value (tag event)``."""
+    unknown_tags: Counter = field(default_factory=Counter)
+    """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
+    last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
+    """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
+    ref_date: str | None = None
+    """The date given to timestamps without one (console captures)."""
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Event:
+    """One tagged line."""
+
+    tag: str
+    event: str
+    tid: str | None
+    fields: dict[str, str]
+    ts: float | None
+    """Wall-clock seconds from the log line's timestamp (None when the line has none)."""
+    source: str
+    """Which file (its label) the line came from."""
+    path: Path | None = None
+    """The file it was read from (None: made, not read)."""
+    line: int = 0
+    """Its line number in that file."""
+    stats: ParseStats | None = None
+    """Where a bad value in it is counted."""
+    bad: tuple[str, ...] = ()
+
+    def num(self, key: str) -> float | None:
+        """The field as a finite float; None when absent. A value that is no finite number counts
+        as a bad value (once per event and key), named by file and line (:class:`ParseStats`)."""
+        raw = self.fields.get(key)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            return value
+        if key not in self.bad:
+            self.bad += (key,)
+            stats = self.stats
+            if stats is not None:
+                stats.bad_values += 1
+                if len(stats.bad_value_examples) < EXAMPLES:
+                    stats.bad_value_examples.append(
+                        f"{self.where()}: {key}={raw[:80]} ([{self.tag}] {self.event})"
+                    )
+        return None
+
+    def where(self) -> str:
+        """``file:line`` of the line (``source`` when the event was not read from a file)."""
+        return f"{self.path}:{self.line}" if self.path is not None else self.source
+
+    def text(self) -> str:
+        """The tagged part of the line again (for reports)."""
+        head = f"[{self.tag}][{self.tid}]" if self.tid else f"[{self.tag}]"
+        return " ".join(
+            [head, *([self.event] if self.event else []), *(f"{k}={v}" for k, v in self.fields.items())]
+        )
+
+
+def _fields(tokens: list[str]) -> dict[str, str]:
+    """``key=value`` tokens as a dict (the last of a repeated key wins); tokens without ``=`` and
+    empty keys are no fields."""
+    try:
+        fields = dict(tok.split("=", 1) for tok in tokens)  # every token has a "=": the usual case
+    except ValueError:
+        fields = {}
+        for tok in tokens:
+            k, sep, v = tok.partition("=")
+            if sep:
+                fields[k] = v
+    fields.pop("", None)
+    return fields
+
+
+SCHEMA = {
+    "line": pl.Int64,
+    "ts": pl.Float64,
+    "tag": pl.String,
+    "tid": pl.String,
+    "event": pl.String,
+    "rest": pl.String,
+}
+"""The frame's columns: the line's number in its file, wall-clock seconds (null: none), tag,
+trace id (null: none), event ("" for event-less lines) and the fields part of the line."""
+
+
+@lru_cache(maxsize=256)
+def _key_patterns(key: str) -> tuple[str, str, str]:
+    """The first ``key=`` token's value, the last one's (the greedy prefix makes the match end at
+    the last), and the literal that a line with the key twice has twice."""
+    k = re.escape(key)
+    return r"(?:^|\s)" + k + r"=(\S*)", r"^.*(?:^|\s)" + k + r"=(\S*)", key + "="
+
+
+class TaggedLines:
+    """Tagged lines of one file (or a run of events of one source), in line order."""
+
+    __slots__ = ("frame", "source", "path", "events", "stats", "_cols")
+
+    def __init__(
+        self,
+        frame: pl.DataFrame,
+        source: str,
+        path: Path | None = None,
+        events: list[Event] | None = None,
+        stats: ParseStats | None = None,
+    ) -> None:
+        self.frame = frame
+        self.source = source
+        """Which process (the file's label)."""
+        self.path = path
+        """The file the lines were read from."""
+        self.events = events
+        """The events themselves, for a batch made of events."""
+        self.stats = stats
+        self._cols: dict[str, list] = {}
+
+    @classmethod
+    def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
+        """A batch of events of one source (their fields are read from the events' dicts)."""
+        frame = pl.DataFrame(
+            {
+                "line": list(range(len(events))),  # their order (their own lines are kept in them)
+                "ts": [ev.ts for ev in events],
+                "tag": [ev.tag for ev in events],
+                "tid": [ev.tid for ev in events],
+                "event": [ev.event for ev in events],
+                "rest": [" ".join(f"{k}={v}" for k, v in ev.fields.items()) for ev in events],
+            },
+            schema=SCHEMA,
+        )
+        return cls(frame, events[0].source if events else "", None, list(events), stats)
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+    def column(self, name: str) -> list:
+        """One of the frame's columns as a list (made once)."""
+        out = self._cols.get(name)
+        if out is None:
+            out = self._cols[name] = self.frame.get_column(name).to_list()
+        return out
+
+    def by_tag(self) -> Iterator[tuple[str, TaggedLines]]:
+        """(tag, the lines with that tag) in line order within each tag."""
+        tags = self.frame.get_column("tag")
+        if tags.n_unique() == 1:
+            yield tags[0], self
+            return
+        if self.events is not None:
+            groups: dict[str, list[int]] = {}
+            for i, tag in enumerate(self.column("tag")):
+                groups.setdefault(tag, []).append(i)
+            for tag, rows in groups.items():
+                sub = [self.events[i] for i in rows]
+                yield tag, TaggedLines(self.frame[rows], self.source, None, sub, self.stats)
+            return
+        for (tag,), frame in self.frame.partition_by("tag", as_dict=True, maintain_order=True).items():
+            yield tag, TaggedLines(frame, self.source, self.path, None, self.stats)
+
+    def event(self, i: int) -> Event:
+        """Row ``i`` as an :class:`Event` (for the few lines that are kept)."""
+        if self.events is not None:
+            return self.events[i]
+        row = self.frame.row(i, named=True)
+        return Event(
+            row["tag"],
+            row["event"],
+            row["tid"],
+            _fields(row["rest"].split()) if row["rest"] else {},
+            row["ts"],
+            self.source,
+            self.path,
+            row["line"],
+            self.stats,
+        )
+
+    def text(self, key: str) -> list[str | None]:
+        """Field ``key`` of every row (None where the line has none)."""
+        if self.events is not None:
+            return [ev.fields.get(key) for ev in self.events]
+        return self._raw(key).to_list()
+
+    def _raw(self, key: str) -> pl.Series:
+        """The field's text in every row; of a key given twice, the last (as in a dict built left to
+        right). The first is found fast; the few lines with the key's text twice are read again."""
+        first, last, literal = _key_patterns(key)
+        rest = self.frame.get_column("rest")
+        raw = rest.str.extract(first, 1)
+        twice = rest.str.count_matches(literal, literal=True) > 1
+        if twice.any():
+            raw = raw.scatter(twice.arg_true(), rest.filter(twice).str.extract(last, 1))
+        return raw
+
+    def num(self, key: str, events: Iterable[str] | None = None) -> list[float | None]:
+        """Field ``key`` of every row as a finite float; None where absent. Only rows whose event is
+        in ``events`` (all when None) are read; a value there that is no finite number counts as a bad
+        value (once per line and key), the first few named by file and line (:class:`ParseStats`)."""
+        wanted = None if events is None else set(events)
+        if self.events is not None:
+            return [ev.num(key) if wanted is None or ev.event in wanted else None for ev in self.events]
+        raw = self._raw(key)
+        if wanted is not None:
+            raw = pl.select(
+                pl.when(self.frame.get_column("event").is_in(list(wanted))).then(raw).otherwise(None)
+            ).to_series()
+        if raw.null_count() == len(raw):
+            return [None] * len(raw)
+        value = raw.cast(pl.Float64, strict=False)
+        finite = value.is_finite().fill_null(False)
+        bad = raw.is_not_null() & ~finite
+        if bad.any():
+            self._count_bad(key, raw, bad)
+            value = pl.select(pl.when(finite).then(value).otherwise(None)).to_series()
+        return value.to_list()
+
+    def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
+        stats = self.stats
+        if stats is None:
+            return
+        rows = bad.arg_true().to_list()
+        stats.bad_values += len(rows)
+        room = EXAMPLES - len(stats.bad_value_examples)
+        for i in rows[: max(room, 0)]:
+            ev = self.event(i)
+            stats.bad_value_examples.append(f"{ev.where()}: {key}={raw[i][:80]} ([{ev.tag}] {ev.event})")
+
+
+def batches_from_events(events: Iterable[Event], stats: ParseStats | None = None, size: int = 4096):
+    """Events in order as batches of consecutive events of one source."""
+    run: list[Event] = []
+    for ev in events:
+        if run and (ev.source != run[0].source or len(run) >= size):
+            yield TaggedLines.from_events(run, stats)
+            run = []
+        run.append(ev)
+    if run:
+        yield TaggedLines.from_events(run, stats)

@@ -1,0 +1,160 @@
+"""The column-wise parse and collection against plain Python on the same lines.
+
+The collector reads a batch's fields column-wise (a regex per key over the batch); a batch made of
+events reads them from each event's dict. Both must give the same analysis. And the column-wise
+split of a tagged line must give what the grammar of docs/design.md says, line by line, for any
+spacing, repeated keys, event-less lines and text that is not ASCII.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.support.synthetic_logs import SCENARIOS, Shape, make_run
+
+from prime_rl.analysis.parser import ParseStats, parse_files, scan_files
+from prime_rl.analysis.stats import Collected, collect
+
+PREFIX = "2026-01-01 12:00:{:02d}.250 | INFO    | "
+ODD_LINES = [
+    "[gen] batch.start step=1",
+    "[gen]\tbatch.done  step=1   dur_ms=10.5\tcompletions=4",  # tabs and runs of spaces
+    "[gen] batch.done step=1 dur_ms=11 dur_ms=12.5 completions=2",  # the last of a repeated key
+    "[rollout] current_step=1 trunc_pct=3 staleness=0",  # event-less
+    "[verify] batch.done step=1 dur_ms=5 note=ünïcødé",
+    "[train] step.done step=1 wait_ms=abc train_ms=7\r",  # a bad value, a carriage return
+    "[weights][t1] client.send url=http://h:1 path=/update_weights t=1.5",
+    "[weights][t1] client.done url=http://h:1 wall_ms=9 rpc_ms=8",
+    "[ckpt] =3",  # malformed: neither an event nor a key
+    "[gen][bad id!] batch.start step=2",  # malformed: no space after the marker
+    "[ckpt] 9lives x=1",  # malformed: no event name
+    "[gen] batch.start  step=2",
+]
+
+
+def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _both(paths: list[tuple[str, Path]]) -> tuple[Collected, Collected]:
+    columns, events = ParseStats(), ParseStats()
+    return collect(scan_files(paths, columns), columns), collect(parse_files(paths, events), events)
+
+
+def _view(d: Collected) -> dict:
+    """Everything a report is made of, comparable."""
+    return {
+        "series": {k: sorted(v) for k, v in d.series.items()},
+        "counts": dict(d.counts),
+        "updates": [u.to_dict() for u in d.updates],
+        "spans": [(s.kind, s.start, s.end, s.label) for s in d.spans],
+        "staleness": d.staleness_by_step,
+        "restarts": d.restarts,
+        "last": {k: (e.tag, e.event, e.where()) for k, e in d.last_events.items()},
+        "open_wait": d.open_wait and d.open_wait[:2],
+        "open_batch": d.open_batch and d.open_batch.where(),
+        "parse": (d.parse.lines, d.parse.tagged, d.parse.malformed, d.parse.bad_values),
+        "examples": (d.parse.malformed_examples, sorted(d.parse.bad_value_examples)),
+        "run_s": d.run_seconds,
+        "server_counts": d.server_counts,
+    }
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_columns_and_events_give_the_same_analysis_of_every_scenario(tmp_path, scenario):
+    run = make_run(scenario, steps=25, seed=3, shape=Shape(servers=2))
+    paths = []
+    for name, lines in [
+        ("orchestrator", run.orchestrator),
+        ("inference", run.inference),
+        ("trainer", run.trainer),
+    ]:
+        paths.append((name, _write(tmp_path, f"{name}.log", lines)))
+    for name, lines in run.servers.items():
+        paths.append(("inference", _write(tmp_path, f"{name}.log", lines)))
+    columns, events = _both(paths)
+    assert columns.updates and columns.spans  # something to compare
+    assert _view(columns) == _view(events)
+
+
+def test_columns_and_events_agree_on_odd_spacing_bad_values_and_malformed_lines(tmp_path):
+    lines = [PREFIX.format(i) + text for i, text in enumerate(ODD_LINES)]
+    lines.insert(3, "12:00:30.000 | INFO    | [gen] batch.done step=0 dur_ms=3")  # a console capture
+    path = _write(tmp_path, "orchestrator.log", lines)
+    columns, events = _both([("orchestrator", path)])
+    assert _view(columns) == _view(events)
+    p = columns.parse
+    assert (p.tagged, p.malformed) == (10, 3)
+    assert p.malformed_examples[0] == f"{path}:10: {PREFIX.format(8)}[ckpt] =3"
+    assert p.bad_value_examples == [f"{path}:7: wait_ms=abc ([train] step.done)"]
+    assert sorted(columns.series["gen_dur_ms"]) == [3.0, 12.5]  # step 1: its last line, its last dur_ms
+
+
+def _reference(message: str) -> tuple | None:
+    """The grammar, one line at a time (what the parser did before it worked column-wise)."""
+    m = re.match(r"\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+(.*))?", message)
+    parts = m.group(3).split(None, 1) if m.group(3) else []
+    if not parts:
+        return None
+    if "=" in parts[0]:
+        event, tokens = "", " ".join(parts).split()
+    elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", parts[0]):
+        event, tokens = parts[0], parts[1].split() if len(parts) > 1 else []
+    else:
+        return None
+    fields = {}
+    for tok in tokens:
+        k, sep, v = tok.partition("=")
+        if sep and k:
+            fields[k] = v
+    if not event and not fields:
+        return None
+    return m.group(1), m.group(2), event, fields
+
+
+WORD = st.sampled_from(["step", "dur_ms", "url", "x", "t", "a.b", "ü", "=", "==", "k=", "=v", "9", "é=1"])
+VALUE = st.sampled_from(["1", "2.5", "nan", "abc", "", "http://h:1/a?b=c", "ünï", "-3e2"])
+TOKEN = st.one_of(st.builds(lambda k, v: f"{k}={v}", WORD, VALUE), WORD)
+SPACE = st.sampled_from([" ", " ", " ", "  ", "\t", " \t "])
+HEAD = st.sampled_from(["[gen]", "[weights][t1]", "[ckpt][a.b-c_9]", "[train][]", "[env][x y]", "[rollout]x"])
+EVENT = st.sampled_from(["batch.done", "step.done", "", "9bad", "a=1", "episode.done"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(HEAD, SPACE, EVENT, st.lists(st.tuples(SPACE, TOKEN), max_size=5)), min_size=1, max_size=12
+    )
+)
+def test_any_tagged_line_splits_as_the_grammar_says(tmp_path_factory, pieces):
+    messages = [
+        head + space + event + "".join(s + t for s, t in tokens) for head, space, event, tokens in pieces
+    ]
+    path = _write(
+        tmp_path_factory.mktemp("log"), "o.log", [PREFIX.format(i % 60) + m for i, m in enumerate(messages)]
+    )
+    stats = ParseStats()
+    got = [(e.tag, e.tid, e.event, e.fields) for e in parse_files([("orchestrator", path)], stats)]
+    want = [r for r in map(_reference, messages) if r is not None]
+    assert got == want
+    assert stats.malformed == len(messages) - len(want)
+    # the fields read column-wise are the ones the events' dicts hold
+    (lines,) = scan_files([("orchestrator", path)], ParseStats())
+    for key in ("step", "dur_ms", "url", "x", "t", "a.b"):
+        assert lines.text(key) == [f.get(key) for *_, f in want]
+        nums = [float(f[key]) if key in f and _finite(f[key]) else None for *_, f in want]
+        assert lines.num(key) == nums
+
+
+def _finite(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
