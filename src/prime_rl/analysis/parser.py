@@ -175,7 +175,7 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
         fast[np.flatnonzero(fast)[~ok]] = False
     if fast.any():
         s, e = starts[fast].tolist(), ends[fast].tolist()
-        if chunk.isascii():
+        if len(s) * 512 > len(chunk) and chunk.isascii():  # dense: decode the chunk once
             text = chunk.decode("ascii")
             pending.lines += [text[a:b] for a, b in zip(s, e, strict=True)]
         else:
