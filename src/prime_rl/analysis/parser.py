@@ -94,15 +94,15 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
     for label, path in paths:
         stats.files.append(str(path))
         clock.new_file()
-        lines_seen = stats.lines
         lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
         last_chunk = b""
         pending = _Pending(path, clock, stats, events_seen)
         for chunk in _chunks(path):
             last_chunk = chunk
             _count_unknown(stats, chunk)
-            stats.lines += _scan_chunk(chunk, lines_before + 1, pending)
-            lines_before = stats.lines - lines_seen
+            n = _scan_chunk(chunk, lines_before + 1, pending)
+            stats.lines += n
+            lines_before += n
             if pending.rows >= BATCH_ROWS:
                 yield TaggedLines(pending.flush(), label, path, None, stats)
         if pending.rows:
@@ -154,11 +154,11 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     """Find one chunk's tagged lines (the chunk starts at line ``first_line``) and add them to
     ``pending``; returns the chunk's number of lines. Lines in loguru's file format (nearly all)
     are kept as text for :func:`_loguru_lines`; the others are parsed one by one."""
-    data = np.frombuffer(chunk, np.uint8)
-    newlines = np.flatnonzero(data == _NL)
     marks = [m.start() for m in _MARKERS.finditer(chunk)]
     if not marks:
-        return len(newlines)
+        return chunk.count(b"\n")
+    data = np.frombuffer(chunk, np.uint8)
+    newlines = np.flatnonzero(data == _NL)
     pos = np.asarray(marks, dtype=np.int64)
     line_no = np.searchsorted(newlines, pos)
     first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
@@ -246,7 +246,7 @@ def _heads(msg: pl.Series) -> pl.DataFrame:
 
 
 def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, list[int]]:
-    """From (off, ts, tag, tid, first word, rest) to the lines' columns: the first word is the
+    """From (line, ts, tag, tid, first word, rest) to the lines' columns: the first word is the
     event, or (with a ``=``) the first field of an event-less line; lines without a first word,
     with one that is no event name, or with neither an event nor a field are malformed."""
     first = head.get_column("first")
@@ -305,8 +305,9 @@ def _other_lines(
         "tag": pl.String,
         "tid": pl.String,
         "first": pl.String,
+        "rest": pl.String,
     }
-    head = pl.DataFrame(rows, schema=schema | {"rest": pl.String}, orient="row")
+    head = pl.DataFrame(rows, schema=schema, orient="row")
     frame, malformed = _finish(head, events_seen)
     return frame, [kept[j] for j in malformed]
 

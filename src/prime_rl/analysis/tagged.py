@@ -1,10 +1,10 @@
-"""One chunk of one log's tagged lines as columns: what the collector folds.
+"""A file's tagged lines as columns: what the collector folds.
 
-The parser (:mod:`~prime_rl.analysis.parser`) turns each chunk of a log into a :class:`TaggedLines`:
-a polars frame with one row per tagged line (its offset in the chunk, timestamp, tag, trace id,
-event and the ``key=value`` rest). The collector asks it for the fields it needs, one column at a
-time (:meth:`TaggedLines.text`, :meth:`TaggedLines.num`), so no per-line dict or object is made;
-a line is turned into an :class:`Event` only when one is kept (the last
+The parser (:mod:`~prime_rl.analysis.parser`) hands on a file's tagged lines in batches, each a
+:class:`TaggedLines`: a polars frame with one row per tagged line (its line number in the file,
+timestamp, tag, trace id, event and the ``key=value`` rest). The collector asks it for the fields
+it needs, one column at a time (:meth:`TaggedLines.text`, :meth:`TaggedLines.num`), so no per-line
+dict or object is made; a line is turned into an :class:`Event` only when one is kept (the last
 line of a process, an open wait, a restart).
 
 A batch can also be made of events (:meth:`TaggedLines.from_events`: tests, callers that build
