@@ -119,11 +119,13 @@ def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_leve
     rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
     assert_rose(rewards)
     # earned on answers the model ends (stop strings), not on cut-off ones (issue 12 item 17): a
-    # cut-off answer earns 0 (truncated_reward), and the policy it learned ends its answers. The
-    # random model's first answers lack a space within max_tokens (12) about a quarter of the time;
-    # learning to end them is part of what the demo learns
+    # cut-off answer earns 0 (truncated_reward), and the policy it learned ends its answers more
+    # often. The random model's first answers lack a space within max_tokens (12) about a quarter
+    # of the time (first 6 steps 20-25%); the last 6 steps of five runs on 2026-11-25 were at 7.0,
+    # 8.3, 8.5, 9.2 and 10.4% (benchmarks/RESULTS.md), so: under 15% and 5 points below the start
     trunc = [r["trunc_pct"] for r in metrics(out, "orchestrator")]
-    assert sum(trunc[-6:]) / 6 < 10, trunc
+    first_trunc, last_trunc = sum(trunc[:6]) / 6, sum(trunc[-6:]) / 6
+    assert last_trunc < 15 and last_trunc < first_trunc - 5, trunc
     trainer_steps = [r["step"] for r in metrics(out, "trainer")]
     assert trainer_steps == list(range(30))
 
