@@ -40,8 +40,9 @@ demo: model
 demo-swap: model
 	$(PY) scripts/demo_weight_swap.py --model $(MODEL) --output_dir outputs/demo
 
+# two workers (tests/conftest.py says which tests share one); `pytest` alone runs them one by one
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

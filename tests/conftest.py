@@ -6,6 +6,14 @@ is re-parented to pytest instead of init, so it stays a descendant of the sessio
 ends, after every fixture is torn down, a descendant still running fails the run (exit 1), named
 with its pid and process name, and is killed. multiprocessing's own helpers of this process (its
 resource tracker and forkserver, which live as long as the interpreter) are not leaks.
+
+``make test`` runs the session on two pytest-xdist workers (``-n 2 --dist loadgroup``): most of the
+suite's time is the start of real vLLM servers and trainers, one import after another on one core,
+so two tests at once keep both cores busy. Each worker is its own subreaper and checks its own
+leftovers; it hands what it found to the controller, which fails the run. Tests that share one
+thing stay on one worker (``xdist_group``): everything on the session's vLLM server (one server,
+not one per worker) and everything on Ray (Ray keeps its current cluster's address in one file per
+machine).
 """
 
 from __future__ import annotations
@@ -80,10 +88,25 @@ def _describe(p) -> str:
         return f"pid {p.pid} (gone)"
 
 
+_WORKER_LEAKS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
+def pytest_testnodedown(node, error):
+    """The controller: keep what a worker found still running when its session ended."""
+    leaked = getattr(node, "workeroutput", {}).get("leaked_processes")
+    if leaked:
+        _WORKER_LEAKS.append(f"worker {node.gateway.id}: {leaked}")
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own sessionfinish tore down what was still set up
 def pytest_sessionfinish(session, exitstatus):
     if not sys.platform.startswith("linux"):
         return
+    if _WORKER_LEAKS:
+        _report_leaks(session, "\n".join(_WORKER_LEAKS))
+    if session.config.pluginmanager.hasplugin("dsession"):
+        return  # the controller: its children are the workers, which checked their own
     deadline = time.monotonic() + LEAK_GRACE_S
     while (left := leftover_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -95,11 +118,21 @@ def pytest_sessionfinish(session, exitstatus):
             os.kill(p.pid, signal.SIGKILL)
     time.sleep(0.2)
     _reap_zombies()
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     message = (
         f"{len(lines)} process(es) started by the tests outlived the session (killed now):\n  "
         + "\n  ".join(lines)
     )
+    _report_leaks(session, message)
+
+
+def _report_leaks(session, message: str) -> None:
+    """Fail the session naming the leaked processes; a worker hands them to the controller (xdist
+    ignores a worker's own exit status)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["leaked_processes"] = message
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write("\n")
         reporter.write_sep("=", "leaked processes", red=True)
@@ -110,7 +143,41 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# a test needing one of these fixtures, or in one of these files, stays on one xdist worker with
+# the others of its group (its id ends in @group)
+_GROUP_BY_FIXTURE = {"inference_server": "vllm-session", "base_server": "vllm-session", "ray_cluster": "ray"}
+_GROUP_BY_FILE = {"test_collect_ray.py": "ray", "test_collect_ray_faults.py": "ray", "test_ray.py": "ray"}
+
+
+def _group(item) -> str | None:
+    groups = {_GROUP_BY_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in _GROUP_BY_FIXTURE}
+    if item.path.name in _GROUP_BY_FILE:
+        groups.add(_GROUP_BY_FILE[item.path.name])
+    return "_".join(sorted(groups)) or None
+
+
+def _place_in_groups(config, items) -> None:
+    """On an xdist worker with ``--dist loadgroup``: a grouped test's id ends in ``@group``, which
+    is how the controller keeps a group on one worker. xdist 3.8 writes that suffix into
+    ``item._nodeid``, which pytest 9.2 no longer reads (ids live in ``item._id``), so it is written
+    here, after xdist's own hook, into whichever the running pytest has."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        group = _group(item)
+        if group is None or item.nodeid.endswith(f"@{group}"):
+            continue
+        nodeid = f"{item.nodeid}@{group}"
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(nodeid)
+        else:
+            item._nodeid = nodeid
+
+
 def pytest_collection_modifyitems(config, items):
+    _place_in_groups(config, items)
     try:
         import torch
 

@@ -3,6 +3,7 @@ without them is asked once."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from starlette.requests import Request
@@ -36,6 +37,8 @@ def test_scraped_during_the_run_and_stopped_with_it(tmp_path):
     with MetricsPolicyServer() as vllm, PolicyServer(gen_delay_s=0.05) as plain:
         orch, lines = run(tmp_path, [vllm, plain], server_metrics={"interval_s": 0.05})
         hits_at_end = vllm.metrics_hits
+        time.sleep(0.3)  # six intervals with the server still up: a loop left running would scrape
+        hits_later = vllm.metrics_hits
     assert orch.step == MAX_STEPS - 1
     server = [ln for ln in lines if ln.tag == "server"]
     metrics = [ln.fields for ln in server if ln.event == "metrics"]
@@ -47,7 +50,9 @@ def test_scraped_during_the_run_and_stopped_with_it(tmp_path):
     latest = orch.server_metrics.latest(vllm.base_url)
     assert latest is not None and latest.waiting == 14 and orch.server_metrics.latest(plain.base_url) is None
     assert not orch.server_metrics._tasks and orch.server_metrics._session is None  # stopped with the run
-    assert vllm.metrics_hits == hits_at_end == len(metrics)
+    assert hits_later == hits_at_end
+    # every answered scrape was logged, except one the stop may have cancelled in flight
+    assert hits_at_end - len(metrics) in (0, 1)
 
 
 def test_interval_0_leaves_the_servers_alone(tmp_path):
