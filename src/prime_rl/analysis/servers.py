@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
-from prime_rl.analysis.stages import update_groups
+from prime_rl.analysis.stages import update_groups_of
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -59,7 +59,12 @@ class ServerRow:
 
 
 def server_rows(d: Collected) -> list[ServerRow]:
-    """One row per server URL seen in [weights] or [gen] request.retry lines, by URL."""
+    """One row per server URL seen in [weights] or [gen] request.retry lines, by URL (made once;
+    callers read the rows, they do not change them)."""
+    return d.memo("server_rows", lambda: _server_rows(d))
+
+
+def _server_rows(d: Collected) -> list[ServerRow]:
     rows: dict[str, ServerRow] = {}
     for u in d.updates:
         if not u.url:
@@ -102,7 +107,7 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     if ratio < th.server_slow_ratio:
         return None
     waited = 0.0  # per update: the slow server's time beyond the slowest of its peers
-    for group in update_groups(d.updates):
+    for group in update_groups_of(d):
         mine = [getattr(u, key) for u in group if u.url == slow_url and getattr(u, key) is not None]
         others = [getattr(u, key) for u in group if u.url != slow_url and getattr(u, key) is not None]
         if mine and others:

@@ -47,11 +47,20 @@ def _update_ms(u: Update) -> float:
     return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
 
 
+def update_groups_of(d: Collected) -> list[list[Update]]:
+    """:func:`update_groups` of the collection's updates (made once)."""
+    return d.memo("update_groups", lambda: update_groups(d.updates))
+
+
 def update_critical(d: Collected) -> tuple[float, float, float]:
     """(wall, rpc, queue) ms summed over updates, each update taken at its slowest server: what the
     orchestrator waits for before it generates again."""
+    return d.memo("update_critical", lambda: _update_critical(d))
+
+
+def _update_critical(d: Collected) -> tuple[float, float, float]:
     wall = rpc = queue = 0.0
-    for group in update_groups(d.updates):
+    for group in update_groups_of(d):
         slow = max(group, key=_update_ms)
         wall += _update_ms(slow)
         rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)

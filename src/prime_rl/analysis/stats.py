@@ -156,6 +156,14 @@ class Collected:
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()`` computed once for this collection (rules and report sections ask for the same
+        per-update tables several times; the collection does not change after it is made)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     @property
     def run_ms(self) -> float:
