@@ -37,8 +37,8 @@ from prime_rl.dev.server import ServerProcess, start_server
 from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
-from prime_rl.paths import RunPaths
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+from prime_rl.paths import RunPaths, rollout_path
+from prime_rl.transport.rollouts import read_rollout_batch
 
 TOKEN = "fleet-benchmark-token"
 ASYNC_LEVEL = 1

@@ -78,6 +78,13 @@ class RunPaths:
         return self.root / ".rl.lock"
 
 
+def rollout_path(rollouts_dir: Path, rank: int) -> Path:
+    """Where rank ``rank``'s batch of a step lives in that step's ``rollouts/step_N`` directory
+    (here, not in :mod:`prime_rl.transport.rollouts`, so that a process that only looks for the
+    file, like the launcher's watchdog, need not import torch)."""
+    return Path(rollouts_dir) / f"rank_{rank}.safetensors"
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename inside it is durable (no-op where unsupported)."""
     try:

@@ -42,8 +42,8 @@ from tests.support.processes import (
 
 from prime_rl.dev.server import free_port
 from prime_rl.failpoints import ENV as FAILPOINT_ENV
-from prime_rl.paths import RunPaths, is_stable
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+from prime_rl.paths import RunPaths, is_stable, rollout_path
+from prime_rl.transport.rollouts import read_rollout_batch
 from prime_rl.transport.weights import verify_weight_dir
 
 pytestmark = pytest.mark.slow

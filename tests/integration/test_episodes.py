@@ -13,8 +13,8 @@ from tests.support.orchestrator_run import tagged_lines
 
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
-from prime_rl.paths import RunPaths
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+from prime_rl.paths import RunPaths, rollout_path
+from prime_rl.transport.rollouts import read_rollout_batch
 
 TOOL_ENV = Path(__file__).resolve().parents[1] / "support" / "tool_env.py"
 

@@ -21,8 +21,8 @@ from tests.support.proxy import TcpProxy
 from prime_rl.config import load_config
 from prime_rl.dev.weights import write_perturbed_weights
 from prime_rl.orchestrator.config import OrchestratorConfig
-from prime_rl.paths import RunPaths
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+from prime_rl.paths import RunPaths, rollout_path
+from prime_rl.transport.rollouts import read_rollout_batch
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,8 @@ from tests.support.policy_server import PolicyServer
 
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
-from prime_rl.paths import RunPaths, mark_stable
+from prime_rl.paths import RunPaths, mark_stable, rollout_path
 from prime_rl.tracing import parse_tagged
-from prime_rl.transport.rollouts import rollout_path
 
 ASYNC_LEVEL = 1
 MAX_STEPS = 8

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from prime_rl.paths import RunPaths, is_stable
+from prime_rl.paths import RunPaths, is_stable, rollout_path
 from prime_rl.trainer.main import command as trainer_command
-from prime_rl.transport.rollouts import RolloutBatch, rollout_path, write_rollout_batch
+from prime_rl.transport.rollouts import RolloutBatch, write_rollout_batch
 
 
 def make_samples(

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from prime_rl.config import BaseConfig
-from prime_rl.paths import RunPaths
+from prime_rl.paths import RunPaths, rollout_path
 from prime_rl.tracing import TaggedLine, one_line, parse_tagged
-from prime_rl.transport.rollouts import rollout_path
 
 PROGRESS = {
     ("gen", "batch.start"),

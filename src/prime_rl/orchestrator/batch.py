@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prime_rl.transport.rollouts import RolloutBatch, rollout_path, write_rollout_batch
+from prime_rl.paths import rollout_path
+from prime_rl.transport.rollouts import RolloutBatch, write_rollout_batch
 
 
 @dataclass

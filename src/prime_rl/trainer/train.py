@@ -14,7 +14,7 @@ from loguru import logger
 
 from prime_rl.logging import log_tagged, setup_logging
 from prime_rl.monitor import record_metrics
-from prime_rl.paths import STABLE, RunPaths, is_stable
+from prime_rl.paths import STABLE, RunPaths, is_stable, rollout_path
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import MicroBatch, micro_batches
@@ -28,7 +28,7 @@ from prime_rl.trainer.model import (
     teardown_world,
 )
 from prime_rl.trainer.weights import WeightPublisher, full_state_dict
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path, wait_for_rollouts
+from prime_rl.transport.rollouts import read_rollout_batch, wait_for_rollouts
 from prime_rl.transport.weights import WeightDirError, verify_weight_dir
 
 

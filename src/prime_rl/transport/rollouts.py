@@ -125,10 +125,6 @@ class RolloutBatch:
         )
 
 
-def rollout_path(rollouts_dir: Path, rank: int) -> Path:
-    return Path(rollouts_dir) / f"rank_{rank}.safetensors"
-
-
 def write_rollout_batch(path: Path, batch: RolloutBatch) -> None:
     """Publish a batch atomically (temp file in the same directory, fsync, rename)."""
     from safetensors.torch import save

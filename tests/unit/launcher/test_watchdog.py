@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prime_rl.launcher.watchdog import Watchdog, WatchdogConfig
-from prime_rl.paths import RunPaths
-from prime_rl.transport.rollouts import rollout_path
+from prime_rl.paths import RunPaths, rollout_path
 
 
 class Clock:

@@ -14,8 +14,8 @@ import json
 from tests.support.orchestrator_run import ASYNC_LEVEL, BATCH, MAX_STEPS, run
 from tests.support.policy_server import PolicyServer
 
-from prime_rl.paths import RunPaths
-from prime_rl.transport.rollouts import read_rollout_batch, rollout_path
+from prime_rl.paths import RunPaths, rollout_path
+from prime_rl.transport.rollouts import read_rollout_batch
 
 
 def trained_policy_steps(tmp_path) -> dict[int, list[int]]:
