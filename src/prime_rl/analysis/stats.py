@@ -325,7 +325,7 @@ class _Collector:
         dur = b.num("dur_ms", ("batch.done",))
         done_completions = b.num("completions", ("batch.done",))
         self._per_step("gen_dur_ms", step, dur)
-        retries = []
+        retries, drops = [], []
         for i, e in enumerate(events):
             if e == "batch.start":
                 self.batches_started += 1
@@ -349,7 +349,11 @@ class _Collector:
             elif e == "request.retry":
                 retries.append(i)
             elif e == "group.drop":
-                self.counts[f"drop.{b.text('reason')[i] or '?'}"] += 1
+                drops.append(i)
+        if drops:
+            reason = b.text("reason")  # the column once, not once per dropped group
+            for i in drops:
+                self.counts[f"drop.{reason[i] or '?'}"] += 1
         if retries:
             self._retry(b, retries)
 

@@ -158,3 +158,18 @@ def _finite(text: str) -> bool:
         return math.isfinite(float(text))
     except ValueError:
         return False
+
+
+def test_dropped_groups_are_counted_by_reason(tmp_path):
+    lines = [
+        "[gen] batch.start step=1",
+        "[gen] group.drop step=1 reason=zero_advantage",
+        "[gen] group.drop step=1 reason=too_long",
+        "[gen] group.drop step=1 reason=zero_advantage",
+        "[gen] group.drop step=1",
+        "[gen] batch.done step=1 dur_ms=10 completions=4",
+    ]
+    path = _write(tmp_path, "orchestrator.log", [PREFIX.format(i) + ln for i, ln in enumerate(lines)])
+    for d in _both([("orchestrator", path)]):
+        drops = {k: n for k, n in d.counts.items() if k.startswith("drop.")}
+        assert drops == {"drop.zero_advantage": 2, "drop.too_long": 1, "drop.?": 1}
