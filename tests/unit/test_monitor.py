@@ -167,7 +167,9 @@ def test_wandb_offline_run_holds_each_step_keys_run_name_group_and_config(tmp_pa
     parsed = [read_offline_run(f) for f in files]
     runs = {r.job_type: r for r in parsed}
     # what each file held, should a run be missing (CI saw one without the trainer's once)
-    found = [(f.stat().st_size, r.job_type, r.name, len(r.history)) for f, r in zip(files, parsed, strict=True)]
+    found = [
+        (f.stat().st_size, r.job_type, r.name, len(r.history)) for f, r in zip(files, parsed, strict=True)
+    ]
     assert set(runs) == {"trainer", "orchestrator"}, found
     trainer, orchestrator = runs["trainer"], runs["orchestrator"]
     assert (trainer.name, trainer.group) == ("exp1-trainer", "exp1")
