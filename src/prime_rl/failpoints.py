@@ -11,6 +11,9 @@ failpoint costs one environment lookup.
 Failpoints (``docs/design.md``, fault matrix in ``benchmarks/RESULTS.md``):
 
 - ``trainer.publish.renamed``: ``weights/step_N`` is in place, complete, but not yet ``STABLE``.
+- ``trainer.publish.shard_written``: the first shard of ``weights/step_N`` is written and fsynced
+  in its temporary dir, the other files are not (with ``weights.background`` this is the writer
+  thread, while the training thread goes on).
 - ``trainer.ckpt.saved``: ``checkpoints/step_N/trainer`` is written, not yet ``STABLE``.
 - ``orchestrator.rollouts.written``: ``rollouts/step_N`` is written, its metrics row is not.
 

@@ -43,11 +43,19 @@ class Clock:
 
     def __init__(self, ref_date: str = FALLBACK_DATE) -> None:
         self._cache: dict[str, float] = {}
-        self.loguru_seconds: dict[bytes, float] = {}
-        """Epoch seconds of each ``YYYY-MM-DD HH:MM:SS`` seen, by its bytes (:meth:`loguru`)."""
         self._midnight = datetime.strptime(ref_date, "%Y-%m-%d").timestamp()
         self._last_tod: float | None = None
         self._days = 0
+
+    def midnight(self, date: str) -> float | None:
+        """Epoch seconds of local midnight of ``YYYY-MM-DD`` (cached), None if it is no date."""
+        value = self._cache.get(date)
+        if value is None:
+            try:
+                value = self._cache[date] = datetime.strptime(date, "%Y-%m-%d").timestamp()
+            except ValueError:
+                return None
+        return value
 
     def new_file(self) -> None:
         self._last_tod, self._days = None, 0
@@ -63,32 +71,14 @@ class Clock:
         key = f"{m.group(1)} {m.group(2)}"
         base = self._cache.get(key)
         if base is None:
-            midnight = self._cache.get(m.group(1))
-            try:
-                if midnight is None:
-                    midnight = self._cache[m.group(1)] = datetime.strptime(m.group(1), "%Y-%m-%d").timestamp()
-                h, mi, sec = (int(x) for x in m.group(2).split(":"))
-                if h > 23 or mi > 59 or sec > 60:
-                    return None
-            except ValueError:
+            midnight = self.midnight(m.group(1))
+            h, mi, sec = (int(x) for x in m.group(2).split(":"))
+            if midnight is None or h > 23 or mi > 59 or sec > 60:
                 return None
             # seconds after local midnight (a DST change inside the day is not corrected for)
             base = self._cache[key] = midnight + h * 3600 + mi * 60 + sec
         frac = m.group(3)
         return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
-
-    def loguru(self, second: bytes, millis: bytes) -> float | None:
-        """The fast path for loguru's file prefix, from its bytes: ``second`` is its
-        ``YYYY-MM-DD HH:MM:SS`` (parsed once per distinct second), ``millis`` the 3 digits after it."""
-        base = self.loguru_seconds.get(second)
-        if base is None:
-            base = self(second.decode("ascii", "replace"))
-            if base is None:
-                return None
-            self.loguru_seconds[second] = base
-        if millis.isdigit():
-            return base + int(millis) / 1000.0
-        return self((second + b"." + millis).decode("ascii", "replace"))
 
     def _time_only(self, prefix: str) -> float | None:
         m = _TIME_ONLY.match(prefix)

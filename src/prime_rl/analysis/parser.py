@@ -202,11 +202,31 @@ def _loguru_lines(
     of the malformed ones."""
     line = pl.Series("line", lines, dtype=pl.String)
     second = line.str.slice(0, 19)
-    seconds = {sec: clock.loguru(sec.encode(), b"000") for sec in second.unique().to_list()}
+    unique = second.unique()
+    seconds = dict(zip(unique.to_list(), _epoch_seconds(unique, clock).to_list(), strict=True))
     base = second.replace_strict(seconds, default=None, return_dtype=pl.Float64)
     ts = base + line.str.slice(20, 3).cast(pl.Int64) / 1000.0
     head = _heads(line.str.slice(_LOGURU_LEN)).with_columns(line=pl.Series(numbers, dtype=pl.Int64), ts=ts)
     return _finish(head, events_seen)
+
+
+_SECOND = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}$"
+
+
+def _epoch_seconds(second: pl.Series, clock: Clock) -> pl.Series:
+    """Epoch seconds of ``YYYY-MM-DD HH:MM:SS`` strings, column-wise: what ``clock`` gives each of
+    them (local midnight of the date from ``clock``, once per date, plus the time of day), None
+    where it gives None (not a date and time, hour over 23, minute over 59, second over 60)."""
+    date = second.str.slice(0, 10)
+    midnight = date.replace_strict(
+        {d: clock.midnight(d) for d in date.unique().to_list()}, default=None, return_dtype=pl.Float64
+    )
+    h, m, s = (second.str.slice(at, 2).cast(pl.Int64, strict=False) for at in (11, 14, 17))
+    ok = second.str.contains(_SECOND) & (h <= 23) & (m <= 59) & (s <= 60)
+    frame = pl.DataFrame({"ok": ok, "midnight": midnight, "h": h, "m": m, "s": s})
+    return frame.select(
+        pl.when("ok").then(pl.col("midnight") + pl.col("h") * 3600 + pl.col("m") * 60 + pl.col("s"))
+    ).to_series()
 
 
 def _heads(msg: pl.Series) -> pl.DataFrame:

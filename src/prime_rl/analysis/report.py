@@ -6,9 +6,11 @@ The files are described in ``bottleneck_logs/README.md``.
 from __future__ import annotations
 
 import json
+import math
 from bisect import bisect_left
 from dataclasses import asdict
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,11 @@ STAT_FILES = {
     "server_rpc_ms_stats.txt": ("server_rpc_ms", "Server RPC time per weight update (server log)"),
     "send_to_recv_ms_stats.txt": ("send_to_recv_ms", "client.send -> server.recv per weight update"),
     "ckpt_wait_stats.txt": ("ckpt_wait_ms", "Orchestrator wait for weights/step_N/STABLE (wait_ms)"),
-    "write_ms_stats.txt": ("write_ms", "Trainer weight write (write_ms)"),
+    "write_ms_stats.txt": ("write_ms", "Trainer weight write ([ckpt] write.done write_ms)"),
+    "publish_ms_stats.txt": (
+        "publish_ms",
+        "Trainer publish time in the step ([train] step.done write_ms)",
+    ),
     "gen_dur_ms_stats.txt": ("gen_dur_ms", "Generation time per batch ([gen] batch.done dur_ms)"),
     "verify_dur_ms_stats.txt": ("verify_dur_ms", "Scoring time per batch ([verify] batch.done dur_ms)"),
     "trunc_pct_stats.txt": ("trunc_pct", "Truncated completions per step (%)"),
@@ -67,7 +73,20 @@ def format_stats(title: str, stats: dict) -> str:
 
 
 def _clock(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts is not None else "?"
+    """``HH:MM:SS.mmm`` of a local time (what ``datetime.fromtimestamp(ts)`` shows, to the
+    microsecond, cut to the millisecond); each second is formatted once."""
+    if ts is None:
+        return "?"
+    whole = math.floor(ts)
+    micro = round((ts - whole) * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    return f"{_second(whole)}.{micro // 1000:03d}"
+
+
+@lru_cache(maxsize=4096)
+def _second(whole: int) -> str:
+    return datetime.fromtimestamp(whole).strftime("%H:%M:%S")
 
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
@@ -344,6 +363,13 @@ def write_report(a: Analysis, out: Path) -> Path:
     (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
     (out / "timeline.txt").write_text(timeline(a.data))
     has_png = plot_timeline(a, out / "timeline.png")
-    (out / "summary.json").write_text(json.dumps(to_json(a), indent=1, default=str))
+    (out / "summary.json").write_text(_json_top_level_lines(to_json(a)))
     (out / "SUMMARY.md").write_text(summary_md(a, has_png))
     return out
+
+
+def _json_top_level_lines(obj: dict[str, Any]) -> str:
+    """JSON with one top-level key per line, each value compact: readable at the top, and written
+    by json's C encoder (an indented dump goes through its Python one, seconds for a long run)."""
+    items = (f"{json.dumps(k)}: {json.dumps(v, default=str)}" for k, v in obj.items())
+    return "{\n" + ",\n".join(items) + "\n}\n"

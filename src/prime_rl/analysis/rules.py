@@ -136,6 +136,13 @@ def checkpoint_io(d: Collected, th: Thresholds) -> Finding | None:
             "Profile the trainer's weight write ([ckpt] write.done write_ms): is the sharded save working?",
             "Put output_dir on local SSD/NVMe, not a network filesystem.",
             "Raise async_level so generation overlaps the trainer's write (more staleness).",
+        )
+        + (
+            ()
+            if d.counts["write.background"]
+            else (
+                "Write weights in the background (trainer weights.background = true): the step then pays only the copy.",
+            )
         ),
     )
 

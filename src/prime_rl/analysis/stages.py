@@ -121,8 +121,7 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer compute", "trainer", d.total("train_ms"), "[train] train_ms"))
     if d.series["train_wait_ms"]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
-    if d.series["write_ms"]:
-        rows.append(("publish (weight write)", "trainer", d.total("write_ms"), "[ckpt] write_ms"))
+    rows.extend(_publish_rows(d))
     busy = d.total("collect_ms")
     if busy and run:
         # samples overlap: a stage's summed time over the mean number of samples in flight (Little's
@@ -145,6 +144,22 @@ def stages(d: Collected) -> list[Stage]:
     out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]
     order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
     return sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+
+
+def _publish_rows(d: Collected) -> list[tuple[str, str, float, str]]:
+    """The trainer's publishing: the weight write ([ckpt] write_ms), and, when the writes ran in the
+    background (``background=true``), what the steps still paid ([train] step.done write_ms) apart
+    from the write, which then overlaps the next step's compute."""
+    rows = []
+    if d.series["write_ms"] and not d.counts["write.background"]:
+        rows.append(("publish (weight write)", "trainer", d.total("write_ms"), "[ckpt] write_ms"))
+    elif d.series["write_ms"]:
+        how = "[ckpt] write_ms (background=true: beside the next step's compute)"
+        rows.append(("publish: background write", "trainer", d.total("write_ms"), how))
+        if d.series["publish_ms"]:
+            how = "[train] step.done write_ms: gather, copy to host, wait for the previous write"
+            rows.append(("publish: in the step", "trainer", d.total("publish_ms"), how))
+    return rows
 
 
 def run_limit(d: Collected) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
@@ -34,6 +35,7 @@ SERIES = (
     "send_to_recv_ms",
     "ckpt_wait_ms",
     "write_ms",
+    "publish_ms",
     "gen_dur_ms",
     "verify_dur_ms",
     "trunc_pct",
@@ -69,6 +71,7 @@ PER_STEP = {
     "train_ms": "train",
     "ckpt_wait_ms": "wait",
     "write_ms": "write",
+    "publish_ms": "train",
 }
 """Series with one value per step: a step done again after a restart replaces its first value."""
 
@@ -78,30 +81,29 @@ the trace of a long run show its first and last steps; the spans between are cou
 (``Collected.spans_dropped``). The statistics use every line whatever this limit."""
 
 
-def describe(values: list[float]) -> dict[str, float]:
-    """count, mean, stddev, min, p50, p95, p99, max (linear interpolation percentiles)."""
-    vals = sorted(v for v in values if v is not None and not math.isnan(v))
+def describe(values: Iterable[float | None]) -> dict[str, float]:
+    """count, mean, stddev, min, p50, p95, p99, max (linear interpolation percentiles); None and NaN
+    are left out."""
+    if isinstance(values, array):
+        vals = (
+            np.frombuffer(values, dtype=np.float64) if values.typecode == "d" else np.asarray(values, float)
+        )
+    else:
+        vals = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    vals = np.sort(vals[~np.isnan(vals)])
     n = len(vals)
     if not n:
         return {"count": 0}
-
-    def pct(q: float) -> float:
-        k = (n - 1) * q
-        lo = int(k)
-        hi = min(lo + 1, n - 1)
-        return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
-
-    mean = sum(vals) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
+    p50, p95, p99 = np.percentile(vals, [50, 95, 99])  # numpy's default is the linear interpolation
     return {
         "count": n,
-        "mean": mean,
-        "stddev": std,
-        "min": vals[0],
-        "p50": pct(0.5),
-        "p95": pct(0.95),
-        "p99": pct(0.99),
-        "max": vals[-1],
+        "mean": float(vals.mean()),
+        "stddev": float(vals.std(ddof=1)) if n > 1 else 0.0,
+        "min": float(vals[0]),
+        "p50": float(p50),
+        "p95": float(p95),
+        "p99": float(p99),
+        "max": float(vals[-1]),
     }
 
 
@@ -297,6 +299,7 @@ class _Collector:
         target, step = b.text("target_step"), b.text("step")
         wait_ms = b.num("wait_ms", ("wait.done",))
         write_ms = b.num("write_ms", ("write.done",))
+        background = b.text("background")
         self._per_step("ckpt_wait_ms", target, wait_ms)
         self._per_step("write_ms", step, write_ms)
         for i, e in enumerate(events):
@@ -315,6 +318,8 @@ class _Collector:
                     self.spans.append(Span("ckpt_wait", start, end, label, {"wait_ms": ms}))
             elif e == "write.done" and (ms := write_ms[i]) is not None:
                 self.last_write = (b, i)
+                if background[i] == "true":  # written beside the next step, off its critical path
+                    self.counts["write.background"] += 1
                 if ts[i] is not None:
                     label = f"write weights step {step[i]}"
                     self.spans.append(Span("ckpt_write", ts[i] - ms / 1000.0, ts[i], label))
@@ -395,6 +400,10 @@ class _Collector:
         )
         steps_done = [t if e == "step.done" else None for e, t in zip(events, train, strict=True)]
         self._per_step("train_ms", step, steps_done)
+        # step.done write_ms: what publishing cost the step itself (with background writes: the
+        # copy to host memory and any wait for the previous write; else the whole write)
+        publish = [w if e == "step.done" else None for e, w in zip(events, write, strict=True)]
+        self._per_step("publish_ms", step, publish)
         for i, e in enumerate(events):
             if e == "step.done":
                 if step[i] == "0":
@@ -482,8 +491,8 @@ class _Collector:
             if handler is not None:
                 try:
                     handler(seq, lines)
-                except (ValueError, TypeError, OverflowError, KeyError) as e:  # never a crash: count it
-                    self.errors.append((lines, 0, e))
+                except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
+                    self.errors.append((lines, _failing_row(tag, seq, lines), e))
 
     def update_spans(self, updates: list[Update]) -> None:
         """The joined updates' series and spans, then every span in start order."""
@@ -597,25 +606,30 @@ class _PerStep:
 
     def set_many(self, steps: list[str | None], values: list[float | None]) -> tuple[int, list[float]]:
         """Set each step's value, in order (the last of a step wins). Returns how many were set again
-        (a step done again, as after a restart) and the values without a step."""
-        loose: list[float] = []
-        numbered_steps: list[int] = []
-        numbered_values: list[float] = []
+        (a step done again, as after a restart) and the values without a step. A step is numbered
+        when it is 1-8 ASCII digits below the steps seen so far plus 100,000 (a step number far
+        beyond the others is kept by name); column-wise, the few named steps one by one."""
+        frame = pl.DataFrame(
+            {"step": steps, "value": values}, schema={"step": pl.String, "value": pl.Float64}
+        ).filter(pl.col("value").is_not_null())
+        if frame.is_empty():
+            return 0, []
+        step = pl.col("step")
+        number = pl.when(step.str.contains(r"^[0-9]{1,8}$")).then(step.cast(pl.Int64, strict=False))
+        frame = frame.with_columns(number=number).with_columns(
+            number=pl.when(pl.col("number") < self.size + 100_000).then("number")
+        )
+        loose = frame.filter(step.is_null()).get_column("value").to_list()
         again = 0
-        limit = self.size + 100_000  # a step number far beyond the others is kept by name
-        for step, value in zip(steps, values, strict=True):
-            if value is None:
-                continue
-            if step is None:
-                loose.append(value)
-            elif step.isdigit() and len(step) < 9 and int(step) < limit:
-                numbered_steps.append(int(step))
-                numbered_values.append(value)
-            else:
-                again += step in self.other
-                self.other[step] = value
-        if numbered_steps:
-            again += self._set_numbered(np.asarray(numbered_steps), np.asarray(numbered_values))
+        named = frame.filter(step.is_not_null() & pl.col("number").is_null())
+        for name, value in named.select("step", "value").iter_rows():
+            again += name in self.other
+            self.other[name] = value
+        numbered = frame.filter(pl.col("number").is_not_null())
+        if numbered.height:
+            again += self._set_numbered(
+                numbered.get_column("number").to_numpy(), numbered.get_column("value").to_numpy()
+            )
         return again, loose
 
     def _set_numbered(self, idx: np.ndarray, values: np.ndarray) -> int:
@@ -664,6 +678,33 @@ class _Spans:
         out += [s for spans in self.tail.values() for s in spans]
         out.sort(key=lambda s: s.start)
         return out
+
+
+_HANDLER_ERRORS = (ValueError, TypeError, OverflowError, KeyError)
+
+
+def _failing_row(tag: str, seq: int, lines: TaggedLines) -> int:
+    """The row of ``lines`` that makes ``tag``'s handler raise: halves of the rows are run through
+    a scratch collector (the real one keeps what the batch added before it raised) until one row
+    is left; the first row when no single row raises alone."""
+    lo, hi = 0, len(lines)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _raises(tag, seq, lines.rows(lo, mid)):
+            hi = mid
+        elif _raises(tag, seq, lines.rows(mid, hi)):
+            lo = mid
+        else:
+            return 0
+    return lo
+
+
+def _raises(tag: str, seq: int, lines: TaggedLines) -> bool:
+    try:
+        _Collector().by_tag[tag](seq, lines)
+    except _HANDLER_ERRORS:
+        return True
+    return False
 
 
 def _handler_error(parse: ParseStats, ev: Event, e: Exception) -> None:

@@ -186,6 +186,11 @@ class TaggedLines:
             out = self._cols[name] = self.frame.get_column(name).to_list()
         return out
 
+    def rows(self, start: int, stop: int) -> TaggedLines:
+        """Rows ``start:stop`` as a batch of their own."""
+        events = self.events[start:stop] if self.events is not None else None
+        return TaggedLines(self.frame[start:stop], self.source, self.path, events, self.stats)
+
     def by_tag(self) -> Iterator[tuple[str, TaggedLines]]:
         """(tag, the lines with that tag) in line order within each tag."""
         tags = self.frame.get_column("tag")

@@ -135,6 +135,8 @@ class TinyModelSpec:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     seed: int = 0
+    dtype: str = "float32"
+    """dtype of the saved weights (float32 or bfloat16)."""
 
 
 # Bigger random models for benchmarks: "small" (~21M params) decodes at a GPU-like per-stream rate
@@ -157,6 +159,31 @@ PRESETS = {
         num_attention_heads=12,
         num_key_value_heads=12,
         head_dim=64,
+    ),
+    # the shapes of real models (random weights), for the trainer's GPU benchmark
+    "qwen2.5-0.5b": TinyModelSpec(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        dtype="bfloat16",
+    ),
+    "qwen2.5-1.5b": TinyModelSpec(
+        vocab_size=151936,
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        head_dim=128,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        dtype="bfloat16",
     ),
 }
 
@@ -250,14 +277,14 @@ def build_tiny_model(output_dir: Path, spec: TinyModelSpec | None = None, overwr
         bos_token_id=eot_id,
         eos_token_id=im_end_id,
         pad_token_id=eot_id,
-        torch_dtype="float32",
+        torch_dtype=spec.dtype,
         use_sliding_window=False,
     )
     torch.manual_seed(spec.seed)
     # A larger init std than the default 0.02 makes the random model's next-token
     # distribution far from uniform, so greedy output depends visibly on the weights.
     config.initializer_range = 0.1
-    model = Qwen2ForCausalLM(config).to(torch.float32)
+    model = Qwen2ForCausalLM(config).to(getattr(torch, spec.dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=eot_id, eos_token_id=[im_end_id, eot_id], pad_token_id=eot_id, do_sample=False
     )

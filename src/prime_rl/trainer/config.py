@@ -22,6 +22,31 @@ class ModelConfig(StrictModel):
     """Parameter dtype. auto: float32 on CPU (AVX2 has no native bf16), bfloat16 on GPU
     (gradients reduced in float32)."""
 
+    attention: Literal["auto", "sdpa", "flex"] = "auto"
+    """Attention over packed micro-batches (each sample attends causally to itself only). sdpa:
+    PyTorch's scaled_dot_product_attention with a dense [T, T] block-causal mask (memory and time
+    grow with T^2 whatever the samples' lengths); flex: FlexAttention with a block-sparse
+    document mask (blocks of 128 x 128 tokens outside every sample are skipped; compiled, and
+    micro-batches are padded to micro_batch_tokens so that one compiled kernel serves every
+    step). auto: flex on a GPU, sdpa on CPU. flex on CPU is refused at start: FlexAttention has no
+    backward pass there."""
+
+    logprob_chunk_tokens: int | None = Field(default=2048, ge=1)
+    """Tokens whose logits exist at once when computing the loss's logprobs and entropies: the
+    output projection, log-softmax and their gradient run chunk by chunk, so that part needs
+    O(chunk x vocab) memory instead of several fp32 [tokens x vocab] tensors (the backward pass
+    computes each chunk's logits again). None: the model's full logits (the reference; more
+    memory). Models that change their logits after the projection (soft-capping, scaling) always
+    use full logits, with a warning."""
+
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them:
+    less memory for long micro-batches, about a third more compute in the layers."""
+
+    compile: bool = False
+    """torch.compile each decoder layer (in place: parameter names unchanged). The first steps
+    pay the compilation; with attention=flex the padded micro-batches keep one shape."""
+
 
 class OptimizerConfig(StrictModel):
     """AdamW and gradient clipping."""
@@ -168,6 +193,15 @@ class WeightsConfig(StrictModel):
 
     keep: int | None = Field(default=None, ge=1)
     """Weight dirs to keep (newest first). Default and minimum: async_level + 1."""
+
+    background: bool = True
+    """Write each weights/step_N on a background thread while the next step trains. The step's
+    critical path still pays the gather of the full state dict (a collective under FSDP) and its
+    copy into host buffers allocated once and reused (pinned with CUDA; plain host memory on a
+    CPU), plus any wait for the previous write (never two in flight). Conversion to the published
+    dtypes, shards, manifest, fsyncs, rename, STABLE and pruning run on the writer thread; a
+    failed write is raised at the next publish or at the end of training. False: the whole write
+    runs in the step, as before. Republishing a weight dir on --resume is always synchronous."""
 
 
 class CheckpointConfig(StrictModel):

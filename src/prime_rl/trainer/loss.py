@@ -51,22 +51,6 @@ import torch
 from prime_rl.trainer.config import LossConfig
 
 
-def token_logprobs_and_entropy(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprob of each token under the temperature-scaled next-token distribution, and its entropy.
-
-    ``logits`` [T, V] from one packed row; token t is scored by logits[t-1]. Position 0 has no
-    prediction and gets 0 (the loss mask never covers a sample's first token).
-    """
-    scaled = logits[:-1].to(torch.promote_types(logits.dtype, torch.float32)) / temperature
-    logp_all = torch.log_softmax(scaled, dim=-1)
-    chosen = logp_all.gather(-1, input_ids[1:].unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    zero = torch.zeros(1, dtype=chosen.dtype, device=chosen.device)
-    return torch.cat([zero, chosen]), torch.cat([zero, entropy.detach()])
-
-
 @dataclass
 class LossStats:
     """Sums over loss tokens (or sequences), so that they can be added across micro-batches/ranks."""

@@ -1,8 +1,13 @@
-"""Process group, model loading and FSDP2 sharding for the trainer.
+"""Process group, model loading and FSDP2 sharding for the trainer, and packed attention.
 
 One process on a CPU or GPU, or ``torchrun --nproc-per-node K`` (rendezvous is torchrun's, from
 its environment variables): gloo on CPU, NCCL on GPU. With several ranks every decoder layer and
-the root module are wrapped with ``torch.distributed.fsdp.fully_shard``.
+the root module are wrapped with ``torch.distributed.fsdp.fully_shard``, after the optional
+activation checkpointing and ``torch.compile`` of each decoder layer (torchtitan's order).
+
+A micro-batch packs several samples into one row; each token attends causally within its own
+sample only. ``sdpa`` expresses that as a dense [T, T] mask, ``flex`` as FlexAttention's
+block-sparse ``BlockMask`` (:func:`packed_attention_mask`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,11 @@ import torch
 import torch.distributed as dist
 
 from prime_rl.trainer.config import ModelConfig
+from prime_rl.trainer.logprobs import install_logprob_head
+
+_HF_ATTENTION = {"sdpa": "sdpa", "flex": "flex_attention"}
+PAD_SAMPLE = -1
+"""Sample id of the padding tokens at the end of a padded micro-batch (a sample of their own)."""
 
 
 @dataclass(frozen=True)
@@ -57,22 +67,49 @@ def resolve_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
 
 
-def load_model(cfg: ModelConfig, world: World) -> torch.nn.Module:
-    """Load the HF causal LM (directory or hub name) and shard it when distributed."""
+def resolve_attention(cfg: ModelConfig, device: torch.device) -> str:
+    """``sdpa`` or ``flex`` (``auto``: flex on a GPU, sdpa on CPU). flex on CPU is refused: the
+    trainer needs gradients, and FlexAttention has no backward pass on CPU."""
+    if cfg.attention == "auto":
+        return "flex" if device.type == "cuda" else "sdpa"
+    if cfg.attention == "flex" and device.type != "cuda":
+        raise ValueError(
+            f"model.attention=flex needs a CUDA device, and this trainer runs on {device}: FlexAttention "
+            "has no backward pass on CPU. Use model.attention=sdpa (or auto, which picks it on CPU)."
+        )
+    return cfg.attention
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder layers (``model.model.layers`` in Hugging Face causal LMs)."""
+    return list(getattr(getattr(model, "model", model), "layers", []))
+
+
+def load_model(cfg: ModelConfig, world: World, shard: bool | None = None) -> torch.nn.Module:
+    """Load the HF causal LM (directory or hub name), set up its layers (checkpointing, compile,
+    the chunked logprob head) and shard it with FSDP2: when distributed, or as ``shard`` says (a
+    started process group of one rank, for tests)."""
     from transformers import AutoModelForCausalLM
 
     dtype = resolve_dtype(cfg, world.device)
-    model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, attn_implementation="sdpa")
+    attention = _HF_ATTENTION[resolve_attention(cfg, world.device)]
+    model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, attn_implementation=attention)
     model.to(world.device)
     model.config.use_cache = False
-    if world.distributed:
+    if cfg.activation_checkpointing:
+        # non-reentrant: works with FSDP2 and with inputs that do not require grad
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.compile:
+        for layer in decoder_layers(model):
+            layer.compile()  # in place: the state dict's names stay those of the checkpoint
+    install_logprob_head(model, cfg.logprob_chunk_tokens)
+    if world.distributed if shard is None else shard:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(world.device.type, (world.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        layers = getattr(getattr(model, "model", model), "layers", [])
-        for layer in layers:
+        for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
@@ -84,6 +121,36 @@ def block_causal_mask(sample_ids: torch.Tensor) -> torch.Tensor:
     causal = torch.ones(t, t, dtype=torch.bool, device=sample_ids.device).tril()
     same = sample_ids[:, None] == sample_ids[None, :]
     return (causal & same)[None, None]
+
+
+def document_block_mask(sample_ids: torch.Tensor):
+    """FlexAttention ``BlockMask`` [1, 1, T, T], causal within each packed sample: only the 128 x
+    128 blocks that hold an allowed pair are computed (compiled mask creation on a GPU, so the
+    dense [T, T] mask never exists)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def same_sample_causal(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (sample_ids[q_idx] == sample_ids[kv_idx])
+
+    t = sample_ids.numel()
+    return create_block_mask(
+        same_sample_causal, None, None, t, t, device=sample_ids.device, _compile=sample_ids.is_cuda
+    )
+
+
+def packed_attention_mask(sample_ids: torch.Tensor, attention: str):
+    """The attention mask of a packed row for ``attention`` (``sdpa`` or ``flex``)."""
+    return document_block_mask(sample_ids) if attention == "flex" else block_causal_mask(sample_ids)
+
+
+def padded_length(tokens: int, micro_batch_tokens: int) -> int:
+    """Length a packed row is padded to for compiled attention: ``micro_batch_tokens`` (every
+    packed micro-batch fits it), or for one sample longer than that the smallest power-of-two
+    multiple of it that holds the sample, so that few shapes are ever compiled."""
+    length = micro_batch_tokens
+    while length < tokens:
+        length *= 2
+    return length
 
 
 def all_reduce_sum(t: torch.Tensor, world: World) -> torch.Tensor:

@@ -18,15 +18,17 @@ from prime_rl.paths import STABLE, RunPaths, is_stable, rollout_path
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import MicroBatch, micro_batches
-from prime_rl.trainer.loss import LossStats, normalizer_for, policy_loss, token_logprobs_and_entropy
+from prime_rl.trainer.forward import micro_batch_logprobs
+from prime_rl.trainer.loss import LossStats, normalizer_for, policy_loss
 from prime_rl.trainer.model import (
     World,
     all_reduce_sum,
-    block_causal_mask,
     load_model,
+    resolve_attention,
     setup_world,
     teardown_world,
 )
+from prime_rl.trainer.publish_async import PublishTiming, StepPublisher
 from prime_rl.trainer.weights import WeightPublisher, full_state_dict
 from prime_rl.transport.rollouts import read_rollout_batch, wait_for_rollouts
 from prime_rl.transport.weights import WeightDirError, verify_weight_dir
@@ -111,6 +113,7 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
     # every rank must run as many forward/backward passes as the busiest one (FSDP collectives)
     mbs += [_dummy_micro_batch() for _ in range(_max_over_ranks(len(mbs), world) - len(mbs))]
 
+    attention = resolve_attention(cfg.model, world.device)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     started = time.monotonic()
@@ -118,13 +121,9 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
     stats = LossStats()
     for mb in mbs:
         dev = world.device
-        ids = mb.input_ids.to(dev)
-        out = model(
-            input_ids=ids[None],
-            position_ids=mb.position_ids.to(dev)[None],
-            attention_mask=block_causal_mask(mb.sample_ids.to(dev)),
+        logp, entropy = micro_batch_logprobs(
+            model, mb, batch.temperature, attention, cfg.data.micro_batch_tokens, dev
         )
-        logp, entropy = token_logprobs_and_entropy(out.logits[0], ids, batch.temperature)
         loss, mb_stats = policy_loss(
             logp,
             mb.inference_logprobs.to(dev),
@@ -207,7 +206,6 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         start_step = ckpt.resolve_resume_step(paths.checkpoints_root, cfg.resume.step)
         republish = resume_weights_unusable(paths.weights_dir(start_step)) if world.is_main else None
     model = load_model(cfg.model, world)
-    vocab_size = int(model.config.vocab_size)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=cfg.optim.lr,
@@ -237,9 +235,34 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
             publisher.publish(state, start_step)
         del state
 
+    publishing = StepPublisher(publisher, model, cfg.weights_keep, cfg.weights.background)
+    try:
+        _loop(cfg, world, paths, model, optimizer, scheduler, publishing, start_step, total_tokens)
+        publishing.finish()  # weights/step_{max_steps} is complete before the trainer exits
+    finally:
+        publishing.close()  # an exception leaving the loop: the write in flight still ends
+
+
+def _loop(
+    cfg: TrainerConfig,
+    world: World,
+    paths: RunPaths,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    publishing: StepPublisher,
+    start_step: int,
+    total_tokens: int,
+) -> None:
+    """Steps ``start_step .. max_steps - 1``: read the batch, train, publish, checkpoint, log."""
+    vocab_size = int(model.config.vocab_size)
     for step in range(start_step, cfg.max_steps):
         path = rollout_path(paths.rollouts_dir(step), world.rank)
-        waited = wait_for_rollouts(path, cfg.data.wait_timeout_s, cfg.data.poll_interval_s)
+        # a failed background write is raised while waiting: with async_level 0 this very batch
+        # waits for that write, and would never come
+        waited = wait_for_rollouts(
+            path, cfg.data.wait_timeout_s, cfg.data.poll_interval_s, check=publishing.raise_if_failed
+        )
         if waited > 1.0:
             logger.info(f"step {step}: waited {waited:.1f}s for {path}")
         read_start = time.monotonic()
@@ -264,12 +287,9 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
             optim_ms=result.optim_s * 1000.0,
         )
 
-        state = full_state_dict(model)
-        write_ms = None
-        if publisher is not None:
-            _, write_ms, _ = publisher.publish(state, step + 1)
-            publisher.prune(cfg.weights_keep, newest=step + 1)
-        del state
+        # background: the gather and the copy to host here, the write beside the next step;
+        # a checkpoint needs no weight dir (a resume republishes weights/step_N when it is missing)
+        timing = publishing.publish(model, step + 1)
         total_tokens += result.tokens
         if cfg.ckpt.interval and (step + 1) % cfg.ckpt.interval == 0:
             ckpt.save_checkpoint(
@@ -290,7 +310,7 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
                 step=step,
                 wait_ms=waited * 1000.0,
                 train_ms=train_s * 1000.0,
-                write_ms=write_ms,
+                **_publish_fields(timing),
             )
             summary = result.stats.summary()
             metrics = {
@@ -304,7 +324,7 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
                 "tokens_per_s": result.tokens / max(train_s, 1e-9),
                 "train_s": train_s,
                 "wait_s": waited,
-                "write_ms": write_ms,
+                **_publish_fields(timing),
                 "peak_mem_mb": _peak_memory_mb(world.device),
                 "total_tokens": total_tokens,
             }
@@ -314,3 +334,14 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
                 f"{metrics['tokens_per_s']:.0f} tok/s | peak {metrics['peak_mem_mb']:.0f} MiB | waited {waited:.2f}s"
             )
             record_metrics(cfg, metrics)  # metrics.jsonl, and W&B/TensorBoard when enabled
+
+
+def _publish_fields(timing: PublishTiming | None) -> dict[str, float | None]:
+    """``write_ms`` (the publish's time on the step's critical path) and, with background
+    publishing, ``write_wait_ms`` (of it, the wait for the previous write) for step.done and metrics."""
+    if timing is None:
+        return {"write_ms": None}
+    out: dict[str, float | None] = {"write_ms": timing.write_ms}
+    if timing.write_wait_ms is not None:
+        out["write_wait_ms"] = timing.write_wait_ms
+    return out

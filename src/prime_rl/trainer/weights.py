@@ -101,8 +101,13 @@ class WeightPublisher:
         info = manifest(weight_files(resolve_model_dir(model_name)))
         return {k: getattr(torch, names[v.dtype]) for k, v in info.items() if v.dtype in names}
 
-    def publish(self, state_dict: dict[str, torch.Tensor], step: int) -> tuple[Path, float, int]:
-        """Write ``weights/step_{step}``; returns (path, write_ms, bytes of tensors)."""
+    def publish(
+        self, state_dict: dict[str, torch.Tensor], step: int, *, background: bool = False
+    ) -> tuple[Path, float, int]:
+        """Write ``weights/step_{step}``; returns (path, write_ms, bytes of tensors).
+
+        ``background`` only marks the ``[ckpt] write.done`` line (``background=true``: this ran on
+        the writer thread of :mod:`prime_rl.trainer.publish_async`, beside the next step)."""
         from safetensors.torch import save_file
 
         start = time.monotonic()
@@ -121,6 +126,8 @@ class WeightPublisher:
                 fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
                 save_file({n: tensors[n] for n in names}, str(tmp / fname), metadata={"format": "pt"})
                 _fsync_file(tmp / fname)
+                if i == 1:
+                    failpoints.hit("trainer.publish.shard_written", step)
                 for n in names:
                     weight_map[n] = fname
                     total += tensors[n].numel() * tensors[n].element_size()
@@ -146,7 +153,15 @@ class WeightPublisher:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         write_ms = (time.monotonic() - start) * 1000.0
-        log_tagged("ckpt", "write.done", step=step, write_ms=write_ms, bytes=total, shards=len(shards))
+        log_tagged(
+            "ckpt",
+            "write.done",
+            step=step,
+            write_ms=write_ms,
+            bytes=total,
+            shards=len(shards),
+            background=background,
+        )
         return dest, write_ms, total
 
     def prune(self, keep: int, newest: int) -> list[Path]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,10 +213,16 @@ def read_rollout_batch(path: Path, vocab_size: int | None = None) -> RolloutBatc
     )
 
 
-def wait_for_rollouts(path: Path, timeout_s: float, poll_s: float) -> float:
-    """Wait until ``path`` exists; return seconds waited. :class:`RolloutTimeoutError` names it."""
+def wait_for_rollouts(
+    path: Path, timeout_s: float, poll_s: float, check: Callable[[], None] | None = None
+) -> float:
+    """Wait until ``path`` exists; return seconds waited. :class:`RolloutTimeoutError` names it.
+    ``check`` is called at every poll while waiting: what it raises ends the wait (the trainer
+    raises a failed background weight write there, which the batch may be waiting for)."""
     start = time.monotonic()
     while not Path(path).is_file():
+        if check is not None:
+            check()
         if time.monotonic() - start > timeout_s:
             raise RolloutTimeoutError(
                 f"no rollout file {path} after {timeout_s:.0f}s (is the orchestrator running?)"

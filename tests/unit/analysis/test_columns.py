@@ -173,3 +173,58 @@ def test_dropped_groups_are_counted_by_reason(tmp_path):
     for d in _both([("orchestrator", path)]):
         drops = {k: n for k, n in d.counts.items() if k.startswith("drop.")}
         assert drops == {"drop.zero_advantage": 2, "drop.too_long": 1, "drop.?": 1}
+
+
+def test_a_handler_that_raises_names_the_line_it_failed_on(tmp_path, monkeypatch):
+    """A batch whose tag handler raises is counted, never a crash, and named by the line that made
+    it raise (found again row by row), not by the batch's first line; both parse paths."""
+    from prime_rl.analysis import stats as stats_mod
+
+    plain = stats_mod._Collector.verify
+
+    def verify(self, seq, b):
+        if any(d == 66.0 for d in b.num("dur_ms", ("batch.done",))):
+            raise ValueError("a value the collector cannot use")
+        plain(self, seq, b)
+
+    monkeypatch.setattr(stats_mod._Collector, "verify", verify)
+    lines = [PREFIX.format(i) + f"[verify] batch.done step={i} dur_ms={60 + i}" for i in range(10)]
+    path = _write(tmp_path, "orchestrator.log", lines)
+    for d in _both([("orchestrator", path)]):
+        assert d.parse.bad_values == 1
+        (example,) = d.parse.bad_value_examples
+        assert example.startswith(f"{path}:7: ValueError: a value the collector cannot use"), example
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(
+                "{:04d}-{:02d}-{:02d}{}{:02d}:{:02d}:{:02d}".format,
+                st.integers(1970, 2100),
+                st.integers(0, 13),
+                st.integers(0, 32),
+                st.sampled_from([" ", "T", "_"]),
+                st.integers(0, 25),
+                st.integers(0, 61),
+                st.integers(0, 62),
+            ),
+            # the parse's fast path has checked the '-' after the year
+            st.text(alphabet="0123456789-: Tx", min_size=19, max_size=19).map(lambda t: t[:4] + "-" + t[5:]),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_loguru_seconds_column_wise_are_what_the_clock_gives_each(seconds):
+    """The parse reads loguru's ``YYYY-MM-DD HH:MM:SS`` column-wise; each value, valid or not (hour
+    24, day 32, 30 February, a letter), is what the line-by-line clock gives it."""
+    import polars as pl
+
+    from prime_rl.analysis.clock import Clock
+    from prime_rl.analysis.parser import _epoch_seconds
+
+    clock = Clock("2026-01-01")
+    expected = [Clock("2026-01-01")(s) for s in seconds]
+    assert _epoch_seconds(pl.Series(seconds, dtype=pl.String), clock).to_list() == expected

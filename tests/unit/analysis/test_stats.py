@@ -283,3 +283,29 @@ def test_summary_json_lists_at_most_its_limit_of_updates_and_counts_them_all(mon
     )
     summary = json.loads((out / "summary.json").read_text())
     assert [u["tid"] for u in summary["updates"]] == ["t0", "t1"] and summary["updates_total"] == 5
+
+
+def test_background_writes_split_publishing_into_the_write_and_what_the_step_paid():
+    """A trainer that writes weights in the background (``[ckpt] write.done ... background=true``):
+    the write overlaps the next step, so the stages show it apart from what the steps still paid
+    (``[train] step.done write_ms``); a synchronous trainer keeps the one publish row."""
+    from prime_rl.analysis.stages import stages
+
+    def run(background: bool):
+        flag = {"background": "true"} if background else {}
+        events = [
+            ev("train", "step.done", ts=10.0, step=0, wait_ms=0, train_ms=900, write_ms=40),
+            ev("ckpt", "write.done", ts=10.6, step=1, write_ms=600, **flag),
+            ev("train", "step.done", ts=11.0, step=1, wait_ms=0, train_ms=900, write_ms=60),
+            ev("ckpt", "write.done", ts=11.6, step=2, write_ms=600, **flag),
+        ]
+        d = collect(iter(events), ParseStats(), async_level=1)
+        return d, {s.name: s.total_ms for s in stages(d) if s.process == "trainer"}
+
+    d, rows = run(background=True)
+    assert list(d.series["publish_ms"]) == [40.0, 60.0] and list(d.series["write_ms"]) == [600.0, 600.0]
+    assert d.counts["write.background"] == 2
+    assert rows["publish: background write"] == 1200.0 and rows["publish: in the step"] == 100.0
+    assert "publish (weight write)" not in rows
+    d, rows = run(background=False)
+    assert rows["publish (weight write)"] == 1200.0 and not any(k.startswith("publish:") for k in rows)

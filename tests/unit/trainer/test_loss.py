@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from prime_rl.trainer.config import LossConfig
-from prime_rl.trainer.loss import normalizer_for, policy_loss, token_logprobs_and_entropy
+from prime_rl.trainer.logprobs import token_logprobs_and_entropy
+from prime_rl.trainer.loss import normalizer_for, policy_loss
 
 # three samples packed: sample 0 = 2 prompt + 3 completion tokens, samples 1 and 2 = 1 prompt + 2
 SAMPLE_IDS = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])

@@ -1,0 +1,48 @@
+"""One packed micro-batch through the policy: padding, the attention mask, logprobs and entropies."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from prime_rl.trainer.data import MicroBatch
+from prime_rl.trainer.logprobs import forward_logprobs
+from prime_rl.trainer.model import PAD_SAMPLE, packed_attention_mask, padded_length
+
+
+def pad_row(mb: MicroBatch, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, position_ids, sample_ids) of ``mb`` padded at the end to ``length`` tokens.
+    The padding is a sample of its own (:data:`~prime_rl.trainer.model.PAD_SAMPLE`) after every
+    real token, so causal attention keeps it out of every real token's context."""
+    pad = length - mb.input_ids.numel()
+    if pad <= 0:
+        return mb.input_ids, mb.position_ids, mb.sample_ids
+    return (
+        F.pad(mb.input_ids, (0, pad)),
+        torch.cat([mb.position_ids, torch.arange(pad, dtype=mb.position_ids.dtype)]),
+        F.pad(mb.sample_ids, (0, pad), value=PAD_SAMPLE),
+    )
+
+
+def micro_batch_logprobs(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    attention: str,
+    micro_batch_tokens: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs (with gradient) and entropies of ``mb``'s tokens, [T] each. With ``flex``
+    attention the row is padded to :func:`~prime_rl.trainer.model.padded_length` first (one
+    compiled shape); the padding's outputs are not computed or returned."""
+    tokens = mb.input_ids.numel()
+    length = padded_length(tokens, micro_batch_tokens) if attention == "flex" else tokens
+    ids, positions, samples = (t.to(device) for t in pad_row(mb, length))
+    return forward_logprobs(
+        model,
+        ids,
+        temperature,
+        tokens,
+        position_ids=positions[None],
+        attention_mask=packed_attention_mask(samples, attention),
+    )

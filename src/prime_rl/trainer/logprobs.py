@@ -1,0 +1,216 @@
+"""Token logprobs and entropies of a packed row, with or without the [tokens x vocab] logits.
+
+The loss needs, for every token t of a packed row, ``log p(y_t | y_<t)`` under the
+temperature-scaled next-token distribution (scored by the prediction at t-1) and that
+distribution's entropy. The direct way materialises the logits [T, V] and, in fp32, their
+log-softmax and its exponential, several [T, V] tensors at once: at 16,384 tokens and a
+151,936-word vocabulary each fp32 one is 10 GB.
+
+:func:`chunked_token_logprobs` computes the same values from the last hidden states [T, H] and
+the output projection, ``chunk`` tokens at a time, so that memory for this part is
+O(chunk x V): the forward pass keeps only the per-token results, and the backward pass computes
+each chunk's logits again (one more [chunk, H] x [H, V] product per chunk, about a third more
+work in the output projection) to form the gradient ``g_t (onehot(y_t) - softmax_t) / T`` of the
+chosen token's logprob. Entropies carry no gradient (the loss only reports them).
+
+:func:`install_logprob_head` makes a Hugging Face causal LM return these values instead of the
+logits: the output projection (``lm_head``) keeps its module and parameter names (checkpoints and
+published weights do not change) but its forward, during a :func:`forward_logprobs` call,
+returns ``[1, T, 2]`` (logprob, entropy). The projection runs inside the model's own forward, so
+FSDP2's gathers of the root's parameters apply to it as to the logits.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from loguru import logger
+
+# config attributes of models that change the logits after the output projection (soft-capping,
+# scaling): their heads cannot be replaced by the chunked one, which would skip that step
+_LOGIT_POSTPROCESSING = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "logits_scaling",
+    "output_multiplier_scale",
+)
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprob of each token under the temperature-scaled next-token distribution, and its entropy.
+
+    ``logits`` [T, V] from one packed row; token t is scored by logits[t-1]. Position 0 has no
+    prediction and gets 0 (the loss mask never covers a sample's first token). The direct
+    computation (several fp32 [T, V] tensors): the reference of :func:`chunked_token_logprobs`.
+    """
+    scaled = logits[:-1].to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    chosen = logp_all.gather(-1, input_ids[1:].unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    zero = torch.zeros(1, dtype=chosen.dtype, device=chosen.device)
+    return torch.cat([zero, chosen]), torch.cat([zero, entropy.detach()])
+
+
+def _chunk_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float
+) -> torch.Tensor:
+    """fp32 temperature-scaled logits of a chunk: the projection in the parameters' dtype, as the
+    model's own head computes them, then upcast."""
+    return F.linear(hidden, weight, bias).to(torch.promote_types(weight.dtype, torch.float32)) / temperature
+
+
+class _ChunkedLogprobs(torch.autograd.Function):
+    """(hidden [N, H], weight [V, H], bias [V] | None, targets [N]) -> logprob [N], entropy [N]."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature: float, chunk: int):
+        n = hidden.shape[0]
+        out_dtype = torch.promote_types(weight.dtype, torch.float32)
+        logp = torch.empty(n, dtype=out_dtype, device=hidden.device)
+        entropy = torch.empty(n, dtype=out_dtype, device=hidden.device)
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            logits = _chunk_logits(hidden[lo:hi], weight, bias, temperature)
+            lse = torch.logsumexp(logits, dim=-1)
+            logp[lo:hi] = logits.gather(-1, targets[lo:hi, None]).squeeze(-1) - lse
+            probs = torch.softmax(logits, dim=-1)
+            entropy[lo:hi] = lse - (probs * logits).sum(-1)
+            del logits, probs
+        ctx.save_for_backward(hidden, weight, bias, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, weight, bias, targets = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        # the weight's gradient is summed over chunks: in fp32, then cast once, so a bf16 model
+        # gets the same rounding as one product over all tokens
+        acc = torch.promote_types(weight.dtype, torch.float32)
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
+        grad_b = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need_b else None
+        for lo in range(0, hidden.shape[0], ctx.chunk):
+            hi = min(lo + ctx.chunk, hidden.shape[0])
+            g = grad_logp[lo:hi, None]
+            # d logp_t / d logits = (onehot(y_t) - softmax) / temperature
+            grad_logits = torch.softmax(_chunk_logits(hidden[lo:hi], weight, bias, ctx.temperature), dim=-1)
+            grad_logits.mul_(-g)
+            grad_logits.scatter_add_(-1, targets[lo:hi, None], g)
+            grad_logits = grad_logits.div_(ctx.temperature).to(weight.dtype)
+            if need_h:
+                grad_h[lo:hi] = grad_logits @ weight
+            if need_w:
+                grad_w.addmm_(grad_logits.t().to(acc), hidden[lo:hi].to(acc))
+            if need_b:
+                grad_b += grad_logits.to(acc).sum(0)
+            del grad_logits
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        grad_b = grad_b.to(bias.dtype) if need_b else None
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+def chunked_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    input_ids: torch.Tensor,
+    temperature: float,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What :func:`token_logprobs_and_entropy` returns for ``logits = hidden @ weight.T + bias``,
+    without the [T, V] logits: ``hidden`` [T, H] (one packed row's last hidden states), ``weight``
+    [V, H]; at most ``chunk`` tokens' logits exist at once, forward and backward."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1 token, got {chunk}")
+    logp, entropy = _ChunkedLogprobs.apply(hidden[:-1], weight, bias, input_ids[1:], temperature, chunk)
+    zero = torch.zeros(1, dtype=logp.dtype, device=logp.device)
+    return torch.cat([zero, logp]), torch.cat([zero, entropy])
+
+
+class _HeadRequest:
+    """What the replaced head computes during one :func:`forward_logprobs` call."""
+
+    __slots__ = ("input_ids", "temperature", "tokens")
+
+    def __init__(self, input_ids: torch.Tensor, temperature: float, tokens: int) -> None:
+        self.input_ids, self.temperature, self.tokens = input_ids, temperature, tokens
+
+
+def _logprob_head_forward(chunk: int) -> Callable:
+    def forward(self: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+        request: _HeadRequest | None = getattr(self, "_prime_rl_request", None)
+        if request is None:  # outside forward_logprobs (generation, a user's own call): plain logits
+            return F.linear(hidden, self.weight, self.bias)
+        logp, entropy = chunked_token_logprobs(
+            hidden[0, : request.tokens],
+            self.weight,
+            self.bias,
+            request.input_ids[: request.tokens],
+            request.temperature,
+            chunk,
+        )
+        return torch.stack([logp, entropy.to(logp.dtype)], dim=-1)[None]
+
+    return forward
+
+
+def install_logprob_head(model: torch.nn.Module, chunk: int | None) -> bool:
+    """Make ``model``'s output projection compute chunked logprobs in :func:`forward_logprobs`
+    (``chunk`` tokens at a time); returns whether it did. ``chunk`` None, a model without a plain
+    ``nn.Linear`` output projection, or one whose config post-processes the logits (soft-capping,
+    scaling) keeps the logits path, the last two with a warning naming why."""
+    if chunk is None:
+        return False
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    config = getattr(model, "config", None)
+    why = None
+    if not isinstance(head, torch.nn.Linear):
+        why = f"its output projection is {type(head).__name__}, not a Linear layer"
+    else:
+        for name in _LOGIT_POSTPROCESSING:
+            if getattr(config, name, None) not in (None, 1, 1.0):
+                why = f"its config sets {name}={getattr(config, name)!r} (the logits are changed after the projection)"
+    if why is not None:
+        logger.warning(
+            f"model.logprob_chunk_tokens={chunk} not used for this model: {why}; computing full logits"
+        )
+        return False
+    head.forward = types.MethodType(_logprob_head_forward(chunk), head)
+    head._prime_rl_chunked = True
+    return True
+
+
+def _chunked_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if getattr(head, "_prime_rl_chunked", False) else None
+
+
+def forward_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    temperature: float,
+    tokens: int | None = None,
+    **model_kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs and entropies [tokens] of a packed row ``input_ids`` [T] (the first ``tokens`` of
+    it; the rest is padding); through the chunked head when :func:`install_logprob_head` put one
+    in, else from the full logits."""
+    tokens = input_ids.numel() if tokens is None else tokens
+    head = _chunked_head(model)
+    if head is None:
+        out = model(input_ids=input_ids[None], **model_kwargs)
+        return token_logprobs_and_entropy(out.logits[0, :tokens], input_ids[:tokens], temperature)
+    head._prime_rl_request = _HeadRequest(input_ids, temperature, tokens)
+    try:
+        out = model(input_ids=input_ids[None], **model_kwargs)
+    finally:
+        head._prime_rl_request = None
+    both = out.logits[0]
+    return both[:, 0], both[:, 1].detach()

@@ -1,0 +1,191 @@
+"""Packed micro-batches: each sample in a packed row gets what it gets alone (sdpa's dense mask and
+FlexAttention's block mask, padding included); activation checkpointing and compiled layers keep
+the gradients; what load_model refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from prime_rl.trainer.config import ModelConfig
+from prime_rl.trainer.data import MicroBatch
+from prime_rl.trainer.forward import micro_batch_logprobs, pad_row
+from prime_rl.trainer.model import (
+    PAD_SAMPLE,
+    World,
+    block_causal_mask,
+    document_block_mask,
+    load_model,
+    padded_length,
+    resolve_attention,
+)
+
+CPU = torch.device("cpu")
+WORLD = World(0, 1, 0, CPU)
+
+
+def _packed(lengths: list[int], seed: int = 0) -> MicroBatch:
+    g = torch.Generator().manual_seed(seed)
+    n = sum(lengths)
+    zeros = torch.zeros(n)
+    return MicroBatch(
+        input_ids=torch.randint(3, 2000, (n,), generator=g),
+        position_ids=torch.cat([torch.arange(k) for k in lengths]),
+        loss_mask=torch.ones(n, dtype=torch.bool),
+        advantages=zeros,
+        inference_logprobs=zeros,
+        sample_ids=torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)),
+        num_samples=len(lengths),
+    )
+
+
+def _alone(mb: MicroBatch, lengths: list[int]) -> list[MicroBatch]:
+    out, lo = [], 0
+    for k in lengths:
+        sl = slice(lo, lo + k)
+        out.append(
+            MicroBatch(
+                mb.input_ids[sl],
+                mb.position_ids[sl],
+                mb.loss_mask[sl],
+                mb.advantages[sl],
+                mb.inference_logprobs[sl],
+                torch.zeros(k, dtype=torch.int64),
+                1,
+            )
+        )
+        lo += k
+    return out
+
+
+def _first_tokens(lengths: list[int]) -> torch.Tensor:
+    """Each sample's first position: scored across the sample boundary, never a loss token."""
+    return torch.cumsum(torch.tensor([0, *lengths[:-1]]), 0)
+
+
+LENGTHS = [5, 19, 3, 11]
+
+
+def test_sdpa_packed_row_equals_each_sample_alone_with_gradients(tiny_model):
+    model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
+    mb = _packed(LENGTHS)
+    logp, entropy = micro_batch_logprobs(model, mb, 0.9, "sdpa", 64, CPU)
+    keep = torch.ones(logp.numel(), dtype=torch.bool)
+    keep[_first_tokens(LENGTHS)] = False
+    weights = torch.linspace(-1, 1, logp.numel()) * keep
+    (logp * weights).sum().backward()
+    packed_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+
+    alone = [micro_batch_logprobs(model, one, 0.9, "sdpa", 64, CPU) for one in _alone(mb, LENGTHS)]
+    alone_logp = torch.cat([a[0] for a in alone])
+    torch.testing.assert_close(logp[keep], alone_logp[keep], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy[keep], torch.cat([a[1] for a in alone])[keep], rtol=1e-5, atol=1e-5)
+    (alone_logp * weights).sum().backward()
+    for name, p in model.named_parameters():
+        g = packed_grads[name]
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-5 * float(g.abs().max()) + 1e-12, msg=name)
+
+
+def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
+    """FlexAttention's block mask with the row padded to micro_batch_tokens (forward only: on CPU
+    FlexAttention has no backward pass; the gradient is the gpu test's)."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="flex_attention")
+    model.config.use_cache = False
+    mb = _packed(LENGTHS, seed=3)
+    with torch.no_grad():
+        logp, entropy = micro_batch_logprobs(model, mb, 1.0, "flex", 64, CPU)
+        ref = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa")
+        alone = [micro_batch_logprobs(ref, one, 1.0, "sdpa", 64, CPU) for one in _alone(mb, LENGTHS)]
+    assert logp.shape == (sum(LENGTHS),)  # the padding's outputs are not returned
+    keep = torch.ones(logp.numel(), dtype=torch.bool)
+    keep[_first_tokens(LENGTHS)] = False
+    torch.testing.assert_close(logp[keep], torch.cat([a[0] for a in alone])[keep], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy[keep], torch.cat([a[1] for a in alone])[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_the_block_mask_allows_what_the_dense_mask_allows_and_skips_other_samples_blocks():
+    from torch.nn.attention.flex_attention import create_mask
+
+    samples = torch.repeat_interleave(torch.arange(4), 256)  # 4 samples of 2 blocks each
+    block_mask = document_block_mask(samples)
+    dense = create_mask(block_mask.mask_mod, None, None, 1024, 1024, device="cpu")
+    assert torch.equal(dense, block_causal_mask(samples))
+    # each sample: its 2 diagonal blocks and the one below them; a causal mask would need 36 of 64
+    assert int(block_mask.to_dense().sum()) == 4 * 3
+
+    odd = torch.tensor([0] * 100 + [1] * 57 + [PAD_SAMPLE] * 99)
+    assert torch.equal(
+        create_mask(document_block_mask(odd).mask_mod, None, None, 256, 256, "cpu"), block_causal_mask(odd)
+    )
+
+
+def test_padding_goes_after_every_real_token_as_its_own_sample():
+    mb = _packed([3, 2])
+    ids, positions, samples = pad_row(mb, 8)
+    assert ids.tolist()[:5] == mb.input_ids.tolist() and ids.tolist()[5:] == [0, 0, 0]
+    assert positions.tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+    assert samples.tolist() == [0, 0, 0, 1, 1, PAD_SAMPLE, PAD_SAMPLE, PAD_SAMPLE]
+    assert pad_row(mb, 5)[0] is mb.input_ids
+
+
+@pytest.mark.parametrize(
+    ("tokens", "budget", "expected"),
+    [(1, 4096, 4096), (4096, 4096, 4096), (4097, 4096, 8192), (20000, 4096, 32768)],
+)
+def test_padded_length_is_the_budget_or_a_power_of_two_multiple(tokens, budget, expected):
+    assert padded_length(tokens, budget) == expected
+
+
+def test_attention_choice_and_flex_refused_on_cpu():
+    assert resolve_attention(ModelConfig(), CPU) == "sdpa"
+    assert resolve_attention(ModelConfig(), torch.device("cuda", 0)) == "flex"
+    assert resolve_attention(ModelConfig(attention="sdpa"), torch.device("cuda", 0)) == "sdpa"
+    with pytest.raises(ValueError, match="model.attention=flex needs a CUDA device.*no backward pass on CPU"):
+        resolve_attention(ModelConfig(attention="flex"), CPU)
+
+
+def _grads_and_saved_bytes(model, mb):
+    model.train()  # as train_step does: checkpointing applies in training mode only
+    saved = 0
+
+    def pack(t):
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, _ = micro_batch_logprobs(model, mb, 1.0, "sdpa", 256, CPU)
+        logp.sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, saved
+
+
+def test_activation_checkpointing_keeps_the_gradients_and_saves_less(tiny_model):
+    mb = _packed([100, 60, 90])
+    results = {}
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        cfg = ModelConfig(name=str(tiny_model), activation_checkpointing=checkpointing)
+        results[checkpointing] = _grads_and_saved_bytes(load_model(cfg, WORLD), mb)
+    (plain, plain_saved), (ckpt, ckpt_saved) = results[False], results[True]
+    for name, g in plain.items():
+        torch.testing.assert_close(ckpt[name], g, rtol=1e-5, atol=1e-6, msg=name)
+    # a layer keeps only its input: less than half of what the plain layers keep (2 layers here)
+    assert ckpt_saved < plain_saved / 2, (ckpt_saved, plain_saved)
+
+
+@pytest.mark.slow
+def test_compiled_layers_keep_names_and_gradients(tiny_model):
+    mb = _packed([40, 24])
+    results = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = load_model(ModelConfig(name=str(tiny_model), compile=compiled), WORLD)
+        results[compiled] = (list(model.state_dict()), _grads_and_saved_bytes(model, mb)[0])
+    assert results[True][0] == results[False][0]
+    for name, g in results[False][1].items():
+        torch.testing.assert_close(
+            results[True][1][name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()), msg=name
+        )
