@@ -4,8 +4,8 @@ backward, optimizer, publish) for each sequence length x micro-batch size.
 One process, one device (a CUDA GPU when there is one). The model is any HF model dir
 (``--model``) or a random model of a named shape (``--shape qwen2.5-0.5b``; ``qwen2.5-1.5b``;
 ``tiny`` for a CPU smoke run), built once under ``--models_dir``. Each step is the trainer's own
-compute: the packed micro-batches through :func:`prime_rl.trainer.forward.micro_batch_logprobs`
-(attention, the chunked logprob head) and :func:`prime_rl.trainer.loss.policy_loss`, backward,
+compute: the packed micro-batches through :func:`prime_rl.trainer.forward.micro_batch_loss`
+(attention, the chunked logprob head, the policy loss), backward,
 gradient clipping and AdamW, then the publish of ``weights/step_N`` as the trainer does it
 (``--publish background``, the default: the part the step pays; ``sync``: the whole write); each
 part is timed with the device synchronised at its end (the trainer itself adds no such syncs).
@@ -45,8 +45,8 @@ import torch
 from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.trainer.config import LossConfig, ModelConfig
 from prime_rl.trainer.data import MicroBatch
-from prime_rl.trainer.forward import micro_batch_logprobs
-from prime_rl.trainer.loss import normalizer_for, policy_loss
+from prime_rl.trainer.forward import micro_batch_loss
+from prime_rl.trainer.loss import normalizer_for
 from prime_rl.trainer.model import World, load_model, resolve_attention
 from prime_rl.trainer.publish_async import StepPublisher
 from prime_rl.trainer.weights import WeightPublisher
@@ -125,19 +125,7 @@ def train_step(model, optimizer, mbs, loss_cfg: LossConfig, attention: str, mbt:
     optimizer.zero_grad(set_to_none=True)
     for mb in mbs:
         start = time.perf_counter()
-        logp, entropy = micro_batch_logprobs(model, mb, 1.0, attention, mbt, timer.device)
-        dev = timer.device
-        loss, _ = policy_loss(
-            logp,
-            mb.inference_logprobs.to(dev),
-            mb.advantages.to(dev),
-            mb.loss_mask.to(dev),
-            mb.sample_ids.to(dev),
-            mb.num_samples,
-            loss_cfg,
-            normalizer,
-            entropy=entropy,
-        )
+        loss, _ = micro_batch_loss(model, mb, 1.0, attention, mbt, loss_cfg, normalizer, timer.device)
         start = timer.lap("forward", start)
         loss.backward()
         timer.lap("backward", start)

@@ -13,9 +13,9 @@ import torch
 from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.trainer.config import LossConfig, ModelConfig
 from prime_rl.trainer.data import MicroBatch
-from prime_rl.trainer.forward import micro_batch_logprobs
+from prime_rl.trainer.forward import micro_batch_logprobs, micro_batch_loss
 from prime_rl.trainer.logprobs import chunked_token_logprobs, token_logprobs_and_entropy
-from prime_rl.trainer.loss import normalizer_for, policy_loss
+from prime_rl.trainer.loss import normalizer_for
 from prime_rl.trainer.model import World, load_model
 from prime_rl.trainer.weights import WeightPublisher, full_state_dict
 
@@ -55,18 +55,7 @@ def _step(model, optimizer, mbs, attention, budget) -> float:
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for mb in mbs:
-        logp, entropy = micro_batch_logprobs(model, mb, 1.0, attention, budget, GPU)
-        loss, _ = policy_loss(
-            logp,
-            mb.inference_logprobs.to(GPU),
-            mb.advantages.to(GPU),
-            mb.loss_mask.to(GPU),
-            mb.sample_ids.to(GPU),
-            mb.num_samples,
-            cfg,
-            normalizer,
-            entropy=entropy,
-        )
+        loss, _ = micro_batch_loss(model, mb, 1.0, attention, budget, cfg, normalizer, GPU)
         loss.backward()
         total += float(loss)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

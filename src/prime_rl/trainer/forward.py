@@ -1,12 +1,15 @@
-"""One packed micro-batch through the policy: padding, the attention mask, logprobs and entropies."""
+"""One packed micro-batch through the policy: padding, the attention mask, logprobs and entropies,
+and its share of the step's loss."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from prime_rl.trainer.config import LossConfig
 from prime_rl.trainer.data import MicroBatch
 from prime_rl.trainer.logprobs import forward_logprobs
+from prime_rl.trainer.loss import LossStats, policy_loss
 from prime_rl.trainer.model import PAD_SAMPLE, packed_attention_mask, padded_length
 
 
@@ -45,4 +48,31 @@ def micro_batch_logprobs(
         tokens,
         position_ids=positions[None],
         attention_mask=packed_attention_mask(samples, attention),
+    )
+
+
+def micro_batch_loss(
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    attention: str,
+    micro_batch_tokens: int,
+    loss_cfg: LossConfig,
+    normalizer: float,
+    device: torch.device,
+) -> tuple[torch.Tensor, LossStats]:
+    """``mb``'s share of the step loss (divided by the global ``normalizer``; not yet backward) and
+    its loss statistics: :func:`micro_batch_logprobs`, then
+    :func:`~prime_rl.trainer.loss.policy_loss` on the micro-batch's rollout tensors."""
+    logp, entropy = micro_batch_logprobs(model, mb, temperature, attention, micro_batch_tokens, device)
+    return policy_loss(
+        logp,
+        mb.inference_logprobs.to(device),
+        mb.advantages.to(device),
+        mb.loss_mask.to(device),
+        mb.sample_ids.to(device),
+        mb.num_samples,
+        loss_cfg,
+        normalizer,
+        entropy=entropy,
     )

@@ -18,8 +18,8 @@ from prime_rl.paths import STABLE, RunPaths, is_stable, rollout_path
 from prime_rl.trainer import ckpt
 from prime_rl.trainer.config import SchedulerConfig, TrainerConfig
 from prime_rl.trainer.data import MicroBatch, micro_batches
-from prime_rl.trainer.forward import micro_batch_logprobs
-from prime_rl.trainer.loss import LossStats, normalizer_for, policy_loss
+from prime_rl.trainer.forward import micro_batch_loss
+from prime_rl.trainer.loss import LossStats, normalizer_for
 from prime_rl.trainer.model import (
     World,
     all_reduce_sum,
@@ -120,20 +120,15 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
     total_loss = 0.0
     stats = LossStats()
     for mb in mbs:
-        dev = world.device
-        logp, entropy = micro_batch_logprobs(
-            model, mb, batch.temperature, attention, cfg.data.micro_batch_tokens, dev
-        )
-        loss, mb_stats = policy_loss(
-            logp,
-            mb.inference_logprobs.to(dev),
-            mb.advantages.to(dev),
-            mb.loss_mask.to(dev),
-            mb.sample_ids.to(dev),
-            mb.num_samples,
+        loss, mb_stats = micro_batch_loss(
+            model,
+            mb,
+            batch.temperature,
+            attention,
+            cfg.data.micro_batch_tokens,
             cfg.loss,
             normalizer,
-            entropy=entropy,
+            world.device,
         )
         # FSDP averages gradients over ranks; the objective is their sum (each rank's loss is
         # already divided by the global normaliser), so scale by the world size.
