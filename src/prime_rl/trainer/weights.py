@@ -2,7 +2,8 @@
 
 The full state dict is gathered from the FSDP shards onto rank 0 (CPU), split into shards of at
 most ``max_shard_bytes`` with a ``model.safetensors.index.json``, written with the config and
-tokenizer into a temporary directory, described by ``manifest.json`` (each file's size and
+tokenizer into a temporary directory (each shard straight from the tensors' memory, hashed as it
+is written: :func:`write_shard`), described by ``manifest.json`` (each file's size and
 checksum), fsynced, renamed into place, and only then marked ``STABLE``. Tied weights (``lm_head`` sharing the embedding) are written once, as HF does.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+import xxhash
 
 from prime_rl import failpoints
 from prime_rl.logging import log_tagged
@@ -60,6 +63,58 @@ def plan_shards(state_dict: dict[str, torch.Tensor], max_shard_bytes: int) -> li
         shards[-1].append(name)
         size += nbytes
     return shards
+
+
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> tuple[int, str]:
+    """Write one safetensors file from contiguous host tensors, hashing it as it goes, and fsync it;
+    returns (size, xxh3_128 checksum) for the manifest.
+
+    The format: 8 bytes of header length (little-endian), the JSON header (``__metadata__``, then
+    each tensor's dtype, shape and ``data_offsets``, in the order given, contiguous from 0) padded
+    with spaces to a multiple of 8, then each tensor's bytes, written from the tensor's own memory
+    (no serialised copy of the shard, and the checksum needs no read back)."""
+    header: dict[str, object] = {"__metadata__": metadata}
+    offset = 0
+    for name, t in tensors.items():
+        if t.dtype not in _SAFETENSORS_DTYPES:
+            raise ValueError(
+                f"{path.name}: tensor {name!r} has dtype {t.dtype}, which this writer does not write"
+            )
+        nbytes = t.numel() * t.element_size()
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    digest = xxhash.xxh3_128()
+    with open(path, "wb") as f:
+        for part in (struct.pack("<Q", len(raw)), raw):
+            f.write(part)
+            digest.update(part)
+        for t in tensors.values():
+            data = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            f.write(data)
+            digest.update(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return 8 + len(raw) + offset, digest.hexdigest()
 
 
 def _fsync_file(path: Path) -> None:
@@ -108,8 +163,6 @@ class WeightPublisher:
 
         ``background`` only marks the ``[ckpt] write.done`` line (``background=true``: this ran on
         the writer thread of :mod:`prime_rl.trainer.publish_async`, beside the next step)."""
-        from safetensors.torch import save_file
-
         start = time.monotonic()
         tensors = {
             k: v.to(self.dtypes.get(k, v.dtype)).contiguous()
@@ -121,11 +174,11 @@ class WeightPublisher:
         try:
             shards = plan_shards(tensors, self.max_shard_bytes)
             weight_map: dict[str, str] = {}
+            written: dict[str, tuple[int, str]] = {}
             total = 0
             for i, names in enumerate(shards, start=1):
                 fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-                save_file({n: tensors[n] for n in names}, str(tmp / fname), metadata={"format": "pt"})
-                _fsync_file(tmp / fname)
+                written[fname] = write_shard(tmp / fname, {n: tensors[n] for n in names}, {"format": "pt"})
                 if i == 1:
                     failpoints.hit("trainer.publish.shard_written", step)
                 for n in names:
@@ -135,7 +188,8 @@ class WeightPublisher:
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2))
             for name, data in self.static_files.items():
                 (tmp / name).write_bytes(data)
-            write_file_manifest(tmp)  # every file is final: sizes and checksums, before fsync and rename
+            # every file is final: sizes and checksums (the shards' from their writing), before fsync and rename
+            write_file_manifest(tmp, known=written)
             for path in tmp.iterdir():
                 if not path.name.endswith(".safetensors"):
                     _fsync_file(path)

@@ -523,16 +523,24 @@ def _manifest_names(directory: Path) -> list[str]:
     )
 
 
-def write_file_manifest(directory: Path) -> dict:
+def write_file_manifest(directory: Path, known: dict[str, tuple[int, str]] | None = None) -> dict:
     """Write ``manifest.json`` (size and checksum of every file) into a weight dir being built.
 
     Call it once every other file is written and before the dir is fsynced, renamed into place and
-    marked ``STABLE``; the caller fsyncs the manifest with the other files. Returns the manifest.
+    marked ``STABLE``; the caller fsyncs the manifest with the other files. ``known``: (size,
+    checksum) of files hashed as they were written (the shards), not read back; a size that is not
+    the file's is a bug of the writer and raises. Returns the manifest.
     """
     directory = Path(directory)
+    known = known or {}
     files = {}
     for name in _manifest_names(directory):
-        size, digest = file_checksum(directory / name)
+        if name in known:
+            size, digest = known[name]
+            if (on_disk := (directory / name).stat().st_size) != size:
+                raise ValueError(f"{name}: written as {size} bytes, {on_disk} on disk")
+        else:
+            size, digest = file_checksum(directory / name)
         files[name] = {"size": size, "checksum": digest}
     doc = {"format": MANIFEST_FORMAT, "algorithm": CHECKSUM_ALGORITHM, "files": files}
     (directory / MANIFEST_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

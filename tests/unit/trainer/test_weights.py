@@ -49,3 +49,35 @@ def test_publish_writes_the_manifest_before_rename_and_stable(tiny_model, tmp_pa
     for name, entry in doc["files"].items():
         assert (entry["size"], entry["checksum"]) == file_checksum(dest / name)
     verify_weight_dir(dest)
+
+
+def test_a_shard_written_from_memory_is_what_safetensors_reads_and_its_checksum_the_files(tmp_path):
+    """write_shard: every dtype the publisher writes, odd shapes and an empty tensor; the header our
+    loaders check strictly, safetensors' own reader, and the checksum of the bytes on disk."""
+    import torch
+    from safetensors import safe_open
+
+    from prime_rl.trainer.weights import write_shard
+    from prime_rl.transport.weights import file_checksum, read_safetensors_header
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "b.weight": torch.randn(3, 5, generator=g).bfloat16(),
+        "a.bias": torch.randn(7, generator=g),
+        "c.half": torch.randn(2, 2, 2, generator=g).half(),
+        "d.double": torch.randn(1, generator=g).double(),
+        "e.ids": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+        "f.mask": torch.tensor([True, False, True]),
+        "g.empty": torch.zeros(0, 4),
+        "h.scalar": torch.tensor(2.5),
+    }
+    path = tmp_path / "model-00001-of-00001.safetensors"
+    size, digest = write_shard(path, tensors, {"format": "pt"})
+    assert (size, digest) == file_checksum(path)
+    header = read_safetensors_header(path)
+    assert list(header) == list(tensors)
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        for name, t in tensors.items():
+            got = f.get_tensor(name)
+            assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t), name
