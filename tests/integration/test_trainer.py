@@ -135,9 +135,17 @@ def assert_same_weights_but_summation_order(w1: dict, w2: dict) -> None:
         assert torch.allclose(w1[k], w2[k], atol=3e-4), k
 
 
-def test_two_ranks_match_one_rank(tiny_model, tmp_path):
+@pytest.mark.parametrize(
+    "switches",
+    [[], ["--model.activation_checkpointing", "true", "--model.logprob_chunk_tokens", "7"]],
+    ids=["plain", "checkpointing-and-chunks"],
+)
+def test_two_ranks_match_one_rank(tiny_model, tmp_path, switches):
+    """FSDP2 on 2 ranks takes the steps 1 rank takes; also with each decoder layer's activations
+    recomputed in the backward (transformers' checkpointing inside FSDP2's wrapped layers) and
+    the logprob head's chunks smaller than a micro-batch."""
     samples = make_samples(n_prompts=4, vocab_size=2048, seed=5)
-    args = [*LR, "--data.micro_batch_tokens", "24"]
+    args = [*LR, "--data.micro_batch_tokens", "24", *switches]
     one = run_on_policy(tiny_model, tmp_path / "one", samples, steps=3, extra_args=args)
     two = run_on_policy(tiny_model, tmp_path / "two", samples, steps=3, nproc=2, extra_args=args)
     loss1 = [r["loss"] for r in metrics(tmp_path / "one")]
