@@ -162,13 +162,16 @@ def _grads_and_saved_bytes(model, mb):
     return {n: p.grad.clone() for n, p in model.named_parameters()}, saved
 
 
-def test_activation_checkpointing_keeps_the_gradients_and_saves_less(tiny_model):
+def test_activation_checkpointing_keeps_names_and_gradients_and_saves_less(tiny_model):
     mb = _packed([100, 60, 90])
-    results = {}
+    results, names = {}, {}
     for checkpointing in (False, True):
         torch.manual_seed(0)
         cfg = ModelConfig(name=str(tiny_model), activation_checkpointing=checkpointing)
-        results[checkpointing] = _grads_and_saved_bytes(load_model(cfg, WORLD), mb)
+        model = load_model(cfg, WORLD)
+        names[checkpointing] = list(model.state_dict())  # what publishing and checkpoints name
+        results[checkpointing] = _grads_and_saved_bytes(model, mb)
+    assert names[True] == names[False]
     (plain, plain_saved), (ckpt, ckpt_saved) = results[False], results[True]
     for name, g in plain.items():
         torch.testing.assert_close(ckpt[name], g, rtol=1e-5, atol=1e-6, msg=name)
