@@ -152,9 +152,9 @@ class WeightPublisher:
     def _base_dtypes(model_name: str) -> dict[str, torch.dtype]:
         """dtype of every tensor of the base checkpoint: published weights keep them (a bf16 trainer on an
         fp32 checkpoint still publishes fp32), so the servers' name/shape/dtype check always passes."""
-        names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+        floats = {name: dtype for dtype, name in _SAFETENSORS_DTYPES.items() if dtype.is_floating_point}
         info = manifest(weight_files(resolve_model_dir(model_name)))
-        return {k: getattr(torch, names[v.dtype]) for k, v in info.items() if v.dtype in names}
+        return {k: floats[v.dtype] for k, v in info.items() if v.dtype in floats}
 
     def publish(
         self, state_dict: dict[str, torch.Tensor], step: int, *, background: bool = False
