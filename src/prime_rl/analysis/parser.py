@@ -1,12 +1,13 @@
 """Streaming parser for the tagged timing lines whose grammar is in ``docs/design.md``.
 
-Logs are read in large binary chunks; one compiled regex finds the tag markers, so the rest of a
-log (vLLM's request lines and the like) costs no Python. Gzip files (``.gz``) and rotated parts are
-read the same way. A file's tagged lines are handed on in batches (:class:`~prime_rl.analysis.
-tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole chunks): the lines in loguru's
-file format, nearly all of them, are taken apart column-wise with polars (timestamp, tag, trace
-id, event, fields), the few in other formats (console captures, foreign prefixes) one by one with
-the same grammar. A line that carries a known tag but does not follow the grammar (cut mid-line,
+Logs are read in large binary chunks. A chunk dense with tagged lines is split into lines by
+polars' reader (one text column, multi-threaded); in a sparse one (mostly vLLM's request lines and
+the like) one compiled regex finds the tag markers, so the rest costs no Python. Gzip files
+(``.gz``) and rotated parts are read the same way. A file's tagged lines are handed on in batches
+(:class:`~prime_rl.analysis.tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole
+chunks): the lines in loguru's file format, nearly all of them, are taken apart column-wise with
+polars in one query (timestamp, tag, trace id, event, fields), the few in other formats (console
+captures, foreign prefixes) one by one with the same grammar. A line that carries a known tag but does not follow the grammar (cut mid-line,
 garbled) is counted as malformed and skipped, never a crash. Each line keeps the log's wall-clock
 timestamp (when it has one) and its line number in its file.
 
@@ -36,8 +37,7 @@ _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # from a marker: the tag, an optional trace id, then whitespace and the rest of the line (no rest:
 # the marker is not followed by whitespace, a malformed line)
 _AT_MARKER = re.compile(rb"\[(" + _TAG_ALT + rb")\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+([^\n]*))?")
-_TAG_NAMES = {t: t.decode() for t in TAGS}
-_TAG_LIST = list(_TAG_NAMES.values())
+_TAG_LIST = [t.decode() for t in TAGS]
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
@@ -49,7 +49,15 @@ _UNKNOWN = re.compile(
     + _TAG_ALT
     + rb")\])([A-Za-z0-9_.-]{1,40})\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
 )
+# the same as str patterns, for lines already decoded (ASCII: \\d is 0-9 only, as in the bytes patterns)
+_MARKERS_S, _LOGURU_PREFIX_S, _AT_MARKER_S = (
+    re.compile(r.pattern.decode(), re.ASCII) for r in (_MARKERS, _LOGURU_PREFIX, _AT_MARKER)
+)
 _LOGURU_LEN = 36
+_DENSE = 512
+"""A chunk with a marker in every this many bytes or more is split into lines by polars' reader."""
+_SAMPLE = 1 << 18
+"""The density is judged on a chunk's first this many bytes."""
 """Length of loguru's file prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` (levels padded to 8)."""
 CHUNK = 8 << 20
 BATCH_ROWS = 1 << 16
@@ -122,6 +130,8 @@ _NL = 10
 # a tagged line's message from its marker: tag, trace id, then whitespace, the first word (an
 # event, or the first key=value of an event-less line) and the rest (no whitespace after the
 # marker: no first word, a malformed line)
+# the head alone: "[tag]" or "[tag][trace id]"
+_HEAD_TOKEN = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?$"
 _HEAD = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+\s*(\S+)(?:\s+(.*))?)?"
 
 
@@ -131,18 +141,35 @@ class _Pending:
 
     def __init__(self, path: Path, clock: Clock, stats: ParseStats, events_seen: set[str]) -> None:
         self.path, self.clock, self.stats, self.events_seen = path, clock, stats, events_seen
-        self.lines: list[str] = []
-        self.numbers: list[int] = []
+        self.lines: list[pl.Series] = []
+        self.numbers: list[pl.Series] = []
         self.other: list[pl.DataFrame] = []
         self.rows = 0
+
+    def add_loguru(self, lines: pl.Series, numbers: pl.Series) -> None:
+        """Lines in loguru's file format whose message starts with a marker, and their numbers."""
+        if len(lines):
+            self.lines.append(lines)
+            self.numbers.append(numbers.cast(pl.Int64))
+            self.rows += len(lines)
+
+    def add_other(self, texts: list[str], numbers: list[int]) -> None:
+        """Lines in other formats with a marker somewhere (parsed now, one by one)."""
+        frame, malformed = _other_lines(texts, numbers, self.clock, self.events_seen)
+        for i in malformed:
+            _bad(self.stats, self.path, numbers[i], texts[i][:200])
+        if frame is not None and frame.height:
+            self.other.append(frame)
+            self.rows += frame.height
 
     def flush(self) -> pl.DataFrame:
         """The lines as one frame (:data:`~prime_rl.analysis.tagged.SCHEMA`), in line order."""
         frames = self.other
         if self.lines:
-            frame, malformed = _loguru_lines(self.lines, self.numbers, self.clock, self.events_seen)
+            lines, numbers = pl.concat(self.lines), pl.concat(self.numbers)
+            frame, malformed = _loguru_lines(lines, numbers, self.clock, self.events_seen)
             for i in malformed:
-                _bad(self.stats, self.path, self.numbers[i], self.lines[i])
+                _bad(self.stats, self.path, numbers[i], lines[i])
             frames = [frame, *frames]
         frame = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line")
         self.stats.tagged += frame.height
@@ -150,13 +177,59 @@ class _Pending:
         return frame
 
 
+_TAG_ALT_STR = _TAG_ALT.decode()
+# loguru's file prefix (exactly _LOGURU_LEN characters) with a known marker where the message starts
+_LOGURU_TAGGED = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} \| [A-Z ]{8}\| \[(?:"
+    + _TAG_ALT_STR
+    + r")\]"
+)
+_MARKER_STR = r"\[(?:" + _TAG_ALT_STR + r")\]"
+
+
 def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     """Find one chunk's tagged lines (the chunk starts at line ``first_line``) and add them to
-    ``pending``; returns the chunk's number of lines. Lines in loguru's file format (nearly all)
-    are kept as text for :func:`_loguru_lines`; the others are parsed one by one."""
-    marks = [m.start() for m in _MARKERS.finditer(chunk)]
-    if not marks:
-        return chunk.count(b"\n")
+    ``pending``; returns the chunk's number of lines. The chunk is split into lines by polars'
+    reader (one column, no quoting); lines in loguru's file format with a marker where the message
+    starts (nearly all tagged lines) are kept as text for :func:`_loguru_lines`, the other lines
+    with a marker are parsed one by one."""
+    sample = min(len(chunk), _SAMPLE)
+    if sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample:
+        # few tagged lines: cheaper found from their markers
+        marks = [m.start() for m in _MARKERS.finditer(chunk)]
+        return _scan_chunk_bytes(chunk, marks, first_line, pending) if marks else chunk.count(b"\n")
+    if b"\x00" in chunk or b"\r\n" in chunk or chunk.startswith(b"\xef\xbb\xbf"):
+        # lines polars' reader would not keep as they are (it splits at NUL, drops the \r of CRLF
+        # and a byte-order mark)
+        return _scan_chunk_bytes(chunk, [m.start() for m in _MARKERS.finditer(chunk)], first_line, pending)
+    n = chunk.count(b"\n")
+    text = pl.read_csv(
+        chunk,
+        has_header=False,
+        separator="\x00",
+        quote_char=None,
+        schema={"text": pl.String},
+        encoding="utf8-lossy",
+    ).get_column("text")
+    if len(text) != n:  # never seen; the line numbers must be right
+        return _scan_chunk_bytes(chunk, [m.start() for m in _MARKERS.finditer(chunk)], first_line, pending)
+    frame = pl.DataFrame({"text": text}).with_row_index("line", first_line)
+    t = pl.col("text")
+    fast = t.str.contains(_LOGURU_TAGGED)
+    frame = frame.with_columns(fast=fast.fill_null(False)).filter(
+        pl.col("fast") | t.str.contains(_MARKER_STR)
+    )
+    if frame.height:
+        loguru = frame.filter("fast")
+        pending.add_loguru(loguru.get_column("text"), loguru.get_column("line"))
+        if loguru.height < frame.height:
+            other = frame.filter(~pl.col("fast"))
+            pending.add_other(other.get_column("text").to_list(), other.get_column("line").to_list())
+    return n
+
+
+def _scan_chunk_bytes(chunk: bytes, marks: list[int], first_line: int, pending: _Pending) -> int:
+    """:func:`_scan_chunk` from the chunk's bytes and the positions of its markers."""
     data = np.frombuffer(chunk, np.uint8)
     newlines = np.flatnonzero(data == _NL)
     pos = np.asarray(marks, dtype=np.int64)
@@ -175,94 +248,80 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
         fast[np.flatnonzero(fast)[~ok]] = False
     if fast.any():
         s, e = starts[fast].tolist(), ends[fast].tolist()
-        if len(s) * 512 > len(chunk) and chunk.isascii():  # dense: decode the chunk once
-            text = chunk.decode("ascii")
-            pending.lines += [text[a:b] for a, b in zip(s, e, strict=True)]
-        else:
-            pending.lines += [chunk[a:b].decode("utf-8", "replace") for a, b in zip(s, e, strict=True)]
-        pending.numbers += numbers[fast].tolist()
-        pending.rows += len(s)
+        lines = [chunk[a:b].decode("utf-8", "replace") for a, b in zip(s, e, strict=True)]
+        pending.add_loguru(pl.Series(lines, dtype=pl.String), pl.Series(numbers[fast]))
     slow = np.flatnonzero(~fast)
     if len(slow):
-        s, n = starts[slow].tolist(), numbers[slow].tolist()
-        frame, malformed = _other_lines(chunk, s, pos[slow].tolist(), n, pending.clock, pending.events_seen)
-        for i in malformed:
-            end = chunk.find(b"\n", s[i])
-            _bad(pending.stats, pending.path, n[i], chunk[s[i] : end][:200].decode("utf-8", "replace"))
-        if frame is not None and frame.height:
-            pending.other.append(frame)
-            pending.rows += frame.height
+        texts = [chunk[a:b].decode("utf-8", "replace") for a, b in zip(starts[slow], ends[slow], strict=True)]
+        pending.add_other(texts, numbers[slow].tolist())
     return len(newlines)
 
 
 def _loguru_lines(
-    lines: list[str], numbers: list[int], clock: Clock, events_seen: set[str]
+    line: pl.Series, numbers: pl.Series, clock: Clock, events_seen: set[str]
 ) -> tuple[pl.DataFrame, list[int]]:
-    """Lines with loguru's file prefix and a marker right after it, column-wise; and the indices
-    of the malformed ones."""
-    line = pl.Series("line", lines, dtype=pl.String)
-    second = line.str.slice(0, 19)
-    unique = second.unique()
-    seconds = dict(zip(unique.to_list(), _epoch_seconds(unique, clock).to_list(), strict=True))
-    base = second.replace_strict(seconds, default=None, return_dtype=pl.Float64)
-    ts = base + line.str.slice(20, 3).cast(pl.Int64) / 1000.0
-    head = _heads(line.str.slice(_LOGURU_LEN)).with_columns(line=pl.Series(numbers, dtype=pl.Int64), ts=ts)
+    """Lines with loguru's file prefix and a marker right after it, column-wise, in one query:
+    the timestamp (local midnight of the date from ``clock``, once per date, plus the time of day;
+    null where ``clock`` would give none: no date and time, hour over 23, minute over 59, second
+    over 60), the head's tag and trace id, the first word and the rest. Messages with single spaces
+    between the head and the first two words (all that ``format_tagged`` writes) are split on them,
+    the others go through the regex :data:`_HEAD`. Returns the lines and the indices of the
+    malformed ones."""
+    text, msg = pl.col("text"), pl.col("text").str.slice(_LOGURU_LEN)
+    h, m, s = (text.str.slice(at, 2).cast(pl.Int64, strict=False) for at in (11, 14, 17))
+    frame = (
+        pl.DataFrame({"text": line, "line": numbers})
+        .lazy()
+        .select(
+            "line",
+            date=text.str.slice(0, 10),
+            h=h,
+            m=m,
+            s=s,
+            ms=text.str.slice(20, 3).cast(pl.Int64, strict=False),
+            ok=text.str.slice(0, 19).str.contains(_SECOND),
+            parts=msg.str.splitn(" ", 3).struct.rename_fields(["head", "first", "rest"]),
+            clean=~msg.str.contains(r"[\t\r\x0b\x0c]"),
+        )
+        .unnest("parts")
+        .with_columns(
+            names=pl.col("head").str.extract_groups(_HEAD_TOKEN).struct.rename_fields(["tag", "tid"])
+        )
+        .unnest("names")
+        .collect()
+    )
+    dates = frame.get_column("date").unique().to_list()
+    midnight = {d: clock.midnight(d) for d in dates}
+    if len(dates) == 1:
+        day = pl.lit(midnight[dates[0]], dtype=pl.Float64)
+    else:
+        day = pl.col("date").replace_strict(midnight, default=None, return_dtype=pl.Float64)
+    ok = pl.col("ok") & (pl.col("h") <= 23) & (pl.col("m") <= 59) & (pl.col("s") <= 60)
+    head = frame.select(
+        "line",
+        ts=pl.when(ok).then(day + pl.col("h") * 3600 + pl.col("m") * 60 + pl.col("s"))
+        + pl.col("ms") / 1000.0,
+        tag="tag",
+        tid="tid",
+        first="first",
+        rest="rest",
+        clean=(
+            pl.col("clean") & pl.col("tag").is_in(_TAG_LIST) & (pl.col("first").str.len_bytes() > 0)
+        ).fill_null(False),
+    )
+    clean = head.get_column("clean")
+    head = head.drop("clean")
+    if not clean.all():
+        bad = (~clean).arg_true()
+        other = line.gather(bad).str.slice(_LOGURU_LEN).str.extract_groups(_HEAD).struct.unnest()
+        other.columns = ["tag", "tid", "first", "rest"]
+        head = head.with_columns(
+            *(head.get_column(c).scatter(bad, other.get_column(c)) for c in other.columns)
+        )
     return _finish(head, events_seen)
 
 
 _SECOND = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}$"
-
-
-def _epoch_seconds(second: pl.Series, clock: Clock) -> pl.Series:
-    """Epoch seconds of ``YYYY-MM-DD HH:MM:SS`` strings, column-wise: what ``clock`` gives each of
-    them (local midnight of the date from ``clock``, once per date, plus the time of day), None
-    where it gives None (not a date and time, hour over 23, minute over 59, second over 60)."""
-    date = second.str.slice(0, 10)
-    midnight = date.replace_strict(
-        {d: clock.midnight(d) for d in date.unique().to_list()}, default=None, return_dtype=pl.Float64
-    )
-    h, m, s = (second.str.slice(at, 2).cast(pl.Int64, strict=False) for at in (11, 14, 17))
-    ok = second.str.contains(_SECOND) & (h <= 23) & (m <= 59) & (s <= 60)
-    frame = pl.DataFrame({"ok": ok, "midnight": midnight, "h": h, "m": m, "s": s})
-    return frame.select(
-        pl.when("ok").then(pl.col("midnight") + pl.col("h") * 3600 + pl.col("m") * 60 + pl.col("s"))
-    ).to_series()
-
-
-def _heads(msg: pl.Series) -> pl.DataFrame:
-    """Messages that start with a marker, taken apart: tag, trace id, the first word and the rest
-    (see :data:`_HEAD`). Messages with single spaces between the head and the first two words (all
-    that ``format_tagged`` writes) are split on them; the others go through the regex."""
-    split = msg.str.splitn(" ", 3).struct.unnest()
-    split.columns = ["head", "first", "rest"]
-    names = split.get_column("head").str.strip_chars_start("[").str.strip_chars_end("]")
-    tag_tid = names.str.split_exact("][", 1).struct.unnest()
-    tag_tid.columns = ["tag", "tid"]
-    heads = pl.concat([tag_tid, split], how="horizontal")
-    tid = pl.col("tid")
-    again = pl.concat_str(
-        [
-            pl.lit("["),
-            pl.col("tag"),
-            pl.lit("]"),
-            pl.when(tid.is_null()).then(pl.lit("")).otherwise("[" + tid + "]"),
-        ]
-    )
-    clean = heads.select(
-        (pl.col("head") == again)
-        & pl.col("tag").is_in(_TAG_LIST)
-        & (tid.is_null() | tid.str.contains(r"^[A-Za-z0-9_.-]{1,64}$"))
-        & (pl.col("first").str.len_bytes() > 0)
-        & ~pl.lit(msg).str.contains(r"[\t\r\x0b\x0c]")
-    ).to_series()
-    heads = heads.select("tag", "tid", "first", "rest")
-    if clean.all():
-        return heads
-    other = msg.filter(~clean).str.extract_groups(_HEAD).struct.unnest()
-    other.columns = heads.columns
-    other = other.with_columns(index=(~clean).arg_true()).select("index", *heads.columns)
-    out = pl.concat([heads.with_row_index().filter(clean), other])
-    return out.sort("index").drop("index")
 
 
 def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, list[int]]:
@@ -271,48 +330,58 @@ def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, li
     with one that is no event name, or with neither an event nor a field are malformed."""
     first = head.get_column("first")
     names = {w: _new_event(events_seen, w) for w in first.drop_nulls().unique().to_list() if "=" not in w}
-    has_eq = first.str.contains("=", literal=True)
-    rest = head.get_column("rest").fill_null("")
-    frame = head.select(
-        "line",
-        "ts",
-        "tag",
-        "tid",
-        event=pl.when(has_eq).then(pl.lit("")).otherwise(first),
-        rest=pl.when(has_eq).then(pl.concat_str([first, pl.lit(" "), rest])).otherwise(rest),
+    f, rest = pl.col("first"), pl.col("rest").fill_null("")
+    frame = (
+        head.lazy()
+        .with_columns(eq=f.str.contains("=", literal=True).fill_null(False))
+        .select(
+            "line",
+            "ts",
+            "tag",
+            "tid",
+            event=pl.when("eq").then(pl.lit("")).otherwise(f),
+            rest=pl.when("eq").then(pl.concat_str([f, pl.lit(" "), rest])).otherwise(rest),
+            eq="eq",
+            valid=f.is_not_null()
+            & (pl.col("eq") | f.replace_strict(names, default=False, return_dtype=pl.Boolean)),
+        )
+        .collect()
     )
-    fields = frame.get_column("rest").str.contains(r"(?:^|\s)[^\s=]+=")
-    valid = first.is_not_null() & (has_eq & fields | ~has_eq & first.replace_strict(names, default=False))
+    eq = frame.get_column("eq")
+    valid = frame.get_column("valid")
+    if eq.any():  # an event-less line needs a field: read only those lines' rests for one
+        rows = eq.arg_true()
+        valid = valid.scatter(rows, frame.get_column("rest").gather(rows).str.contains(r"(?:^|\s)[^\s=]+="))
+    frame = frame.drop("eq", "valid")
     if valid.all():
         return frame, []
     return frame.filter(valid), (~valid).arg_true().to_list()
 
 
 def _other_lines(
-    chunk: bytes, starts: list[int], marks: list[int], numbers: list[int], clock: Clock, events_seen: set[str]
+    texts: list[str], numbers: list[int], clock: Clock, events_seen: set[str]
 ) -> tuple[pl.DataFrame | None, list[int]]:
-    """Lines in other formats, one by one: a marker after a loguru prefix that is not where the
-    message starts is text; the timestamp is whatever the line starts with. Returns the frame and
-    the indices (into ``starts``) of the malformed lines."""
+    """Lines in other formats with a marker, one by one: a marker after a loguru prefix that is not
+    where the message starts is text; the timestamp is whatever the line starts with before its
+    first marker. Returns the frame and the indices (into ``texts``) of the malformed lines."""
     rows: list[tuple] = []
     kept: list[int] = []
-    for k, (line_start, pos, number) in enumerate(zip(starts, marks, numbers, strict=True)):
-        if pos > line_start:
-            head = _LOGURU_PREFIX.match(chunk, line_start, pos)
+    for k, (text, number) in enumerate(zip(texts, numbers, strict=True)):
+        pos = _MARKERS_S.search(text).start()  # type: ignore[union-attr]  # every line has one
+        if pos:
+            head = _LOGURU_PREFIX_S.match(text, 0, pos)
             if head is not None and head.end() != pos:
                 continue  # a marker inside a free-form message: text, not a tagged line
-        m = _AT_MARKER.match(chunk, pos)
-        ts = clock(chunk[line_start:pos].decode("utf-8", "replace")) if pos > line_start else None
-        raw = m.group(3)
-        parts = raw.decode("utf-8", "replace").split(None, 1) if raw else []
-        tid = m.group(2).decode() if m.group(2) else None
+        m = _AT_MARKER_S.match(text, pos)
+        ts = clock(text[:pos]) if pos else None
+        parts = m.group(3).split(None, 1) if m.group(3) else []  # type: ignore[union-attr]
         kept.append(k)
         rows.append(
             (
                 number,
                 ts,
-                _TAG_NAMES[m.group(1)],
-                tid,
+                m.group(1),  # type: ignore[union-attr]
+                m.group(2),  # type: ignore[union-attr]
                 parts[0] if parts else None,
                 parts[1] if len(parts) > 1 else None,
             )

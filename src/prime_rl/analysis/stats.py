@@ -156,7 +156,7 @@ class Collected:
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
-    """Spans of each kind left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
+    """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -259,7 +259,9 @@ class _Collector:
         if value is not None:
             self.series[key].append(value)
 
-    def _per_step(self, key: str, steps: list[str | None], values: list[float | None]) -> None:
+    def _per_step(
+        self, key: str, steps: pl.Series | list[str | None], values: pl.Series | list[float | None]
+    ) -> None:
         """A per-step series (:data:`PER_STEP`) keeps one value per step, the last; a value on a line
         without a step is kept as it is."""
         again, loose = self.by_step[key].set_many(steps, values)
@@ -295,6 +297,7 @@ class _Collector:
         self.join.add_lines(b)
 
     def ckpt(self, seq: int, b: TaggedLines) -> None:
+        b.fields("target_step", "step", "wait_ms", "write_ms", "background")
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
         target, step = b.text("target_step"), b.text("step")
         wait_ms = b.num("wait_ms", ("wait.done",))
@@ -302,6 +305,7 @@ class _Collector:
         background = b.text("background")
         self._per_step("ckpt_wait_ms", target, wait_ms)
         self._per_step("write_ms", step, write_ms)
+        waits, writes = _Rows("wait_ms"), _Rows()
         for i, e in enumerate(events):
             if e == "wait.start":
                 key = target[i] or "?"
@@ -313,24 +317,25 @@ class _Collector:
                 ms = wait_ms[i]
                 if ms is not None:
                     end = ts[i] or 0.0
-                    start = self.open_wait.pop(target[i] or "?", end - ms / 1000.0)
-                    label = f"wait for weights step {target[i]}"
-                    self.spans.append(Span("ckpt_wait", start, end, label, {"wait_ms": ms}))
+                    waits.add(self.open_wait.pop(target[i] or "?", end - ms / 1000.0), end, target[i], ms)
             elif e == "write.done" and (ms := write_ms[i]) is not None:
                 self.last_write = (b, i)
                 if background[i] == "true":  # written beside the next step, off its critical path
                     self.counts["write.background"] += 1
                 if ts[i] is not None:
-                    label = f"write weights step {step[i]}"
-                    self.spans.append(Span("ckpt_write", ts[i] - ms / 1000.0, ts[i], label))
+                    writes.add(ts[i] - ms / 1000.0, ts[i], step[i])
+        waits.to(self.spans, "ckpt_wait", "wait for weights step {}")
+        writes.to(self.spans, "ckpt_write", "write weights step {}")
 
     def gen(self, seq: int, b: TaggedLines) -> None:
+        b.fields("step", "completions", "dur_ms")
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
         step, completions = b.text("step"), b.text("completions")
         dur = b.num("dur_ms", ("batch.done",))
         done_completions = b.num("completions", ("batch.done",))
         self._per_step("gen_dur_ms", step, dur)
         retries, drops = [], []
+        spans = _Rows("completions", "dur_ms")
         for i, e in enumerate(events):
             if e == "batch.start":
                 self.batches_started += 1
@@ -347,14 +352,13 @@ class _Collector:
                 if ms is not None:
                     end = ts[i] or 0.0
                     start = self.open_gen.pop(key, end - ms / 1000.0)
-                    label = f"generate step {step[i] or '?'}"
-                    info = {"completions": completions[i], "dur_ms": ms}
-                    self.spans.append(Span("gen", start, end, label, info))
+                    spans.add(start, end, step[i] or "?", completions[i], ms)
                 self.counts["completions"] += int(done_completions[i] or 0)
             elif e == "request.retry":
                 retries.append(i)
             elif e == "group.drop":
                 drops.append(i)
+        spans.to(self.spans, "gen", "generate step {}")
         if drops:
             reason = b.text("reason")  # the column once, not once per dropped group
             for i in drops:
@@ -363,29 +367,36 @@ class _Collector:
             self._retry(b, retries)
 
     def rollout(self, seq: int, b: TaggedLines) -> None:
-        step = b.text("current_step")
-        trunc, staleness, step_num = b.num("trunc_pct"), b.num("staleness"), b.num("current_step")
+        b.fields("current_step", "trunc_pct", "staleness")
+        step = b.text_series("current_step")
+        trunc, staleness = b.num_series("trunc_pct"), b.num_series("staleness")
+        step_num = b.num_series("current_step")
         self._per_step("trunc_pct", step, trunc)
         self._per_step("staleness", step, staleness)
-        for i, value in enumerate(staleness):
-            if value is not None and step_num[i] is not None:
-                self.staleness_by_step[int(step_num[i])] = int(value)
+        both = staleness.is_not_null() & step_num.is_not_null()
+        if both.any():  # the last of a step wins, as the dict is updated in line order
+            steps, values = step_num.filter(both).to_list(), staleness.filter(both).to_list()
+            self.staleness_by_step.update(zip(map(int, steps), map(int, values), strict=True))
 
     def verify(self, seq: int, b: TaggedLines) -> None:
         """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU
         time of concurrent workers, not wall time); ``tail_ms`` and ``workers`` when the line has them."""
         done = ("batch.done",)
-        events, step = b.column("event"), b.text("step")
-        cpu, dur, tail = b.num("cpu_ms", done), b.num("dur_ms", done), b.num("tail_ms", done)
-        workers = b.num("workers", done)
-        self._per_step("verify_dur_ms", step, [c or d for c, d in zip(cpu, dur, strict=True)])
+        b.fields("step", "cpu_ms", "dur_ms", "tail_ms", "workers")
+        step = b.text_series("step")
+        cpu, dur = b.num_series("cpu_ms", done), b.num_series("dur_ms", done)
+        tail, workers = b.num_series("tail_ms", done), b.num_series("workers", done)
+        # the CPU time when the line has it (and it is not 0), else dur_ms
+        scoring = pl.select(pl.when(cpu.is_not_null() & (cpu != 0)).then(cpu).otherwise(dur)).to_series()
+        self._per_step("verify_dur_ms", step, scoring)
         self._per_step("verify_tail_ms", step, tail)
-        for i, e in enumerate(events):
-            if e == "batch.done" and workers[i]:
-                self.verify_workers = int(workers[i])
+        given = workers.filter(workers.is_not_null() & (workers != 0))
+        if len(given):
+            self.verify_workers = int(given[-1])
 
     def train(self, seq: int, b: TaggedLines) -> None:
         lines = ("step.done", "compute.done")
+        b.fields("step", "wait_ms", "train_ms", "write_ms", "fwd_bwd_ms", "optim_ms")
         events, ts, step = b.column("event"), b.column("ts"), b.text("step")
         wait, train, write = (
             b.num("wait_ms", ("step.done",)),
@@ -404,26 +415,32 @@ class _Collector:
         # copy to host memory and any wait for the previous write; else the whole write)
         publish = [w if e == "step.done" else None for e, w in zip(events, write, strict=True)]
         self._per_step("publish_ms", step, publish)
+        spans = _TrainSpans()
         for i, e in enumerate(events):
             if e == "step.done":
                 if step[i] == "0":
                     self.counts["train_startup_wait_ms"] = int(wait[i] or 0)
-                self._train_spans(ts[i], str(step[i]), train[i], wait[i], write[i])
+                self._train_spans(spans, ts[i], str(step[i]), train[i], wait[i], write[i])
             elif e == "compute.done" and ts[i] is not None and train[i] is not None:
                 # the line ends the compute: forward/backward, then the optimizer
                 end, key = ts[i], step[i] or "?"
                 start = end - train[i] / 1000.0
-                self.spans.append(Span("train", start, end, f"train step {key}", {"train_ms": train[i]}))
+                spans.train.add(start, end, key, train[i])
                 if fwd[i]:
-                    self.spans.append(
-                        Span("train_fwd_bwd", start, start + fwd[i] / 1000.0, f"forward/backward {key}")
-                    )
+                    spans.fwd_bwd.add(start, start + fwd[i] / 1000.0, key)
                 if opt[i]:
-                    self.spans.append(Span("train_optim", end - opt[i] / 1000.0, end, f"optimizer {key}"))
+                    spans.optim.add(end - opt[i] / 1000.0, end, key)
                 self.compute_start[key] = start
+        spans.to(self.spans)
 
     def _train_spans(
-        self, ts: float | None, step: str, train: float | None, wait: float | None, write: float | None
+        self,
+        spans: _TrainSpans,
+        ts: float | None,
+        step: str,
+        train: float | None,
+        wait: float | None,
+        write: float | None,
     ) -> None:
         """The step's wait for rollouts (before its compute) and, from a trainer that writes no
         ``compute.done`` line, the compute itself: it ended ``write_ms`` before this line."""
@@ -433,9 +450,9 @@ class _Collector:
         if start is None:
             end = ts - (write or 0.0) / 1000.0
             start = end - train / 1000.0
-            self.spans.append(Span("train", start, end, f"train step {step}", {"train_ms": train}))
+            spans.train.add(start, end, step, train)
         if wait:
-            self.spans.append(Span("train_wait", start - wait / 1000.0, start, f"wait for rollouts {step}"))
+            spans.wait.add(start - wait / 1000.0, start, step)
 
     def collect(self, seq: int, b: TaggedLines) -> None:
         """The offline collector: one rollout.done per sample."""
@@ -499,11 +516,18 @@ class _Collector:
         for key in UPDATE_SERIES:
             values = [getattr(u, key) for u in updates]
             self.series[key].extend([v for v in values if v is not None])
+        spans = _Rows("queue_ms", "rpc_ms", "send_to_recv_ms")
         for u in updates:
-            if u.start is not None and u.end is not None:
-                info = {"queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "send_to_recv_ms": u.send_to_recv_ms}
-                label = f"update {u.tid}" + (f" {u.url}" if u.url else "")
-                self.spans.append(Span("update", u.start, u.end, label, info))
+            if (start := u.start) is not None and (end := u.end) is not None:
+                spans.add(
+                    start,
+                    end,
+                    f"{u.tid} {u.url}" if u.url else u.tid,
+                    u.queue_ms,
+                    u.rpc_ms,
+                    u.send_to_recv_ms,
+                )
+        spans.to(self.spans, "update", "update {}")
 
     def open_wait_event(self) -> tuple[str, float | None, Event] | None:
         if self.last_wait is None or self.last_wait[0] < self.restarted:
@@ -588,7 +612,7 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
         c.server_loads.by_url,
         c.server_gen_ms,
         c.hangs,
-        c.spans.dropped,
+        dict(sorted(c.spans.dropped.items())),
     )
 
 
@@ -604,13 +628,15 @@ class _PerStep:
         """Numbered steps below this may have a value."""
         self.other: dict[str, float] = {}
 
-    def set_many(self, steps: list[str | None], values: list[float | None]) -> tuple[int, list[float]]:
+    def set_many(
+        self, steps: pl.Series | list[str | None], values: pl.Series | list[float | None]
+    ) -> tuple[int, list[float]]:
         """Set each step's value, in order (the last of a step wins). Returns how many were set again
         (a step done again, as after a restart) and the values without a step. A step is numbered
         when it is 1-8 ASCII digits below the steps seen so far plus 100,000 (a step number far
         beyond the others is kept by name); column-wise, the few named steps one by one."""
         frame = pl.DataFrame(
-            {"step": steps, "value": values}, schema={"step": pl.String, "value": pl.Float64}
+            {"step": steps, "value": values}, schema={"step": pl.String, "value": pl.Float64}, strict=False
         ).filter(pl.col("value").is_not_null())
         if frame.is_empty():
             return 0, []
@@ -652,30 +678,124 @@ class _PerStep:
         yield from self.other.values()
 
 
+class _Rows:
+    """Spans of one kind made by one handler call, as columns (one label argument each, and the
+    values of the info keys)."""
+
+    __slots__ = ("start", "end", "args", "info", "_info")
+
+    def __init__(self, *info: str) -> None:
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.args: list = []
+        self.info = info
+        self._info: list[list] = [[] for _ in info]
+
+    def add(self, start: float, end: float, arg: Any, *info: Any) -> None:
+        self.start.append(start)
+        self.end.append(end)
+        self.args.append(arg)
+        for column, value in zip(self._info, info, strict=True):
+            column.append(value)
+
+    def to(self, spans: _Spans, kind: str, label: str) -> None:
+        """Hand the rows to ``spans`` as ``kind`` spans labelled ``label.format(arg)``."""
+        info = dict(zip(self.info, self._info, strict=True)) or None
+        spans.extend(kind, self.start, self.end, label, self.args, info)
+
+
+class _TrainSpans:
+    """The trainer's spans of one handler call."""
+
+    __slots__ = ("train", "fwd_bwd", "optim", "wait")
+
+    def __init__(self) -> None:
+        self.train, self.fwd_bwd, self.optim, self.wait = _Rows("train_ms"), _Rows(), _Rows(), _Rows()
+
+    def to(self, spans: _Spans) -> None:
+        self.train.to(spans, "train", "train step {}")
+        self.fwd_bwd.to(spans, "train_fwd_bwd", "forward/backward {}")
+        self.optim.to(spans, "train_optim", "optimizer {}")
+        self.wait.to(spans, "train_wait", "wait for rollouts {}")
+
+
+@dataclass(slots=True)
+class _Block:
+    """Spans of one kind made together, as columns: span ``i`` is made only when it is kept."""
+
+    start: list[float]
+    end: list[float]
+    label: str
+    """A format with one ``{}``, filled with ``args[i]``."""
+    args: list
+    info: dict[str, list] | None = None
+    """Each info key's values, one per span."""
+    first: int = 0
+    """Rows before this one are no longer kept (the tail moved past them)."""
+
+    def __len__(self) -> int:
+        return len(self.start) - self.first
+
+    def span(self, kind: str, i: int) -> Span:
+        info = {k: v[i] for k, v in self.info.items()} if self.info else {}
+        return Span(kind, self.start[i], self.end[i], self.label.format(self.args[i]), info)
+
+
 class _Spans:
-    """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted."""
+    """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted.
+    Spans come in blocks of columns; only the kept ones become :class:`Span` objects."""
 
     def __init__(self) -> None:
         self.head: dict[str, list[Span]] = {}
-        self.tail: dict[str, deque[Span]] = {}
+        self.tail: dict[str, deque[_Block]] = {}
+        self.tail_rows: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
 
     def append(self, span: Span) -> None:
-        head = self.head.setdefault(span.kind, [])
-        if len(head) < SPANS_KEPT:
-            head.append(span)
-            return
-        tail = self.tail.get(span.kind)
-        if tail is None:
-            tail = self.tail[span.kind] = deque(maxlen=SPANS_KEPT)
-        if len(tail) == SPANS_KEPT:
-            self.dropped[span.kind] = self.dropped.get(span.kind, 0) + 1
-        tail.append(span)
+        """One span."""
+        info = {k: [v] for k, v in span.info.items()} or None
+        self.add(span.kind, _Block([span.start], [span.end], "{}", [span.label], info))
+
+    def extend(
+        self,
+        kind: str,
+        start: list[float],
+        end: list[float],
+        label: str,
+        args: list,
+        info: dict[str, list] | None = None,
+    ) -> None:
+        """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``)."""
+        if start:
+            self.add(kind, _Block(start, end, label, args, info))
+
+    def add(self, kind: str, block: _Block) -> None:
+        head = self.head.setdefault(kind, [])
+        room = SPANS_KEPT - len(head)
+        if room > 0:
+            n = min(room, len(block.start))
+            head.extend(block.span(kind, i) for i in range(n))
+            if n == len(block.start):
+                return
+            block.first = n
+        tail = self.tail.setdefault(kind, deque())
+        tail.append(block)
+        rows = self.tail_rows.get(kind, 0) + len(block)
+        while rows > SPANS_KEPT:  # drop the oldest rows of the tail
+            oldest = tail[0]
+            cut = min(rows - SPANS_KEPT, len(oldest))
+            oldest.first += cut
+            rows -= cut
+            self.dropped[kind] = self.dropped.get(kind, 0) + cut
+            if not len(oldest):
+                tail.popleft()
+        self.tail_rows[kind] = rows
 
     def kept(self) -> list[Span]:
         """Every kept span in start order."""
         out = [s for spans in self.head.values() for s in spans]
-        out += [s for spans in self.tail.values() for s in spans]
+        for kind, blocks in self.tail.items():
+            out += [b.span(kind, i) for b in blocks for i in range(b.first, len(b.start))]
         out.sort(key=lambda s: s.start)
         return out
 

@@ -140,7 +140,7 @@ def _key_patterns(key: str) -> tuple[str, str, str]:
 class TaggedLines:
     """Tagged lines of one file (or a run of events of one source), in line order."""
 
-    __slots__ = ("frame", "source", "path", "events", "stats", "_cols")
+    __slots__ = ("frame", "source", "path", "events", "stats", "_cols", "_raws")
 
     def __init__(
         self,
@@ -159,6 +159,7 @@ class TaggedLines:
         """The events themselves, for a batch made of events."""
         self.stats = stats
         self._cols: dict[str, list] = {}
+        self._raws: dict[str, pl.Series] = {}
 
     @classmethod
     def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
@@ -225,44 +226,74 @@ class TaggedLines:
             self.stats,
         )
 
+    def fields(self, *keys: str) -> None:
+        """Read the fields ``keys`` of every row now, in one query (polars runs the keys' extractions
+        side by side); :meth:`text` and :meth:`num` then find them read."""
+        missing = [k for k in dict.fromkeys(keys) if k not in self._raws]
+        if not missing or self.events is not None:
+            return
+        rest = pl.col("rest")
+        frame = self.frame.select(
+            *(rest.str.extract(_key_patterns(k)[0], 1).alias(f"v{i}") for i, k in enumerate(missing)),
+            *(
+                (rest.str.count_matches(_key_patterns(k)[2], literal=True) > 1).alias(f"n{i}")
+                for i, k in enumerate(missing)
+            ),
+        )
+        for i, key in enumerate(missing):
+            raw, twice = frame.get_column(f"v{i}"), frame.get_column(f"n{i}")
+            if twice.any():  # the key given twice: the last one counts (as in a dict built left to right)
+                rows = twice.arg_true()
+                raw = raw.scatter(
+                    rows, self.frame.get_column("rest").gather(rows).str.extract(_key_patterns(key)[1], 1)
+                )
+            self._raws[key] = raw.rename(key)
+
     def text(self, key: str) -> list[str | None]:
         """Field ``key`` of every row (None where the line has none)."""
         if self.events is not None:
             return [ev.fields.get(key) for ev in self.events]
         return self._raw(key).to_list()
 
+    def text_series(self, key: str) -> pl.Series:
+        """:meth:`text` as a column."""
+        if self.events is not None:
+            return pl.Series(key, self.text(key), dtype=pl.String)
+        return self._raw(key)
+
     def _raw(self, key: str) -> pl.Series:
-        """The field's text in every row; of a key given twice, the last (as in a dict built left to
-        right). The first is found fast; the few lines with the key's text twice are read again."""
-        first, last, literal = _key_patterns(key)
-        rest = self.frame.get_column("rest")
-        raw = rest.str.extract(first, 1)
-        twice = rest.str.count_matches(literal, literal=True) > 1
-        if twice.any():
-            raw = raw.scatter(twice.arg_true(), rest.filter(twice).str.extract(last, 1))
-        return raw
+        """The field's text in every row; of a key given twice, the last."""
+        if key not in self._raws:
+            self.fields(key)
+        return self._raws[key]
 
     def num(self, key: str, events: Iterable[str] | None = None) -> list[float | None]:
         """Field ``key`` of every row as a finite float; None where absent. Only rows whose event is
         in ``events`` (all when None) are read; a value there that is no finite number counts as a bad
         value (once per line and key), the first few named by file and line (:class:`ParseStats`)."""
-        wanted = None if events is None else set(events)
         if self.events is not None:
+            wanted = None if events is None else set(events)
             return [ev.num(key) if wanted is None or ev.event in wanted else None for ev in self.events]
+        return self.num_series(key, events).to_list()
+
+    def num_series(self, key: str, events: Iterable[str] | None = None) -> pl.Series:
+        """:meth:`num` as a Float64 column (null: none)."""
+        if self.events is not None:
+            return pl.Series(key, self.num(key, events), dtype=pl.Float64)
         raw = self._raw(key)
-        if wanted is not None:
+        if events is not None:
             raw = pl.select(
-                pl.when(self.frame.get_column("event").is_in(list(wanted))).then(raw).otherwise(None)
+                pl.when(self.frame.get_column("event").is_in(list(events))).then(raw).otherwise(None)
             ).to_series()
         if raw.null_count() == len(raw):
-            return [None] * len(raw)
+            return pl.Series(key, [None] * len(raw), dtype=pl.Float64)
         value = raw.cast(pl.Float64, strict=False)
         finite = value.is_finite().fill_null(False)
         bad = raw.is_not_null() & ~finite
         if bad.any():
             self._count_bad(key, raw, bad)
             value = pl.select(pl.when(finite).then(value).otherwise(None)).to_series()
-        return value.to_list()
+        return value.rename(key)
 
     def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
         stats = self.stats

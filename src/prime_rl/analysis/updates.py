@@ -88,6 +88,7 @@ class UpdateJoin:
 
     def add_lines(self, lines: TaggedLines) -> None:
         """Fold a batch of ``[weights]`` lines (those with a trace id) into their updates."""
+        lines.fields("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
         events, tids, ts = lines.column("event"), lines.column("tid"), lines.column("ts")
         url, path = lines.text("url"), lines.text("path")
         t = lines.num("t", ("client.send", "server.recv"))

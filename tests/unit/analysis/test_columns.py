@@ -223,8 +223,11 @@ def test_loguru_seconds_column_wise_are_what_the_clock_gives_each(seconds):
     import polars as pl
 
     from prime_rl.analysis.clock import Clock
-    from prime_rl.analysis.parser import _epoch_seconds
+    from prime_rl.analysis.parser import _loguru_lines
 
     clock = Clock("2026-01-01")
     expected = [Clock("2026-01-01")(s) for s in seconds]
-    assert _epoch_seconds(pl.Series(seconds, dtype=pl.String), clock).to_list() == expected
+    lines = pl.Series([f"{s}.000 | INFO    | [gen] batch.start step=1" for s in seconds])
+    frame, malformed = _loguru_lines(lines, pl.Series(range(len(seconds))), clock, set())
+    assert malformed == []
+    assert frame.get_column("ts").to_list() == expected

@@ -97,7 +97,7 @@ def test_empty_garbage_cut_and_gzip_logs_never_crash(tmp_path, analyze):
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from prime_rl.analysis.parser import TAGS  # noqa: E402
@@ -205,3 +205,48 @@ def test_fields_and_timestamps_take_the_fast_paths_with_the_slow_paths_meaning(t
     assert [e.ts - base for e in evs[1:]] == [0.25, 0.25, 1.5, 2.0]
     assert [e.fields["s"] for e in evs[1:]] == ["1", "2", "3", "4"]
     assert stats.malformed == 2 and dict(stats.unknown_tags) == {"zzz": 1, "yyy": 1}
+
+
+# --- the two ways a chunk is split into lines agree -------------------------------------------
+
+LINE = st.one_of(
+    st.builds(
+        lambda head, rest: PREFIX + head + rest,
+        st.sampled_from(["[gen] ", "[weights][t1] ", "[ckpt]", "[train][] ", "[rollout] ", "[unknown] "]),
+        HOSTILE,
+    ),
+    st.builds(lambda rest: "12:00:01.500 | INFO    | [gen] batch.done " + rest, HOSTILE),  # a console capture
+    st.builds(lambda text: PREFIX + "free text " + text + " [gen] batch.done step=1", HOSTILE),
+    HOSTILE,
+    st.just(""),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(LINE, min_size=1, max_size=15), end=st.sampled_from(["\n", "\r\n"]), bom=st.booleans())
+@example(lines=[PREFIX + "[gen] batch.done a=1\x00x b=2", PREFIX + "[gen] x"], end="\n", bom=False)
+@example(lines=[PREFIX + "[gen] batch.done a=1", PREFIX + "[gen] x=2"], end="\r\n", bom=False)
+@example(lines=[PREFIX + "[gen] batch.done a=1"], end="\n", bom=True)
+def test_a_dense_chunk_read_by_polars_parses_as_the_bytes_path_does(lines, end, bom):
+    """A chunk dense with tagged lines is split into lines by polars' reader, a sparse one from its
+    markers' positions in the bytes; both give the same events, line numbers and counts, whatever
+    the lines hold (NUL, CR, CRLF endings, a byte-order mark, invalid text)."""
+    from prime_rl.analysis import parser
+
+    raw = (b"\xef\xbb\xbf" if bom else b"") + end.join(lines).encode("utf-8", "surrogatepass") + end.encode()
+
+    def run(log: Path, dense: int):
+        old = parser._DENSE
+        parser._DENSE = dense
+        try:
+            events, stats = parse(log)
+        finally:
+            parser._DENSE = old
+        rows = [(e.line, e.ts, e.tag, e.tid, e.event, e.fields) for e in events]
+        return rows, (stats.lines, stats.tagged, stats.malformed, stats.malformed_examples)
+
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "o.log"
+        log.write_bytes(raw)
+        # every chunk dense (polars' reader) == every chunk sparse (lines found from the bytes)
+        assert run(log, 10**9) == run(log, 0)

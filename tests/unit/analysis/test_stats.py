@@ -6,6 +6,8 @@ import statistics
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.support.synthetic_logs import make_run
 
 from prime_rl.analysis.parser import Event, ParseStats
@@ -309,3 +311,43 @@ def test_background_writes_split_publishing_into_the_write_and_what_the_step_pai
     assert "publish (weight write)" not in rows
     d, rows = run(background=False)
     assert rows["publish (weight write)"] == 1200.0 and not any(k.startswith("publish:") for k in rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    blocks=st.lists(
+        st.tuples(st.sampled_from(["gen", "update"]), st.integers(0, 9), st.booleans()), max_size=12
+    ),
+    kept=st.integers(1, 6),
+)
+def test_spans_made_in_blocks_keep_the_first_and_last_of_each_kind(blocks, kept):
+    """Spans come in blocks of columns and become objects only when kept: the first and last
+    ``SPANS_KEPT`` of each kind, the rest counted, the same as one span at a time would keep."""
+    from prime_rl.analysis import stats
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stats, "SPANS_KEPT", kept)
+        _check_blocks(stats, blocks, kept)
+
+
+def _check_blocks(stats, blocks, kept):
+    store = stats._Spans()
+    made: dict[str, list[stats.Span]] = {}
+    t = 0.0
+    for kind, n, with_info in blocks:
+        rows = list(range(n))
+        starts = [t + i for i in rows]
+        info = {"ms": [float(i) for i in rows]} if with_info else None
+        store.extend(kind, starts, [s + 0.5 for s in starts], kind + " {}", rows, info)
+        made.setdefault(kind, []).extend(
+            stats.Span(kind, s, s + 0.5, f"{kind} {i}", {"ms": float(i)} if with_info else {})
+            for i, s in zip(rows, starts, strict=True)
+        )
+        t += n
+    want = [
+        s
+        for spans in made.values()
+        for s in (spans if len(spans) <= 2 * kept else spans[:kept] + spans[-kept:])
+    ]
+    assert store.kept() == sorted(want, key=lambda s: s.start)
+    assert store.dropped == {k: len(v) - 2 * kept for k, v in made.items() if len(v) > 2 * kept}
