@@ -87,66 +87,106 @@ class UpdateJoin:
         self._order: list[Update] = []
 
     def add_lines(self, lines: TaggedLines) -> None:
-        """Fold a batch of ``[weights]`` lines (those with a trace id) into their updates."""
+        """Fold a batch of ``[weights]`` lines (those with a trace id) into their updates. The
+        client's lines and the server's are folded apart (neither's state depends on the other's),
+        each in line order."""
         lines.fields("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
-        events, tids, ts = lines.column("event"), lines.column("tid"), lines.column("ts")
-        url, path = lines.text("url"), lines.text("path")
-        t = lines.num("t", ("client.send", "server.recv"))
-        wall, queue = lines.num("wall_ms", ("client.done",)), lines.num("queue_ms", ("client.done",))
-        rpc = lines.num("rpc_ms", ("client.done", "rpc.done"))
-        lock = lines.num("lock_wait_ms", ("rpc.done",))
-        target, op = lines.text("target"), lines.text("op")
-        source = str(lines.path) if lines.path is not None else None
-        for i, event in enumerate(events):
-            tid = tids[i]
-            if not tid:
+        event, tid, ts = (
+            lines.frame.get_column("event"),
+            lines.frame.get_column("tid"),
+            lines.frame.get_column("ts"),
+        )
+        has_tid = (tid.is_not_null() & (tid != "")).fill_null(False)
+        client = has_tid & event.str.starts_with("client.")
+        server = has_tid & event.is_in(_SERVER_EVENTS)
+        t = lines.num_series("t", ("client.send", "server.recv"))
+        rpc = lines.num_series("rpc_ms", ("client.done", "rpc.done"))
+        path = lines.text_series("path")
+        if client.any():
+            pick = lambda c: c.filter(client).to_list()  # noqa: E731
+            self._add_clients(
+                pick(event),
+                pick(tid),
+                pick(ts),
+                pick(lines.text_series("url")),
+                pick(path),
+                pick(t),
+                pick(lines.num_series("wall_ms", ("client.done",))),
+                pick(rpc),
+                pick(lines.num_series("queue_ms", ("client.done",))),
+            )
+        if server.any():
+            rows = server.arg_true().to_list()
+            if lines.path is not None:
+                sources = [str(lines.path)] * len(rows)
+            else:  # a batch of events: each event's own file
+                sources = [
+                    str(ev.path) if ev.path is not None else ev.source for ev in map(lines.event, rows)
+                ]
+            pick = lambda c: c.filter(server).to_list()  # noqa: E731
+            self._add_servers(
+                pick(event),
+                pick(tid),
+                sources,
+                pick(ts),
+                pick(t),
+                pick(path),
+                pick(lines.text_series("target")),
+                pick(lines.text_series("op")),
+                pick(rpc),
+                pick(lines.num_series("lock_wait_ms", ("rpc.done",))),
+            )
+
+    def _add_clients(self, *columns: list) -> None:
+        """Client lines in order: a line without ``url=`` belongs to its trace id's last URL; per
+        (trace id, URL) a ``client.send`` starts a new update when the last one is finished, any
+        line starts one when there is none, and a retried send keeps the first attempt's times."""
+        client, last_url, order = self._client, self._last_url, self._order
+        for event, tid, ts, url, path, t, wall, rpc, queue in zip(*columns, strict=True):
+            url = url or last_url.get(tid)
+            occ = client.get((tid, url))
+            if occ is None:
+                occ = client[tid, url] = []
+            last_url[tid] = url
+            if event == "client.send":
+                if not occ or _finished(u := occ[-1]):
+                    u = Update(tid, url=url)
+                    occ.append(u)
+                    order.append(u)
+                if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
+                    u.send_ts, u.send_t = ts, t
+                u.path = path
                 continue
-            if event.startswith("client."):
-                self._add_client(event, tid, ts[i], url[i], path[i], t[i], wall[i], rpc[i], queue[i])
-            elif event in ("server.recv", "rpc.start", "rpc.done"):
-                server = source
-                if server is None:  # a batch of events: each event's own file
-                    ev = lines.event(i)
-                    server = str(ev.path) if ev.path is not None else ev.source
-                self._add_server(event, tid, server, ts[i], t[i], path[i], target[i], op[i], rpc[i], lock[i])
-
-    def _add_client(self, event, tid, ts, url, path, t, wall, rpc, queue) -> None:
-        url = url or self._last_url.get(tid)
-        occ = self._client.setdefault((tid, url), [])
-        self._last_url[tid] = url
-        if event == "client.send":
-            if not occ or occ[-1].done_ts is not None or occ[-1].failed or occ[-1].wall_ms is not None:
-                occ.append(Update(tid, url=url))
-                self._order.append(occ[-1])
+            if not occ:
+                occ.append(Update(tid, url=url, path=path))
+                order.append(occ[-1])
             u = occ[-1]
-            if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
-                u.send_ts, u.send_t = ts, t
-            u.path = path
-            return
-        if not occ:
-            occ.append(Update(tid, url=url, path=path))
-            self._order.append(occ[-1])
-        u = occ[-1]
-        if event == "client.done":
-            u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
-            if queue is None and wall is not None and rpc is not None:
-                u.queue_ms = wall - rpc
-        elif event == "client.error":
-            u.failed, u.done_ts = True, ts
+            if event == "client.done":
+                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
+                if queue is None and wall is not None and rpc is not None:
+                    u.queue_ms = wall - rpc
+            elif event == "client.error":
+                u.failed, u.done_ts = True, ts
 
-    def _add_server(self, event, tid, source, ts, t, path, target, op, rpc, lock) -> None:
-        occ = self._server.setdefault((tid, source), [])
-        if event == "server.recv" or not occ:
-            occ.append(Update(tid, server=source))
-        u = occ[-1]
-        if event == "server.recv":
-            u.recv_ts, u.recv_t, u.path = ts, t, path
-        elif event == "rpc.start":
-            u.target = target
-            u.path = u.path or _OP_PATHS.get(op or "")
-        else:
-            u.server_rpc_ms, u.lock_wait_ms = rpc, lock
-            u.path = u.path or _OP_PATHS.get(op or "")
+    def _add_servers(self, *columns: list) -> None:
+        """Server lines in order: per (trace id, server file) a ``server.recv`` starts a new update,
+        any line starts one when there is none."""
+        servers = self._server
+        for event, tid, source, ts, t, path, target, op, rpc, lock in zip(*columns, strict=True):
+            occ = servers.get((tid, source))
+            if occ is None:
+                occ = servers[tid, source] = []
+            if event == "server.recv" or not occ:
+                occ.append(Update(tid, server=source))
+            u = occ[-1]
+            if event == "server.recv":
+                u.recv_ts, u.recv_t, u.path = ts, t, path
+            elif event == "rpc.start":
+                u.target = target
+                u.path = u.path or _OP_PATHS.get(op or "")
+            else:
+                u.server_rpc_ms, u.lock_wait_ms = rpc, lock
+                u.path = u.path or _OP_PATHS.get(op or "")
 
     def server_urls(self) -> dict[str, str]:
         """Which server URL each server log file belongs to, learned from the updates whose client
@@ -186,8 +226,18 @@ class UpdateJoin:
         alone: list[Update] = []
         taken: set[int] = set()
         for (tid, source), parts in self._server.items():
+            clients = clients_by_tid.get(tid, [])
             for s in parts:
-                c = self._pair(s, mapping.get(source), clients_by_tid.get(tid, []), taken)
+                if (
+                    len(clients) == 1
+                ):  # the usual case, as _pair decides it (one client: the URL cannot rule it out)
+                    c = clients[0]
+                    if id(c) in taken or (
+                        s.recv_ts is not None and c.send_ts is not None and c.send_ts > s.recv_ts + 1.0
+                    ):
+                        c = None
+                else:
+                    c = self._pair(s, mapping.get(source), clients, taken)
                 if c is None:
                     s.url = mapping.get(source)
                     alone.append(s)
@@ -218,6 +268,14 @@ class UpdateJoin:
 
 
 _OP_PATHS = {"update_weights": "/update_weights", "reload_weights": "/reload_weights"}
+
+
+def _finished(u: Update) -> bool:
+    """The client's part of an update is over: answered, failed or timed."""
+    return u.done_ts is not None or u.failed or u.wall_ms is not None
+
+
+_SERVER_EVENTS = ["server.recv", "rpc.start", "rpc.done"]
 
 
 def _same_rpc(c: Update, s: Update) -> bool:

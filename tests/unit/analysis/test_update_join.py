@@ -1,0 +1,156 @@
+"""The weight-update join folds a batch's lines column-wise, one group per update part; it must
+build exactly the parts the line-by-line join builds, whatever the order, gaps and repeats of the
+lines and wherever the batches are cut."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+from pathlib import Path
+
+import polars as pl
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from tests.support.reference_join import ReferenceJoin
+
+from prime_rl.analysis.tagged import SCHEMA, Event, TaggedLines
+from prime_rl.analysis.updates import UpdateJoin
+
+EVENTS = [
+    "client.send",
+    "client.done",
+    "client.error",
+    "client.retry",
+    "server.recv",
+    "rpc.start",
+    "rpc.done",
+]
+NUMBER = st.one_of(st.none(), st.sampled_from(["1", "2.5", "700", "-3", "nan", "x"]))
+LINE = st.fixed_dictionaries(
+    {
+        "event": st.sampled_from(EVENTS),
+        "tid": st.sampled_from(["a", "b", "c", None]),
+        "source": st.sampled_from(["s1.log", "s2.log"]),
+        "ts": st.one_of(st.none(), st.floats(0, 100, allow_nan=False)),
+    },
+    optional={
+        "url": st.sampled_from(["", "http://h:1", "http://h:2"]),
+        "path": st.sampled_from(["", "/update_weights", "/reload_weights", "/pause"]),
+        "t": NUMBER,
+        "wall_ms": NUMBER,
+        "rpc_ms": NUMBER,
+        "queue_ms": NUMBER,
+        "lock_wait_ms": NUMBER,
+        "target": st.sampled_from(["", "step_1", "step_2"]),
+        "op": st.sampled_from(["", "update_weights", "reload_weights", "pause"]),
+    },
+)
+
+
+def _event(line: dict, number: int) -> Event:
+    fields = {k: v for k, v in line.items() if k not in ("event", "tid", "source", "ts") and v is not None}
+    source = line["source"]
+    return Event("weights", line["event"], line["tid"], fields, line["ts"], source, Path(source), number)
+
+
+def _reference(events: list[Event]) -> ReferenceJoin:
+    ref = ReferenceJoin()
+    for ev in events:
+        e = ev.event
+
+        def num(key: str, *on: str, ev: Event = ev) -> float | None:
+            return ev.num(key) if ev.event in on else None
+
+        ref.add(
+            e,
+            ev.tid,
+            str(ev.path),
+            ev.ts,
+            ev.fields.get("url"),
+            ev.fields.get("path"),
+            num("t", "client.send", "server.recv"),
+            num("wall_ms", "client.done"),
+            num("rpc_ms", "client.done", "rpc.done"),
+            num("queue_ms", "client.done"),
+            ev.fields.get("target"),
+            ev.fields.get("op"),
+            num("lock_wait_ms", "rpc.done"),
+        )
+    return ref
+
+
+def _file_batch(events: list[Event]) -> TaggedLines:
+    """The events as a parsed file's batch (fields in the ``rest`` text, one source file)."""
+    frame = pl.DataFrame(
+        {
+            "line": [ev.line for ev in events],
+            "ts": [ev.ts for ev in events],
+            "tag": [ev.tag for ev in events],
+            "tid": [ev.tid for ev in events],
+            "event": [ev.event for ev in events],
+            "rest": [" ".join(f"{k}={v}" for k, v in ev.fields.items()) for ev in events],
+        },
+        schema=SCHEMA,
+    )
+    return TaggedLines(frame, "inference", events[0].path)
+
+
+def _parts(join) -> tuple:
+    client = join._client if isinstance(join, UpdateJoin) else join.client
+    server = join._server if isinstance(join, UpdateJoin) else join.server
+    order = join._order if isinstance(join, UpdateJoin) else join.order
+    return (
+        [(k, [astuple(u) for u in v]) for k, v in client.items() if v],
+        [(k, [astuple(u) for u in v]) for k, v in server.items() if v],
+        [astuple(u) for u in order],
+    )
+
+
+def _line(event: str, **fields) -> dict:
+    return {"event": event, "tid": "a", "source": "s1.log", "ts": 1.0, **fields}
+
+
+@settings(max_examples=400, deadline=None)
+@example(  # the path comes from the first rpc line whose op names one, not from the first rpc line
+    lines=[
+        _line("server.recv", path=""),
+        _line("rpc.start", op="pause"),
+        _line("rpc.done", op="update_weights"),
+    ],
+    cuts=[],
+    files=True,
+)
+@example(  # a done without a timestamp or wall_ms leaves its update open: the next send continues it
+    lines=[_line("client.send", url="u"), {**_line("client.done"), "ts": None}, _line("client.send", t="5")],
+    cuts=[2],
+    files=False,
+)
+@given(lines=st.lists(LINE, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=4), files=st.booleans())
+def test_the_column_wise_join_builds_the_parts_the_line_by_line_join_builds(lines, cuts, files):
+    events = [_event(line, i + 1) for i, line in enumerate(lines)]
+    join = UpdateJoin()
+    if files:  # batches of one file each: cut where the source changes too
+        bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            run: list[Event] = []
+            for ev in events[lo:hi]:
+                if run and ev.path != run[0].path:
+                    join.add_lines(_file_batch(run))
+                    run = []
+                run.append(ev)
+            if run:
+                join.add_lines(_file_batch(run))
+    else:  # batches made of events, sources mixed
+        bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            if hi > lo:
+                join.add_lines(TaggedLines.from_events(events[lo:hi]))
+    assert _parts(join) == _parts(_reference(events))
+    assert [astuple(u) for u in join.updates()] == [astuple(u) for u in _reference_updates(events)]
+
+
+def _reference_updates(events: list[Event]):
+    """The reference's parts joined by the same pairing (updates() starts from the parts)."""
+    ref = _reference(events)
+    join = UpdateJoin()
+    join._client, join._last_url, join._server, join._order = ref.client, ref.last_url, ref.server, ref.order
+    return join.updates()
