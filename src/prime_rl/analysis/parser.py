@@ -74,22 +74,15 @@ def open_log(path: Path):
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
-    """Whole lines in big chunks; a final line without newline is yielded too (it may be cut)."""
+    """Whole lines in big chunks (about :data:`CHUNK` bytes: a chunk is completed to the end of its
+    last line); a final line without newline is yielded with one (it may be cut)."""
     with open_log(path) as f:
-        tail = b""
-        while True:
-            block = f.read(CHUNK)
-            if not block:
-                if tail:
-                    yield tail + b"\n"
-                return
-            block = tail + block
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                tail = block
-                continue
-            tail = block[cut + 1 :]
-            yield block[: cut + 1]
+        while block := f.read(CHUNK):
+            if not block.endswith(b"\n"):
+                block += f.readline()
+                if not block.endswith(b"\n"):  # the file's last line has no newline
+                    block += b"\n"
+            yield block
 
 
 def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[TaggedLines]:
