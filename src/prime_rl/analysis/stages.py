@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
+
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.updates import Update
 
@@ -59,12 +61,45 @@ def update_critical(d: Collected) -> tuple[float, float, float]:
 
 
 def _update_critical(d: Collected) -> tuple[float, float, float]:
-    wall = rpc = queue = 0.0
-    for group in update_groups_of(d):
-        slow = max(group, key=_update_ms)
-        wall += _update_ms(slow)
-        rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
-        queue += slow.queue_ms or 0.0
+    """Column-wise: each group's (:func:`update_groups`) slowest update by :func:`_update_ms` (the
+    first of equals), summed in the groups' order."""
+    if not d.updates:
+        return 0.0, 0.0, 0.0
+    rows = []
+    for u in d.updates:
+        start = u.start
+        rows.append(
+            (
+                u.tid,
+                None if start is None else int(start // 600),
+                u.wall_ms,
+                u.rpc_ms,
+                u.server_rpc_ms,
+                u.queue_ms,
+            )
+        )
+    columns = ["tid", "window", "wall", "rpc", "server_rpc", "queue"]
+    frame = pl.DataFrame(
+        rows,
+        schema={"tid": pl.String, "window": pl.Int64, **{c: pl.Float64 for c in columns[2:]}},
+        orient="row",
+    )
+    server = pl.col("server_rpc").fill_null(0.0)
+    slowest = (
+        frame.with_row_index("i")
+        .with_columns(
+            ms=pl.coalesce("wall", server),
+            rpc=pl.coalesce("rpc", server),
+            queue=pl.col("queue").fill_null(0.0),
+        )
+        .group_by("tid", "window", maintain_order=True)
+        .agg(pl.col("ms", "rpc", "queue").sort_by("ms", "i", descending=[True, False]).first())
+    )
+    wall = rpc = queue = 0.0  # summed in order, as one update after another
+    for ms, r, q in slowest.select("ms", "rpc", "queue").iter_rows():
+        wall += ms
+        rpc += r
+        queue += q
     return wall, rpc, queue
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.support.reference_join import ReferenceJoin
 
 from prime_rl.analysis.tagged import SCHEMA, Event, TaggedLines
-from prime_rl.analysis.updates import UpdateJoin
+from prime_rl.analysis.updates import Update, UpdateJoin
 
 EVENTS = [
     "client.send",
@@ -154,3 +154,38 @@ def _reference_updates(events: list[Event]):
     join = UpdateJoin()
     join._client, join._last_url, join._server, join._order = ref.client, ref.last_url, ref.server, ref.order
     return join.updates()
+
+
+MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            Update,
+            tid=st.sampled_from(["a", "b", "c"]),
+            send_ts=st.one_of(st.none(), st.sampled_from([0.0, 10.0, 599.9, 600.0, 1300.0, -5.0])),
+            recv_ts=st.one_of(st.none(), st.sampled_from([1.0, 700.0])),
+            wall_ms=MS,
+            rpc_ms=MS,
+            server_rpc_ms=MS,
+            queue_ms=MS,
+        ),
+        max_size=30,
+    )
+)
+def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_update(updates):
+    """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals);
+    summed in order, as the loop over the groups did."""
+    from types import SimpleNamespace
+
+    from prime_rl.analysis.stages import _update_critical, _update_ms, update_groups
+
+    wall = rpc = queue = 0.0
+    for group in update_groups(updates):
+        slow = max(group, key=_update_ms)
+        wall += _update_ms(slow)
+        rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
+        queue += slow.queue_ms or 0.0
+    assert _update_critical(SimpleNamespace(updates=updates)) == (wall, rpc, queue)
