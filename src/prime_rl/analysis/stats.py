@@ -317,13 +317,13 @@ class _Collector:
                 ms = wait_ms[i]
                 if ms is not None:
                     end = ts[i] or 0.0
-                    waits.add(self.open_wait.pop(target[i] or "?", end - ms / 1000.0), end, target[i], ms)
+                    waits.add((self.open_wait.pop(target[i] or "?", end - ms / 1000.0), end, target[i], ms))
             elif e == "write.done" and (ms := write_ms[i]) is not None:
                 self.last_write = (b, i)
                 if background[i] == "true":  # written beside the next step, off its critical path
                     self.counts["write.background"] += 1
                 if ts[i] is not None:
-                    writes.add(ts[i] - ms / 1000.0, ts[i], step[i])
+                    writes.add((ts[i] - ms / 1000.0, ts[i], step[i]))
         waits.to(self.spans, "ckpt_wait", "wait for weights step {}")
         writes.to(self.spans, "ckpt_write", "write weights step {}")
 
@@ -352,7 +352,7 @@ class _Collector:
                 if ms is not None:
                     end = ts[i] or 0.0
                     start = self.open_gen.pop(key, end - ms / 1000.0)
-                    spans.add(start, end, step[i] or "?", completions[i], ms)
+                    spans.add((start, end, step[i] or "?", completions[i], ms))
                 self.counts["completions"] += int(done_completions[i] or 0)
             elif e == "request.retry":
                 retries.append(i)
@@ -425,11 +425,11 @@ class _Collector:
                 # the line ends the compute: forward/backward, then the optimizer
                 end, key = ts[i], step[i] or "?"
                 start = end - train[i] / 1000.0
-                spans.train.add(start, end, key, train[i])
+                spans.train.add((start, end, key, train[i]))
                 if fwd[i]:
-                    spans.fwd_bwd.add(start, start + fwd[i] / 1000.0, key)
+                    spans.fwd_bwd.add((start, start + fwd[i] / 1000.0, key))
                 if opt[i]:
-                    spans.optim.add(end - opt[i] / 1000.0, end, key)
+                    spans.optim.add((end - opt[i] / 1000.0, end, key))
                 self.compute_start[key] = start
         spans.to(self.spans)
 
@@ -450,9 +450,9 @@ class _Collector:
         if start is None:
             end = ts - (write or 0.0) / 1000.0
             start = end - train / 1000.0
-            spans.train.add(start, end, step, train)
+            spans.train.add((start, end, step, train))
         if wait:
-            spans.wait.add(start - wait / 1000.0, start, step)
+            spans.wait.add((start - wait / 1000.0, start, step))
 
     def collect(self, seq: int, b: TaggedLines) -> None:
         """The offline collector: one rollout.done per sample."""
@@ -519,14 +519,8 @@ class _Collector:
         spans = _Rows("queue_ms", "rpc_ms", "send_to_recv_ms")
         for u in updates:
             if (start := u.start) is not None and (end := u.end) is not None:
-                spans.add(
-                    start,
-                    end,
-                    f"{u.tid} {u.url}" if u.url else u.tid,
-                    u.queue_ms,
-                    u.rpc_ms,
-                    u.send_to_recv_ms,
-                )
+                label = f"{u.tid} {u.url}" if u.url else u.tid
+                spans.add((start, end, label, u.queue_ms, u.rpc_ms, u.send_to_recv_ms))
         spans.to(self.spans, "update", "update {}")
 
     def open_wait_event(self) -> tuple[str, float | None, Event] | None:
@@ -679,29 +673,23 @@ class _PerStep:
 
 
 class _Rows:
-    """Spans of one kind made by one handler call, as columns (one label argument each, and the
-    values of the info keys)."""
+    """Spans of one kind made by one handler call, one tuple each: start, end, the label's
+    argument and the values of the info keys."""
 
-    __slots__ = ("start", "end", "args", "info", "_info")
+    __slots__ = ("rows", "add", "info")
 
     def __init__(self, *info: str) -> None:
-        self.start: list[float] = []
-        self.end: list[float] = []
-        self.args: list = []
+        self.rows: list[tuple] = []
+        self.add = self.rows.append
+        """Add one span's tuple."""
         self.info = info
-        self._info: list[list] = [[] for _ in info]
-
-    def add(self, start: float, end: float, arg: Any, *info: Any) -> None:
-        self.start.append(start)
-        self.end.append(end)
-        self.args.append(arg)
-        for column, value in zip(self._info, info, strict=True):
-            column.append(value)
 
     def to(self, spans: _Spans, kind: str, label: str) -> None:
         """Hand the rows to ``spans`` as ``kind`` spans labelled ``label.format(arg)``."""
-        info = dict(zip(self.info, self._info, strict=True)) or None
-        spans.extend(kind, self.start, self.end, label, self.args, info)
+        if not self.rows:
+            return
+        start, end, args, *info = zip(*self.rows, strict=True)
+        spans.extend(kind, start, end, label, args, dict(zip(self.info, info, strict=True)) or None)
 
 
 class _TrainSpans:
