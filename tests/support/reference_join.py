@@ -1,9 +1,13 @@
-"""The weight-update join one line at a time: what ``UpdateJoin.add_lines`` did before it folded a
-batch's lines column-wise (the reference its column-wise fold is checked against)."""
+"""The weight-update join as it was written first, one line and one part at a time: the reference
+``UpdateJoin`` (which folds a batch's lines from columns and pairs the usual parts directly) is
+checked against."""
 
 from __future__ import annotations
 
-from prime_rl.analysis.updates import _OP_PATHS, Update
+import math
+from collections import Counter
+
+from prime_rl.analysis.updates import _OP_PATHS, UPDATE_PATHS, Update, _same_rpc
 
 
 class ReferenceJoin:
@@ -62,3 +66,63 @@ class ReferenceJoin:
         else:
             u.server_rpc_ms, u.lock_wait_ms = rpc, lock
             u.path = u.path or _OP_PATHS.get(op or "")
+
+    def server_urls(self) -> dict[str, str]:
+        votes: dict[str, Counter] = {}
+        servers_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self.server.items():
+            servers_by_tid.setdefault(tid, []).extend(parts)
+        clients_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self.client.items():
+            clients_by_tid.setdefault(tid, []).extend(parts)
+        for tid, servers in servers_by_tid.items():
+            clients = clients_by_tid.get(tid, [])
+            urls = {c.url for c in clients if c.url}
+            if len(urls) == 1 and len({s.server for s in servers}) == 1:
+                votes.setdefault(servers[0].server or "", Counter())[next(iter(urls))] += 1
+                continue
+            for s in servers:
+                same = [c.url for c in clients if c.url and _same_rpc(c, s)]
+                if len(set(same)) == 1:
+                    votes.setdefault(s.server or "", Counter())[same[0]] += 1
+        out = {}
+        for source, counter in votes.items():
+            url, n = counter.most_common(1)[0]
+            if n >= 0.8 * sum(counter.values()):
+                out[source] = url
+        return out
+
+    def updates(self) -> list[Update]:
+        mapping = self.server_urls()
+        clients_by_tid: dict[str, list[Update]] = {}
+        for (tid, _), parts in self.client.items():
+            clients_by_tid.setdefault(tid, []).extend(parts)
+        alone: list[Update] = []
+        taken: set[int] = set()
+        for (tid, source), parts in self.server.items():
+            for s in parts:
+                c = _pair(s, mapping.get(source), clients_by_tid.get(tid, []), taken)
+                if c is None:
+                    s.url = mapping.get(source)
+                    alone.append(s)
+                else:
+                    taken.add(id(c))
+                    c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
+                    c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
+                    c.path = c.path or s.path
+        return [u for u in self.order + alone if u.path in UPDATE_PATHS]
+
+
+def _pair(s: Update, url: str | None, clients: list[Update], taken: set[int]) -> Update | None:
+    free = [c for c in clients if id(c) not in taken]
+    if s.recv_ts is not None:
+        free = [c for c in free if c.send_ts is None or c.send_ts <= s.recv_ts + 1.0]
+    if url is not None:
+        free = [c for c in free if c.url == url] or ([] if any(c.url == url for c in clients) else free)
+    if len(free) > 1:
+        free = [c for c in free if _same_rpc(c, s)] or free
+    if not free:
+        return None
+    if s.recv_ts is not None:
+        return max(free, key=lambda c: c.send_ts if c.send_ts is not None else -math.inf)
+    return free[0]

@@ -201,6 +201,10 @@ class UpdateJoin:
             clients_by_tid.setdefault(tid, []).extend(parts)
         for tid, servers in servers_by_tid.items():
             clients = clients_by_tid.get(tid, [])
+            if len(servers) == 1 and len(clients) == 1:  # the usual case, decided as below
+                if url := clients[0].url:
+                    votes.setdefault(servers[0].server or "", Counter())[url] += 1
+                continue
             urls = {c.url for c in clients if c.url}
             if len(urls) == 1 and len({s.server for s in servers}) == 1:
                 votes.setdefault(servers[0].server or "", Counter())[next(iter(urls))] += 1

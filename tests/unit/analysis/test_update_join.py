@@ -149,11 +149,8 @@ def test_the_column_wise_join_builds_the_parts_the_line_by_line_join_builds(line
 
 
 def _reference_updates(events: list[Event]):
-    """The reference's parts joined by the same pairing (updates() starts from the parts)."""
-    ref = _reference(events)
-    join = UpdateJoin()
-    join._client, join._last_url, join._server, join._order = ref.client, ref.last_url, ref.server, ref.order
-    return join.updates()
+    """The reference's parts joined by the reference's pairing."""
+    return _reference(events).updates()
 
 
 MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4]))
