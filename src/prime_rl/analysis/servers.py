@@ -17,6 +17,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+import polars as pl
+
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_groups_of
@@ -66,19 +68,22 @@ def server_rows(d: Collected) -> list[ServerRow]:
 
 def _server_rows(d: Collected) -> list[ServerRow]:
     rows: dict[str, ServerRow] = {}
-    for u in d.updates:
-        if not u.url:
-            continue
-        row = rows.setdefault(u.url, ServerRow(u.url))
-        row.updates += 1
-        row.failed += u.failed
-        for key in ("wall_ms", "queue_ms"):
-            value = getattr(u, key)
-            if value is not None:
-                getattr(row, key).append(value)
-        rpc = u.rpc_ms if u.rpc_ms is not None else u.server_rpc_ms
-        if rpc is not None:
-            row.rpc_ms.append(rpc)
+    if d.updates:  # per URL, column-wise: each value list in the updates' order
+        url = pl.col("url")
+        per_url = (
+            d.update_frame()
+            .filter(url.is_not_null() & (url != ""))
+            .group_by("url", maintain_order=True)
+            .agg(
+                n=pl.len(),
+                failed=pl.col("failed").sum(),
+                wall=pl.col("wall").drop_nulls(),
+                rpc=pl.coalesce("rpc", "server_rpc").drop_nulls(),
+                queue=pl.col("queue").drop_nulls(),
+            )
+        )
+        for u, n, failed, wall, rpc, queue in per_url.iter_rows():
+            rows[u] = ServerRow(u, n, failed, wall, rpc, queue)
     for url, counts in d.server_counts.items():
         row = rows.setdefault(url, ServerRow(url))
         row.failed += counts.get("failed", 0)

@@ -65,25 +65,8 @@ def _update_critical(d: Collected) -> tuple[float, float, float]:
     first of equals), summed in the groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0
-    rows = []
-    for u in d.updates:
-        start = u.start
-        rows.append(
-            (
-                u.tid,
-                None if start is None else int(start // 600),
-                u.wall_ms,
-                u.rpc_ms,
-                u.server_rpc_ms,
-                u.queue_ms,
-            )
-        )
-    columns = ["tid", "window", "wall", "rpc", "server_rpc", "queue"]
-    frame = pl.DataFrame(
-        rows,
-        schema={"tid": pl.String, "window": pl.Int64, **{c: pl.Float64 for c in columns[2:]}},
-        orient="row",
-    )
+    frame = d.update_frame().select("tid", "start", "wall", "rpc", "server_rpc", "queue")
+    frame = frame.with_columns(window=(pl.col("start") // 600).cast(pl.Int64))
     server = pl.col("server_rpc").fill_null(0.0)
     slowest = (
         frame.with_row_index("i")

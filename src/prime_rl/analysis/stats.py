@@ -167,6 +167,37 @@ class Collected:
             self._memo[key] = make()
         return self._memo[key]
 
+    def update_frame(self) -> pl.DataFrame:
+        """The updates as columns, in order (made once): trace id, URL, start (client send, else
+        server receive), wall_ms, the client's rpc_ms, the server's, queue_ms and failed."""
+        return self.memo("update_frame", self._update_frame)
+
+    def _update_frame(self) -> pl.DataFrame:
+        ups = self.updates
+        number = pl.Float64
+        return pl.DataFrame(
+            {
+                "tid": [u.tid for u in ups],
+                "url": [u.url for u in ups],
+                "start": [u.send_ts if u.send_ts is not None else u.recv_ts for u in ups],
+                "wall": [u.wall_ms for u in ups],
+                "rpc": [u.rpc_ms for u in ups],
+                "server_rpc": [u.server_rpc_ms for u in ups],
+                "queue": [u.queue_ms for u in ups],
+                "failed": [u.failed for u in ups],
+            },
+            schema={
+                "tid": pl.String,
+                "url": pl.String,
+                "start": number,
+                "wall": number,
+                "rpc": number,
+                "server_rpc": number,
+                "queue": number,
+                "failed": pl.Boolean,
+            },
+        )
+
     @property
     def run_ms(self) -> float:
         """The run's length in ms; 0.0 when unknown."""

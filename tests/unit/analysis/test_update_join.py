@@ -12,7 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.support.reference_join import ReferenceJoin
 
-from prime_rl.analysis.tagged import SCHEMA, Event, TaggedLines
+from prime_rl.analysis.stats import collect
+from prime_rl.analysis.tagged import SCHEMA, Event, ParseStats, TaggedLines
 from prime_rl.analysis.updates import Update, UpdateJoin
 
 EVENTS = [
@@ -175,8 +176,6 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
 def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_update(updates):
     """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals);
     summed in order, as the loop over the groups did."""
-    from types import SimpleNamespace
-
     from prime_rl.analysis.stages import _update_critical, _update_ms, update_groups
 
     wall = rpc = queue = 0.0
@@ -185,4 +184,45 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
         wall += _update_ms(slow)
         rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
         queue += slow.queue_ms or 0.0
-    assert _update_critical(SimpleNamespace(updates=updates)) == (wall, rpc, queue)
+    d = collect(iter([]), ParseStats())
+    d.updates = updates
+    assert _update_critical(d) == (wall, rpc, queue)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            Update,
+            tid=st.sampled_from(["a", "b"]),
+            url=st.sampled_from([None, "", "http://h:1", "http://h:2"]),
+            wall_ms=MS,
+            rpc_ms=MS,
+            server_rpc_ms=MS,
+            queue_ms=MS,
+            failed=st.booleans(),
+        ),
+        max_size=30,
+    )
+)
+def test_the_per_server_rows_column_wise_are_the_loop_over_updates(updates):
+    """Per URL: updates, failures and the wall, rpc (the server's when the client has none) and
+    queue values in the updates' order, as the loop over the updates made them."""
+    from prime_rl.analysis.servers import ServerRow, _server_rows
+
+    rows: dict[str, ServerRow] = {}
+    for u in updates:
+        if not u.url:
+            continue
+        row = rows.setdefault(u.url, ServerRow(u.url))
+        row.updates += 1
+        row.failed += u.failed
+        for key in ("wall_ms", "queue_ms"):
+            if getattr(u, key) is not None:
+                getattr(row, key).append(getattr(u, key))
+        rpc = u.rpc_ms if u.rpc_ms is not None else u.server_rpc_ms
+        if rpc is not None:
+            row.rpc_ms.append(rpc)
+    d = collect(iter([]), ParseStats())
+    d.updates = updates
+    assert _server_rows(d) == [rows[k] for k in sorted(rows)]
