@@ -330,12 +330,17 @@ class _Collector:
     def ckpt(self, seq: int, b: TaggedLines) -> None:
         b.fields("target_step", "step", "wait_ms", "write_ms", "background")
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
-        target, step = b.text("target_step"), b.text("step")
-        wait_ms = b.num("wait_ms", ("wait.done",))
-        write_ms = b.num("write_ms", ("write.done",))
+        target_s, step_s = b.text_series("target_step"), b.text_series("step")
+        wait_s, write_s = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
+        self._per_step("ckpt_wait_ms", target_s, wait_s)
+        self._per_step("write_ms", step_s, write_s)
+        target, step, wait_ms, write_ms = (
+            target_s.to_list(),
+            step_s.to_list(),
+            wait_s.to_list(),
+            write_s.to_list(),
+        )
         background = b.text("background")
-        self._per_step("ckpt_wait_ms", target, wait_ms)
-        self._per_step("write_ms", step, write_ms)
         waits, writes = _Rows("wait_ms"), _Rows()
         for i, e in enumerate(events):
             if e == "wait.start":
@@ -361,10 +366,10 @@ class _Collector:
     def gen(self, seq: int, b: TaggedLines) -> None:
         b.fields("step", "completions", "dur_ms")
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
-        step, completions = b.text("step"), b.text("completions")
-        dur = b.num("dur_ms", ("batch.done",))
+        step_s, dur_s = b.text_series("step"), b.num_series("dur_ms", ("batch.done",))
+        self._per_step("gen_dur_ms", step_s, dur_s)
+        step, dur, completions = step_s.to_list(), dur_s.to_list(), b.text("completions")
         done_completions = b.num("completions", ("batch.done",))
-        self._per_step("gen_dur_ms", step, dur)
         retries, drops = [], []
         spans = _Rows("completions", "dur_ms")
         for i, e in enumerate(events):
@@ -428,24 +433,21 @@ class _Collector:
     def train(self, seq: int, b: TaggedLines) -> None:
         lines = ("step.done", "compute.done")
         b.fields("step", "wait_ms", "train_ms", "write_ms", "fwd_bwd_ms", "optim_ms")
-        events, ts, step = b.column("event"), b.column("ts"), b.text("step")
-        wait, train, write = (
-            b.num("wait_ms", ("step.done",)),
-            b.num("train_ms", lines),
-            b.num("write_ms", lines),
-        )
-        fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
+        step_s = b.text_series("step")
+        wait_s = b.num_series("wait_ms", ("step.done",))
+        train_s, write_s = b.num_series("train_ms", lines), b.num_series("write_ms", lines)
+        done = b.frame.get_column("event") == "step.done"
+        only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
         # step 0's wait is start-up (the servers start, the first batch is generated with nothing
         # to overlap it), not the steady state a bottleneck is judged on
-        self._per_step(
-            "train_wait_ms", step, [w if s != "0" else None for s, w in zip(step, wait, strict=True)]
-        )
-        steps_done = [t if e == "step.done" else None for e, t in zip(events, train, strict=True)]
-        self._per_step("train_ms", step, steps_done)
+        self._per_step("train_wait_ms", step_s, only((step_s != "0").fill_null(True), wait_s))
+        self._per_step("train_ms", step_s, only(done, train_s))
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
-        publish = [w if e == "step.done" else None for e, w in zip(events, write, strict=True)]
-        self._per_step("publish_ms", step, publish)
+        self._per_step("publish_ms", step_s, only(done, write_s))
+        events, ts, step = b.column("event"), b.column("ts"), step_s.to_list()
+        wait, train, write = wait_s.to_list(), train_s.to_list(), write_s.to_list()
+        fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
         spans = _TrainSpans()
         for i, e in enumerate(events):
             if e == "step.done":
