@@ -238,6 +238,11 @@ class Collected:
         return has("collect.") and not any(has(p) for p in trio)
 
 
+_TAGS = frozenset(
+    ("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server", "hang")
+)
+"""The tags the collector folds, each by its method of the same name."""
+
 Position = tuple[int, int]
 """Where a line lies in the order of the logs: (batch number, its line number)."""
 
@@ -272,18 +277,11 @@ class _Collector:
         self.server_gen_ms: dict[str, list[float]] = {}
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
-        self.by_tag: dict[str, Callable[[int, TaggedLines], None]] = {
-            "weights": self.weights,
-            "ckpt": self.ckpt,
-            "gen": self.gen,
-            "rollout": self.rollout,
-            "verify": self.verify,
-            "train": self.train,
-            "collect": self.collect,
-            "env": self.env,
-            "server": self.server,
-            "hang": self.hang,
-        }
+
+    def handler(self, tag: str) -> Callable[[int, TaggedLines], None] | None:
+        """The method that folds ``tag``'s lines (looked up per batch: a table of bound methods
+        kept on the collector would make it a reference cycle, left for the garbage collector)."""
+        return getattr(self, tag) if tag in _TAGS else None
 
     def _add(self, key: str, value: float | None) -> None:
         """Add a value to a series with no per-step values."""
@@ -537,7 +535,7 @@ class _Collector:
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         for tag, lines in b.by_tag():
-            handler = self.by_tag.get(tag)
+            handler = self.handler(tag)
             if handler is not None:
                 try:
                     handler(seq, lines)
@@ -842,7 +840,7 @@ def _failing_row(tag: str, seq: int, lines: TaggedLines) -> int:
 
 def _raises(tag: str, seq: int, lines: TaggedLines) -> bool:
     try:
-        _Collector().by_tag[tag](seq, lines)
+        _Collector().handler(tag)(seq, lines)  # type: ignore[misc]
     except _HANDLER_ERRORS:
         return True
     return False
