@@ -25,7 +25,7 @@ import polars as pl
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines, batches_from_events
-from prime_rl.analysis.updates import Update, UpdateJoin
+from prime_rl.analysis.updates import Update, UpdateJoin, update_frame
 
 SERIES = (
     "queue_ms",
@@ -59,6 +59,8 @@ SERIES = (
 
 UPDATE_SERIES = ("queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "lock_wait_ms")
 """The series taken from the joined weight updates (one value per update)."""
+_UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock")
+"""Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
 
 
 PER_STEP = {
@@ -168,35 +170,11 @@ class Collected:
         return self._memo[key]
 
     def update_frame(self) -> pl.DataFrame:
-        """The updates as columns, in order (made once): trace id, URL, start (client send, else
-        server receive), wall_ms, the client's rpc_ms, the server's, queue_ms and failed."""
+        """The updates as columns, in order (:func:`~prime_rl.analysis.updates.update_frame`, made once)."""
         return self.memo("update_frame", self._update_frame)
 
     def _update_frame(self) -> pl.DataFrame:
-        ups = self.updates
-        number = pl.Float64
-        return pl.DataFrame(
-            {
-                "tid": [u.tid for u in ups],
-                "url": [u.url for u in ups],
-                "start": [u.send_ts if u.send_ts is not None else u.recv_ts for u in ups],
-                "wall": [u.wall_ms for u in ups],
-                "rpc": [u.rpc_ms for u in ups],
-                "server_rpc": [u.server_rpc_ms for u in ups],
-                "queue": [u.queue_ms for u in ups],
-                "failed": [u.failed for u in ups],
-            },
-            schema={
-                "tid": pl.String,
-                "url": pl.String,
-                "start": number,
-                "wall": number,
-                "rpc": number,
-                "server_rpc": number,
-                "queue": number,
-                "failed": pl.Boolean,
-            },
-        )
+        return update_frame(self.updates)
 
     @property
     def run_ms(self) -> float:
@@ -542,17 +520,20 @@ class _Collector:
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
 
-    def update_spans(self, updates: list[Update]) -> None:
-        """The joined updates' series and spans, then every span in start order."""
-        for key in UPDATE_SERIES:
-            values = [getattr(u, key) for u in updates]
-            self.series[key].extend([v for v in values if v is not None])
-        spans = _Rows("queue_ms", "rpc_ms", "send_to_recv_ms")
-        for u in updates:
-            if (start := u.start) is not None and (end := u.end) is not None:
-                label = f"{u.tid} {u.url}" if u.url else u.tid
-                spans.add((start, end, label, u.queue_ms, u.rpc_ms, u.send_to_recv_ms))
-        spans.to(self.spans, "update", "update {}")
+    def update_spans(self, frame: pl.DataFrame) -> None:
+        """The joined updates' series and spans (``frame``: :func:`~prime_rl.analysis.updates.update_frame`)."""
+        for key, column in zip(UPDATE_SERIES, _UPDATE_COLUMNS, strict=True):
+            self.series[key].extend(frame.get_column(column).drop_nulls().to_list())
+        timed = frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        label = pl.when(pl.col("url").is_not_null() & (pl.col("url") != "")).then(
+            pl.concat_str("tid", pl.lit(" "), "url")
+        )
+        columns = timed.select(
+            "start", "end", label.otherwise("tid").alias("label"), "queue", "rpc", "send_to_recv"
+        ).get_columns()
+        start, end, args, queue, rpc, gap = (c.to_list() for c in columns)
+        info = {"queue_ms": queue, "rpc_ms": rpc, "send_to_recv_ms": gap}
+        self.spans.extend("update", start, end, "update {}", args, info)
 
     def open_wait_event(self) -> tuple[str, float | None, Event] | None:
         if self.last_wait is None or self.last_wait[0] < self.restarted:
@@ -615,10 +596,11 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
     for key, values in c.by_step.items():
         c.series[key].extend(values.values())
     updates = c.join.updates()
-    c.update_spans(updates)
+    frame = update_frame(updates)
+    c.update_spans(frame)
     run_s = (last_ts - first_ts) if last_ts > first_ts else None
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
-    return Collected(
+    collected = Collected(
         parse,
         updates,
         c.spans.kept(),
@@ -639,6 +621,8 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
         c.hangs,
         dict(sorted(c.spans.dropped.items())),
     )
+    collected.memo("update_frame", lambda: frame)  # made once, above
+    return collected
 
 
 class _PerStep:

@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
+import polars as pl
+
 from prime_rl.analysis.tagged import TaggedLines
 
 UPDATE_PATHS = (None, "/update_weights", "/reload_weights")
@@ -285,3 +287,72 @@ _SERVER_EVENTS = ["server.recv", "rpc.start", "rpc.done"]
 def _same_rpc(c: Update, s: Update) -> bool:
     """The client's rpc_ms (from the server's answer) equals the server log's, to the logged decimal."""
     return c.rpc_ms is not None and s.server_rpc_ms is not None and abs(c.rpc_ms - s.server_rpc_ms) <= 0.051
+
+
+def update_frame(updates: list[Update]) -> pl.DataFrame:
+    """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
+    :class:`Update`), ``wall``, ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
+    ``send_to_recv`` and ``failed``."""
+    number = pl.Float64
+    frame = pl.DataFrame(
+        {
+            "tid": [u.tid for u in updates],
+            "url": [u.url for u in updates],
+            "send_ts": [u.send_ts for u in updates],
+            "send_t": [u.send_t for u in updates],
+            "recv_ts": [u.recv_ts for u in updates],
+            "recv_t": [u.recv_t for u in updates],
+            "done_ts": [u.done_ts for u in updates],
+            "wall": [u.wall_ms for u in updates],
+            "rpc": [u.rpc_ms for u in updates],
+            "server_rpc": [u.server_rpc_ms for u in updates],
+            "queue": [u.queue_ms for u in updates],
+            "lock": [u.lock_wait_ms for u in updates],
+            "failed": [u.failed for u in updates],
+        },
+        schema={
+            "tid": pl.String,
+            "url": pl.String,
+            **dict.fromkeys(
+                (
+                    "send_ts",
+                    "send_t",
+                    "recv_ts",
+                    "recv_t",
+                    "done_ts",
+                    "wall",
+                    "rpc",
+                    "server_rpc",
+                    "queue",
+                    "lock",
+                ),
+                number,
+            ),
+            "failed": pl.Boolean,
+        },
+    )
+    col = pl.col
+    truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
+    start = pl.coalesce("send_ts", "recv_ts")
+    took = pl.when(truthy("wall")).then("wall").when(truthy("server_rpc")).then("server_rpc")
+    gap = (col("recv_t") - col("send_t")) * 1000.0
+    limit = pl.when(truthy("wall")).then("wall").otherwise(float("inf")) + 1.0
+    return frame.select(
+        "tid",
+        "url",
+        start=start,
+        end=pl.when(col("done_ts").is_not_null())
+        .then("done_ts")
+        .when(start.is_not_null() & took.is_not_null())
+        .then(start + took / 1000.0),
+        wall="wall",
+        rpc="rpc",
+        server_rpc="server_rpc",
+        queue="queue",
+        lock="lock",
+        send_to_recv=pl.when(gap.is_not_null() & (gap >= 0) & (gap <= limit))
+        .then(gap)
+        .when(col("send_ts").is_not_null() & col("recv_ts").is_not_null())
+        .then((col("recv_ts") - col("send_ts")) * 1000.0),
+        failed="failed",
+    )

@@ -186,6 +186,7 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
         queue += slow.queue_ms or 0.0
     d = collect(iter([]), ParseStats())
     d.updates = updates
+    d._memo.clear()  # the tables made from the (empty) collection's updates
     assert _update_critical(d) == (wall, rpc, queue)
 
 
@@ -225,4 +226,36 @@ def test_the_per_server_rows_column_wise_are_the_loop_over_updates(updates):
             row.rpc_ms.append(rpc)
     d = collect(iter([]), ParseStats())
     d.updates = updates
+    d._memo.clear()  # the tables made from the (empty) collection's updates
     assert _server_rows(d) == [rows[k] for k in sorted(rows)]
+
+
+TIME = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 1.25, 3.0, -2.0, 100.5]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            Update,
+            tid=st.sampled_from(["a", "b"]),
+            url=st.sampled_from([None, "", "http://h:1"]),
+            send_ts=TIME,
+            send_t=TIME,
+            recv_ts=TIME,
+            recv_t=TIME,
+            done_ts=TIME,
+            wall_ms=MS,
+            server_rpc_ms=MS,
+        ),
+        max_size=20,
+    )
+)
+def test_the_update_columns_hold_what_each_update_s_properties_give(updates):
+    """start, end and the send -> receive gap, column-wise, are each update's properties."""
+    from prime_rl.analysis.updates import update_frame
+
+    frame = update_frame(updates)
+    assert frame.get_column("start").to_list() == [u.start for u in updates]
+    assert frame.get_column("end").to_list() == [u.end for u in updates]
+    assert frame.get_column("send_to_recv").to_list() == [u.send_to_recv_ms for u in updates]
