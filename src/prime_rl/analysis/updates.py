@@ -190,17 +190,14 @@ class UpdateJoin:
                 u.server_rpc_ms, u.lock_wait_ms = rpc, lock
                 u.path = u.path or _OP_PATHS.get(op or "")
 
-    def server_urls(self) -> dict[str, str]:
+    def server_urls(self, clients_by_tid: dict[str, list[Update]] | None = None) -> dict[str, str]:
         """Which server URL each server log file belongs to, learned from the updates whose client
         and server parts can only be each other (one URL and one server file for a trace id) or
         whose ``rpc_ms`` agree to the logged decimal; a file is named when 80% of its votes agree."""
         votes: dict[str, Counter] = {}
-        servers_by_tid: dict[str, list[Update]] = {}
-        for (tid, _), parts in self._server.items():
-            servers_by_tid.setdefault(tid, []).extend(parts)
-        clients_by_tid: dict[str, list[Update]] = {}
-        for (tid, _), parts in self._client.items():
-            clients_by_tid.setdefault(tid, []).extend(parts)
+        servers_by_tid = _by_tid(self._server)
+        if clients_by_tid is None:
+            clients_by_tid = _by_tid(self._client)
         for tid, servers in servers_by_tid.items():
             clients = clients_by_tid.get(tid, [])
             if len(servers) == 1 and len(clients) == 1:  # the usual case, decided as below
@@ -225,10 +222,8 @@ class UpdateJoin:
     def updates(self) -> list[Update]:
         """The weight updates (other admin paths left out), one per trace id and server: client parts
         in first-seen order with their server parts joined, then server parts without a client part."""
-        mapping = self.server_urls()
-        clients_by_tid: dict[str, list[Update]] = {}
-        for (tid, _), parts in self._client.items():
-            clients_by_tid.setdefault(tid, []).extend(parts)
+        clients_by_tid = _by_tid(self._client)
+        mapping = self.server_urls(clients_by_tid)
         alone: list[Update] = []
         taken: set[int] = set()
         for (tid, source), parts in self._server.items():
@@ -274,6 +269,16 @@ class UpdateJoin:
 
 
 _OP_PATHS = {"update_weights": "/update_weights", "reload_weights": "/reload_weights"}
+
+
+def _by_tid(parts: dict[tuple[str, str | None], list[Update]]) -> dict[str, list[Update]]:
+    """The parts of each trace id, keys in first-seen order (a trace id with one key: its own list,
+    which the callers only read)."""
+    out: dict[str, list[Update]] = {}
+    for (tid, _), those in parts.items():
+        have = out.get(tid)
+        out[tid] = those if have is None else have + those
+    return out
 
 
 def _finished(u: Update) -> bool:
