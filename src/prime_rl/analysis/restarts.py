@@ -77,11 +77,11 @@ class Segments:
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
         longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds).tolist()
-        steps = lines.text("step")
+        steps = lines.rows_text(rows, "step")  # only the step lines' fields are read
         out = []
         for k, i in enumerate(rows.tolist()):
             gap = max(self._gap.pop(source, -np.inf), longest[k])
-            raw = steps[i] or ""
+            raw = steps[k] or ""
             if not raw.isdigit():
                 self._gap[source] = gap
                 continue

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -137,6 +137,15 @@ def _key_patterns(key: str) -> tuple[str, str, str]:
     return r"(?:^|\s)" + k + r"=(\S*)", r"^.*(?:^|\s)" + k + r"=(\S*)", key + "="
 
 
+def _last_of_twice(raw: pl.Series, rest: pl.Series, twice: pl.Series, key: str) -> pl.Series:
+    """``raw`` (each row's first value of ``key``) with the rows that give the key twice read again
+    for their last value (as in a dict built left to right)."""
+    if twice.any():
+        rows = twice.arg_true()
+        raw = raw.scatter(rows, rest.gather(rows).str.extract(_key_patterns(key)[1], 1))
+    return raw.rename(key)
+
+
 class TaggedLines:
     """Tagged lines of one file (or a run of events of one source), in line order."""
 
@@ -232,28 +241,33 @@ class TaggedLines:
         missing = [k for k in dict.fromkeys(keys) if k not in self._raws]
         if not missing or self.events is not None:
             return
-        rest = pl.col("rest")
+        text = pl.col("rest")
         frame = self.frame.select(
-            *(rest.str.extract(_key_patterns(k)[0], 1).alias(f"v{i}") for i, k in enumerate(missing)),
+            *(text.str.extract(_key_patterns(k)[0], 1).alias(f"v{i}") for i, k in enumerate(missing)),
             *(
-                (rest.str.count_matches(_key_patterns(k)[2], literal=True) > 1).alias(f"n{i}")
+                (text.str.count_matches(_key_patterns(k)[2], literal=True) > 1).alias(f"n{i}")
                 for i, k in enumerate(missing)
             ),
         )
+        rest = self.frame.get_column("rest")
         for i, key in enumerate(missing):
-            raw, twice = frame.get_column(f"v{i}"), frame.get_column(f"n{i}")
-            if twice.any():  # the key given twice: the last one counts (as in a dict built left to right)
-                rows = twice.arg_true()
-                raw = raw.scatter(
-                    rows, self.frame.get_column("rest").gather(rows).str.extract(_key_patterns(key)[1], 1)
-                )
-            self._raws[key] = raw.rename(key)
+            self._raws[key] = _last_of_twice(frame.get_column(f"v{i}"), rest, frame.get_column(f"n{i}"), key)
 
     def text(self, key: str) -> list[str | None]:
         """Field ``key`` of every row (None where the line has none)."""
         if self.events is not None:
             return [ev.fields.get(key) for ev in self.events]
         return self._raw(key).to_list()
+
+    def rows_text(self, rows: Sequence[int], key: str) -> list[str | None]:
+        """Field ``key`` of the rows ``rows`` only (a few rows of a big batch: only they are read)."""
+        if self.events is not None or key in self._raws:
+            column = self.text(key)
+            return [column[i] for i in rows]
+        first, _, literal = _key_patterns(key)
+        rest = self.frame.get_column("rest").gather(list(rows))
+        twice = rest.str.count_matches(literal, literal=True) > 1
+        return _last_of_twice(rest.str.extract(first, 1), rest, twice, key).to_list()
 
     def text_series(self, key: str) -> pl.Series:
         """:meth:`text` as a column."""
