@@ -11,6 +11,7 @@ jumps back by more than 12 hours starts the next day.
 from __future__ import annotations
 
 import re
+import zlib
 from datetime import datetime
 from pathlib import Path
 
@@ -29,12 +30,25 @@ def reference_date(paths: list[Path], opener, peek: int = 1 << 18) -> str:
     for path in paths:
         try:
             with opener(path) as f:
-                m = _TS_BYTES.search(f.read(peek))
+                m = _TS_BYTES.search(_head(f, peek))
         except OSError:
             continue
         if m:
             dates.append(m.group(1).decode())
     return min(dates) if dates else FALLBACK_DATE
+
+
+def _head(f, peek: int) -> bytes:
+    """Up to ``peek`` bytes from the start of ``f``; of a compressed file cut short, what it holds."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while size < peek and (piece := f.read1(peek - size)):
+            parts.append(piece)
+            size += len(piece)
+    except (EOFError, zlib.error):
+        pass
+    return b"".join(parts)
 
 
 class Clock:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,16 +74,40 @@ def open_log(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
+def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
     """Whole lines in big chunks (about :data:`CHUNK` bytes: a chunk is completed to the end of its
-    last line); a final line without newline is yielded with one (it may be cut)."""
+    last line); a final line without newline is yielded with one (it may be cut). A compressed
+    file that ends early or is corrupt yields what it held up to there; the error is added to
+    ``cut`` (a log copied while it was written, a crash while it was compressed)."""
     with open_log(path) as f:
-        while block := f.read(CHUNK):
-            if not block.endswith(b"\n"):
-                block += f.readline()
-                if not block.endswith(b"\n"):  # the file's last line has no newline
-                    block += b"\n"
-            yield block
+        # a compressed file is read a decompression step at a time, so an error loses no more
+        gzipped = isinstance(f, gzip.GzipFile)
+        while True:
+            pieces: list[bytes] = []
+            size, error = 0, None
+            try:
+                if gzipped:
+                    while size < CHUNK and (piece := f.read1(CHUNK - size)):
+                        pieces.append(piece)
+                        size += len(piece)
+                else:
+                    pieces.append(f.read(CHUNK))
+                if pieces and pieces[-1] and not pieces[-1].endswith(b"\n"):
+                    pieces.append(f.readline())
+            except _CUT as e:
+                error = f"{type(e).__name__}: {e}"
+            block = b"".join(pieces) if len(pieces) != 1 else pieces[0]
+            if block:
+                yield block if block.endswith(b"\n") else block + b"\n"  # the last line has no newline
+            if error is not None:
+                cut.append(error)
+                return
+            if not block:
+                return
+
+
+_CUT = (EOFError, gzip.BadGzipFile, zlib.error)
+"""What reading a compressed log that ends early or is corrupt raises."""
 
 
 def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[TaggedLines]:
@@ -98,7 +123,8 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
         lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
         last_chunk = b""
         pending = _Pending(path, clock, stats, events_seen)
-        for chunk in _chunks(path):
+        cut: list[str] = []
+        for chunk in _chunks(path, cut):
             last_chunk = chunk
             _count_unknown(stats, chunk)
             n = _scan_chunk(chunk, lines_before + 1, pending)
@@ -108,6 +134,8 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
                 yield TaggedLines(pending.flush(), label, path, None, stats)
         if pending.rows:
             yield TaggedLines(pending.flush(), label, path, None, stats)
+        if cut:
+            stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
         _last_line(stats, path, last_chunk, clock)
     stats.seconds += time.perf_counter() - start
 

@@ -338,6 +338,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "lines": d.parse.lines,
             "tagged": d.parse.tagged,
             "malformed": d.parse.malformed,
+            "cut_files": d.parse.cut_files,
             "seconds": d.parse.seconds,
         },
         "updates": [u.to_dict() for u in d.updates[:JSON_UPDATES]],

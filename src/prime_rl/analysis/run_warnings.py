@@ -61,7 +61,7 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
 
 def malformed_lines(d: Collected, th: Thresholds) -> str | None:
     """Tagged lines the parser had to skip, values that are no number (each named by file:line),
-    and lines with a tag the analyzer does not read."""
+    lines with a tag the analyzer does not read, and compressed files it could not read to the end."""
     p = d.parse
     parts = []
     if p.malformed:
@@ -75,6 +75,11 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
     if p.unknown_tags:
         tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))
         parts.append(f"{sum(p.unknown_tags.values())} line(s) with a tag the analyzer does not read: {tags}")
+    if p.cut_files:
+        parts.append(
+            f"{len(p.cut_files)} compressed file(s) cut short or corrupt, read up to where they break "
+            f"({'; '.join(p.cut_files[:3])})"
+        )
     return "; ".join(parts) or None
 
 

@@ -42,6 +42,9 @@ class ParseStats:
     """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
     last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
     """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
+    cut_files: list[str] = field(default_factory=list)
+    """Files that could not be read to their end (a compressed log cut short or corrupt), as
+    ``file: what went wrong after N lines``; their lines up to there are read."""
     ref_date: str | None = None
     """The date given to timestamps without one (console captures)."""
     seconds: float = 0.0

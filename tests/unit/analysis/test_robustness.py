@@ -148,3 +148,33 @@ def test_a_collector_run_without_successes_is_not_asked_for_weight_lines(tmp_pat
     assert a.data.is_collector_run
     assert not any("[weights]" in w for w in a.warnings), a.warnings
     assert a.primary is not None and a.primary.kind == "rate_limited"
+
+
+def test_a_gzipped_log_cut_short_or_corrupt_is_read_up_to_where_it_breaks(tmp_path, analyze):
+    """A compressed log copied while it was written (cut mid-stream) or damaged: the lines before
+    the break are analysed, the file is named with where it broke, and nothing crashes."""
+    import gzip
+
+    lines = [
+        PREFIX.format(i % 60) + f"[gen] batch.done step={i} completions=4 dur_ms=10.0" for i in range(20_000)
+    ]
+    whole = gzip.compress(("\n".join(lines) + "\n").encode())
+    cut = tmp_path / "orchestrator.log.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    summary, md = analyze([cut], tmp_path / "out")
+    read = summary["parse"]["lines"]
+    assert 1_000 < read < 20_000  # the first half's lines, not none and not all
+    assert summary["parse"]["tagged"] == read - 1 or summary["parse"]["tagged"] == read  # the last may be cut
+    (note,) = summary["parse"]["cut_files"]
+    assert note.startswith(f"{cut}: cannot be read past line {read}") and "EOFError" in note
+    assert "compressed file(s) cut short or corrupt" in md
+
+    damaged = tmp_path / "x" / "orchestrator.log.gz"
+    damaged.parent.mkdir()
+    middle = len(whole) // 2
+    damaged.write_bytes(
+        whole[:middle] + bytes(b ^ 0xFF for b in whole[middle : middle + 64]) + whole[middle + 64 :]
+    )
+    summary, md = analyze([damaged], tmp_path / "out2")
+    assert 0 < summary["parse"]["lines"] < 20_000
+    assert len(summary["parse"]["cut_files"]) == 1 and "compressed file(s) cut short or corrupt" in md
