@@ -30,12 +30,23 @@ def reference_date(paths: list[Path], opener, peek: int = 1 << 18) -> str:
     for path in paths:
         try:
             with opener(path) as f:
-                m = _TS_BYTES.search(_head(f, peek))
+                head = _head(f, peek)
         except OSError:
             continue
-        if m:
-            dates.append(m.group(1).decode())
+        for m in _TS_BYTES.finditer(head):  # the first that is a date (2026-99-99 is none)
+            date = m.group(1).decode()
+            if _is_date(date):
+                dates.append(date)
+                break
     return min(dates) if dates else FALLBACK_DATE
+
+
+def _is_date(text: str) -> bool:
+    try:
+        datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        return False
+    return True
 
 
 def _head(f, peek: int) -> bytes:

@@ -178,3 +178,20 @@ def test_a_gzipped_log_cut_short_or_corrupt_is_read_up_to_where_it_breaks(tmp_pa
     summary, md = analyze([damaged], tmp_path / "out2")
     assert 0 < summary["parse"]["lines"] < 20_000
     assert len(summary["parse"]["cut_files"]) == 1 and "compressed file(s) cut short or corrupt" in md
+
+
+def test_a_log_that_starts_with_an_impossible_date_is_read(tmp_path, analyze):
+    """The date given to time-only lines is the first real date of the logs: a line stamped
+    2026-99-99 is read (without a time), not the end of the analysis."""
+    log = tmp_path / "orchestrator.log"
+    log.write_bytes(
+        b"2026-99-99 99:99:99.999 | INFO    | [gen] batch.done step=1 completions=4 dur_ms=5\n"
+        b"2026-01-02 12:00:00.000 | INFO    | [gen] batch.done step=2 completions=4 dur_ms=5\n"
+        b"12:00:01.000 | INFO    | [gen] batch.done step=3 completions=4 dur_ms=5\n"
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["parse"]["tagged"] == 3 and summary["parse"]["malformed"] == 0
+    from prime_rl.analysis.clock import reference_date
+    from prime_rl.analysis.parser import open_log
+
+    assert reference_date([log], open_log) == "2026-01-02"
