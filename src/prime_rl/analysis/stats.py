@@ -318,24 +318,32 @@ class _Collector:
         )
         background = b.text("background")
         waits, writes = _Rows("wait_ms"), _Rows()
-        for i, e in enumerate(events):
+        add_wait, add_write, open_wait = waits.add, writes.add, self.open_wait
+        last_wait = last_write = -1  # the last wait.start or wait.done row; the last write.done with write_ms
+        in_background = 0
+        rows = zip(events, ts, target, step, wait_ms, write_ms, background, strict=True)
+        for i, (e, t, tgt, st, wait, write, bg) in enumerate(rows):
             if e == "wait.start":
-                key = target[i] or "?"
-                if ts[i] is not None:
-                    self.open_wait[key] = ts[i]
-                self.last_wait = ((seq, number[i]), b, i, key)
+                if t is not None:
+                    open_wait[tgt or "?"] = t
+                last_wait = i
             elif e == "wait.done":
-                self.last_wait = None
-                ms = wait_ms[i]
-                if ms is not None:
-                    end = ts[i] or 0.0
-                    waits.add((self.open_wait.pop(target[i] or "?", end - ms / 1000.0), end, target[i], ms))
-            elif e == "write.done" and (ms := write_ms[i]) is not None:
-                self.last_write = (b, i)
-                if background[i] == "true":  # written beside the next step, off its critical path
-                    self.counts["write.background"] += 1
-                if ts[i] is not None:
-                    writes.add((ts[i] - ms / 1000.0, ts[i], step[i]))
+                last_wait = i
+                if wait is not None:
+                    end = t or 0.0
+                    add_wait((open_wait.pop(tgt or "?", end - wait / 1000.0), end, tgt, wait))
+            elif e == "write.done" and write is not None:
+                last_write = i
+                in_background += bg == "true"  # written beside the next step, off its critical path
+                if t is not None:
+                    add_write((t - write / 1000.0, t, st))
+        if last_wait >= 0:  # an open wait is the last wait.start with no wait.done after it
+            i = last_wait
+            self.last_wait = ((seq, number[i]), b, i, target[i] or "?") if events[i] == "wait.start" else None
+        if last_write >= 0:
+            self.last_write = (b, last_write)
+        if in_background:
+            self.counts["write.background"] += in_background
         waits.to(self.spans, "ckpt_wait", "wait for weights step {}")
         writes.to(self.spans, "ckpt_write", "write weights step {}")
 
@@ -348,28 +356,33 @@ class _Collector:
         done_completions = b.num("completions", ("batch.done",))
         retries, drops = [], []
         spans = _Rows("completions", "dur_ms")
-        for i, e in enumerate(events):
+        add, open_gen, started = spans.add, self.open_gen, self.batches_started
+        last = -1  # the last batch.start or batch.done row
+        completed, dones = 0, False
+        rows = zip(events, ts, step, dur, completions, done_completions, strict=True)
+        for i, (e, t, st, ms, n, done_n) in enumerate(rows):
             if e == "batch.start":
-                self.batches_started += 1
-            key = step[i]
-            if key is None:  # no step= on the line: batches are paired by their count
-                key = str(self.batches_started)
-            if e == "batch.start":
-                self.last_start = ((seq, number[i]), b, i)
-                if ts[i] is not None:
-                    self.open_gen[key] = ts[i]
+                started += 1
+                last = i
+                if t is not None:  # no step= on the line: batches are paired by their count
+                    open_gen[str(started) if st is None else st] = t
             elif e == "batch.done":
-                self.last_start = None
-                ms = dur[i]
+                last = i
                 if ms is not None:
-                    end = ts[i] or 0.0
-                    start = self.open_gen.pop(key, end - ms / 1000.0)
-                    spans.add((start, end, step[i] or "?", completions[i], ms))
-                self.counts["completions"] += int(done_completions[i] or 0)
+                    end = t or 0.0
+                    start = open_gen.pop(str(started) if st is None else st, end - ms / 1000.0)
+                    add((start, end, st or "?", n, ms))
+                completed += int(done_n or 0)
+                dones = True
             elif e == "request.retry":
                 retries.append(i)
             elif e == "group.drop":
                 drops.append(i)
+        self.batches_started = started
+        if dones:
+            self.counts["completions"] += completed
+        if last >= 0:  # an open batch is the last batch.start with no batch.done after it
+            self.last_start = ((seq, number[last]), b, last) if events[last] == "batch.start" else None
         spans.to(self.spans, "gen", "generate step {}")
         if drops:
             reason = b.text("reason")  # the column once, not once per dropped group
@@ -425,43 +438,40 @@ class _Collector:
         wait, train, write = wait_s.to_list(), train_s.to_list(), write_s.to_list()
         fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
         spans = _TrainSpans()
-        for i, e in enumerate(events):
+        add_train, add_fwd, add_opt, add_wait = (
+            spans.train.add,
+            spans.fwd_bwd.add,
+            spans.optim.add,
+            spans.wait.add,
+        )
+        compute_start = self.compute_start
+        for e, t, st, w, tr, wr, f, o in zip(events, ts, step, wait, train, write, fwd, opt, strict=True):
             if e == "step.done":
-                if step[i] == "0":
-                    self.counts["train_startup_wait_ms"] = int(wait[i] or 0)
-                self._train_spans(spans, ts[i], str(step[i]), train[i], wait[i], write[i])
-            elif e == "compute.done" and ts[i] is not None and train[i] is not None:
+                if st == "0":
+                    self.counts["train_startup_wait_ms"] = int(w or 0)
+                if t is None or tr is None:
+                    continue
+                # the step's wait for rollouts (before its compute) and, from a trainer that writes
+                # no compute.done line, the compute itself: it ended write_ms before this line
+                key = str(st)
+                start = compute_start.pop(key, None)
+                if start is None:
+                    end = t - (wr or 0.0) / 1000.0
+                    start = end - tr / 1000.0
+                    add_train((start, end, key, tr))
+                if w:
+                    add_wait((start - w / 1000.0, start, key))
+            elif e == "compute.done" and t is not None and tr is not None:
                 # the line ends the compute: forward/backward, then the optimizer
-                end, key = ts[i], step[i] or "?"
-                start = end - train[i] / 1000.0
-                spans.train.add((start, end, key, train[i]))
-                if fwd[i]:
-                    spans.fwd_bwd.add((start, start + fwd[i] / 1000.0, key))
-                if opt[i]:
-                    spans.optim.add((end - opt[i] / 1000.0, end, key))
-                self.compute_start[key] = start
+                key = st or "?"
+                start = t - tr / 1000.0
+                add_train((start, t, key, tr))
+                if f:
+                    add_fwd((start, start + f / 1000.0, key))
+                if o:
+                    add_opt((t - o / 1000.0, t, key))
+                compute_start[key] = start
         spans.to(self.spans)
-
-    def _train_spans(
-        self,
-        spans: _TrainSpans,
-        ts: float | None,
-        step: str,
-        train: float | None,
-        wait: float | None,
-        write: float | None,
-    ) -> None:
-        """The step's wait for rollouts (before its compute) and, from a trainer that writes no
-        ``compute.done`` line, the compute itself: it ended ``write_ms`` before this line."""
-        if ts is None or train is None:
-            return
-        start = self.compute_start.pop(step, None)
-        if start is None:
-            end = ts - (write or 0.0) / 1000.0
-            start = end - train / 1000.0
-            spans.train.add((start, end, step, train))
-        if wait:
-            spans.wait.add((start - wait / 1000.0, start, step))
 
     def collect(self, seq: int, b: TaggedLines) -> None:
         """The offline collector: one rollout.done per sample."""
