@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
@@ -91,10 +93,21 @@ def _second(whole: int) -> str:
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
     """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped."""
-    ups = sorted(
-        (u for u in d.updates if u.wall_ms is not None or u.server_rpc_ms is not None),
-        key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0),
-    )[:n]
+    col = pl.col
+    took = pl.when(col("wall").is_not_null() & (col("wall") != 0)).then("wall")
+    took = (
+        took.when(col("server_rpc").is_not_null() & (col("server_rpc") != 0))
+        .then("server_rpc")
+        .otherwise(0.0)
+    )
+    slowest = (
+        d.update_frame()
+        .with_row_index("i")
+        .filter(col("wall").is_not_null() | col("server_rpc").is_not_null())
+        .sort(took, descending=True, maintain_order=True)  # equals keep the updates' order
+        .head(n)
+    )
+    ups = [d.updates[i] for i in slowest["i"].to_list()]
     gens = _Overlaps([s for s in d.spans if s.kind == "gen"])
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  {'server':24} in flight"
@@ -216,7 +229,10 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     for i, kind in enumerate(rows):
         if by_kind[kind]:
             ax.broken_barh(merge_bars(by_kind[kind], resolution), (i - 0.35, 0.7), color=colors[kind])
-    queued = [(u.start - t0, u.queue_ms / 1000.0) for u in d.updates if u.start is not None and u.queue_ms]
+    timed = d.update_frame().filter(
+        pl.col("start").is_not_null() & pl.col("queue").is_not_null() & (pl.col("queue") != 0)
+    )
+    queued = list(zip((timed["start"] - t0).to_list(), (timed["queue"] / 1000.0).to_list(), strict=True))
     if queued:  # the queue part of the updates, hatched
         ax.broken_barh(
             merge_bars(queued, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"

@@ -259,3 +259,22 @@ def test_the_update_columns_hold_what_each_update_s_properties_give(updates):
     assert frame.get_column("start").to_list() == [u.start for u in updates]
     assert frame.get_column("end").to_list() == [u.end for u in updates]
     assert frame.get_column("send_to_recv").to_list() == [u.send_to_recv_ms for u in updates]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(MS, MS), max_size=25))
+def test_the_slowest_updates_are_the_first_of_the_sorted_updates(times):
+    """slowest_updates.txt lists the updates with a wall or server rpc time, longest first (wall_ms,
+    else the server's rpc_ms), equals in the updates' order: the first ten of a stable sort."""
+    from prime_rl.analysis.report import slowest_updates
+
+    updates = [Update(f"u{i}", wall_ms=w, server_rpc_ms=r) for i, (w, r) in enumerate(times)]
+    want = sorted(
+        (u for u in updates if u.wall_ms is not None or u.server_rpc_ms is not None),
+        key=lambda u: -(u.wall_ms or u.server_rpc_ms or 0),
+    )[:10]
+    d = collect(iter([]), ParseStats())
+    d.updates = updates
+    d._memo.clear()
+    listed = [line.split()[0] for line in slowest_updates(d).splitlines()[1:]]
+    assert listed == ([u.tid for u in want] or ["(no"])
