@@ -189,13 +189,21 @@ def _dropped_note(d: Collected) -> str:
 def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
     """(start, width) bars sorted by start, neighbours closer than ``resolution`` merged into one:
     at most about span / resolution bars, whatever the number of spans."""
-    out: list[list[float]] = []
+    out: list[tuple[float, float]] = []
+    first = True
+    at = wide = 0.0  # the bar being merged into
     for start, width in sorted(bars):
-        if out and start - (out[-1][0] + out[-1][1]) < resolution:
-            out[-1][1] = max(out[-1][1], start + width - out[-1][0])
+        if not first and start - (at + wide) < resolution:
+            reach = start + width - at
+            if reach > wide:
+                wide = reach
         else:
-            out.append([start, width])
-    return [(a, b) for a, b in out]
+            if not first:
+                out.append((at, wide))
+            at, wide, first = start, width, False
+    if not first:
+        out.append((at, wide))
+    return out
 
 
 def plot_timeline(a: Analysis, path: Path) -> bool:
@@ -223,8 +231,10 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     }
     by_kind: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
     for s in d.spans:
-        if s.kind in by_kind:
-            by_kind[s.kind].append((s.start - t0, max(s.end - s.start, 1e-3)))
+        bars = by_kind.get(s.kind)
+        if bars is not None:
+            took = s.end - s.start
+            bars.append((s.start - t0, 1e-3 if took < 1e-3 else took))
     fig, ax = plt.subplots(figsize=(12, 4.2))
     for i, kind in enumerate(rows):
         if by_kind[kind]:

@@ -3,6 +3,9 @@ call per row whatever the number of spans, overlaps found by bisection."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.report import PLOT_BARS, merge_bars, plot_timeline, timeline
 from prime_rl.analysis.stats import Span
@@ -57,3 +60,22 @@ def test_each_update_lists_the_batches_it_overlapped(collected):
         "update long  queue_ms=1.0 rpc_ms=3499.0  overlaps: generate step 0, generate step 1, generate step 2"
         in text
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bars=st.lists(
+        st.tuples(st.floats(-10, 100, allow_nan=False), st.floats(-1, 20, allow_nan=False)), max_size=40
+    ),
+    resolution=st.sampled_from([1e-3, 0.1, 0.5, 3.0]),
+)
+def test_merge_bars_merges_as_the_list_of_lists_did(bars, resolution):
+    """The bar merge, written with the merged bar in two locals, gives what the first version
+    (a list of [start, width] lists) gave, to the bit."""
+    out: list[list[float]] = []
+    for start, width in sorted(bars):
+        if out and start - (out[-1][0] + out[-1][1]) < resolution:
+            out[-1][1] = max(out[-1][1], start + width - out[-1][0])
+        else:
+            out.append([start, width])
+    assert merge_bars(bars, resolution) == [(a, b) for a, b in out]
