@@ -749,9 +749,18 @@ class _Block:
     def __len__(self) -> int:
         return len(self.start) - self.first
 
-    def span(self, kind: str, i: int) -> Span:
-        info = {k: v[i] for k, v in self.info.items()} if self.info else {}
-        return Span(kind, self.start[i], self.end[i], self.label.format(self.args[i]), info)
+    def spans(self, kind: str, lo: int, hi: int) -> list[Span]:
+        """Spans ``lo:hi`` as objects."""
+        label = self.label.format
+        rows = zip(self.start[lo:hi], self.end[lo:hi], self.args[lo:hi], strict=True)
+        if not self.info:
+            return [Span(kind, s, e, label(a), {}) for s, e, a in rows]
+        keys = tuple(self.info)
+        values = zip(*(column[lo:hi] for column in self.info.values()), strict=True)
+        return [
+            Span(kind, s, e, label(a), dict(zip(keys, v, strict=True)))
+            for (s, e, a), v in zip(rows, values, strict=True)
+        ]
 
 
 class _Spans:
@@ -787,7 +796,7 @@ class _Spans:
         room = SPANS_KEPT - len(head)
         if room > 0:
             n = min(room, len(block.start))
-            head.extend(block.span(kind, i) for i in range(n))
+            head.extend(block.spans(kind, 0, n))
             if n == len(block.start):
                 return
             block.first = n
@@ -808,7 +817,8 @@ class _Spans:
         """Every kept span in start order."""
         out = [s for spans in self.head.values() for s in spans]
         for kind, blocks in self.tail.items():
-            out += [b.span(kind, i) for b in blocks for i in range(b.first, len(b.start))]
+            for b in blocks:
+                out += b.spans(kind, b.first, len(b.start))
         out.sort(key=lambda s: s.start)
         return out
 
