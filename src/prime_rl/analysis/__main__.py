@@ -37,7 +37,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="output directory (default bottleneck_logs/analysis_<timestamp>)",
     )
     parser.add_argument(
+        "--async-level",
         "--async_level",
+        dest="async_level",
         type=int,
         default=None,
         help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)",

@@ -66,3 +66,11 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert "no such log file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         analyze_main([str(tmp_path), "--threshold", "nonsense"])
+
+
+def test_async_level_is_taken_with_a_hyphen_or_an_underscore():
+    from prime_rl.analysis.__main__ import _arg_parser
+
+    for flag in ("--async-level", "--async_level"):
+        assert _arg_parser().parse_args(["run", flag, "2"]).async_level == 2
+    assert "--async-level" in _arg_parser().format_help()
