@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 import polars as pl
@@ -294,47 +295,36 @@ def _same_rpc(c: Update, s: Update) -> bool:
     return c.rpc_ms is not None and s.server_rpc_ms is not None and abs(c.rpc_ms - s.server_rpc_ms) <= 0.051
 
 
+_FRAME_COLUMNS = {
+    "tid": ("tid", pl.String),
+    "url": ("url", pl.String),
+    **{
+        name: (attr, pl.Float64)
+        for name, attr in (
+            ("send_ts", "send_ts"),
+            ("send_t", "send_t"),
+            ("recv_ts", "recv_ts"),
+            ("recv_t", "recv_t"),
+            ("done_ts", "done_ts"),
+            ("wall", "wall_ms"),
+            ("rpc", "rpc_ms"),
+            ("server_rpc", "server_rpc_ms"),
+            ("queue", "queue_ms"),
+            ("lock", "lock_wait_ms"),
+        )
+    },
+    "failed": ("failed", pl.Boolean),
+}
+"""update_frame's first columns: name -> (the Update attribute, its type)."""
+
+
 def update_frame(updates: list[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``, ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
     ``send_to_recv`` and ``failed``."""
-    number = pl.Float64
     frame = pl.DataFrame(
-        {
-            "tid": [u.tid for u in updates],
-            "url": [u.url for u in updates],
-            "send_ts": [u.send_ts for u in updates],
-            "send_t": [u.send_t for u in updates],
-            "recv_ts": [u.recv_ts for u in updates],
-            "recv_t": [u.recv_t for u in updates],
-            "done_ts": [u.done_ts for u in updates],
-            "wall": [u.wall_ms for u in updates],
-            "rpc": [u.rpc_ms for u in updates],
-            "server_rpc": [u.server_rpc_ms for u in updates],
-            "queue": [u.queue_ms for u in updates],
-            "lock": [u.lock_wait_ms for u in updates],
-            "failed": [u.failed for u in updates],
-        },
-        schema={
-            "tid": pl.String,
-            "url": pl.String,
-            **dict.fromkeys(
-                (
-                    "send_ts",
-                    "send_t",
-                    "recv_ts",
-                    "recv_t",
-                    "done_ts",
-                    "wall",
-                    "rpc",
-                    "server_rpc",
-                    "queue",
-                    "lock",
-                ),
-                number,
-            ),
-            "failed": pl.Boolean,
-        },
+        {name: list(map(attrgetter(attr), updates)) for name, (attr, _) in _FRAME_COLUMNS.items()},
+        schema={name: dtype for name, (_, dtype) in _FRAME_COLUMNS.items()},
     )
     col = pl.col
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."

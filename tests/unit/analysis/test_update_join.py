@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import astuple
 from pathlib import Path
 
-import polars as pl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.support.reference_join import ReferenceJoin
 
 from prime_rl.analysis.stats import collect
-from prime_rl.analysis.tagged import SCHEMA, Event, ParseStats, TaggedLines
+from prime_rl.analysis.tagged import Event, ParseStats, TaggedLines
 from prime_rl.analysis.updates import Update, UpdateJoin
 
 EVENTS = [
@@ -80,19 +79,8 @@ def _reference(events: list[Event]) -> ReferenceJoin:
 
 
 def _file_batch(events: list[Event]) -> TaggedLines:
-    """The events as a parsed file's batch (fields in the ``rest`` text, one source file)."""
-    frame = pl.DataFrame(
-        {
-            "line": [ev.line for ev in events],
-            "ts": [ev.ts for ev in events],
-            "tag": [ev.tag for ev in events],
-            "tid": [ev.tid for ev in events],
-            "event": [ev.event for ev in events],
-            "rest": [" ".join(f"{k}={v}" for k, v in ev.fields.items()) for ev in events],
-        },
-        schema=SCHEMA,
-    )
-    return TaggedLines(frame, "inference", events[0].path)
+    """The events as a parsed file's batch (fields read from the ``rest`` text, one source file)."""
+    return TaggedLines(TaggedLines.from_events(events).frame, "inference", events[0].path)
 
 
 def _parts(join) -> tuple:
