@@ -6,11 +6,15 @@ Each is printed, with its description, at the end of SUMMARY.md and can be set w
 
 from __future__ import annotations
 
-from prime_rl.config import StrictModel
+from pydantic import BaseModel, ConfigDict
 
 
-class Thresholds(StrictModel):
-    """When a finding fires. Every value is printed in SUMMARY.md and can be set with --threshold."""
+class Thresholds(BaseModel):
+    """When a finding fires. Every value is printed in SUMMARY.md and can be set with --threshold.
+    (A pydantic model of its own, not of ``prime_rl.config``: the analyzer does not load the
+    processes' config machinery, a fifth of a second at every start.)"""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     queue_ratio: float = 3.0
     """Front-end queue saturation: mean queue_ms above this multiple of mean rpc_ms ..."""
