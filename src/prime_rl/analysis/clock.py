@@ -11,9 +11,8 @@ jumps back by more than 12 hours starts the next day.
 from __future__ import annotations
 
 import re
-import zlib
+from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
 
 _TS = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
 _TS_BYTES = re.compile(rb"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}:\d{2}")
@@ -23,43 +22,25 @@ FALLBACK_DATE = "2000-01-01"
 _HALF_DAY = 43200.0
 
 
-def reference_date(paths: list[Path], opener, peek: int = 1 << 18) -> str:
-    """The earliest date among the first ``peek`` bytes of each file (``opener(path)`` gives a binary
-    file object), or :data:`FALLBACK_DATE`."""
+def reference_date(heads: Iterable[bytes]) -> str:
+    """The earliest date among the logs' first bytes (``heads``): of each, the first
+    ``YYYY-MM-DD HH:MM:SS`` whose date is one (2026-99-99 is none); else :data:`FALLBACK_DATE`."""
     dates = []
-    for path in paths:
-        try:
-            with opener(path) as f:
-                head = _head(f, peek)
-        except OSError:
-            continue
-        for m in _TS_BYTES.finditer(head):  # the first that is a date (2026-99-99 is none)
+    for head in heads:
+        for m in _TS_BYTES.finditer(head):
             date = m.group(1).decode()
-            if _is_date(date):
+            if _local_midnight(date) is not None:
                 dates.append(date)
                 break
     return min(dates) if dates else FALLBACK_DATE
 
 
-def _is_date(text: str) -> bool:
+def _local_midnight(date: str) -> float | None:
+    """Epoch seconds of local midnight of ``YYYY-MM-DD``, None if it is no date."""
     try:
-        datetime.strptime(text, "%Y-%m-%d")
+        return datetime.strptime(date, "%Y-%m-%d").timestamp()
     except ValueError:
-        return False
-    return True
-
-
-def _head(f, peek: int) -> bytes:
-    """Up to ``peek`` bytes from the start of ``f``; of a compressed file cut short, what it holds."""
-    parts: list[bytes] = []
-    size = 0
-    try:
-        while size < peek and (piece := f.read1(peek - size)):
-            parts.append(piece)
-            size += len(piece)
-    except (EOFError, zlib.error):
-        pass
-    return b"".join(parts)
+        return None
 
 
 class Clock:
@@ -76,10 +57,9 @@ class Clock:
         """Epoch seconds of local midnight of ``YYYY-MM-DD`` (cached), None if it is no date."""
         value = self._cache.get(date)
         if value is None:
-            try:
-                value = self._cache[date] = datetime.strptime(date, "%Y-%m-%d").timestamp()
-            except ValueError:
-                return None
+            value = _local_midnight(date)
+            if value is not None:
+                self._cache[date] = value
         return value
 
     def new_file(self) -> None:

@@ -7,9 +7,10 @@ the like) one compiled regex finds the tag markers, so the rest costs no Python.
 (:class:`~prime_rl.analysis.tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole
 chunks): the lines in loguru's file format, nearly all of them, are taken apart column-wise with
 polars in one query (timestamp, tag, trace id, event, fields), the few in other formats (console
-captures, foreign prefixes) one by one with the same grammar. A line that carries a known tag but does not follow the grammar (cut mid-line,
-garbled) is counted as malformed and skipped, never a crash. Each line keeps the log's wall-clock
-timestamp (when it has one) and its line number in its file.
+captures, foreign prefixes) one by one with the same grammar. A line that carries a known tag but
+does not follow the grammar (cut mid-line, garbled) is counted as malformed and skipped, never a
+crash. Each line keeps the log's wall-clock timestamp (when it has one) and its line number in its
+file. A compressed log cut short or corrupt is read up to where it breaks.
 
 A tagged line starts its log message. On a line with loguru's prefix (``<date> <time> | LEVEL |``,
 what every process writes) a tag marker anywhere else in the message is text, not an event: a
@@ -55,11 +56,13 @@ _MARKERS_S, _LOGURU_PREFIX_S, _AT_MARKER_S = (
     re.compile(r.pattern.decode(), re.ASCII) for r in (_MARKERS, _LOGURU_PREFIX, _AT_MARKER)
 )
 _LOGURU_LEN = 36
+"""Length of loguru's file prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` (levels padded to 8)."""
 _DENSE = 512
 """A chunk with a marker in every this many bytes or more is split into lines by polars' reader."""
 _SAMPLE = 1 << 18
 """The density is judged on a chunk's first this many bytes."""
-"""Length of loguru's file prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` (levels padded to 8)."""
+_HEAD_BYTES = 1 << 18
+"""The reference date is looked for in each log's first this many bytes."""
 CHUNK = 8 << 20
 BATCH_ROWS = 1 << 16
 """Tagged lines folded together (at least; one file's, from whole chunks): the collector's column
@@ -80,23 +83,13 @@ def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
     file that ends early or is corrupt yields what it held up to there; the error is added to
     ``cut`` (a log copied while it was written, a crash while it was compressed)."""
     with open_log(path) as f:
-        # a compressed file is read a decompression step at a time, so an error loses no more
-        gzipped = isinstance(f, gzip.GzipFile)
         while True:
-            pieces: list[bytes] = []
-            size, error = 0, None
-            try:
-                if gzipped:
-                    while size < CHUNK and (piece := f.read1(CHUNK - size)):
-                        pieces.append(piece)
-                        size += len(piece)
-                else:
-                    pieces.append(f.read(CHUNK))
-                if pieces and pieces[-1] and not pieces[-1].endswith(b"\n"):
-                    pieces.append(f.readline())
-            except _CUT as e:
-                error = f"{type(e).__name__}: {e}"
-            block = b"".join(pieces) if len(pieces) != 1 else pieces[0]
+            block, error = _read_upto(f, CHUNK)
+            if block and error is None and not block.endswith(b"\n"):
+                try:
+                    block += f.readline()
+                except _CUT as e:
+                    error = f"{type(e).__name__}: {e}"
             if block:
                 yield block if block.endswith(b"\n") else block + b"\n"  # the last line has no newline
             if error is not None:
@@ -104,6 +97,30 @@ def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
                 return
             if not block:
                 return
+
+
+def _read_upto(f, size: int) -> tuple[bytes, str | None]:
+    """Up to ``size`` bytes of ``f`` (fewer at its end), read a step at a time (for a compressed file,
+    one decompression step), so that of a compressed file cut short or corrupt it returns what it
+    held up to the break, with the error."""
+    pieces: list[bytes] = []
+    got = 0
+    try:
+        while got < size and (piece := f.read1(size - got)):
+            pieces.append(piece)
+            got += len(piece)
+    except _CUT as e:
+        return b"".join(pieces), f"{type(e).__name__}: {e}"
+    return b"".join(pieces), None
+
+
+def _head(path: Path) -> bytes:
+    """A log's first :data:`_HEAD_BYTES` (what it holds, if it is cut short or unreadable)."""
+    try:
+        with open_log(path) as f:
+            return _read_upto(f, _HEAD_BYTES)[0]
+    except OSError:
+        return b""
 
 
 _CUT = (EOFError, gzip.BadGzipFile, zlib.error)
@@ -114,7 +131,7 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
     """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
-    stats.ref_date = reference_date([p for _, p in paths], open_log)
+    stats.ref_date = reference_date(_head(p) for _, p in paths)
     clock = Clock(stats.ref_date)
     events_seen: set[str] = set()
     for label, path in paths:
@@ -148,11 +165,11 @@ def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) 
 
 
 _NL = 10
+# the head alone: "[tag]" or "[tag][trace id]"
+_HEAD_TOKEN = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?$"
 # a tagged line's message from its marker: tag, trace id, then whitespace, the first word (an
 # event, or the first key=value of an event-less line) and the rest (no whitespace after the
 # marker: no first word, a malformed line)
-# the head alone: "[tag]" or "[tag][trace id]"
-_HEAD_TOKEN = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?$"
 _HEAD = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+\s*(\S+)(?:\s+(.*))?)?"
 
 
@@ -198,14 +215,12 @@ class _Pending:
         return frame
 
 
-_TAG_ALT_STR = _TAG_ALT.decode()
 # loguru's file prefix (exactly _LOGURU_LEN characters) with a known marker where the message starts
 _LOGURU_TAGGED = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} \| [A-Z ]{8}\| \[(?:"
-    + _TAG_ALT_STR
+    + _TAG_ALT.decode()
     + r")\]"
 )
-_MARKER_STR = r"\[(?:" + _TAG_ALT_STR + r")\]"
 
 
 def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
@@ -238,7 +253,7 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     t = pl.col("text")
     fast = t.str.contains(_LOGURU_TAGGED)
     frame = frame.with_columns(fast=fast.fill_null(False)).filter(
-        pl.col("fast") | t.str.contains(_MARKER_STR)
+        pl.col("fast") | t.str.contains(_MARKERS_S.pattern)
     )
     if frame.height:
         loguru = frame.filter("fast")
