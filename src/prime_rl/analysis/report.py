@@ -93,18 +93,11 @@ def _second(whole: int) -> str:
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
     """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped."""
-    col = pl.col
-    took = pl.when(col("wall").is_not_null() & (col("wall") != 0)).then("wall")
-    took = (
-        took.when(col("server_rpc").is_not_null() & (col("server_rpc") != 0))
-        .then("server_rpc")
-        .otherwise(0.0)
-    )
     slowest = (
         d.update_frame()
         .with_row_index("i")
-        .filter(col("wall").is_not_null() | col("server_rpc").is_not_null())
-        .sort(took, descending=True, maintain_order=True)  # equals keep the updates' order
+        .filter(pl.col("wall").is_not_null() | pl.col("server_rpc").is_not_null())
+        .sort(pl.col("took").fill_null(0.0), descending=True, maintain_order=True)  # equals keep their order
         .head(n)
     )
     ups = [d.updates[i] for i in slowest["i"].to_list()]

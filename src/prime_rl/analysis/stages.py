@@ -45,10 +45,6 @@ def update_groups(updates: list[Update]) -> list[list[Update]]:
     return list(groups.values())
 
 
-def _update_ms(u: Update) -> float:
-    return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
-
-
 def update_groups_of(d: Collected) -> list[list[Update]]:
     """:func:`update_groups` of the collection's updates (made once)."""
     return d.memo("update_groups", lambda: update_groups(d.updates))
@@ -61,8 +57,8 @@ def update_critical(d: Collected) -> tuple[float, float, float]:
 
 
 def _update_critical(d: Collected) -> tuple[float, float, float]:
-    """Column-wise: each group's (:func:`update_groups`) slowest update by :func:`_update_ms` (the
-    first of equals), summed in the groups' order."""
+    """Column-wise: each group's (:func:`update_groups`) slowest update by its wall_ms (else the
+    server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0
     frame = d.update_frame().select("tid", "start", "wall", "rpc", "server_rpc", "queue")

@@ -171,10 +171,7 @@ class Collected:
 
     def update_frame(self) -> pl.DataFrame:
         """The updates as columns, in order (:func:`~prime_rl.analysis.updates.update_frame`, made once)."""
-        return self.memo("update_frame", self._update_frame)
-
-    def _update_frame(self) -> pl.DataFrame:
-        return update_frame(self.updates)
+        return self.memo("update_frame", lambda: update_frame(self.updates))
 
     @property
     def run_ms(self) -> float:
@@ -772,11 +769,6 @@ class _Spans:
         self.tail: dict[str, deque[_Block]] = {}
         self.tail_rows: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
-
-    def append(self, span: Span) -> None:
-        """One span."""
-        info = {k: [v] for k, v in span.info.items()} or None
-        self.add(span.kind, _Block([span.start], [span.end], "{}", [span.label], info))
 
     def extend(
         self,

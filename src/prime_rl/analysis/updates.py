@@ -230,16 +230,7 @@ class UpdateJoin:
         for (tid, source), parts in self._server.items():
             clients = clients_by_tid.get(tid, [])
             for s in parts:
-                if (
-                    len(clients) == 1
-                ):  # the usual case, as _pair decides it (one client: the URL cannot rule it out)
-                    c = clients[0]
-                    if id(c) in taken or (
-                        s.recv_ts is not None and c.send_ts is not None and c.send_ts > s.recv_ts + 1.0
-                    ):
-                        c = None
-                else:
-                    c = self._pair(s, mapping.get(source), clients, taken)
+                c = self._pair(s, mapping.get(source), clients, taken)
                 if c is None:
                     s.url = mapping.get(source)
                     alone.append(s)
@@ -255,6 +246,10 @@ class UpdateJoin:
         """The client part a server part belongs to: not yet paired, sent no later than 1 s after the
         server received it, to the server file's URL when that is known, with equal ``rpc_ms`` when
         several remain, else the one sent last before the server received it."""
+        if len(clients) == 1:  # the usual case, decided as below (one client: the URL cannot rule it out)
+            (c,) = clients
+            late = s.recv_ts is not None and c.send_ts is not None and c.send_ts > s.recv_ts + 1.0
+            return None if id(c) in taken or late else c
         free = [c for c in clients if id(c) not in taken]
         if s.recv_ts is not None:
             free = [c for c in free if c.send_ts is None or c.send_ts <= s.recv_ts + 1.0]
@@ -321,7 +316,8 @@ _FRAME_COLUMNS = {
 def update_frame(updates: list[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``, ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
-    ``send_to_recv`` and ``failed``."""
+    ``send_to_recv``, ``failed`` and ``took``: how long it took, ``wall_ms or server_rpc_ms`` (the
+    first that is neither None nor 0; null when neither is)."""
     frame = pl.DataFrame(
         {name: list(map(attrgetter(attr), updates)) for name, (attr, _) in _FRAME_COLUMNS.items()},
         schema={name: dtype for name, (_, dtype) in _FRAME_COLUMNS.items()},
@@ -350,4 +346,5 @@ def update_frame(updates: list[Update]) -> pl.DataFrame:
         .when(col("send_ts").is_not_null() & col("recv_ts").is_not_null())
         .then((col("recv_ts") - col("send_ts")) * 1000.0),
         failed="failed",
+        took=took,
     )

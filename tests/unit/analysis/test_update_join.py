@@ -164,7 +164,10 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
 def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_update(updates):
     """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals);
     summed in order, as the loop over the groups did."""
-    from prime_rl.analysis.stages import _update_critical, _update_ms, update_groups
+    from prime_rl.analysis.stages import _update_critical, update_groups
+
+    def _update_ms(u: Update) -> float:
+        return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
 
     wall = rpc = queue = 0.0
     for group in update_groups(updates):
@@ -240,13 +243,15 @@ TIME = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 1.25, 3.0, -2.0, 100.5]))
     )
 )
 def test_the_update_columns_hold_what_each_update_s_properties_give(updates):
-    """start, end and the send -> receive gap, column-wise, are each update's properties."""
+    """start, end and the send -> receive gap, column-wise, are each update's properties; took is
+    wall_ms or the server's rpc_ms."""
     from prime_rl.analysis.updates import update_frame
 
     frame = update_frame(updates)
     assert frame.get_column("start").to_list() == [u.start for u in updates]
     assert frame.get_column("end").to_list() == [u.end for u in updates]
     assert frame.get_column("send_to_recv").to_list() == [u.send_to_recv_ms for u in updates]
+    assert frame.get_column("took").to_list() == [(u.wall_ms or u.server_rpc_ms) or None for u in updates]
 
 
 @settings(max_examples=200, deadline=None)
