@@ -58,8 +58,9 @@ class ScriptState:
     stream_interval_s: float = 0.05
     default_delay_s: float = 0.0
     """Delay of every unscripted chat/completions answer (a slow model server)."""
-    storm_until: float = 0.0
-    """Until this ``time.monotonic()``, chat/completions answer 429 with ``storm_retry_after``."""
+    storm_requests: int = 0
+    """The first this many chat/completions requests answer 429 with ``storm_retry_after`` (a
+    storm counted in requests, not seconds, so that a slow machine sees the same storm)."""
     storm_retry_after: float = 0.5
     fail_every: int = 0
     """When > 0, every fail_every-th chat/completions request answers 500."""
@@ -128,7 +129,7 @@ class ScriptState:
         if path.endswith("completions"):
             self.requests += 1
             now = time.monotonic()
-            if now < self.storm_until:
+            if self.requests <= self.storm_requests:
                 return Reply(429, retry_after=self.storm_retry_after)
             if now < self.quota_until:
                 reset = f"{self.quota_until - now:.3f}s"
