@@ -30,9 +30,10 @@ MAX_STEPS = 5
 ASYNC_LEVEL = 1
 
 
-async def fake_trainer(paths: RunPaths, model, max_steps: int) -> None:
+async def fake_trainer(paths: RunPaths, model, max_steps: int, hold=lambda: False) -> None:
+    """Publishes step + 1's weights once step's rollouts are written; waits while ``hold()``."""
     for step in range(max_steps):
-        while not rollout_path(paths.rollouts_dir(step), 0).is_file():
+        while not rollout_path(paths.rollouts_dir(step), 0).is_file() or hold():
             await asyncio.sleep(0.05)
         await asyncio.to_thread(write_perturbed_weights, model, paths.weights_dir(step + 1), 0.05, step + 1)
 
@@ -67,7 +68,11 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         )  # fmt: skip
         orch = Orchestrator(cfg)
         run = asyncio.create_task(orch.run())
-        trainer = asyncio.create_task(fake_trainer(orch.paths, tiny_model, MAX_STEPS))
+        restarted = asyncio.Event()
+        # No new policy while the restarted server is down: the run cannot end before the health
+        # loop (every 2 s) brings it back, which it did not always do in the few steps left.
+        hold = lambda: restarted.is_set() and bool(orch.down)  # noqa: E731
+        trainer = asyncio.create_task(fake_trainer(orch.paths, tiny_model, MAX_STEPS, hold))
         while orch.ckpt_step < 1 and not run.done():
             await asyncio.sleep(0.05)
         await proxy.kill()  # the proxied server dies mid-request ...
@@ -79,6 +84,7 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         await asyncio.sleep(1.0)
         killed_at = proxy.connections
         await proxy.start()  # back up on the same address
+        restarted.set()
         try:
             await asyncio.wait_for(run, timeout=400)
         finally:
