@@ -14,6 +14,7 @@ from prime_rl.analysis.compare import write_compare
 from prime_rl.analysis.parser import ParseStats, discover, scan_files
 from prime_rl.analysis.read_ahead import read_ahead
 from prime_rl.analysis.report import write_report
+from prime_rl.analysis.stats import prepared
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.trace import write_trace
 
@@ -90,7 +91,7 @@ def _run(
         parser.error(f"no log files under {', '.join(map(str, inputs))}")
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
-    return analyze(read_ahead(scan_files(files, stats)), stats, thresholds, async_level), stats
+    return analyze(read_ahead(prepared(scan_files(files, stats))), stats, thresholds, async_level), stats
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
@@ -149,10 +150,19 @@ def _last_of_twice(raw: pl.Series, rest: pl.Series, twice: pl.Series, key: str) 
     return raw.rename(key)
 
 
+class _Number(NamedTuple):
+    """A field converted to numbers: the values (null: none or no finite number), the text they were
+    read from, and the rows that held no finite number (None: no such row)."""
+
+    value: pl.Series
+    raw: pl.Series
+    bad: pl.Series | None
+
+
 class TaggedLines:
     """Tagged lines of one file (or a run of events of one source), in line order."""
 
-    __slots__ = ("frame", "source", "path", "events", "stats", "_cols", "_raws")
+    __slots__ = ("frame", "source", "path", "events", "stats", "_cols", "_raws", "_parts", "_nums")
 
     def __init__(
         self,
@@ -172,6 +182,8 @@ class TaggedLines:
         self.stats = stats
         self._cols: dict[str, list] = {}
         self._raws: dict[str, pl.Series] = {}
+        self._parts: list[tuple[str, TaggedLines]] | None = None
+        self._nums: dict[tuple[str, tuple[str, ...] | None], _Number] = {}
 
     @classmethod
     def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
@@ -204,22 +216,35 @@ class TaggedLines:
         events = self.events[start:stop] if self.events is not None else None
         return TaggedLines(self.frame[start:stop], self.source, self.path, events, self.stats)
 
-    def by_tag(self) -> Iterator[tuple[str, TaggedLines]]:
-        """(tag, the lines with that tag) in line order within each tag."""
+    def by_tag(self) -> list[tuple[str, TaggedLines]]:
+        """(tag, the lines with that tag) in line order within each tag; made once (the parts keep
+        the fields read from them)."""
         tags = self.frame.get_column("tag")
-        if tags.n_unique() == 1:
-            yield tags[0], self
-            return
+        if tags.n_unique() == 1:  # not kept: a batch that held itself would be a reference cycle
+            return [(tags[0], self)]
+        if self._parts is None:
+            self._parts = self._split()
+        return self._parts
+
+    def _split(self) -> list[tuple[str, TaggedLines]]:
         if self.events is not None:
             groups: dict[str, list[int]] = {}
             for i, tag in enumerate(self.column("tag")):
                 groups.setdefault(tag, []).append(i)
-            for tag, rows in groups.items():
-                sub = [self.events[i] for i in rows]
-                yield tag, TaggedLines(self.frame[rows], self.source, None, sub, self.stats)
-            return
-        for (tag,), frame in self.frame.partition_by("tag", as_dict=True, maintain_order=True).items():
-            yield tag, TaggedLines(frame, self.source, self.path, None, self.stats)
+            return [
+                (
+                    tag,
+                    TaggedLines(
+                        self.frame[rows], self.source, None, [self.events[i] for i in rows], self.stats
+                    ),
+                )
+                for tag, rows in groups.items()
+            ]
+        parts = self.frame.partition_by("tag", as_dict=True, maintain_order=True)
+        return [
+            (tag, TaggedLines(frame, self.source, self.path, None, self.stats))
+            for (tag,), frame in parts.items()
+        ]
 
     def event(self, i: int) -> Event:
         """Row ``i`` as an :class:`Event` (for the few lines that are kept)."""
@@ -297,20 +322,35 @@ class TaggedLines:
         """:meth:`num` as a Float64 column (null: none)."""
         if self.events is not None:
             return pl.Series(key, self.num(key, events), dtype=pl.Float64)
+        wanted = None if events is None else tuple(events)
+        number = self._nums.pop((key, wanted), None) or self._number(key, wanted)
+        if number.bad is not None:  # counted when read (in the reader's order), not when made
+            self._count_bad(key, number.raw, number.bad)
+        return number.value
+
+    def numbers(self, *wanted: tuple[str, tuple[str, ...] | None]) -> None:
+        """Convert the fields ``(key, events)`` now (polars, without the GIL: the parse's thread does
+        it ahead); the next :meth:`num_series` of each takes its column, and counts its bad values."""
+        if self.events is None:
+            for key, events in wanted:
+                self._nums[key, events] = self._number(key, events)
+
+    def _number(self, key: str, events: tuple[str, ...] | None) -> _Number:
         raw = self._raw(key)
         if events is not None:
             raw = pl.select(
                 pl.when(self.frame.get_column("event").is_in(list(events))).then(raw).otherwise(None)
             ).to_series()
         if raw.null_count() == len(raw):
-            return pl.Series(key, [None] * len(raw), dtype=pl.Float64)
+            return _Number(pl.Series(key, [None] * len(raw), dtype=pl.Float64), raw, None)
         value = raw.cast(pl.Float64, strict=False)
         finite = value.is_finite().fill_null(False)
         bad = raw.is_not_null() & ~finite
-        if bad.any():
-            self._count_bad(key, raw, bad)
-            value = pl.select(pl.when(finite).then(value).otherwise(None)).to_series()
-        return value.rename(key)
+        if not bad.any():
+            return _Number(value.rename(key), raw, None)
+        return _Number(
+            pl.select(pl.when(finite).then(value).otherwise(None)).to_series().rename(key), raw, bad
+        )
 
     def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
         stats = self.stats

@@ -16,6 +16,18 @@ import polars as pl
 
 from prime_rl.analysis.tagged import TaggedLines
 
+WEIGHTS_FIELDS = ("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
+"""The fields of ``[weights]`` lines the join reads."""
+
+WEIGHTS_NUMBERS = (
+    ("t", ("client.send", "server.recv")),
+    ("rpc_ms", ("client.done", "rpc.done")),
+    ("wall_ms", ("client.done",)),
+    ("queue_ms", ("client.done",)),
+    ("lock_wait_ms", ("rpc.done",)),
+)
+"""The numbers (field, the events whose lines are read) the join reads."""
+
 UPDATE_PATHS = (None, "/update_weights", "/reload_weights")
 """The request paths that are weight updates (None: the path was never logged)."""
 
@@ -93,7 +105,7 @@ class UpdateJoin:
         """Fold a batch of ``[weights]`` lines (those with a trace id) into their updates. The
         client's lines and the server's are folded apart (neither's state depends on the other's),
         each in line order."""
-        lines.fields("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
+        lines.fields(*WEIGHTS_FIELDS)
         event, tid, ts = (
             lines.frame.get_column("event"),
             lines.frame.get_column("tid"),

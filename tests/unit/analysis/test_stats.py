@@ -351,3 +351,64 @@ def _check_blocks(stats, blocks, kept):
     ]
     assert store.kept() == sorted(want, key=lambda s: s.start)
     assert store.dropped == {k: len(v) - 2 * kept for k, v in made.items() if len(v) > 2 * kept}
+
+
+class _PerStepOracle:
+    """_PerStep's rules one value at a time: a step is numbered (by its integer) when it is 1-8
+    ASCII digits below the numbered steps seen before the call plus 100,000, else kept by name."""
+
+    def __init__(self) -> None:
+        self.numbered: dict[int, float] = {}
+        self.size = 0
+        self.other: dict[str, float] = {}
+
+    def set_many(self, steps, values):
+        import re
+
+        limit, again, loose = self.size + 100_000, 0, []
+        for step, value in zip(steps, values, strict=True):
+            if value is None:
+                continue
+            if step is None:
+                loose.append(value)
+            elif re.fullmatch(r"[0-9]{1,8}", step) and int(step) < limit:
+                again += int(step) in self.numbered
+                self.numbered[int(step)] = value
+                self.size = max(self.size, int(step) + 1)
+            else:
+                again += step in self.other
+                self.other[step] = value
+        return again, loose
+
+    def values(self):
+        return [self.numbered[k] for k in sorted(self.numbered)] + list(self.other.values())
+
+
+_STEP_TEXT = st.one_of(
+    st.none(),
+    st.integers(0, 40).map(str),
+    st.integers(0, 40).map(lambda i: f"{i:03d}"),  # leading zeros: the same step as without
+    st.sampled_from(
+        ["+5", "-0", "-3", " 5", "5 ", "1_0", "0x1", "٣", "5.0", "1e3", "", "123456789", "99999999"]
+    ),
+    st.integers(100_000, 10**8).map(str),  # far beyond the others: by name
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(_STEP_TEXT, st.one_of(st.none(), st.floats(-1e6, 1e6))), max_size=30), max_size=4
+    )
+)
+def test_per_step_values_column_wise_equal_one_at_a_time(calls):
+    """The column-wise set_many (an integer cast and sign checks for "1-8 digits", a sorted-steps fast
+    path for the last value of each) against the rules applied one value at a time."""
+    from prime_rl.analysis.stats import _PerStep
+
+    p, oracle = _PerStep(), _PerStepOracle()
+    for pairs in calls:
+        steps, values = [s for s, _ in pairs], [v for _, v in pairs]
+        assert p.set_many(steps, values) == oracle.set_many(steps, values)
+    assert list(p.values()) == oracle.values()

@@ -1,0 +1,74 @@
+"""The collection's polars part done ahead (``stats.prepared``, in the parse's thread): the same
+analysis as without it, bad values counted in the same order, and every number a handler reads
+converted ahead (the table :data:`~prime_rl.analysis.stats.NUMBERS` matches the handlers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.analysis import stats
+from prime_rl.analysis.parser import discover, scan_files
+from prime_rl.analysis.tagged import ParseStats, TaggedLines
+
+BAD = [  # a bad value in a field of each tag that has numbers read ahead
+    "2026-01-01 12:00:01.000 | INFO    | [ckpt] wait.done target_step=3 wait_ms=oops",
+    "2026-01-01 12:00:01.001 | INFO    | [gen] batch.done step=3 completions=4 dur_ms=inf",
+    "2026-01-01 12:00:01.002 | INFO    | [verify] batch.done step=3 dur_ms=1.0 cpu_ms=nan",
+    "2026-01-01 12:00:01.003 | INFO    | [rollout] trunc_pct=1 current_step=3 ckpt_step=0 staleness=x",
+    "2026-01-01 12:00:01.004 | INFO    | [weights][abc] client.done url=u wall_ms=?? rpc_ms=1",
+]
+
+
+def _logs(tmp_path: Path) -> list[tuple[str, Path]]:
+    run = make_run("healthy", steps=60, seed=3)
+    run.orchestrator[30:30] = BAD  # inside the run, between its batches' lines
+    run.write(tmp_path)
+    return discover([tmp_path])
+
+
+def _collect(files, prepare: bool) -> stats.Collected:
+    parse = ParseStats()
+    batches = scan_files(files, parse)
+    return stats.collect(stats.prepared(batches) if prepare else batches, parse, 1)
+
+
+def _essence(c: stats.Collected) -> tuple:
+    return (
+        {k: v.tolist() for k, v in c.series.items()},
+        dict(c.counts),
+        [u.to_dict() for u in c.updates],
+        [(s.kind, s.start, s.end, s.label) for s in c.spans],
+        c.parse.bad_values,
+        c.parse.bad_value_examples,
+        c.staleness_by_step,
+    )
+
+
+def test_prepared_batches_give_the_same_collection_and_the_same_bad_values(tmp_path):
+    files = _logs(tmp_path)
+    plain, ahead = _collect(files, prepare=False), _collect(files, prepare=True)
+    assert plain.parse.bad_values == 5  # the test's bad values were read, in both
+    assert _essence(ahead) == _essence(plain)
+
+
+def test_every_number_a_handler_reads_was_converted_ahead(tmp_path, monkeypatch):
+    """A handler that reads a number the table does not list converts it on the collector's thread
+    (correct, but slower): the table and the handlers must agree."""
+    files = _logs(tmp_path)
+    made: list[tuple[str, str, tuple | None]] = []
+    number = TaggedLines._number
+
+    def recorded(self, key, events):
+        made.append((self.frame.get_column("tag")[0], key, events))
+        return number(self, key, events)
+
+    monkeypatch.setattr(TaggedLines, "_number", recorded)
+    parse = ParseStats()
+    batches = list(stats.prepared(scan_files(files, parse)))
+    ahead = set(made)
+    assert {tag for tag, _, _ in ahead} == set(stats.NUMBERS)  # every tag of the table is in the logs
+    made.clear()
+    stats.collect(batches, parse, 1)
+    assert [m for m in made if m[0] in stats.NUMBERS] == []
