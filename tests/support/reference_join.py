@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from prime_rl.analysis.updates import _OP_PATHS, UPDATE_PATHS, Update, _same_rpc
+from prime_rl.analysis.updates import OP_PATHS, UPDATE_PATHS, Update, same_rpc
 
 
 class ReferenceJoin:
@@ -62,10 +62,10 @@ class ReferenceJoin:
             u.recv_ts, u.recv_t, u.path = ts, t, path
         elif event == "rpc.start":
             u.target = target
-            u.path = u.path or _OP_PATHS.get(op or "")
+            u.path = u.path or OP_PATHS.get(op or "")
         else:
             u.server_rpc_ms, u.lock_wait_ms = rpc, lock
-            u.path = u.path or _OP_PATHS.get(op or "")
+            u.path = u.path or OP_PATHS.get(op or "")
 
     def server_urls(self) -> dict[str, str]:
         votes: dict[str, Counter] = {}
@@ -82,7 +82,7 @@ class ReferenceJoin:
                 votes.setdefault(servers[0].server or "", Counter())[next(iter(urls))] += 1
                 continue
             for s in servers:
-                same = [c.url for c in clients if c.url and _same_rpc(c, s)]
+                same = [c.url for c in clients if c.url and same_rpc(c, s)]
                 if len(set(same)) == 1:
                     votes.setdefault(s.server or "", Counter())[same[0]] += 1
         out = {}
@@ -120,7 +120,7 @@ def _pair(s: Update, url: str | None, clients: list[Update], taken: set[int]) ->
     if url is not None:
         free = [c for c in free if c.url == url] or ([] if any(c.url == url for c in clients) else free)
     if len(free) > 1:
-        free = [c for c in free if _same_rpc(c, s)] or free
+        free = [c for c in free if same_rpc(c, s)] or free
     if not free:
         return None
     if s.recv_ts is not None:

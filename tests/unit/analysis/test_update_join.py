@@ -83,17 +83,6 @@ def _file_batch(events: list[Event]) -> TaggedLines:
     return TaggedLines(TaggedLines.from_events(events).frame, "inference", events[0].path)
 
 
-def _parts(join) -> tuple:
-    client = join._client if isinstance(join, UpdateJoin) else join.client
-    server = join._server if isinstance(join, UpdateJoin) else join.server
-    order = join._order if isinstance(join, UpdateJoin) else join.order
-    return (
-        [(k, [astuple(u) for u in v]) for k, v in client.items() if v],
-        [(k, [astuple(u) for u in v]) for k, v in server.items() if v],
-        [astuple(u) for u in order],
-    )
-
-
 def _line(event: str, **fields) -> dict:
     return {"event": event, "tid": "a", "source": "s1.log", "ts": 1.0, **fields}
 
@@ -114,7 +103,11 @@ def _line(event: str, **fields) -> dict:
     files=False,
 )
 @given(lines=st.lists(LINE, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=4), files=st.booleans())
-def test_the_column_wise_join_builds_the_parts_the_line_by_line_join_builds(lines, cuts, files):
+def test_the_column_wise_join_builds_the_updates_the_line_by_line_join_builds(lines, cuts, files):
+    _check_against_the_reference(lines, cuts, files)
+
+
+def _check_against_the_reference(lines: list[dict], cuts: list[int], files: bool) -> None:
     events = [_event(line, i + 1) for i, line in enumerate(lines)]
     join = UpdateJoin()
     if files:  # batches of one file each: cut where the source changes too
@@ -133,8 +126,78 @@ def test_the_column_wise_join_builds_the_parts_the_line_by_line_join_builds(line
         for lo, hi in zip(bounds, bounds[1:], strict=False):
             if hi > lo:
                 join.add_lines(TaggedLines.from_events(events[lo:hi]))
-    assert _parts(join) == _parts(_reference(events))
     assert [astuple(u) for u in join.updates()] == [astuple(u) for u in _reference_updates(events)]
+
+
+@st.composite
+def _usual_updates(draw) -> list[dict]:
+    """Updates as the trio logs them (client.send and client.done to one URL, server.recv, rpc.start
+    and rpc.done in one server file), interleaved, with a few lines dropped, repeated, moved or
+    changed: mostly the pattern the column-wise join takes, and the cases next to it."""
+    lines: list[dict] = []
+    for k in range(draw(st.integers(0, 12))):
+        tid, url, source = (
+            f"t{draw(st.integers(0, 9))}",
+            draw(st.sampled_from(["http://h:1", "http://h:2", ""])),
+            draw(st.sampled_from(["s1.log", "s2.log"])),
+        )
+        send = draw(st.floats(0, 50, allow_nan=False))
+        gap = draw(st.sampled_from([0.01, 0.5, -2.0, None]))  # -2: sent after the server received it
+        recv = None if gap is None else send + gap
+        rpc = draw(st.sampled_from(["700", "700.04", "12.5", None]))
+        op = draw(st.sampled_from(["update_weights", "reload_weights", "pause", None]))
+        path = draw(st.sampled_from(["/update_weights", "/reload_weights", "", None]))
+        one = [
+            {
+                "event": "client.send",
+                "tid": tid,
+                "source": "orch.log",
+                "ts": send,
+                "url": url,
+                "path": path,
+                "t": "3",
+            },
+            {
+                "event": "client.done",
+                "tid": tid,
+                "source": "orch.log",
+                "ts": send + 1,
+                "url": draw(st.sampled_from([url, "", "http://h:3"])),
+                "wall_ms": "800",
+                "rpc_ms": rpc,
+            },
+            {
+                "event": "server.recv",
+                "tid": tid,
+                "source": source,
+                "ts": recv,
+                "path": draw(st.sampled_from([path, "", None])),
+                "t": "4",
+            },
+            {"event": "rpc.start", "tid": tid, "source": source, "ts": recv, "target": f"step_{k}", "op": op},
+            {
+                "event": "rpc.done",
+                "tid": tid,
+                "source": source,
+                "ts": recv,
+                "rpc_ms": rpc,
+                "lock_wait_ms": "2",
+                "op": op,
+            },
+        ]
+        for line in one:
+            change = draw(st.sampled_from(["keep"] * 12 + ["drop", "twice"]))
+            if change != "drop":
+                lines.insert(draw(st.integers(0, len(lines))) if draw(st.booleans()) else len(lines), line)
+            if change == "twice":
+                lines.append(dict(line))
+    return [{k: v for k, v in line.items() if v is not None or k in ("tid", "ts")} for line in lines]
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=_usual_updates(), cuts=st.lists(st.integers(0, 60), max_size=4), files=st.booleans())
+def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files):
+    _check_against_the_reference(lines, cuts, files)
 
 
 def _reference_updates(events: list[Event]):

@@ -1,0 +1,259 @@
+"""The usual weight updates joined from columns, the rest left to the line-by-line join.
+
+Almost every update in a log follows one pattern: its trace id has one ``client.send`` and one
+``client.done`` (to one URL), and one server file's ``server.recv``, ``rpc.start`` and ``rpc.done``
+(or a prefix of them). Such trace ids are found with window expressions over all the ``[weights]``
+lines at once and turned into :class:`~prime_rl.analysis.update_parts.Update` records in bulk,
+built as :class:`~prime_rl.analysis.update_parts.LineJoin` would build them line by line; every
+other trace id (retries, several servers, repeats, lines missing or out of order) goes to
+``LineJoin`` whole (trace ids are independent in the join, apart from the server files' URL votes,
+which both add to).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, fields
+from itertools import repeat
+
+import polars as pl
+
+from prime_rl.analysis.update_parts import Update, Votes
+
+CLIENT_SCHEMA = {
+    "event": pl.String,
+    "tid": pl.String,
+    "ts": pl.Float64,
+    "url": pl.String,
+    "path": pl.String,
+    "t": pl.Float64,
+    "wall": pl.Float64,
+    "rpc": pl.Float64,
+    "queue": pl.Float64,
+}
+"""The client lines' columns (``t`` of client.send, the numbers of client.done, else null)."""
+
+SERVER_SCHEMA = {
+    "event": pl.String,
+    "tid": pl.String,
+    "source": pl.String,
+    "ts": pl.Float64,
+    "t": pl.Float64,
+    "path": pl.String,
+    "target": pl.String,
+    "op": pl.String,
+    "rpc": pl.Float64,
+    "lock": pl.Float64,
+}
+"""The server lines' columns (``source``: the server log file; ``t`` of server.recv, the numbers of
+rpc.done, else null)."""
+
+
+@dataclass
+class Usual:
+    """The usual updates, and which trace ids were left to the line-by-line join."""
+
+    others: pl.Series
+    """The trace ids of every other update: their lines go to the line-by-line join."""
+    clients: list[tuple[int, Update]]
+    """Client parts (joined with their server part when it has one), with the row that started each."""
+    alone: list[tuple[tuple[int, int], Update]]
+    """Server parts with no client part (their URL not set yet), keyed as ``LineJoin.pair`` keys them."""
+    votes: Votes
+    """Which URL each server file is, from the trace ids with one client and one server part."""
+
+
+def _truthy(c: str | pl.Expr) -> pl.Expr:
+    c = pl.col(c) if isinstance(c, str) else c
+    return c.is_not_null() & (c != "")
+
+
+def _op_path(c: pl.Expr) -> pl.Expr:
+    """``OP_PATHS.get(op)``: the request path an rpc line's op names (null: none)."""
+    return (
+        pl.when(c == "update_weights")
+        .then(pl.lit("/update_weights"))
+        .when(c == "reload_weights")
+        .then(pl.lit("/reload_weights"))
+    )
+
+
+def _client_parts(clients: pl.DataFrame) -> pl.DataFrame:
+    """One row per trace id (its first client line, row ``i``) with its part's fields and whether
+    it is the usual pattern: a send alone, or a send then a done to the same URL."""
+    last = lambda c: pl.when(pl.col("n") == 2).then(pl.col(c).last().over("tid"))  # noqa: E731
+    parts = (
+        clients.with_columns(n=pl.len().over("tid"), pos=pl.int_range(pl.len()).over("tid"))
+        .with_columns(
+            done_event=last("event"),
+            done_url=last("url"),
+            done_ts=last("ts"),
+            done_wall=last("wall"),
+            done_rpc=last("rpc"),
+            done_queue=last("queue"),
+        )
+        .filter(pl.col("pos") == 0)
+    )
+    same_url = ~_truthy("done_url") | (_truthy("url") & (pl.col("done_url") == pl.col("url")))
+    usual = (pl.col("event") == "client.send") & (
+        (pl.col("n") == 1) | ((pl.col("n") == 2) & (pl.col("done_event") == "client.done") & same_url)
+    )
+    wall, rpc, queue = pl.col("done_wall"), pl.col("done_rpc"), pl.col("done_queue")
+    return parts.select(
+        "i",
+        "tid",
+        usual=usual,
+        path="path",
+        url=pl.when(_truthy("url")).then("url"),
+        send_ts="ts",
+        send_t="t",
+        done_ts="done_ts",
+        wall=wall,
+        rpc=rpc,
+        queue=pl.when(queue.is_null() & wall.is_not_null() & rpc.is_not_null())
+        .then(wall - rpc)
+        .otherwise(queue),
+    )
+
+
+def _server_parts(servers: pl.DataFrame) -> pl.DataFrame:
+    """One row per (trace id, server file) (its first line, row ``j``) with its part's fields and
+    whether it is the usual pattern: server.recv, then rpc.start and rpc.done, or one of them; and
+    ``files``: how many server files have lines of the trace id."""
+    key = ["tid", "source"]
+    code = (
+        pl.when(pl.col("event") == "server.recv")
+        .then(1)
+        .when(pl.col("event") == "rpc.start")
+        .then(2)
+        .otherwise(3)
+    )
+    of = lambda c, k: pl.col(c).filter(pl.col("code") == k).first().over(key)  # noqa: E731
+    parts = (
+        servers.with_columns(code=code)
+        .with_columns(
+            n=pl.len().over(key),
+            pos=pl.int_range(pl.len()).over(key),
+            last_code=pl.col("code").last().over(key),
+            code_sum=pl.col("code").sum().over(key),
+            target=of("target", 2),
+            start_op=of("op", 2),
+            done_op=of("op", 3),
+            rpc=of("rpc", 3),
+            lock=of("lock", 3),
+        )
+        .filter(pl.col("pos") == 0)
+    )
+    n, last = pl.col("n"), pl.col("last_code")
+    usual = (pl.col("code") == 1) & (
+        (n == 1) | ((n == 2) & (last != 1)) | ((n == 3) & (last == 3) & (pl.col("code_sum") == 6))
+    )
+    return parts.select(
+        "j",
+        "tid",
+        "source",
+        usual=usual,
+        files=pl.len().over("tid"),
+        path=_server_path((n == 3) | ((n == 2) & (last == 2)), (n == 3) | ((n == 2) & (last == 3))),
+        recv_ts="ts",
+        recv_t="t",
+        target="target",
+        rpc="rpc",
+        lock="lock",
+    )
+
+
+def _server_path(has_start: pl.Expr, has_done: pl.Expr) -> pl.Expr:
+    """The path as the lines set it: server.recv's, then ``path or OP_PATHS.get(op)`` at rpc.start,
+    then at rpc.done."""
+    p = pl.col("path")
+    p = pl.when(has_start & ~_truthy(p)).then(_op_path(pl.col("start_op"))).otherwise(p)
+    return pl.when(has_done & ~_truthy(p)).then(_op_path(pl.col("done_op"))).otherwise(p)
+
+
+def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
+    """``clients`` (:data:`CLIENT_SCHEMA` and row ``i``) and ``servers`` (:data:`SERVER_SCHEMA` and
+    row ``j``): every [weights] line with a trace id, in line order."""
+    c = _client_parts(clients)
+    s = _server_parts(servers)
+    others = pl.concat(
+        [
+            c.filter(~pl.col("usual")).get_column("tid"),
+            s.filter(~pl.col("usual") | (pl.col("files") > 1)).get_column("tid"),
+        ]
+    ).unique()
+    c = c.filter(pl.col("usual") & ~pl.col("tid").is_in(others.implode()))
+    s = s.filter(pl.col("usual") & ~pl.col("tid").is_in(others.implode()))
+    both = c.join(s.select(pl.exclude("usual", "files")), on="tid", how="left", maintain_order="left")
+    has_server = pl.col("j").is_not_null()
+    late = (
+        has_server
+        & pl.col("send_ts").is_not_null()
+        & pl.col("recv_ts").is_not_null()
+        & (pl.col("send_ts") > pl.col("recv_ts") + 1.0)
+    )
+    both = both.with_columns(joined=has_server & ~late.fill_null(False), late=late.fill_null(False))
+    votes: Votes = {}
+    voters = both.filter(has_server & _truthy("url")).group_by("source", "url", maintain_order=True).len()
+    for source, url, count in voters.iter_rows():
+        votes.setdefault(source, Counter())[url] = count
+    joined = lambda c: pl.when(pl.col("joined")).then(c)  # noqa: E731
+    clients_out = both.select(
+        "i",
+        "tid",
+        path=pl.when(pl.col("joined") & ~_truthy("path")).then("path_right").otherwise("path"),
+        url="url",
+        send_ts="send_ts",
+        send_t="send_t",
+        done_ts="done_ts",
+        wall_ms="wall",
+        rpc_ms="rpc",
+        queue_ms="queue",
+        recv_ts=joined("recv_ts"),
+        recv_t=joined("recv_t"),
+        server_rpc_ms=joined("rpc_right"),
+        target=joined("target"),
+        failed=pl.lit(False),
+        server=joined("source"),
+        lock_wait_ms=joined("lock"),
+    )
+    server_only = (
+        "j",
+        "tid",
+        "path",
+        "recv_ts",
+        "recv_t",
+        "server_rpc_ms",
+        "target",
+        "server",
+        "lock_wait_ms",
+    )
+    late_servers = both.filter(pl.col("late")).rename(
+        {
+            "path": "client_path",
+            "path_right": "path",
+            "rpc_right": "server_rpc_ms",
+            "source": "server",
+            "lock": "lock_wait_ms",
+        }
+    )
+    lone_servers = s.filter(~pl.col("tid").is_in(c.get_column("tid").implode())).rename(
+        {"rpc": "server_rpc_ms", "source": "server", "lock": "lock_wait_ms"}
+    )
+    alone = pl.concat([late_servers.select(server_only), lone_servers.select(server_only)])
+    clients = list(zip(clients_out.get_column("i").to_list(), _records(clients_out), strict=True))
+    alone_rows = [(row, 0) for row in alone.get_column("j").to_list()]
+    return Usual(others, clients, list(zip(alone_rows, _records(alone), strict=True)), votes)
+
+
+_FIELDS = [f.name for f in fields(Update)]
+
+
+def _records(frame: pl.DataFrame) -> list[Update]:
+    """The frame's rows as updates (its columns named as Update's fields; missing ones: default)."""
+    have = set(frame.columns)
+    columns = [
+        frame.get_column(name).to_list() if name in have else repeat(False if name == "failed" else None)
+        for name in _FIELDS
+    ]
+    return list(map(Update, *columns))

@@ -1,0 +1,244 @@
+"""A weight update's record, and the line-by-line join of the ``[weights]`` lines that are not the
+usual pattern (:mod:`~prime_rl.analysis.update_columns` joins the usual ones from columns).
+
+One update goes to every server under one trace id, so the client's lines are kept apart by
+``url=`` and the server's by the file they come from; :meth:`LineJoin.pair` then pairs each server
+part with its client part (see :func:`pair_one`). A trace id that repeats (logs appended over
+several runs) starts a new update at a client.send after a finished one. The events and their
+fields are defined in ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, fields
+from typing import Any
+
+UPDATE_PATHS = (None, "/update_weights", "/reload_weights")
+"""The request paths that are weight updates (None: the path was never logged)."""
+
+OP_PATHS = {"update_weights": "/update_weights", "reload_weights": "/reload_weights"}
+"""The request path of an ``op=`` of the server's rpc lines."""
+
+Votes = dict[str, Counter]
+"""Per server log file: how many updates said it is each URL."""
+
+
+@dataclass(slots=True)
+class Update:
+    """One weight update as seen by client and server, joined by trace id."""
+
+    tid: str
+    path: str | None = None
+    url: str | None = None
+    send_ts: float | None = None
+    send_t: float | None = None
+    done_ts: float | None = None
+    wall_ms: float | None = None
+    rpc_ms: float | None = None
+    queue_ms: float | None = None
+    recv_ts: float | None = None
+    recv_t: float | None = None
+    server_rpc_ms: float | None = None
+    target: str | None = None
+    failed: bool = False
+    server: str | None = None
+    """The server log file the server's lines came from (None: no server lines)."""
+    lock_wait_ms: float | None = None
+    """The server's wait for its swap lock (rpc.done lock_wait_ms): server-side queueing."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, with ``send_to_recv_ms`` (summary.json)."""
+        return {f.name: getattr(self, f.name) for f in _FIELDS} | {"send_to_recv_ms": self.send_to_recv_ms}
+
+    @property
+    def send_to_recv_ms(self) -> float | None:
+        """Client send -> server first byte: monotonic clocks when consistent, else wall clocks."""
+        if self.send_t is not None and self.recv_t is not None:
+            gap = (self.recv_t - self.send_t) * 1000.0
+            if 0 <= gap <= (self.wall_ms or math.inf) + 1.0:
+                return gap
+        if self.send_ts is not None and self.recv_ts is not None:
+            return (self.recv_ts - self.send_ts) * 1000.0
+        return None
+
+    @property
+    def start(self) -> float | None:
+        return self.send_ts if self.send_ts is not None else self.recv_ts
+
+    @property
+    def end(self) -> float | None:
+        if self.done_ts is not None:
+            return self.done_ts
+        if self.start is not None and (self.wall_ms or self.server_rpc_ms):
+            return self.start + (self.wall_ms or self.server_rpc_ms or 0) / 1000.0
+        return None
+
+
+_FIELDS = fields(Update)
+
+
+class LineJoin:
+    """The client's and the server's parts of the updates, built one line at a time. Each part is
+    kept with the row (of all client lines, or of all server lines) that started it, for the order
+    of the updates."""
+
+    def __init__(self) -> None:
+        self.client: dict[tuple[str, str | None], list[Update]] = {}
+        self._last_url: dict[str, str | None] = {}
+        self.server: dict[tuple[str, str], list[Update]] = {}
+        self.order: list[tuple[int, Update]] = []
+        """Client parts as they started: (row, part)."""
+        self._first: dict[tuple[str, str], int] = {}
+        """The first row of each (trace id, server file)."""
+
+    def add_clients(self, *columns: list) -> None:
+        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue): a line
+        without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a ``client.send``
+        starts a new update when the last one is finished, any line starts one when there is none,
+        and a retried send keeps the first attempt's times."""
+        client, last_url, order = self.client, self._last_url, self.order
+        for row, event, tid, ts, url, path, t, wall, rpc, queue in zip(*columns, strict=True):
+            url = url or last_url.get(tid)
+            occ = client.get((tid, url))
+            if occ is None:
+                occ = client[tid, url] = []
+            last_url[tid] = url
+            if event == "client.send":
+                if not occ or _finished(u := occ[-1]):
+                    u = Update(tid, url=url)
+                    occ.append(u)
+                    order.append((row, u))
+                if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
+                    u.send_ts, u.send_t = ts, t
+                u.path = path
+                continue
+            if not occ:
+                occ.append(Update(tid, url=url, path=path))
+                order.append((row, occ[-1]))
+            u = occ[-1]
+            if event == "client.done":
+                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
+                if queue is None and wall is not None and rpc is not None:
+                    u.queue_ms = wall - rpc
+            elif event == "client.error":
+                u.failed, u.done_ts = True, ts
+
+    def add_servers(self, *columns: list) -> None:
+        """Server lines in order (row, event, tid, source, ts, t, path, target, op, rpc, lock): per
+        (trace id, server file) a ``server.recv`` starts a new update, any line starts one when there
+        is none."""
+        servers, first = self.server, self._first
+        for row, event, tid, source, ts, t, path, target, op, rpc, lock in zip(*columns, strict=True):
+            occ = servers.get((tid, source))
+            if occ is None:
+                occ = servers[tid, source] = []
+                first[tid, source] = row
+            if event == "server.recv" or not occ:
+                occ.append(Update(tid, server=source))
+            u = occ[-1]
+            if event == "server.recv":
+                u.recv_ts, u.recv_t, u.path = ts, t, path
+            elif event == "rpc.start":
+                u.target = target
+                u.path = u.path or OP_PATHS.get(op or "")
+            else:
+                u.server_rpc_ms, u.lock_wait_ms = rpc, lock
+                u.path = u.path or OP_PATHS.get(op or "")
+
+    def vote(self, votes: Votes) -> None:
+        """Add these parts' votes for which server URL each server log file belongs to: from the
+        updates whose client and server parts can only be each other (one URL and one server file
+        for a trace id) or whose ``rpc_ms`` agree to the logged decimal."""
+        clients_by_tid = _by_tid(self.client)
+        for tid, servers in _by_tid(self.server).items():
+            clients = clients_by_tid.get(tid, [])
+            if len(servers) == 1 and len(clients) == 1:  # the usual case, decided as below
+                if url := clients[0].url:
+                    votes.setdefault(servers[0].server or "", Counter())[url] += 1
+                continue
+            urls = {c.url for c in clients if c.url}
+            if len(urls) == 1 and len({s.server for s in servers}) == 1:
+                votes.setdefault(servers[0].server or "", Counter())[next(iter(urls))] += 1
+                continue
+            for s in servers:
+                same = [c.url for c in clients if c.url and same_rpc(c, s)]
+                if len(set(same)) == 1:
+                    votes.setdefault(s.server or "", Counter())[same[0]] += 1
+
+    def pair(self, mapping: dict[str, str]) -> list[tuple[tuple[int, int], Update]]:
+        """Join each server part to its client part (copied into it); returns the server parts left
+        alone, with the URL of their file, keyed by (first row of their trace id and file, place)."""
+        clients_by_tid = _by_tid(self.client)
+        alone: list[tuple[tuple[int, int], Update]] = []
+        taken: set[int] = set()
+        for (tid, source), parts in self.server.items():
+            clients = clients_by_tid.get(tid, [])
+            for place, s in enumerate(parts):
+                c = pair_one(s, mapping.get(source), clients, taken)
+                if c is None:
+                    s.url = mapping.get(source)
+                    alone.append(((self._first[tid, source], place), s))
+                else:
+                    taken.add(id(c))
+                    c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
+                    c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
+                    c.path = c.path or s.path
+        return alone
+
+
+def server_urls(votes: Votes) -> dict[str, str]:
+    """Which server URL each server log file belongs to: a file is named when 80% of its votes agree."""
+    out = {}
+    for source, counter in votes.items():
+        url, n = counter.most_common(1)[0]
+        if n >= 0.8 * sum(counter.values()):
+            out[source] = url
+    return out
+
+
+def pair_one(s: Update, url: str | None, clients: list[Update], taken: set[int]) -> Update | None:
+    """The client part a server part belongs to: not yet paired, sent no later than 1 s after the
+    server received it, to the server file's URL when that is known, with equal ``rpc_ms`` when
+    several remain, else the one sent last before the server received it."""
+    if len(clients) == 1:  # the usual case, decided as below (one client: the URL cannot rule it out)
+        (c,) = clients
+        return None if id(c) in taken or late(c.send_ts, s.recv_ts) else c
+    free = [c for c in clients if id(c) not in taken]
+    if s.recv_ts is not None:
+        free = [c for c in free if c.send_ts is None or c.send_ts <= s.recv_ts + 1.0]
+    if url is not None:
+        free = [c for c in free if c.url == url] or ([] if any(c.url == url for c in clients) else free)
+    if len(free) > 1:
+        free = [c for c in free if same_rpc(c, s)] or free
+    if not free:
+        return None
+    if s.recv_ts is not None:
+        return max(free, key=lambda c: c.send_ts if c.send_ts is not None else -math.inf)
+    return free[0]
+
+
+def late(send_ts: float | None, recv_ts: float | None) -> bool:
+    """Sent more than 1 s after the server received it: not the request the server received."""
+    return recv_ts is not None and send_ts is not None and send_ts > recv_ts + 1.0
+
+
+def _by_tid(parts: dict[tuple[str, str | None], list[Update]]) -> dict[str, list[Update]]:
+    """The parts of each trace id, keys in first-seen order (a trace id with one key: its own list,
+    which the callers only read)."""
+    out: dict[str, list[Update]] = {}
+    for (tid, _), those in parts.items():
+        have = out.get(tid)
+        out[tid] = those if have is None else have + those
+    return out
+
+
+def _finished(u: Update) -> bool:
+    """The client's part of an update is over: answered, failed or timed."""
+    return u.done_ts is not None or u.failed or u.wall_ms is not None
+
+
+def same_rpc(c: Update, s: Update) -> bool:
+    """The client's rpc_ms (from the server's answer) equals the server log's, to the logged decimal."""
+    return c.rpc_ms is not None and s.server_rpc_ms is not None and abs(c.rpc_ms - s.server_rpc_ms) <= 0.051
