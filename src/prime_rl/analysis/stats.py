@@ -24,7 +24,14 @@ import polars as pl
 
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
-from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines, batches_from_events
+from prime_rl.analysis.tagged import (
+    EXAMPLES,
+    Event,
+    ParseStats,
+    TaggedLines,
+    batches_from_events,
+    step_numbers,
+)
 from prime_rl.analysis.updates import WEIGHTS_FIELDS, WEIGHTS_NUMBERS, Update, UpdateJoin, update_frame
 
 SERIES = (
@@ -248,6 +255,16 @@ NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
 """The numbers (field, the events whose lines are read) each tag's handler reads, converted ahead
 by :func:`prepared`: each is one of the handler's own :meth:`~TaggedLines.num_series` calls."""
 
+STEPS: dict[str, tuple[str, ...]] = {
+    "ckpt": ("target_step", "step"),
+    "gen": ("step",),
+    "rollout": ("current_step",),
+    "verify": ("step",),
+    "train": ("step",),
+}
+"""The fields each tag's handler keeps per-step values by (:meth:`~TaggedLines.step_numbers`, made
+ahead by :func:`prepared`)."""
+
 
 def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:
     """``batches``, each split by tag with each tag's :data:`FIELDS` read: the polars part of the
@@ -260,6 +277,8 @@ def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:
                 if keys:
                     lines.fields(*keys)
                     lines.numbers(*NUMBERS.get(tag, ()))
+                    for key in STEPS.get(tag, ()):
+                        lines.step_numbers(key)
             yield b
     finally:
         close = getattr(batches, "close", None)
@@ -312,12 +331,11 @@ class _Collector:
         if value is not None:
             self.series[key].append(value)
 
-    def _per_step(
-        self, key: str, steps: pl.Series | list[str | None], values: pl.Series | list[float | None]
-    ) -> None:
-        """A per-step series (:data:`PER_STEP`) keeps one value per step, the last; a value on a line
-        without a step is kept as it is."""
-        again, loose = self.by_step[key].set_many(steps, values)
+    def _per_step(self, key: str, b: TaggedLines, step_key: str, values: pl.Series) -> None:
+        """A per-step series (:data:`PER_STEP`) keeps one value per step (field ``step_key``), the
+        last; a value on a line without a step is kept as it is."""
+        steps = b.text_series(step_key)
+        again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key))
         if again:
             self.counts[f"redone.{key}"] += again
         self.series[key].extend(loose)
@@ -354,8 +372,8 @@ class _Collector:
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
         target_s, step_s = b.text_series("target_step"), b.text_series("step")
         wait_s, write_s = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-        self._per_step("ckpt_wait_ms", target_s, wait_s)
-        self._per_step("write_ms", step_s, write_s)
+        self._per_step("ckpt_wait_ms", b, "target_step", wait_s)
+        self._per_step("write_ms", b, "step", write_s)
         target, step, wait_ms, write_ms = (
             target_s.to_list(),
             step_s.to_list(),
@@ -397,7 +415,7 @@ class _Collector:
         b.fields(*FIELDS["gen"])
         events, ts, number = b.column("event"), b.column("ts"), b.column("line")
         step_s, dur_s = b.text_series("step"), b.num_series("dur_ms", ("batch.done",))
-        self._per_step("gen_dur_ms", step_s, dur_s)
+        self._per_step("gen_dur_ms", b, "step", dur_s)
         step, dur, completions = step_s.to_list(), dur_s.to_list(), b.text("completions")
         done_completions = b.num("completions", ("batch.done",))
         retries, drops = [], []
@@ -439,11 +457,10 @@ class _Collector:
 
     def rollout(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["rollout"])
-        step = b.text_series("current_step")
         trunc, staleness = b.num_series("trunc_pct"), b.num_series("staleness")
         step_num = b.num_series("current_step")
-        self._per_step("trunc_pct", step, trunc)
-        self._per_step("staleness", step, staleness)
+        self._per_step("trunc_pct", b, "current_step", trunc)
+        self._per_step("staleness", b, "current_step", staleness)
         both = staleness.is_not_null() & step_num.is_not_null()
         if both.any():  # the last of a step wins, as the dict is updated in line order
             steps, values = step_num.filter(both).to_list(), staleness.filter(both).to_list()
@@ -454,13 +471,12 @@ class _Collector:
         time of concurrent workers, not wall time); ``tail_ms`` and ``workers`` when the line has them."""
         done = ("batch.done",)
         b.fields(*FIELDS["verify"])
-        step = b.text_series("step")
         cpu, dur = b.num_series("cpu_ms", done), b.num_series("dur_ms", done)
         tail, workers = b.num_series("tail_ms", done), b.num_series("workers", done)
         # the CPU time when the line has it (and it is not 0), else dur_ms
         scoring = pl.select(pl.when(cpu.is_not_null() & (cpu != 0)).then(cpu).otherwise(dur)).to_series()
-        self._per_step("verify_dur_ms", step, scoring)
-        self._per_step("verify_tail_ms", step, tail)
+        self._per_step("verify_dur_ms", b, "step", scoring)
+        self._per_step("verify_tail_ms", b, "step", tail)
         given = workers.filter(workers.is_not_null() & (workers != 0))
         if len(given):
             self.verify_workers = int(given[-1])
@@ -475,11 +491,11 @@ class _Collector:
         only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
         # step 0's wait is start-up (the servers start, the first batch is generated with nothing
         # to overlap it), not the steady state a bottleneck is judged on
-        self._per_step("train_wait_ms", step_s, only((step_s != "0").fill_null(True), wait_s))
-        self._per_step("train_ms", step_s, only(done, train_s))
+        self._per_step("train_wait_ms", b, "step", only((step_s != "0").fill_null(True), wait_s))
+        self._per_step("train_ms", b, "step", only(done, train_s))
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
-        self._per_step("publish_ms", step_s, only(done, write_s))
+        self._per_step("publish_ms", b, "step", only(done, write_s))
         events, ts, step = b.column("event"), b.column("ts"), step_s.to_list()
         wait, train, write = wait_s.to_list(), train_s.to_list(), write_s.to_list()
         fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
@@ -696,37 +712,35 @@ class _PerStep:
         self.other: dict[str, float] = {}
 
     def set_many(
-        self, steps: pl.Series | list[str | None], values: pl.Series | list[float | None]
+        self,
+        steps: pl.Series | list[str | None],
+        values: pl.Series | list[float | None],
+        numbers: pl.Series | None = None,
     ) -> tuple[int, list[float]]:
         """Set each step's value, in order (the last of a step wins). Returns how many were set again
         (a step done again, as after a restart) and the values without a step. A step is numbered
-        when it is 1-8 ASCII digits below the steps seen so far plus 100,000 (a step number far
-        beyond the others is kept by name); column-wise, the few named steps one by one."""
-        frame = pl.DataFrame(
-            {"step": steps, "value": values}, schema={"step": pl.String, "value": pl.Float64}, strict=False
-        ).filter(pl.col("value").is_not_null())
-        if frame.is_empty():
+        when it is 1-8 ASCII digits (``numbers``: :func:`~prime_rl.analysis.tagged.step_numbers` of
+        ``steps``, made here when not given) below the steps seen so far plus 100,000 (a step number
+        far beyond the others is kept by name); column-wise, the few named steps one by one."""
+        steps = pl.Series("step", steps, dtype=pl.String) if isinstance(steps, list) else steps
+        values = pl.Series("value", values, dtype=pl.Float64) if isinstance(values, list) else values
+        numbers = step_numbers(steps) if numbers is None else numbers
+        keep = values.is_not_null()
+        if not keep.any():
             return 0, []
-        step, value = frame.get_column("step"), frame.get_column("value")
-        # 1-8 ASCII digits: what an integer cast reads, without a sign (no regex: 3x the time)
-        number = step.cast(pl.Int64, strict=False)
-        numbered = (
-            number.is_not_null()
-            & (step.str.len_bytes() <= 8)
-            & ~step.str.starts_with("+")
-            & ~step.str.starts_with("-")
-            & (number < self.size + 100_000)
-        )
-        has_step = step.is_not_null()
-        loose = value.filter(~has_step).to_list()
+        has_step = steps.is_not_null()
+        loose = values.filter(keep & ~has_step).to_list()
+        numbered = keep & (numbers < self.size + 100_000).fill_null(False)
+        named = keep & has_step & ~numbered
         again = 0
-        named = has_step & ~numbered
         if named.any():
-            for name, v in zip(step.filter(named).to_list(), value.filter(named).to_list(), strict=True):
+            for name, v in zip(steps.filter(named).to_list(), values.filter(named).to_list(), strict=True):
                 again += name in self.other
                 self.other[name] = v
         if numbered.any():
-            again += self._set_numbered(number.filter(numbered).to_numpy(), value.filter(numbered).to_numpy())
+            again += self._set_numbered(
+                numbers.filter(numbered).to_numpy(), values.filter(numbered).to_numpy()
+            )
         return again, loose
 
     def _set_numbered(self, idx: np.ndarray, values: np.ndarray) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.synthetic_logs import make_run
 
-from prime_rl.analysis import stats
+from prime_rl.analysis import stats, tagged
 from prime_rl.analysis.parser import discover, scan_files
 from prime_rl.analysis.tagged import ParseStats, TaggedLines
 
@@ -53,22 +53,30 @@ def test_prepared_batches_give_the_same_collection_and_the_same_bad_values(tmp_p
     assert _essence(ahead) == _essence(plain)
 
 
-def test_every_number_a_handler_reads_was_converted_ahead(tmp_path, monkeypatch):
-    """A handler that reads a number the table does not list converts it on the collector's thread
-    (correct, but slower): the table and the handlers must agree."""
+def test_every_number_and_step_a_handler_reads_was_converted_ahead(tmp_path, monkeypatch):
+    """A handler that reads a number or a step the tables do not list converts it on the collector's
+    thread (correct, but slower): the tables and the handlers must agree."""
     files = _logs(tmp_path)
     made: list[tuple[str, str, tuple | None]] = []
-    number = TaggedLines._number
+    number, step_numbers = TaggedLines._number, tagged.step_numbers
 
     def recorded(self, key, events):
         made.append((self.frame.get_column("tag")[0], key, events))
         return number(self, key, events)
 
+    def recorded_steps(steps):
+        made.append(("step", steps.name, None))
+        return step_numbers(steps)
+
     monkeypatch.setattr(TaggedLines, "_number", recorded)
+    monkeypatch.setattr(tagged, "step_numbers", recorded_steps)
     parse = ParseStats()
     batches = list(stats.prepared(scan_files(files, parse)))
     ahead = set(made)
-    assert {tag for tag, _, _ in ahead} == set(stats.NUMBERS)  # every tag of the table is in the logs
+    assert {tag for tag, _, _ in ahead} == {*stats.NUMBERS, "step"}  # every tag of the table is in the logs
+    assert {key for tag, key, _ in ahead if tag == "step"} == {
+        k for keys in stats.STEPS.values() for k in keys
+    }
     made.clear()
     stats.collect(batches, parse, 1)
-    assert [m for m in made if m[0] in stats.NUMBERS] == []
+    assert made == []
