@@ -253,7 +253,22 @@ def _records(frame: pl.DataFrame) -> list[Update]:
     """The frame's rows as updates (its columns named as Update's fields; missing ones: default)."""
     have = set(frame.columns)
     columns = [
-        frame.get_column(name).to_list() if name in have else repeat(False if name == "failed" else None)
+        _column(frame.get_column(name), name in _SHARED)
+        if name in have
+        else repeat(False if name == "failed" else None)
         for name in _FIELDS
     ]
     return list(map(Update, *columns))
+
+
+_SHARED = frozenset(("path", "url", "server"))
+"""Fields with a few values among all updates: each value one string object, not one per update
+(about 200 bytes an update)."""
+
+
+def _column(values: pl.Series, shared: bool) -> list:
+    out = values.to_list()
+    if not shared:
+        return out
+    one = {v: v for v in values.unique().to_list()}
+    return list(map(one.__getitem__, out))
