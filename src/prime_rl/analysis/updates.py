@@ -91,7 +91,12 @@ class UpdateJoin:
         """The weight updates (other admin paths left out), one per trace id and server: client parts
         in first-seen order with their server parts joined, then server parts without a client part
         (in the order their trace id and file were first seen), each with its file's URL when the
-        votes name one."""
+        votes name one. Joined once (the lines' columns are let go then), at the first call."""
+        if self._updates is None:
+            self._updates = self._join()
+        return self._updates
+
+    def _join(self) -> list[Update]:
         clients = _concat(self._client, CLIENT_SCHEMA).with_row_index("i")
         servers = _concat(self._server, SERVER_SCHEMA).with_row_index("j")
         self._client, self._server = [], []

@@ -334,3 +334,14 @@ def test_the_slowest_updates_are_the_first_of_the_sorted_updates(times):
     d._memo.clear()
     listed = [line.split()[0] for line in slowest_updates(d).splitlines()[1:]]
     assert listed == ([u.tid for u in want] or ["(no"])
+
+
+def test_updates_are_joined_once_and_asked_again_give_the_same():
+    events = [
+        _event(_line("client.send", url="u", path="/update_weights"), 1),
+        _event(_line("client.done"), 2),
+    ]
+    join = UpdateJoin()
+    join.add_lines(TaggedLines.from_events(events))
+    first = join.updates()
+    assert len(first) == 1 and join.updates() == first
