@@ -91,7 +91,9 @@ def _run(
         parser.error(f"no log files under {', '.join(map(str, inputs))}")
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
-    return analyze(read_ahead(prepared(scan_files(files, stats))), stats, thresholds, async_level), stats
+    # two threads ahead of the collection: one parses, the next reads each tag's fields
+    batches = read_ahead(prepared(read_ahead(scan_files(files, stats))))
+    return analyze(batches, stats, thresholds, async_level), stats
 
 
 def main(argv: list[str] | None = None) -> None:

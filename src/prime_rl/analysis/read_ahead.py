@@ -3,7 +3,10 @@
 Most of the parse is polars (reading a chunk's lines, taking them apart), which runs without the
 GIL; most of the collection is Python. With the parser a few batches ahead in its own thread, the
 two use two cores instead of taking turns on one. At most ``depth`` batches wait between them, so
-memory stays bounded whatever the log's size.
+memory stays bounded whatever the log's size. The CLI chains two: the parse in one thread, each
+tag's fields read (:func:`~prime_rl.analysis.stats.prepared`) in the next, the collection in the
+caller's (8% off the whole report at 10M tagged lines against the parse and the fields in one
+thread, same CPU time: each fills the others' waits).
 """
 
 from __future__ import annotations

@@ -668,7 +668,7 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
     for key, values in c.by_step.items():
-        c.series[key].extend(values.values())
+        values.extend_into(c.series[key])
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
@@ -757,6 +757,12 @@ class _PerStep:
         again = len(idx) - len(last) + int((~np.isnan(self.by_number[idx[last]])).sum())
         self.by_number[idx[last]] = values[last]
         return again
+
+    def extend_into(self, out: array) -> None:
+        """Append :meth:`values` to ``out`` (the numbered ones as one block of doubles)."""
+        numbered = self.by_number[: self.size]
+        out.frombytes(numbered[~np.isnan(numbered)].astype(np.float64).tobytes())
+        out.extend(self.other.values())
 
     def values(self) -> Iterable[float]:
         """Every step's value: numbered steps in step order, then the others."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from array import array
 
 import numpy as np
 import pytest
@@ -412,3 +413,6 @@ def test_per_step_values_column_wise_equal_one_at_a_time(calls):
         steps, values = [s for s, _ in pairs], [v for _, v in pairs]
         assert p.set_many(steps, values) == oracle.set_many(steps, values)
     assert list(p.values()) == oracle.values()
+    out = array("d", [-1.0])
+    p.extend_into(out)  # the block copy the collection uses
+    assert out.tolist() == [-1.0, *oracle.values()]
