@@ -194,7 +194,7 @@ def _usual_updates(draw) -> list[dict]:
     return [{k: v for k, v in line.items() if v is not None or k in ("tid", "ts")} for line in lines]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(lines=_usual_updates(), cuts=st.lists(st.integers(0, 60), max_size=4), files=st.booleans())
 def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files):
     _check_against_the_reference(lines, cuts, files)
