@@ -759,16 +759,11 @@ class _PerStep:
         return again
 
     def extend_into(self, out: array) -> None:
-        """Append :meth:`values` to ``out`` (the numbered ones as one block of doubles)."""
+        """Append every step's value to ``out``: numbered steps in step order (one block of doubles),
+        then the others."""
         numbered = self.by_number[: self.size]
         out.frombytes(numbered[~np.isnan(numbered)].astype(np.float64).tobytes())
         out.extend(self.other.values())
-
-    def values(self) -> Iterable[float]:
-        """Every step's value: numbered steps in step order, then the others."""
-        numbered = self.by_number[: self.size]
-        yield from numbered[~np.isnan(numbered)].tolist()
-        yield from self.other.values()
 
 
 class _Rows:

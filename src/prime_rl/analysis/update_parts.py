@@ -92,6 +92,7 @@ class LineJoin:
         """Client parts as they started: (row, part)."""
         self._first: dict[tuple[str, str], int] = {}
         """The first row of each (trace id, server file)."""
+        self._by_tid_memo: dict[str, list[Update]] | None = None
 
     def add_clients(self, *columns: list) -> None:
         """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue): a line
@@ -147,11 +148,18 @@ class LineJoin:
                 u.server_rpc_ms, u.lock_wait_ms = rpc, lock
                 u.path = u.path or OP_PATHS.get(op or "")
 
+    def _clients_by_tid(self) -> dict[str, list[Update]]:
+        """The client parts of each trace id, made once (the votes and the pairing both read them;
+        no line is added after)."""
+        if self._by_tid_memo is None:
+            self._by_tid_memo = _by_tid(self.client)
+        return self._by_tid_memo
+
     def vote(self, votes: Votes) -> None:
         """Add these parts' votes for which server URL each server log file belongs to: from the
         updates whose client and server parts can only be each other (one URL and one server file
         for a trace id) or whose ``rpc_ms`` agree to the logged decimal."""
-        clients_by_tid = _by_tid(self.client)
+        clients_by_tid = self._clients_by_tid()
         for tid, servers in _by_tid(self.server).items():
             clients = clients_by_tid.get(tid, [])
             if len(servers) == 1 and len(clients) == 1:  # the usual case, decided as below
@@ -170,7 +178,7 @@ class LineJoin:
     def pair(self, mapping: dict[str, str]) -> list[tuple[tuple[int, int], Update]]:
         """Join each server part to its client part (copied into it); returns the server parts left
         alone, with the URL of their file, keyed by (first row of their trace id and file, place)."""
-        clients_by_tid = _by_tid(self.client)
+        clients_by_tid = self._clients_by_tid()
         alone: list[tuple[tuple[int, int], Update]] = []
         taken: set[int] = set()
         for (tid, source), parts in self.server.items():
