@@ -2,7 +2,8 @@
 
 Logs are read in large binary chunks. A chunk dense with tagged lines is split into lines by
 polars' reader (one text column, multi-threaded); in a sparse one (mostly vLLM's request lines and
-the like) one compiled regex finds the tag markers, so the rest costs no Python. Gzip files
+the like) ``bytes.find`` skips from bracket to bracket to the tag markers, so the rest costs no
+Python. The file is read into one buffer that is kept (a fresh one per chunk costs page faults). Gzip files
 (``.gz``) and rotated parts are read the same way. A file's tagged lines are handed on in batches
 (:class:`~prime_rl.analysis.tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole
 chunks): the lines in loguru's file format, nearly all of them, are taken apart column-wise with
@@ -24,6 +25,7 @@ import gzip
 import re
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,14 +45,19 @@ _TAG_LIST = [t.decode() for t in TAGS]
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
-# a tagged-looking head with a tag the analyzer does not know, at a line's or a loguru message's
-# start; it begins with the literal "[" (the lookbehinds come after it), so the regex engine skips
-# to each "[" at memory speed instead of trying every position of the chunk
-_UNKNOWN = re.compile(
-    rb"\[(?:(?<=\n\[)|(?<=\| \[))(?!(?:"
+# a tagged-looking head with a tag the analyzer does not know, from the bracket after its "["
+_UNKNOWN_HEAD = (
+    rb"(?!(?:"
     + _TAG_ALT
     + rb")\])([A-Za-z0-9_.-]{1,40})\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
 )
+# the head where a line or a loguru message starts; it begins with the literal "[" (the
+# lookbehinds come after it), so the regex engine skips to each "[" instead of trying every
+# position of the chunk
+_UNKNOWN = re.compile(rb"\[(?:(?<=\n\[)|(?<=\| \[))" + _UNKNOWN_HEAD)
+_UNKNOWN_AT = re.compile(rb"\[" + _UNKNOWN_HEAD)
+"""The head from a "[" where the caller found a line or a loguru message to start."""
+_MARKER_HEADS = tuple(b"[" + t + b"]" for t in TAGS)
 # the same as str patterns, for lines already decoded (ASCII: \\d is 0-9 only, as in the bytes patterns)
 _MARKERS_S, _LOGURU_PREFIX_S, _AT_MARKER_S = (
     re.compile(r.pattern.decode(), re.ASCII) for r in (_MARKERS, _LOGURU_PREFIX, _AT_MARKER)
@@ -78,25 +85,40 @@ def open_log(path: Path):
 
 
 def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
-    """Whole lines in big chunks (about :data:`CHUNK` bytes: a chunk is completed to the end of its
-    last line); a final line without newline is yielded with one (it may be cut). A compressed
-    file that ends early or is corrupt yields what it held up to there; the error is added to
+    """Whole lines in big chunks (at most :data:`CHUNK` bytes, or one line when it is longer), read
+    into one buffer kept for the whole file (each chunk is the one copy taken of it: a fresh
+    buffer per read would cost the memory's page faults every time); a final line without newline
+    is yielded with one (it may be cut). A compressed file that ends early or is corrupt yields
+    what it held up to there (it is read a decompression step at a time); the error is added to
     ``cut`` (a log copied while it was written, a crash while it was compressed)."""
+    buf = bytearray(CHUNK)
+    have = 0  # bytes read into buf and not yet yielded: the start of a line the last read cut
+    error: str | None = None
     with open_log(path) as f:
-        while True:
-            block, error = _read_upto(f, CHUNK)
-            if block and error is None and not block.endswith(b"\n"):
+        fill = f.readinto1 if isinstance(f, gzip.GzipFile) else f.readinto
+        done = False
+        while not done:
+            with memoryview(buf) as view:
                 try:
-                    block += f.readline()
+                    while have < len(buf) and (got := fill(view[have:])):
+                        have += got
+                    done = have < len(buf)  # the end of the file
                 except _CUT as e:
-                    error = f"{type(e).__name__}: {e}"
-            if block:
-                yield block if block.endswith(b"\n") else block + b"\n"  # the last line has no newline
-            if error is not None:
-                cut.append(error)
-                return
-            if not block:
-                return
+                    error, done = f"{type(e).__name__}: {e}", True
+            end = have if done else buf.rfind(b"\n", 0, have) + 1
+            if not end:
+                if done:
+                    break
+                buf.extend(bytes(len(buf)))  # one line longer than the buffer: a bigger buffer
+                continue
+            with memoryview(buf) as view:
+                chunk = bytes(view[:end])
+                buf[: have - end] = bytes(view[end:have])  # the cut line's start, to the front
+            have -= end
+            yield chunk if chunk.endswith(b"\n") else chunk + b"\n"  # the last line has no newline
+            del chunk  # freed before the next is made (the reader drops it too): its memory is reused
+    if error is not None:
+        cut.append(error)
 
 
 def _read_upto(f, size: int) -> tuple[bytes, str | None]:
@@ -138,13 +160,13 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
         stats.files.append(str(path))
         clock.new_file()
         lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
-        last_chunk = b""
+        last = b""
         pending = _Pending(path, clock, stats, events_seen)
         cut: list[str] = []
         for chunk in _chunks(path, cut):
-            last_chunk = chunk
-            _count_unknown(stats, chunk)
+            last = _last_line_of(chunk) or last
             n = _scan_chunk(chunk, lines_before + 1, pending)
+            del chunk  # before the next chunk is read (see _chunks)
             stats.lines += n
             lines_before += n
             if pending.rows >= BATCH_ROWS:
@@ -153,7 +175,7 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
             yield TaggedLines(pending.flush(), label, path, None, stats)
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
-        _last_line(stats, path, last_chunk, clock)
+        _last_line(stats, path, last, clock)
     stats.seconds += time.perf_counter() - start
 
 
@@ -225,15 +247,19 @@ _LOGURU_TAGGED = (
 
 def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     """Find one chunk's tagged lines (the chunk starts at line ``first_line``) and add them to
-    ``pending``; returns the chunk's number of lines. The chunk is split into lines by polars'
-    reader (one column, no quoting); lines in loguru's file format with a marker where the message
-    starts (nearly all tagged lines) are kept as text for :func:`_loguru_lines`, the other lines
-    with a marker are parsed one by one."""
+    ``pending``, counting the unknown tags; returns the chunk's number of lines. A chunk dense
+    with tagged lines is split into lines by polars' reader (one column, no quoting); lines in
+    loguru's file format with a marker where the message starts (nearly all tagged lines) are kept
+    as text for :func:`_loguru_lines`, the other lines with a marker are parsed one by one. In a
+    sparse chunk the markers are found from its brackets (:func:`_brackets`)."""
     sample = min(len(chunk), _SAMPLE)
-    if sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample:
+    if chunk.count(b"[", 0, sample) * _DENSE < sample or (
+        sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample
+    ):
         # few tagged lines: cheaper found from their markers
-        marks = [m.start() for m in _MARKERS.finditer(chunk)]
+        marks = _brackets(chunk, pending.stats.unknown_tags)
         return _scan_chunk_bytes(chunk, marks, first_line, pending) if marks else chunk.count(b"\n")
+    _count_unknown(pending.stats, chunk)
     if b"\x00" in chunk or b"\r\n" in chunk or chunk.startswith(b"\xef\xbb\xbf"):
         # lines polars' reader would not keep as they are (it splits at NUL, drops the \r of CRLF
         # and a byte-order mark)
@@ -447,21 +473,58 @@ def _new_event(seen: set[str], word: str) -> bool:
 
 
 def _count_unknown(stats: ParseStats, chunk: bytes) -> None:
-    """Count tagged-looking lines whose tag is not one of :data:`TAGS`."""
+    """Count tagged-looking lines whose tag is not one of :data:`TAGS` (one regex over the chunk)."""
     if chunk.startswith(b"[") and not _MARKERS.match(chunk):
-        m = _UNKNOWN.match(b"\n" + chunk[:200], 1)
+        m = _UNKNOWN_AT.match(chunk)
         if m:
             stats.unknown_tags[m.group(1).decode()] += 1
     for m in _UNKNOWN.finditer(chunk):
         stats.unknown_tags[m.group(1).decode()] += 1
 
 
-def _last_line(stats: ParseStats, path: Path, chunk: bytes, clock: Clock) -> None:
+def _brackets(chunk: bytes, unknown: Counter) -> list[int]:
+    """The positions of the chunk's markers, with the unknown tags counted into ``unknown``
+    (what :data:`_MARKERS` and :func:`_count_unknown` find), in one pass over the chunk's ``[``:
+    ``bytes.find`` skips to each at memory speed where a regex engine steps through every byte,
+    so a chunk with few brackets costs little more than reading it."""
+    marks: list[int] = []
+    find, at = chunk.find, chunk.startswith
+    p = find(b"[")
+    while p >= 0:
+        if at(_MARKER_HEADS, p):
+            marks.append(p)
+        elif not p or chunk[p - 1] == _NL or (p > 1 and chunk[p - 2 : p] == b"| "):
+            m = _UNKNOWN_AT.match(chunk, p)
+            if m:
+                unknown[m.group(1).decode()] += 1
+        p = find(b"[", p + 1)
+    return marks
+
+
+_LAST_BYTES = 1200
+"""Of a file's last line, the first this many bytes are kept (its first 300 characters are shown)."""
+
+
+def _last_line_of(chunk: bytes) -> bytes:
+    """The start of the chunk's last non-empty line, trailing whitespace stripped (b"": none), read
+    from the chunk's end a window at a time (a copy of the whole chunk would cost more)."""
+    end, size = len(chunk), 1 << 12
+    while end:
+        lo = max(end - size, 0)
+        tail = chunk[lo:end].rstrip()
+        if tail:
+            end = lo + len(tail)
+            start = chunk.rfind(b"\n", 0, end) + 1
+            return chunk[start : min(end, start + _LAST_BYTES)]
+        end, size = lo, size * 2
+    return b""
+
+
+def _last_line(stats: ParseStats, path: Path, line: bytes, clock: Clock) -> None:
     """Keep the file's last non-empty line and its timestamp."""
-    lines = chunk.rstrip().rsplit(b"\n", 1)
-    text = lines[-1].decode("utf-8", "replace")[:300] if lines and lines[-1] else ""
+    text = line.decode("utf-8", "replace")[:300]
     if text:
-        head = _LOGURU_PREFIX.match(lines[-1])
+        head = _LOGURU_PREFIX.match(line)
         stats.last_lines[str(path)] = (clock(text[: head.end()] if head else text[:40]), text)
 
 

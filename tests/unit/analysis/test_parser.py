@@ -243,10 +243,72 @@ def test_a_dense_chunk_read_by_polars_parses_as_the_bytes_path_does(lines, end, 
         finally:
             parser._DENSE = old
         rows = [(e.line, e.ts, e.tag, e.tid, e.event, e.fields) for e in events]
-        return rows, (stats.lines, stats.tagged, stats.malformed, stats.malformed_examples)
+        counts = (stats.lines, stats.tagged, stats.malformed, stats.malformed_examples)
+        return rows, counts, dict(stats.unknown_tags)
 
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "o.log"
         log.write_bytes(raw)
         # every chunk dense (polars' reader) == every chunk sparse (lines found from the bytes)
         assert run(log, 10**9) == run(log, 0)
+
+
+HEAD = st.sampled_from(
+    ["[gen]", "[weights][t1]", "[zzz]", "[zzz][t1]", "[gen][t1]", "[", "]", "| ", "| [yy] e ", "\n"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.one_of(HEAD, HOSTILE), max_size=12))
+@example(pieces=["[zzz] e=1\n[gen] x\n| [yy] e \n"])
+def test_markers_and_unknown_tags_found_from_the_brackets_are_what_the_regexes_find(pieces):
+    """A sparse chunk's markers and unknown tags, found in one pass over its "[" (``bytes.find``),
+    are where the marker regex finds markers and what the unknown-tag regex counts, in any bytes."""
+    from collections import Counter
+
+    from prime_rl.analysis import parser
+
+    chunk = "".join(pieces).encode("utf-8", "surrogatepass")
+    unknown: Counter = Counter()
+    marks = parser._brackets(chunk, unknown)
+    stats = ParseStats()
+    parser._count_unknown(stats, chunk)
+    assert marks == [m.start() for m in parser._MARKERS.finditer(chunk)]
+    assert (
+        unknown
+        == stats.unknown_tags
+        == Counter(m.group(1).decode() for m in parser._UNKNOWN.finditer(b"\n" + chunk))
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.binary(max_size=300).map(lambda b: b.replace(b"\r", b"\n"))
+    | st.sampled_from([b"", b"\n", b"x" * 50]),
+    size=st.integers(1, 40),
+    gz=st.booleans(),
+)
+def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(data, size, gz):
+    """The file comes back whole, in order, cut only after newlines (a final line without one gets
+    one); a chunk is at most the buffer's size, which grows (doubles) only to hold a line longer
+    than it; the last non-empty line is the one of the whole file, its trailing whitespace stripped."""
+    from prime_rl.analysis import parser
+
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "o.log"
+        log.write_bytes(gzip.compress(data) if gz else data)
+        old = parser.CHUNK
+        parser.CHUNK = size
+        try:
+            cut: list[str] = []
+            chunks = list(parser._chunks(log, cut))
+        finally:
+            parser.CHUNK = old
+    assert b"".join(chunks) == (data if data.endswith(b"\n") or not data else data + b"\n") and not cut
+    longest = max((len(line) + 1 for line in data.split(b"\n")), default=1)
+    assert all(c.endswith(b"\n") and len(c) <= max(size, 2 * longest) for c in chunks)
+    last = b"".join(chunks).rstrip().rsplit(b"\n", 1)[-1]
+    found = b""
+    for c in chunks:
+        found = parser._last_line_of(c) or found
+    assert found == last
