@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
-from prime_rl.analysis.tagged import TaggedLines
+from prime_rl.analysis.tagged import TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
@@ -76,24 +77,36 @@ class Segments:
         )
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
-        longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds).tolist()
-        steps = lines.rows_text(rows, "step")  # only the step lines' fields are read
-        out = []
-        for k, i in enumerate(rows.tolist()):
-            gap = max(self._gap.pop(source, -np.inf), longest[k])
-            raw = steps[k] or ""
-            if not raw.isdigit():
-                self._gap[source] = gap
-                continue
-            step, reached = int(raw), self._reached.get(source)
-            self._reached[source] = step
-            if reached is None or step > reached:
-                continue
-            ev = lines.event(i)
-            self.restarts.append(
-                Restart(source, ev.where(), ev.ts, reached, step, gap if gap > -np.inf else None)
-            )
-            out.append(i)
-        if longest[-1] > -np.inf:
-            self._gap[source] = max(self._gap.get(source, -np.inf), longest[-1])
+        longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
+        carried = self._gap.pop(source, -np.inf)  # since the last step line of an earlier batch
+        # only the step lines' fields are read; a step is 1-8 ASCII digits, other lines are no step
+        numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
+        stepped = np.flatnonzero(numbers.is_not_null().to_numpy())
+        out: list[int] = []
+        if len(stepped):
+            steps = numbers.gather(stepped).to_numpy()
+            reached = self._reached.get(source)
+            before = np.concatenate([[-1 if reached is None else reached], steps[:-1]])
+            for k in np.flatnonzero(steps <= before).tolist():  # the step went back: a restart
+                since = stepped[k - 1] + 1 if k else 0  # the step lines since the last step
+                gap = float(longest[since : stepped[k] + 1].max())
+                gap = max(gap, carried) if not k else gap
+                i = int(rows[stepped[k]])
+                ev = lines.event(i)
+                self.restarts.append(
+                    Restart(
+                        source,
+                        ev.where(),
+                        ev.ts,
+                        int(before[k]),
+                        int(steps[k]),
+                        gap if gap > -np.inf else None,
+                    )
+                )
+                out.append(i)
+            self._reached[source] = int(steps[-1])
+            carried, longest = -np.inf, longest[stepped[-1] + 1 :]
+        gap = max(carried, float(longest.max()))
+        if gap > -np.inf:
+            self._gap[source] = gap
         return out

@@ -97,7 +97,7 @@ def test_empty_garbage_cut_and_gzip_logs_never_crash(tmp_path, analyze):
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import assume, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from prime_rl.analysis.parser import TAGS  # noqa: E402
@@ -294,6 +294,7 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
     than it; the last non-empty line is the one of the whole file, its trailing whitespace stripped."""
     from prime_rl.analysis import parser
 
+    assume(gz or not data.startswith(b"\x1f\x8b"))  # a plain file with gzip's magic is read as gzip
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "o.log"
         log.write_bytes(gzip.compress(data) if gz else data)

@@ -3,8 +3,13 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 
 from __future__ import annotations
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.support.synthetic_logs import make_run
 
+from prime_rl.analysis.restarts import Restart, Segments
+from prime_rl.analysis.tagged import Event, TaggedLines
 from prime_rl.tracing import format_tagged
 
 
@@ -104,3 +109,90 @@ def test_every_staleness_violation_is_listed_with_its_step(tmp_path, analyze):
     assert bad == list(range(3, 40, 2))  # step 1 was redone with staleness 0: the later line counts
     assert "Above async_level: steps " + ", ".join(map(str, bad)) + "." in md
     assert summary["staleness"]["histogram"] == {"0": 1, "1": 20, "3": 19}
+
+
+# --- restarts found column-wise are the ones the line-by-line fold found -----------------------
+
+
+class _LineByLine(Segments):
+    """The fold before it was column-wise (the oracle): each step line in turn."""
+
+    def observe(self, lines: TaggedLines) -> list[int]:
+        source = lines.source
+        ts = lines.frame.get_column("ts").to_numpy()
+        gaps = np.full(len(ts), -np.inf)
+        stamped = np.flatnonzero(~np.isnan(ts))
+        if len(stamped):
+            before = self._last_ts.get(source)
+            stamps = ts[stamped]
+            gaps[stamped[1:]] = np.maximum(np.diff(stamps), 0.0)
+            if before is not None:
+                gaps[stamped[0]] = max(stamps[0] - before, 0.0)
+            self._last_ts[source] = float(stamps[-1])
+        frame = lines.frame
+        rows = np.flatnonzero(
+            ((frame.get_column("tag") == "gen") & (frame.get_column("event") == "batch.start")).to_numpy()
+        )
+        longest = np.maximum.reduceat(np.append(gaps, -np.inf), np.concatenate([[0], rows + 1])).tolist()
+        steps = lines.rows_text(rows, "step")
+        out = []
+        for k, i in enumerate(rows.tolist()):
+            gap = max(self._gap.pop(source, -np.inf), longest[k])
+            raw = steps[k] or ""
+            if not (raw.isascii() and raw.isdigit() and len(raw) <= 8):  # the old isdigit() took "²"
+                self._gap[source] = gap
+                continue
+            step, reached = int(raw), self._reached.get(source)
+            self._reached[source] = step
+            if reached is None or step > reached:
+                continue
+            ev = lines.event(i)
+            self.restarts.append(
+                Restart(source, ev.where(), ev.ts, reached, step, gap if gap > -np.inf else None)
+            )
+            out.append(i)
+        if longest[-1] > -np.inf:
+            self._gap[source] = max(self._gap.get(source, -np.inf), longest[-1])
+        return out
+
+
+STEP_LINE = st.tuples(
+    st.sampled_from(["batch.start", "batch.done", "request.retry"]),
+    st.one_of(
+        st.none(), st.sampled_from(["0", "1", "2", "3", "5", "9", "", "x", "²", "-1", "+2", "123456789"])
+    ),
+    st.one_of(st.none(), st.floats(0, 100)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.lists(STEP_LINE, max_size=8), max_size=5))
+def test_restarts_found_column_wise_are_the_line_by_line_fold_s(batches):
+    """Where the step goes back, when, after how long a silence (carried across batches, over step
+    lines without a step): the same restarts and rows as the line-by-line fold, whatever the steps
+    (digits, none, signs, words, other scripts' digits: no crash)."""
+    new, old = Segments(), _LineByLine()
+    for n, rows in enumerate(batches):
+        events = [
+            Event("gen", e, None, {} if step is None else {"step": step}, ts, "orchestrator", line=n * 10 + i)
+            for i, (e, step, ts) in enumerate(rows)
+        ]
+        if events:
+            lines = TaggedLines.from_events(events)
+            assert new.observe(lines) == old.observe(lines)
+    assert new.restarts == old.restarts and new._reached == old._reached
+    assert {k: v for k, v in new._gap.items() if v > -np.inf} == {
+        k: v for k, v in old._gap.items() if v > -np.inf
+    }
+
+
+def test_a_step_in_another_script_s_digits_is_no_step_and_no_crash(tmp_path, analyze):
+    """``step=²`` passes str.isdigit() but is no number: it was a crash (ValueError) of the whole report."""
+    log = tmp_path / "orchestrator.log"
+    lines = [
+        f"2026-01-01 12:00:0{i}.000 | INFO    | " + format_tagged("gen", "batch.start", step=s)
+        for i, s in enumerate(["1", "²", "0"])
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert [(r["reached"], r["resumed"]) for r in summary["restarts"]] == [(1, 0)]
