@@ -55,10 +55,12 @@ class Usual:
 
     others: pl.Series
     """The trace ids of every other update: their lines go to the line-by-line join."""
-    clients: list[tuple[int, Update]]
-    """Client parts (joined with their server part when it has one), with the row that started each."""
-    alone: list[tuple[tuple[int, int], Update]]
-    """Server parts with no client part (their URL not set yet), keyed as ``LineJoin.pair`` keys them."""
+    clients: pl.DataFrame
+    """Client parts (joined with their server part when it has one), with the row ``i`` that
+    started each; :func:`client_updates` makes them :class:`Update` records."""
+    alone: pl.DataFrame
+    """Server parts with no client part, with their row ``j``; :func:`alone_updates` makes them
+    records (their URL not set yet)."""
     votes: Votes
     """Which URL each server file is, from the trace ids with one client and one server part."""
 
@@ -241,24 +243,39 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
         {"rpc": "server_rpc_ms", "source": "server", "lock": "lock_wait_ms"}
     )
     alone = pl.concat([late_servers.select(server_only), lone_servers.select(server_only)])
-    clients = list(zip(clients_out.get_column("i").to_list(), _records(clients_out), strict=True))
-    alone_rows = [(row, 0) for row in alone.get_column("j").to_list()]
-    return Usual(others, clients, list(zip(alone_rows, _records(alone), strict=True)), votes)
+    return Usual(others, clients_out, alone, votes)
+
+
+def client_updates(frame: pl.DataFrame) -> list[tuple[int, Update]]:
+    """:attr:`Usual.clients` as records, with the row that started each."""
+    return list(zip(frame.get_column("i").to_list(), _records(frame), strict=True))
+
+
+def alone_updates(frame: pl.DataFrame) -> list[tuple[tuple[int, int], Update]]:
+    """:attr:`Usual.alone` as records, keyed as ``LineJoin.pair`` keys them."""
+    rows = [(row, 0) for row in frame.get_column("j").to_list()]
+    return list(zip(rows, _records(frame), strict=True))
 
 
 _FIELDS = [f.name for f in fields(Update)]
+_SLICE = 1 << 16
+"""Rows made into records at a time: the columns' Python lists of one slice at a time, not of all."""
 
 
 def _records(frame: pl.DataFrame) -> list[Update]:
     """The frame's rows as updates (its columns named as Update's fields; missing ones: default)."""
     have = set(frame.columns)
-    columns = [
-        _column(frame.get_column(name), name in _SHARED)
-        if name in have
-        else repeat(False if name == "failed" else None)
-        for name in _FIELDS
-    ]
-    return list(map(Update, *columns))
+    shared = {name: {} for name in _SHARED}  # one string object per value over every slice
+    out: list[Update] = []
+    for part in frame.iter_slices(_SLICE):
+        columns = [
+            _column(part.get_column(name), shared.get(name))
+            if name in have
+            else repeat(False if name == "failed" else None)
+            for name in _FIELDS
+        ]
+        out.extend(map(Update, *columns))
+    return out
 
 
 _SHARED = frozenset(("path", "url", "server"))
@@ -266,9 +283,10 @@ _SHARED = frozenset(("path", "url", "server"))
 (about 200 bytes an update)."""
 
 
-def _column(values: pl.Series, shared: bool) -> list:
+def _column(values: pl.Series, shared: dict | None) -> list:
     out = values.to_list()
-    if not shared:
+    if shared is None:
         return out
-    one = {v: v for v in values.unique().to_list()}
-    return list(map(one.__getitem__, out))
+    for v in values.unique().to_list():
+        shared.setdefault(v, v)
+    return list(map(shared.__getitem__, out))

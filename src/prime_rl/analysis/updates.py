@@ -14,7 +14,13 @@ from operator import attrgetter, itemgetter
 import polars as pl
 
 from prime_rl.analysis.tagged import TaggedLines
-from prime_rl.analysis.update_columns import CLIENT_SCHEMA, SERVER_SCHEMA, usual_updates
+from prime_rl.analysis.update_columns import (
+    CLIENT_SCHEMA,
+    SERVER_SCHEMA,
+    alone_updates,
+    client_updates,
+    usual_updates,
+)
 from prime_rl.analysis.update_parts import (
     OP_PATHS,
     UPDATE_PATHS,
@@ -105,15 +111,17 @@ class UpdateJoin:
         others = pl.col("tid").is_in(usual.others.implode())
         lines.add_clients(*_lists(clients.filter(others), "i", *CLIENT_SCHEMA))
         lines.add_servers(*_lists(servers.filter(others), "j", *SERVER_SCHEMA))
+        del clients, servers  # the lines' columns, let go before the records are made
         votes = usual.votes
         lines.vote(votes)
         mapping = server_urls(votes)
         alone = lines.pair(mapping)
-        for _, s in usual.alone:
+        usual_alone = alone_updates(usual.alone)
+        for _, s in usual_alone:
             s.url = mapping.get(s.server or "")
         # each list is in row order already: the sorts merge two runs
-        order = sorted(usual.clients + lines.order, key=itemgetter(0))
-        alone = sorted(usual.alone + alone, key=itemgetter(0))
+        order = sorted(client_updates(usual.clients) + lines.order, key=itemgetter(0))
+        alone = sorted(usual_alone + alone, key=itemgetter(0))
         return [u for _, u in order + alone if u.path in UPDATE_PATHS]
 
 
@@ -122,7 +130,7 @@ def _frame(columns: dict[str, pl.Series], schema: dict, keep: pl.Series) -> pl.D
 
 
 def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
-    return pl.concat(frames, rechunk=True) if frames else pl.DataFrame(schema=schema)
+    return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=schema)
 
 
 def _lists(frame: pl.DataFrame, *names: str) -> list[list]:
