@@ -59,25 +59,7 @@ class Segments:
         source = lines.source
         if source not in ("orchestrator", "trainer"):
             return []
-        ts = lines.frame.get_column("ts").to_numpy()
-        # each row's silence before it: the time since the process's previous timestamped line
-        gaps = np.full(len(ts), -np.inf)
-        stamped = np.flatnonzero(~np.isnan(ts))
-        if len(stamped):
-            before = self._last_ts.get(source)
-            stamps = ts[stamped]
-            gaps[stamped[1:]] = np.maximum(np.diff(stamps), 0.0)
-            if before is not None:
-                gaps[stamped[0]] = max(stamps[0] - before, 0.0)
-            self._last_ts[source] = float(stamps[-1])
-        tag, event = STEP_LINE_OF[source]
-        frame = lines.frame
-        rows = np.flatnonzero(
-            ((frame.get_column("tag") == tag) & (frame.get_column("event") == event)).to_numpy()
-        )
-        # the longest silence before each step line since the one before it, and after the last
-        bounds = np.concatenate([[0], rows + 1])
-        longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
+        rows, longest = self._step_lines(lines, source)
         carried = self._gap.pop(source, -np.inf)  # since the last step line of an earlier batch
         # only the step lines' fields are read; a step is 1-8 ASCII digits, other lines are no step
         numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
@@ -110,3 +92,27 @@ class Segments:
         if gap > -np.inf:
             self._gap[source] = gap
         return out
+
+    def _step_lines(self, lines: TaggedLines, source: str) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the batch's step lines, and the longest silence before each since the one
+        before it (the last value: after the last step line); the process's last time kept."""
+        ts = lines.frame.get_column("ts").to_numpy()
+        # each row's silence before it: the time since the process's previous timestamped line
+        gaps = np.full(len(ts), -np.inf)
+        stamped = np.flatnonzero(~np.isnan(ts))
+        if len(stamped):
+            before = self._last_ts.get(source)
+            stamps = ts[stamped]
+            gaps[stamped[1:]] = np.maximum(np.diff(stamps), 0.0)
+            if before is not None:
+                gaps[stamped[0]] = max(stamps[0] - before, 0.0)
+            self._last_ts[source] = float(stamps[-1])
+        tag, event = STEP_LINE_OF[source]
+        frame = lines.frame
+        rows = np.flatnonzero(
+            ((frame.get_column("tag") == tag) & (frame.get_column("event") == event)).to_numpy()
+        )
+        # the longest silence before each step line since the one before it, and after the last
+        bounds = np.concatenate([[0], rows + 1])
+        longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
+        return rows, longest

@@ -119,21 +119,8 @@ class _LineByLine(Segments):
 
     def observe(self, lines: TaggedLines) -> list[int]:
         source = lines.source
-        ts = lines.frame.get_column("ts").to_numpy()
-        gaps = np.full(len(ts), -np.inf)
-        stamped = np.flatnonzero(~np.isnan(ts))
-        if len(stamped):
-            before = self._last_ts.get(source)
-            stamps = ts[stamped]
-            gaps[stamped[1:]] = np.maximum(np.diff(stamps), 0.0)
-            if before is not None:
-                gaps[stamped[0]] = max(stamps[0] - before, 0.0)
-            self._last_ts[source] = float(stamps[-1])
-        frame = lines.frame
-        rows = np.flatnonzero(
-            ((frame.get_column("tag") == "gen") & (frame.get_column("event") == "batch.start")).to_numpy()
-        )
-        longest = np.maximum.reduceat(np.append(gaps, -np.inf), np.concatenate([[0], rows + 1])).tolist()
+        rows, longest = self._step_lines(lines, source)
+        longest = longest.tolist()
         steps = lines.rows_text(rows, "step")
         out = []
         for k, i in enumerate(rows.tolist()):
