@@ -253,16 +253,18 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     as text for :func:`_loguru_lines`, the other lines with a marker are parsed one by one. In a
     sparse chunk the markers are found from its brackets (:func:`_brackets`)."""
     sample = min(len(chunk), _SAMPLE)
-    if chunk.count(b"[", 0, sample) * _DENSE < sample or (
-        sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample
-    ):
+    if (
         # few tagged lines: cheaper found from their markers
-        marks = _brackets(chunk, pending.stats.unknown_tags)
-        return _scan_chunk_bytes(chunk, marks, first_line, pending) if marks else chunk.count(b"\n")
-    if b"\x00" in chunk or (b"\r" in chunk and b"\r\n" in chunk) or chunk.startswith(b"\xef\xbb\xbf"):
+        chunk.count(b"[", 0, sample) * _DENSE < sample
+        or sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample
         # lines polars' reader would not keep as they are (it splits at NUL, drops the \r of CRLF
         # and a byte-order mark); "\r" first: a search for it alone is 15x faster
-        return _scan_chunk_bytes(chunk, _brackets(chunk, pending.stats.unknown_tags), first_line, pending)
+        or b"\x00" in chunk
+        or (b"\r" in chunk and b"\r\n" in chunk)
+        or chunk.startswith(b"\xef\xbb\xbf")
+    ):
+        marks = _brackets(chunk, pending.stats.unknown_tags)
+        return _scan_chunk_bytes(chunk, marks, first_line, pending) if marks else chunk.count(b"\n")
     n = chunk.count(b"\n")
     text = pl.read_csv(
         chunk,
@@ -494,7 +496,7 @@ def _brackets(chunk: bytes, unknown: Counter) -> list[int]:
     while p >= 0:
         if at(_MARKER_HEADS, p):
             marks.append(p)
-        elif not p or chunk[p - 1] == _NL or (p > 1 and chunk[p - 2 : p] == b"| "):
+        elif not p or chunk[p - 1] == _NL or (p > 1 and at(b"| ", p - 2)):
             m = _UNKNOWN_AT.match(chunk, p)
             if m:
                 unknown[m.group(1).decode()] += 1

@@ -72,7 +72,8 @@ class Segments:
             for k in np.flatnonzero(steps <= before).tolist():  # the step went back: a restart
                 since = stepped[k - 1] + 1 if k else 0  # the step lines since the last step
                 gap = float(longest[since : stepped[k] + 1].max())
-                gap = max(gap, carried) if not k else gap
+                if not k:  # the first step of the batch: the silence carried from the last batch too
+                    gap = max(gap, carried)
                 i = int(rows[stepped[k]])
                 ev = lines.event(i)
                 self.restarts.append(
