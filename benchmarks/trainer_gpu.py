@@ -33,6 +33,7 @@ usage: python benchmarks/trainer_gpu.py --shape qwen2.5-0.5b --seq_lens 4096,163
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -135,6 +136,24 @@ def train_step(model, optimizer, mbs, loss_cfg: LossConfig, attention: str, mbt:
     timer.lap("optimizer", start)
 
 
+@contextlib.contextmanager
+def _profiled(args, device: torch.device, seq_len: int, mbt: int, on: bool):
+    """With ``--profile DIR``: one more train_step after the measured ones, under torch.profiler,
+    its operators by self device time written to ``DIR/profile_<seq_len>_<mbt>.txt``."""
+    if not on:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        yield
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    args.profile.mkdir(parents=True, exist_ok=True)
+    table = prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70)
+    (args.profile / f"profile_{seq_len}_{mbt}.txt").write_text(table)
+
+
 def run_one(model, optimizer, publisher, args, seq_len: int, mbt: int, device: torch.device) -> dict:
     """Warm-up steps, then ``args.steps`` measured ones; medians of the parts."""
     attention = resolve_attention(ModelConfig(attention=args.attention), device)
@@ -143,10 +162,12 @@ def run_one(model, optimizer, publisher, args, seq_len: int, mbt: int, device: t
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
-    for i in range(args.warmup + args.steps):
+    measured = range(args.warmup, args.warmup + args.steps)
+    for i in range(measured.stop + (1 if args.profile else 0)):  # the profiled step is not measured
         timer = Timer(device)
         start = time.perf_counter()
-        train_step(model, optimizer, mbs, LossConfig(), attention, mbt, timer)
+        with _profiled(args, device, seq_len, mbt, on=i == measured.stop):
+            train_step(model, optimizer, mbs, LossConfig(), attention, mbt, timer)
         if publisher is not None:
             # what the trainer's step pays: with --publish background the wait for the previous
             # write, the gather and the copy to host; the write itself runs beside the next step
@@ -154,7 +175,7 @@ def run_one(model, optimizer, publisher, args, seq_len: int, mbt: int, device: t
             publisher.publish(model, i + 1)
             timer.lap("publish", t)
         timer.parts["step"] = time.perf_counter() - start
-        if i >= args.warmup:
+        if i in measured:
             steps.append(timer.parts)
     if publisher is not None:
         publisher.wait()  # the next configuration starts with no write in flight
@@ -196,6 +217,11 @@ def main() -> None:
         help="publish weights/step_N after each step as the trainer does (weights.background), or not at all",
     )
     p.add_argument("--peak_tflops", type=float, help="the device's dense bf16 peak (default: by device name)")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        help="a folder: one more step of each configuration profiled there (not timed)",
+    )
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/trainer_gpu.json"))
     args = p.parse_args()
 

@@ -107,6 +107,7 @@ def pytest_sessionfinish(session, exitstatus):
         _report_leaks(session, "\n".join(_WORKER_LEAKS))
     if session.config.pluginmanager.hasplugin("dsession"):
         return  # the controller: its children are the workers, which checked their own
+    _close_torch_compile_workers()
     deadline = time.monotonic() + LEAK_GRACE_S
     while (left := leftover_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -123,6 +124,14 @@ def pytest_sessionfinish(session, exitstatus):
         + "\n  ".join(lines)
     )
     _report_leaks(session, message)
+
+
+def _close_torch_compile_workers() -> None:
+    """torch.compile's pool of compile workers (FlexAttention, ``model.compile``) belongs to torch,
+    which closes it at interpreter exit, after this check: close it now, as torch would."""
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    if async_compile is not None:
+        async_compile.shutdown_compile_workers()
 
 
 def _report_leaks(session, message: str) -> None:

@@ -41,11 +41,11 @@ def test_a_step_is_the_tokens_asked_for_in_packed_samples():
         assert mb.loss_mask.view(4, 512)[:, :64].sum() == 0 and mb.loss_mask.view(4, 512)[:, 64:].all()
 
 
-def test_a_cpu_run_writes_a_row_per_configuration_whose_parts_add_up(tmp_path):
-    out = tmp_path / "rows.json"
+def test_a_cpu_run_writes_a_row_per_configuration_whose_parts_add_up_and_a_profile_of_each(tmp_path):
+    out, profiles = tmp_path / "rows.json", tmp_path / "profiles"
     done = subprocess.run(
         [sys.executable, str(BENCH), "--shape", "tiny", "--models_dir", str(tmp_path), "--seq_lens", "128,512",
-         "--micro_batch_tokens", "256,512", "--tokens_per_step", "1024", "--steps", "2", "--json", str(out)],
+         "--micro_batch_tokens", "256,512", "--tokens_per_step", "1024", "--steps", "2", "--json", str(out), "--profile", str(profiles)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -57,3 +57,7 @@ def test_a_cpu_run_writes_a_row_per_configuration_whose_parts_add_up(tmp_path):
         assert r["tokens"] == 1024 and r["tokens_per_s"] > 0
         parts = r["forward_s"] + r["backward_s"] + r["optimizer_s"] + r["publish_s"]
         assert 0 < parts <= r["step_s"] and 0 <= r["publish_share"] < 1
+    # one more, untimed step of each configuration, its operators by self time
+    for seq_len, mbt in [(128, 256), (128, 512), (512, 512)]:
+        table = (profiles / f"profile_{seq_len}_{mbt}.txt").read_text()
+        assert "Self CPU" in table and "aten::mm" in table
