@@ -30,10 +30,10 @@ MAX_STEPS = 5
 ASYNC_LEVEL = 1
 
 
-async def fake_trainer(paths: RunPaths, model, max_steps: int, hold=lambda: False) -> None:
-    """Publishes step + 1's weights once step's rollouts are written; waits while ``hold()``."""
+async def fake_trainer(paths: RunPaths, model, max_steps: int, hold=lambda step: False) -> None:
+    """Publishes step + 1's weights once step's rollouts are written; waits while ``hold(step)``."""
     for step in range(max_steps):
-        while not rollout_path(paths.rollouts_dir(step), 0).is_file() or hold():
+        while not rollout_path(paths.rollouts_dir(step), 0).is_file() or hold(step):
             await asyncio.sleep(0.05)
         await asyncio.to_thread(write_perturbed_weights, model, paths.weights_dir(step + 1), 0.05, step + 1)
 
@@ -69,9 +69,13 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         orch = Orchestrator(cfg)
         run = asyncio.create_task(orch.run())
         restarted = asyncio.Event()
-        # No new policy while the restarted server is down: the run cannot end before the health
-        # loop (every 2 s) brings it back, which it did not always do in the few steps left.
-        hold = lambda: restarted.is_set() and bool(orch.down)  # noqa: E731
+        # The last step needs policy MAX_STEPS - 1 - ASYNC_LEVEL; the trainer holds it back until
+        # the killed server is restarted and back, so the run cannot end before the health loop
+        # (every 2 s) brings it back. (Holding only once it was restarted was not enough: steps
+        # take about 0.1 s here, and the trainer had published every policy the run needed while
+        # the server was down.)
+        last_needed = MAX_STEPS - 1 - ASYNC_LEVEL
+        hold = lambda step: step + 1 >= last_needed and not (restarted.is_set() and not orch.down)  # noqa: E731
         trainer = asyncio.create_task(fake_trainer(orch.paths, tiny_model, MAX_STEPS, hold))
         while orch.ckpt_step < 1 and not run.done():
             await asyncio.sleep(0.05)
@@ -81,7 +85,14 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
                 f"{inference_server.base_url}/reload_weights", headers=inference_server.admin_headers()
             )
             assert r.status_code == 200
-        await asyncio.sleep(1.0)
+        # the run finds it dead (a refused request, or the next policy's update) and goes on
+        # without it: the steps before the held policy need no more than the two others
+        for _ in range(2400):
+            if proxy.url in orch.down or run.done():
+                break
+            await asyncio.sleep(0.05)
+        noticed = proxy.url in orch.down
+        await asyncio.sleep(0.5)
         killed_at = proxy.connections
         await proxy.start()  # back up on the same address
         restarted.set()
@@ -91,10 +102,10 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
             trainer.cancel()
             await proxy.kill()
             await other.kill()
-        return orch, proxy.connections - killed_at, other.connections
+        return orch, noticed, proxy.connections - killed_at, other.connections
 
     try:
-        orch, connections_after, other_connections = asyncio.run(scenario())
+        orch, noticed, connections_after, other_connections = asyncio.run(scenario())
     finally:  # the server is shared by the session: later tests expect the base weights (policy 0)
         r = httpx.post(
             f"{inference_server.base_url}/reload_weights",
@@ -107,7 +118,8 @@ def test_a_server_lost_and_restarted_mid_run_never_yields_samples_beyond_async_l
         assert batch.num_samples == 16
         staleness = [step - p for p in batch.policy_steps.tolist()]
         assert all(0 <= s <= ASYNC_LEVEL for s in staleness), (step, staleness)
-    assert orch.down == set()  # the restarted server was brought back ...
+    assert noticed  # the killed server was held down ...
+    assert orch.down == set()  # ... the restarted one brought back ...
     assert connections_after > 0  # ... and used again
     assert other_connections > 0  # the third server took requests too
     assert orch.pool.balancer is not None and orch.server_metrics.scrapes[inference_server.base_url] > 0

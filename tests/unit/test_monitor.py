@@ -150,6 +150,7 @@ def wandb_offline(tmp_path, monkeypatch):
 
 
 def test_wandb_offline_run_holds_each_step_keys_run_name_group_and_config(tmp_path, wandb_offline):
+    import wandb
     from tests.support.wandb_offline import read_offline_run
 
     cfg = trainer_config(tmp_path, "--monitor.wandb", "--monitor.wandb.name", "exp1")
@@ -161,6 +162,11 @@ def test_wandb_offline_run_holds_each_step_keys_run_name_group_and_config(tmp_pa
     )
     record_metrics(orch, ORCHESTRATOR_ROW)
     monitor.close_all()
+    # finish() returns once wandb-core has the finish message, before that run's stream has written
+    # its file: the run finished last could still be 7 bytes (CI saw it, while the core's log said
+    # the stream closed 2 ms later). The service's teardown comes after every stream has closed.
+    # (A process with one run exits through that teardown, so no run loses its data.)
+    wandb.teardown()
 
     files = sorted(wandb_offline.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 2  # one run per process

@@ -274,9 +274,16 @@ def test_a_used_up_quota_pauses_every_request_until_it_resets(tmp_path):
 def test_server_errors_and_a_dead_server_are_retried(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 40)
     dead = f"http://127.0.0.1:{free_port()}"
+    # Every 4th request fails, whichever task sent it: one task's retries can land on those turns
+    # again and again (the default 4 retries ran out for one task in a loaded CI run; in 300 runs
+    # here 61 tasks needed all 5 attempts). 12 retries, at most 0.1 s apart, put that out of reach.
+    retries = ("--retry.max_retries", "12", "--retry.backoff_max_s", "0.1")
     with LocalTestServer() as server:
         server.state.fail_every = 4  # every 4th request: HTTP 500
-        result = asyncio.run(collect(collect_config([dead, server.base_url], tmp_path, "--parallel", "4")))
+        result = asyncio.run(
+            collect(collect_config([dead, server.base_url], tmp_path, "--parallel", "4", *retries))
+        )
+    assert result.failed == 0, (tmp_path / "out_failures.jsonl").read_text()
     assert result.written == 40 and result.failed == 0 and result.retries >= 10
     assert keys(tmp_path / "out.jsonl") == Counter({(t, 0): 1 for t in range(40)})
 
