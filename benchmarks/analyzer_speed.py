@@ -1,20 +1,23 @@
 """Analyzer speed: the whole report (parse, statistics, findings, SUMMARY.md, timeline.txt/.png) of
-big synthetic logs, in lines per second and peak memory.
+big synthetic logs, in lines per second of wall time and per CPU-second (the first grows with the
+cores the run can keep busy, the second says how much work each line costs) and peak memory.
 
-Two logs of --lines lines each: a realistic mix (1 tagged line in 10, the rest vLLM-style noise)
-and the worst case where every line is tagged. The tagged lines are a real run's worth of steps
-(unique trace ids, every step's weight update, generation, scoring and trainer lines from
-``tests/support/synthetic_logs.py``), so the report has one update and one batch per step to
-draw. Each analysis runs in its own process (``python -m prime_rl.analysis``), whose peak RSS is
-read from its own ``getrusage(RUSAGE_SELF)``.
+Three logs of --lines lines each: a realistic mix (1 tagged line in 10, the rest vLLM-style
+noise), the worst case where every line is tagged, and an offline collector's log (every line a
+``[collect]`` rollout line on four servers, some failed or retried). The trio's tagged lines are a
+real run's worth of steps (unique trace ids, every step's weight update, generation, scoring and
+trainer lines from ``tests/support/synthetic_logs.py``), so the report has one update and one
+batch per step to draw. Each analysis runs in its own process (``python -m prime_rl.analysis``),
+whose peak RSS is read from its own ``getrusage(RUSAGE_SELF)``.
 
-usage: python benchmarks/analyzer_speed.py [--lines 1000000] [--lines 10000000]
+usage: python benchmarks/analyzer_speed.py [--lines 1000000] [--lines 10000000] [--logs collector]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -28,6 +31,8 @@ NOISE = (
     "throughput: 2345.6 tokens/s, Running: 256 reqs, Waiting: 12 reqs, GPU KV cache usage: 45.6%"
 )
 STEPS_PER_PIECE = 2000
+LOGS = {"mixed_1_in_10_tagged": 10, "all_tagged": 1}
+"""The trio's logs: one tagged line in this many."""
 
 
 def build(path: Path, lines: int, tagged_every: int) -> int:
@@ -49,21 +54,65 @@ def build(path: Path, lines: int, tagged_every: int) -> int:
     return step
 
 
-# runs the analyzer's CLI in a fresh process and prints that process's own peak RSS (KiB) last on
-# stderr: RUSAGE_CHILDREN would report the largest of all children so far, not this one's
+COLLECT = (
+    "2026-01-01 {h:02d}:{m:02d}:{s:02d}.{ms:03d} | INFO    | [collect][c{i:09d}] {event} task={i} repeat=0 "
+    "status={status} dur_ms={dur:.1f} queue_ms={queue:.1f} gen_ms={gen:.1f} verify_ms={verify:.1f} "
+    "out_tokens=120 attempts=1 url=http://h{server}:8000"
+)
+
+
+def build_collector(path: Path, lines: int, servers: int = 4) -> int:
+    """Write an offline collector's log of ``lines`` [collect] lines (``collect-rollouts``' format):
+    a rollout per line on ``servers`` servers, one in 50 failed, one in 100 a 429 retry; returns
+    the number of servers."""
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for i in range(lines):
+            s = i // 1000  # a thousand lines a second
+            event, status = "rollout.done", 200
+            if i % 100 == 99:
+                event, status = "request.retry", 429
+            elif i % 50 == 49:
+                event, status = "rollout.failed", 500
+            gen = rng.uniform(100, 900)
+            f.write(
+                COLLECT.format(
+                    h=s // 3600 % 24,
+                    m=s // 60 % 60,
+                    s=s % 60,
+                    ms=i % 1000,
+                    i=i,
+                    event=event,
+                    status=status,
+                    dur=gen + 20,
+                    queue=rng.uniform(0, 5),
+                    gen=gen,
+                    verify=rng.uniform(1, 10),
+                    server=i % servers,
+                )  # fmt: skip
+                + "\n"
+            )
+    return servers
+
+
+# runs the analyzer's CLI in a fresh process and prints that process's own peak RSS (KiB) and CPU
+# seconds (user + system, all its threads) last on stderr: RUSAGE_CHILDREN would report the
+# largest of all children so far, not this one's
 _CHILD = """
 import resource, runpy, sys
 sys.argv = ["prime_rl.analysis", *sys.argv[1:]]
 try:
     runpy.run_module("prime_rl.analysis", run_name="__main__")
 finally:
-    print("peak_rss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print("cpu_s", own.ru_utime + own.ru_stime, "peak_rss_kib", own.ru_maxrss, file=sys.stderr)
 """
 
 
 def measure(path: Path, out: Path) -> dict[str, float]:
     """Run the analyzer on ``path`` in a child process: the whole run's seconds (start, imports,
-    parse, rules, report), the parse and collection's alone, and that child's peak RSS."""
+    parse, rules, report), the parse and collection's alone, and that child's CPU seconds (all its
+    threads: how many cores the run kept busy) and peak RSS."""
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(path), "--out", str(out)],
@@ -73,13 +122,15 @@ def measure(path: Path, out: Path) -> dict[str, float]:
     secs = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(done.stderr)
-    peak_mb = int(done.stderr.rsplit("peak_rss_kib", 1)[1].split()[0]) / 1024.0
+    tail = done.stderr.rsplit("cpu_s", 1)[1].split()
+    cpu_s, peak_mb = float(tail[0]), int(tail[2]) / 1024.0
     summary = json.loads((out / "summary.json").read_text())
     # the parse's own "seconds" must not replace the whole run's: the report after the parse
     # (rules, tables, summary.json, the timeline) is part of what a user waits for
     return {
         **summary["parse"],
         "seconds": secs,
+        "cpu_s": cpu_s,
         "peak_rss_mb": peak_mb,
         "parse_s": summary["parse"]["seconds"],
     }
@@ -90,15 +141,21 @@ def main() -> None:
     parser.add_argument(
         "--lines", type=int, action="append", help="lines per log (repeatable; default 1000000)"
     )
+    parser.add_argument(
+        "--logs",
+        default=",".join([*LOGS, "collector"]),
+        help="which logs (comma-separated): mixed_1_in_10_tagged, all_tagged, collector (every line an "
+        "offline collector's [collect] line; its 'steps' column is its servers)",
+    )
     parser.add_argument("--dir", type=Path, default=Path("outputs/bench_analyzer"))
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/analyzer_speed.json"))
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for lines in args.lines or [1_000_000]:
-        for name, every in (("mixed_1_in_10_tagged", 10), ("all_tagged", 1)):
+        for name in args.logs.split(","):
             path = args.dir / f"{name}_{lines}.log"
-            steps = build(path, lines, every)
+            steps = build_collector(path, lines) if name == "collector" else build(path, lines, LOGS[name])
             r = measure(path, args.dir / f"out_{name}_{lines}")
             row = {
                 "log": name,
@@ -109,13 +166,17 @@ def main() -> None:
                 "seconds": r["seconds"],
                 "lines_per_s": r["lines"] / r["seconds"],
                 "parse_s": r["parse_s"],
+                "cpu_s": r["cpu_s"],
+                "lines_per_cpu_s": r["lines"] / r["cpu_s"],
                 "peak_rss_mb": r["peak_rss_mb"],
             }
             rows.append(row)
             print(
                 f"{name}: {row['lines']} lines ({row['mb']:.0f} MB, {row['tagged']} tagged, ~{steps} steps): "
                 f"report in {row['seconds']:.1f} s = {row['lines_per_s'] / 1e6:.2f}M lines/s "
-                f"(parse and collection {row['parse_s']:.1f} s of it), peak RSS {row['peak_rss_mb']:.0f} MB",
+                f"(parse and collection {row['parse_s']:.1f} s of it), {row['cpu_s']:.1f} CPU-s "
+                f"({row['cpu_s'] / row['seconds']:.1f} cores busy, {row['lines_per_cpu_s'] / 1e6:.2f}M lines per "
+                f"CPU-s), peak RSS {row['peak_rss_mb']:.0f} MB",
                 flush=True,
             )
             path.unlink()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
 from functools import lru_cache
@@ -182,10 +183,15 @@ def _dropped_note(d: Collected) -> str:
 def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
     """(start, width) bars sorted by start, neighbours closer than ``resolution`` merged into one:
     at most about span / resolution bars, whatever the number of spans."""
+    return _merge_sorted(sorted(bars), resolution)
+
+
+def _merge_sorted(bars: Iterable[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
+    """:func:`merge_bars` of bars already sorted (by start, then width)."""
     out: list[tuple[float, float]] = []
     first = True
     at = wide = 0.0  # the bar being merged into
-    for start, width in sorted(bars):
+    for start, width in bars:
         if not first and start - (at + wide) < resolution:
             reach = start + width - at
             if reach > wide:
@@ -232,13 +238,22 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     for i, kind in enumerate(rows):
         if by_kind[kind]:
             ax.broken_barh(merge_bars(by_kind[kind], resolution), (i - 0.35, 0.7), color=colors[kind])
-    timed = d.update_frame().filter(
-        pl.col("start").is_not_null() & pl.col("queue").is_not_null() & (pl.col("queue") != 0)
+    # every update's queue part, sorted as columns and merged a slice at a time: a list of every
+    # update's bar would cost 120 MB for the 714k updates of the 10M-line all-tagged benchmark
+    queued = (
+        d.update_frame()
+        .filter(pl.col("start").is_not_null() & pl.col("queue").is_not_null() & (pl.col("queue") != 0))
+        .select(start=pl.col("start") - t0, width=pl.col("queue") / 1000.0)
+        .sort("start", "width")
     )
-    queued = list(zip((timed["start"] - t0).to_list(), (timed["queue"] / 1000.0).to_list(), strict=True))
-    if queued:  # the queue part of the updates, hatched
+    if queued.height:  # the queue part of the updates, hatched
+        bars = (
+            row
+            for part in queued.iter_slices(1 << 16)
+            for row in zip(*(c.to_list() for c in part.get_columns()), strict=True)
+        )
         ax.broken_barh(
-            merge_bars(queued, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"
+            _merge_sorted(bars, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"
         )
     ax.set_yticks(
         range(len(rows)),

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from prime_rl.analysis.findings import Finding
@@ -24,6 +26,17 @@ from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_groups_of
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
+
+
+def _median(values: Sequence[float]) -> float:
+    """What :func:`statistics.median` gives (the middle value, or the mean of the two middle ones),
+    by a partial sort in numpy."""
+    v = np.asarray(values, dtype=np.float64)
+    mid = len(v) // 2
+    if len(v) % 2:
+        return float(np.partition(v, mid)[mid])
+    part = np.partition(v, [mid - 1, mid])
+    return float((part[mid - 1] + part[mid]) / 2)
 
 
 @dataclass
@@ -39,12 +52,17 @@ class ServerRow:
     retries: Counter = field(default_factory=Counter)
     samples: int = 0
     """Samples the collector got from this server ([collect] rollout.done url=)."""
-    gen_ms: list[float] = field(default_factory=list)
+    gen_ms: Sequence[float] = field(default_factory=list)
     """Their generation times."""
+    _medians: dict[str, float | None] = field(default_factory=dict, repr=False, compare=False)
 
     def median(self, key: str) -> float | None:
-        values = getattr(self, key)
-        return statistics.median(values) if values else None
+        """The median of ``wall_ms``, ``rpc_ms``, ``queue_ms`` or ``gen_ms`` (None: no values),
+        computed once (a collector run has millions of gen_ms)."""
+        if key not in self._medians:
+            values = getattr(self, key)
+            self._medians[key] = _median(values) if len(values) else None
+        return self._medians[key]
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -140,7 +158,7 @@ def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
     rows = [r for r in server_rows(d) if r.samples >= th.server_min_updates]
     if len(rows) < 2:
         return None
-    medians = {r.url: statistics.median(r.gen_ms) for r in rows}
+    medians = {r.url: r.median("gen_ms") for r in rows}
     slow_url = max(medians, key=lambda u: medians[u])
     peers = statistics.median(v for u, v in medians.items() if u != slow_url)
     ratio = medians[slow_url] / peers if peers > 0 else float("inf")

@@ -160,7 +160,7 @@ class Collected:
     """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
     server_load: dict[str, ServerLoadSeries] = field(default_factory=dict)
     """Per server URL: its load scraped from /metrics ([server] lines, :mod:`~prime_rl.analysis.server_load`)."""
-    server_gen_ms: dict[str, list[float]] = field(default_factory=dict)
+    server_gen_ms: dict[str, array] = field(default_factory=dict)
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
@@ -197,7 +197,8 @@ class Collected:
         return self.describe(key).get(what)
 
     def total(self, key: str) -> float:
-        return sum(self.series[key])
+        """The sum of a series, in line order (computed once)."""
+        return self.memo(("total", key), lambda: sum(self.series[key]))
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
@@ -290,6 +291,27 @@ Position = tuple[int, int]
 """Where a line lies in the order of the logs: (batch number, its line number)."""
 
 
+def _first(rows: pl.Series) -> int | None:
+    """The first row that is true (None: none)."""
+    return rows.arg_max() if rows.any() else None
+
+
+def _in_order(keys: pl.Series, values: pl.Series) -> list[tuple[str, pl.Series]]:
+    """``values`` grouped by ``keys``, the keys in the order they first appear, each group's values
+    in row order."""
+    frame = pl.DataFrame({"key": keys, "value": values})
+    return [
+        (part.item(0, "key"), part.get_column("value"))
+        for part in frame.partition_by("key", maintain_order=True)
+    ]
+
+
+def _extend(series: array, values: pl.Series) -> None:
+    """Append a Float64 column's values (nulls left out) to a series, in order, from their memory
+    (no Python float per value)."""
+    series.frombytes(values.drop_nulls().to_numpy().astype(np.float64, copy=False).tobytes())
+
+
 class _Collector:
     """Folds batches of tagged lines into series, counts and spans; one method per tag, which reads
     the columns it needs and walks the lines in order (a tag's lines keep their order; only the
@@ -317,7 +339,7 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
-        self.server_gen_ms: dict[str, list[float]] = {}
+        self.server_gen_ms: dict[str, array] = {}
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -536,32 +558,41 @@ class _Collector:
         spans.to(self.spans)
 
     def collect(self, seq: int, b: TaggedLines) -> None:
-        """The offline collector: one rollout.done per sample."""
+        """The offline collector: one rollout.done per sample (column-wise; every value, count and
+        server in the order the lines give them)."""
         b.fields(*FIELDS["collect"])
-        events, url, status = b.column("event"), b.text("url"), b.text("status")
-        lines = [e for e in set(events) if e != "request.retry"]
-        dur = b.num("dur_ms", lines)
+        event = b.frame.get_column("event")
+        lines = [e for e in event.unique(maintain_order=True).to_list() if e != "request.retry"]
+        dur = b.num_series("dur_ms", lines)
         done = ("rollout.done",)
-        queue, gen, verify = b.num("queue_ms", done), b.num("gen_ms", done), b.num("verify_ms", done)
-        retries = []
-        for i, e in enumerate(events):
-            if e == "request.retry":
-                retries.append(i)
-                continue
-            self._add("collect_ms", dur[i])
-            if e == "rollout.done":
-                self.counts["completions"] += 1
-                self._add("collect_queue_ms", queue[i])
-                self._add("collect_gen_ms", gen[i])
-                self._add("collect_verify_ms", verify[i])
-                if url[i] and gen[i] is not None:
-                    self.server_gen_ms.setdefault(url[i], []).append(gen[i])
-            elif e == "rollout.failed" and url[i]:
-                self.server_counts.setdefault(url[i], Counter())["failed"] += 1
-            elif status[i] == "429":  # older collector lines: a 429 with its dur_ms
-                self.counts["retry.429"] += 1
-        if retries:
-            self._retry(b, retries)
+        queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
+        url, status = b.text_series("url"), b.text_series("status")
+        is_done = (event == "rollout.done").fill_null(False)
+        has_url = (url.is_not_null() & (url != "")).fill_null(False)
+        failed = (event == "rollout.failed").fill_null(False) & has_url
+        retry = (event == "request.retry").fill_null(False)
+        # an older collector's 429: any other line with status=429
+        n429 = ~(retry | is_done | failed) & (status == "429").fill_null(False)
+        _extend(self.series["collect_ms"], dur)
+        firsts = [(_first(is_done), "completions", is_done), (_first(n429), "retry.429", n429)]
+        for _, key, rows in sorted(f for f in firsts if f[0] is not None):  # as the lines first count them
+            self.counts[key] += int(rows.sum())
+        for key, values in (
+            ("collect_queue_ms", queue),
+            ("collect_gen_ms", gen),
+            ("collect_verify_ms", verify),
+        ):
+            _extend(self.series[key], values)
+        by_server = is_done & has_url & gen.is_not_null()
+        if by_server.any():
+            for u, values in _in_order(url.filter(by_server), gen.filter(by_server)):
+                _extend(self.server_gen_ms.setdefault(u, array("d")), values)
+        if failed.any():  # per server, in the order the failures first name them
+            per_url = pl.DataFrame({"url": url.filter(failed)}).group_by("url", maintain_order=True).len()
+            for u, n in per_url.iter_rows():
+                self.server_counts.setdefault(u, Counter())["failed"] += n
+        if retry.any():
+            self._retry(b, retry.arg_true().to_list())
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -597,8 +628,10 @@ class _Collector:
     def update_spans(self, frame: pl.DataFrame) -> None:
         """The joined updates' series and spans (``frame``: :func:`~prime_rl.analysis.updates.update_frame`)."""
         for key, column in zip(UPDATE_SERIES, _UPDATE_COLUMNS, strict=True):
-            self.series[key].extend(frame.get_column(column).drop_nulls().to_list())
-        timed = frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+            _extend(self.series[key], frame.get_column(column))
+        timed = self.spans.rows_kept(
+            "update", frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        )
         label = pl.when(pl.col("url").is_not_null() & (pl.col("url") != "")).then(
             pl.concat_str("tid", pl.lit(" "), "url")
         )
@@ -656,7 +689,7 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
         frame = b.frame
-        for tag, event, n in frame.group_by("tag", "event").len().iter_rows():
+        for tag, event, n in frame.group_by("tag", "event", maintain_order=True).len().iter_rows():
             lines[tag, event] += n
         ts = frame.get_column("ts")
         if ts.null_count() < len(ts):
@@ -854,6 +887,18 @@ class _Spans:
         """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``)."""
         if start:
             self.add(kind, _Block(start, end, label, args, info))
+
+    def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:
+        """Of ``frame``'s rows, spans of ``kind`` about to be added as one block, the ones that would be
+        kept (the rest counted as dropped now): a block of every update of a long run would hold all
+        their values in Python lists only for the first and last :data:`SPANS_KEPT` to be used."""
+        head = min(max(SPANS_KEPT - len(self.head.get(kind, ())), 0), frame.height)
+        tail = min(frame.height - head, SPANS_KEPT)
+        cut = frame.height - head - tail
+        if not cut:
+            return frame
+        self.dropped[kind] = self.dropped.get(kind, 0) + cut
+        return pl.concat([frame.head(head), frame.tail(tail)])
 
     def add(self, kind: str, block: _Block) -> None:
         head = self.head.setdefault(kind, [])

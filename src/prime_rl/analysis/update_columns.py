@@ -21,27 +21,30 @@ import polars as pl
 from prime_rl.analysis.update_parts import Update, Votes
 
 CLIENT_SCHEMA = {
-    "event": pl.String,
+    "event": pl.Categorical,
     "tid": pl.String,
     "ts": pl.Float64,
-    "url": pl.String,
-    "path": pl.String,
+    "url": pl.Categorical,
+    "path": pl.Categorical,
     "t": pl.Float64,
     "wall": pl.Float64,
     "rpc": pl.Float64,
     "queue": pl.Float64,
 }
-"""The client lines' columns (``t`` of client.send, the numbers of client.done, else null)."""
+"""The client lines' columns (``t`` of client.send, the numbers of client.done, else null). Every
+update's lines are kept until the join; the words that repeat on every line (event, URL, path, and
+the server's file and op below) are categories, kept once each (the 10M-line all-tagged log's peak
+RSS 1.53-1.61 GB -> 1.23-1.30 GB); a trace id or a target names one update and stays text."""
 
 SERVER_SCHEMA = {
-    "event": pl.String,
+    "event": pl.Categorical,
     "tid": pl.String,
-    "source": pl.String,
+    "source": pl.Categorical,
     "ts": pl.Float64,
     "t": pl.Float64,
-    "path": pl.String,
+    "path": pl.Categorical,
     "target": pl.String,
-    "op": pl.String,
+    "op": pl.Categorical,
     "rpc": pl.Float64,
     "lock": pl.Float64,
 }
@@ -83,19 +86,28 @@ def _op_path(c: pl.Expr) -> pl.Expr:
 def _client_parts(clients: pl.DataFrame) -> pl.DataFrame:
     """One row per trace id (its first client line, row ``i``) with its part's fields and whether
     it is the usual pattern: a send alone, or a send then a done to the same URL."""
-    last = lambda c: pl.when(pl.col("n") == 2).then(pl.col(c).last().over("tid"))  # noqa: E731
-    parts = (
-        clients.with_columns(n=pl.len().over("tid"), pos=pl.int_range(pl.len()).over("tid"))
-        .with_columns(
-            done_event=last("event"),
-            done_url=last("url"),
-            done_ts=last("ts"),
-            done_wall=last("wall"),
-            done_rpc=last("rpc"),
-            done_queue=last("queue"),
-        )
-        .filter(pl.col("pos") == 0)
+    # the lines sorted by trace id (stably): each trace id's first and last line are where the id
+    # changes; 6x faster than window expressions over every line, and no groups to hold
+    lines = clients.sort("tid", maintain_order=True)
+    tid = lines.get_column("tid")
+    starts = tid.is_first_distinct().arg_true()
+    ends = (tid != tid.shift(-1)).fill_null(True).arg_true()
+    n = (ends - starts + 1).alias("n")
+    last = lines.select(
+        done_event="event", done_url="url", done_ts="ts", done_wall="wall", done_rpc="rpc", done_queue="queue"
     )
+    parts = (
+        pl.concat([lines[starts], last[ends]], how="horizontal")
+        .with_columns(n)
+        .with_columns(pl.when(pl.col("n") == 2).then(c).name.keep() for c in last.columns)
+        .sort("i")
+    )
+    return client_part_fields(parts)
+
+
+def client_part_fields(parts: pl.DataFrame) -> pl.DataFrame:
+    """From each trace id's first client line with ``n`` (its client lines) and its last line's
+    ``done_*`` columns (null unless ``n`` is 2): the part's fields and whether it is the usual pattern."""
     same_url = ~_truthy("done_url") | (_truthy("url") & (pl.col("done_url") == pl.col("url")))
     usual = (pl.col("event") == "client.send") & (
         (pl.col("n") == 1) | ((pl.col("n") == 2) & (pl.col("done_event") == "client.done") & same_url)

@@ -9,6 +9,7 @@ and their fields are defined in ``docs/design.md``.
 
 from __future__ import annotations
 
+from collections import Counter
 from operator import attrgetter, itemgetter
 
 import polars as pl
@@ -26,6 +27,7 @@ from prime_rl.analysis.update_parts import (
     UPDATE_PATHS,
     LineJoin,
     Update,
+    Votes,
     same_rpc,
     server_urls,
 )
@@ -51,9 +53,11 @@ class UpdateJoin:
     """Collects ``[weights]`` lines; :meth:`updates` joins them into :class:`Update` records, one per
     trace id *and server* (one update goes to every server under one trace id)."""
 
-    def __init__(self) -> None:
-        self._client: list[pl.DataFrame] = []
-        self._server: list[pl.DataFrame] = []
+    def __init__(self, split_rows: int | None = None) -> None:
+        self._client = _Kept("i")
+        self._server = _Kept("j")
+        self._split_rows = SPLIT_ROWS if split_rows is None else split_rows
+        """Past this many kept lines the lines are split into :data:`PARTS` parts (tests: 0)."""
         self._updates: list[Update] | None = None
 
     def add_lines(self, lines: TaggedLines) -> None:
@@ -76,7 +80,7 @@ class UpdateJoin:
                 "wall": lines.num_series("wall_ms", ("client.done",)),
                 "queue": lines.num_series("queue_ms", ("client.done",)),
             }
-            self._client.append(_frame(columns, CLIENT_SCHEMA, client))
+            self._client.add(_frame(columns, CLIENT_SCHEMA, client))
         if server.any():
             if lines.events is not None and lines.path is None:  # a batch of events: each event's own file
                 sources = [str(ev.path) if ev.path is not None else ev.source for ev in lines.events]
@@ -91,7 +95,10 @@ class UpdateJoin:
                 "op": lines.text_series("op"),
                 "lock": lines.num_series("lock_wait_ms", ("rpc.done",)),
             }
-            self._server.append(_frame(columns, SERVER_SCHEMA, server))
+            self._server.add(_frame(columns, SERVER_SCHEMA, server))
+        if self._client.parts_n == 1 and self._client.rows + self._server.rows > self._split_rows:
+            self._client.split()
+            self._server.split()
 
     def updates(self) -> list[Update]:
         """The weight updates (other admin paths left out), one per trace id and server: client parts
@@ -103,34 +110,94 @@ class UpdateJoin:
         return self._updates
 
     def _join(self) -> list[Update]:
-        clients = _concat(self._client, CLIENT_SCHEMA).with_row_index("i")
-        servers = _concat(self._server, SERVER_SCHEMA).with_row_index("j")
-        self._client, self._server = [], []
-        usual = usual_updates(clients, servers)
         lines = LineJoin()
-        others = pl.col("tid").is_in(usual.others.implode())
-        lines.add_clients(*_lists(clients.filter(others), "i", *CLIENT_SCHEMA))
-        lines.add_servers(*_lists(servers.filter(others), "j", *SERVER_SCHEMA))
-        del clients, servers  # the lines' columns, let go before the records are made
-        votes = usual.votes
+        votes: Votes = {}
+        order: list[tuple[int, Update]] = []
+        usual_alone: list[tuple[tuple[int, int], Update]] = []
+        # trace ids are independent in the join but for the votes, so a long log's are joined a part
+        # of them at a time: the column work's copies of the lines are a part's, not all of theirs
+        for part in range(self._client.parts_n):
+            clients = self._client.take(part, CLIENT_SCHEMA)
+            servers = self._server.take(part, SERVER_SCHEMA)
+            usual = usual_updates(clients, servers)
+            others = pl.col("tid").is_in(usual.others.implode())
+            lines.add_clients(*_lists(clients.filter(others), "i", *CLIENT_SCHEMA))
+            lines.add_servers(*_lists(servers.filter(others), "j", *SERVER_SCHEMA))
+            del clients, servers  # the lines' columns, let go before the records are made
+            for source, counter in usual.votes.items():
+                votes.setdefault(source, Counter()).update(counter)
+            order += client_updates(usual.clients)
+            usual_alone += alone_updates(usual.alone)
         lines.vote(votes)
         mapping = server_urls(votes)
         alone = lines.pair(mapping)
-        usual_alone = alone_updates(usual.alone)
         for _, s in usual_alone:
             s.url = mapping.get(s.server or "")
-        # each list is in row order already: the sorts merge two runs
-        order = sorted(client_updates(usual.clients) + lines.order, key=itemgetter(0))
+        # each part's list is in row order already: the sorts merge runs
+        order = sorted(order + lines.order, key=itemgetter(0))
         alone = sorted(usual_alone + alone, key=itemgetter(0))
         return [u for _, u in order + alone if u.path in UPDATE_PATHS]
 
 
+SPLIT_ROWS = 1 << 20
+"""Kept lines (client and server) past which they are split into :data:`PARTS` parts: each part's
+join costs the same few dozen queries, so fewer lines are joined at once."""
+PARTS = 8
+"""The parts a long log's kept lines are split into by a hash of their trace id, joined one at a time
+(the 10M-line all-tagged benchmark's join: its RSS peaked 480 MB above the lines', now 220 MB)."""
+
+
+class _Kept:
+    """One side's kept lines, each with its row among all of that side's lines (``row``: ``i`` for the
+    client's, ``j`` for the server's); one part, or :data:`PARTS` parts by trace id once split."""
+
+    def __init__(self, row: str) -> None:
+        self.row = row
+        self.rows = 0
+        self.parts: list[list[pl.DataFrame]] = [[]]
+
+    @property
+    def parts_n(self) -> int:
+        return len(self.parts)
+
+    def add(self, frame: pl.DataFrame) -> None:
+        if not frame.height:
+            return
+        end = self.rows + frame.height
+        # the row as with_row_index numbers them (UInt32), over every batch of this side
+        frame = frame.with_columns(pl.int_range(self.rows, end, dtype=pl.UInt32).alias(self.row))
+        self.rows = end
+        self._route(frame)
+
+    def _route(self, frame: pl.DataFrame) -> None:
+        if len(self.parts) == 1:
+            self.parts[0].append(frame)
+            return
+        part = (frame.get_column("tid").hash() % PARTS).cast(pl.Int64)
+        for (k,), rows in frame.with_columns(_part=part).partition_by("_part", as_dict=True).items():
+            self.parts[k].append(rows.drop("_part"))
+
+    def split(self) -> None:
+        """From one part to :data:`PARTS` (the lines kept so far split once, a frame at a time)."""
+        frames, self.parts = self.parts[0], [[] for _ in range(PARTS)]
+        frames.reverse()
+        while frames:
+            self._route(frames.pop())
+
+    def take(self, part: int, schema: dict) -> pl.DataFrame:
+        """One part's lines in row order (let go here), with their row column first."""
+        frames, self.parts[part] = self.parts[part], []
+        if not frames:
+            return pl.DataFrame(schema={self.row: pl.UInt32, **schema})
+        return pl.concat(frames, rechunk=False).select(self.row, *schema)
+
+    def frames(self) -> list[pl.DataFrame]:
+        """Every kept frame (for their sizes)."""
+        return [f for frames in self.parts for f in frames]
+
+
 def _frame(columns: dict[str, pl.Series], schema: dict, keep: pl.Series) -> pl.DataFrame:
     return pl.DataFrame({name: columns[name] for name in schema}, schema=schema).filter(keep)
-
-
-def _concat(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
-    return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=schema)
 
 
 def _lists(frame: pl.DataFrame, *names: str) -> list[list]:

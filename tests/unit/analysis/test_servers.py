@@ -4,8 +4,14 @@ figures and a slow server named with its ratio; console captures keep the client
 from __future__ import annotations
 
 import re
+import statistics
+from array import array
 
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.support.synthetic_logs import Shape, make_run
+
+from prime_rl.analysis.servers import ServerRow, _median
 
 
 def test_an_update_fanned_out_to_four_servers_counts_once_per_server(tmp_path, analyze):
@@ -120,3 +126,12 @@ def test_the_per_update_tables_are_made_once_per_analysis(tmp_path, analyze, mon
     summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
     assert calls == {"groups": 1, "rows": 1}
     assert any(f["kind"] == "slow_server" for f in summary["findings"]) and "## Per server" in md
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=60))
+def test_a_servers_median_is_what_statistics_median_gives(values):
+    # the per-server medians come from a partial sort in numpy: a collector run has millions
+    assert _median(values) == statistics.median(values)
+    assert _median(array("d", values)) == statistics.median(values)
+    row = ServerRow("http://h:1", gen_ms=array("d", values))
+    assert row.median("gen_ms") == statistics.median(values) and row.median("wall_ms") is None

@@ -6,6 +6,7 @@ import statistics
 from array import array
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -319,13 +320,15 @@ def test_background_writes_split_publishing_into_the_write_and_what_the_step_pai
 @settings(max_examples=200, deadline=None)
 @given(
     blocks=st.lists(
-        st.tuples(st.sampled_from(["gen", "update"]), st.integers(0, 9), st.booleans()), max_size=12
+        st.tuples(st.sampled_from(["gen", "update"]), st.integers(0, 9), st.booleans(), st.booleans()),
+        max_size=12,
     ),
     kept=st.integers(1, 6),
 )
 def test_spans_made_in_blocks_keep_the_first_and_last_of_each_kind(blocks, kept):
     """Spans come in blocks of columns and become objects only when kept: the first and last
-    ``SPANS_KEPT`` of each kind, the rest counted, the same as one span at a time would keep."""
+    ``SPANS_KEPT`` of each kind, the rest counted, the same as one span at a time would keep; a
+    block cut first to the rows it would keep (``rows_kept``, what the updates' block does) too."""
     from prime_rl.analysis import stats
 
     with pytest.MonkeyPatch.context() as mp:
@@ -337,11 +340,18 @@ def _check_blocks(stats, blocks, kept):
     store = stats._Spans()
     made: dict[str, list[stats.Span]] = {}
     t = 0.0
-    for kind, n, with_info in blocks:
+    for kind, n, with_info, framed in blocks:
         rows = list(range(n))
         starts = [t + i for i in rows]
-        info = {"ms": [float(i) for i in rows]} if with_info else None
-        store.extend(kind, starts, [s + 0.5 for s in starts], kind + " {}", rows, info)
+        kept_starts, kept_rows = starts, rows
+        if framed:  # as columns, cut to the rows kept before they become lists
+            frame = pl.DataFrame(
+                {"start": starts, "arg": rows}, schema={"start": pl.Float64, "arg": pl.Int64}
+            )
+            frame = store.rows_kept(kind, frame)
+            kept_starts, kept_rows = frame["start"].to_list(), frame["arg"].to_list()
+        info = {"ms": [float(i) for i in kept_rows]} if with_info else None
+        store.extend(kind, kept_starts, [s + 0.5 for s in kept_starts], kind + " {}", kept_rows, info)
         made.setdefault(kind, []).extend(
             stats.Span(kind, s, s + 0.5, f"{kind} {i}", {"ms": float(i)} if with_info else {})
             for i, s in zip(rows, starts, strict=True)

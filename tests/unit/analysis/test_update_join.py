@@ -7,13 +7,15 @@ from __future__ import annotations
 from dataclasses import astuple
 from pathlib import Path
 
+import polars as pl
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.support.reference_join import ReferenceJoin
 
 from prime_rl.analysis.stats import collect
 from prime_rl.analysis.tagged import Event, ParseStats, TaggedLines
-from prime_rl.analysis.updates import Update, UpdateJoin
+from prime_rl.analysis.updates import PARTS, Update, UpdateJoin
 
 EVENTS = [
     "client.send",
@@ -96,20 +98,30 @@ def _line(event: str, **fields) -> dict:
     ],
     cuts=[],
     files=True,
+    split=False,
 )
 @example(  # a done without a timestamp or wall_ms leaves its update open: the next send continues it
     lines=[_line("client.send", url="u"), {**_line("client.done"), "ts": None}, _line("client.send", t="5")],
     cuts=[2],
     files=False,
+    split=False,
 )
-@given(lines=st.lists(LINE, max_size=40), cuts=st.lists(st.integers(0, 40), max_size=4), files=st.booleans())
-def test_the_column_wise_join_builds_the_updates_the_line_by_line_join_builds(lines, cuts, files):
-    _check_against_the_reference(lines, cuts, files)
+@given(
+    lines=st.lists(LINE, max_size=40),
+    cuts=st.lists(st.integers(0, 40), max_size=4),
+    files=st.booleans(),
+    split=st.booleans(),
+)
+def test_the_column_wise_join_builds_the_updates_the_line_by_line_join_builds(lines, cuts, files, split):
+    _check_against_the_reference(lines, cuts, files, split)
 
 
-def _check_against_the_reference(lines: list[dict], cuts: list[int], files: bool) -> None:
+def _check_against_the_reference(
+    lines: list[dict], cuts: list[int], files: bool, split: bool = False
+) -> None:
+    """``split``: the kept lines split into parts by trace id from the first (a long log's join)."""
     events = [_event(line, i + 1) for i, line in enumerate(lines)]
-    join = UpdateJoin()
+    join = UpdateJoin(split_rows=0 if split else None)
     if files:  # batches of one file each: cut where the source changes too
         bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
         for lo, hi in zip(bounds, bounds[1:], strict=False):
@@ -195,9 +207,14 @@ def _usual_updates(draw) -> list[dict]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(lines=_usual_updates(), cuts=st.lists(st.integers(0, 60), max_size=4), files=st.booleans())
-def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files):
-    _check_against_the_reference(lines, cuts, files)
+@given(
+    lines=_usual_updates(),
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    files=st.booleans(),
+    split=st.booleans(),
+)
+def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files, split):
+    _check_against_the_reference(lines, cuts, files, split)
 
 
 def _reference_updates(events: list[Event]):
@@ -345,3 +362,67 @@ def test_updates_are_joined_once_and_asked_again_give_the_same():
     join.add_lines(TaggedLines.from_events(events))
     first = join.updates()
     assert len(first) == 1 and join.updates() == first
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-part", "split"])
+def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split):
+    # every update's lines wait for the join (the server file may come after the client's): the
+    # words that repeat on every line (event, URL, path, op, server file) are kept once each, as
+    # categories, so a kept line costs its numbers, trace id and 4 bytes a word
+    events = []
+    for k in range(2000):
+        tid, url = f"t{k:05d}", f"http://10.0.0.{k % 4}:8000"
+        lines = [
+            ("client.send", "orchestrator.log", {"url": url, "path": "/update_weights", "t": "1.5"}),
+            ("server.recv", f"inference_{k % 4}.log", {"path": "/update_weights", "t": "1.6"}),
+            ("rpc.start", f"inference_{k % 4}.log", {"op": "update_weights", "t": "1.6"}),
+            ("rpc.done", f"inference_{k % 4}.log", {"op": "update_weights", "rpc_ms": "9", "lock_wait_ms": "0"}),
+            ("client.done", "orchestrator.log", {"url": url, "path": "/update_weights", "wall_ms": "10", "rpc_ms": "9", "queue_ms": "0"}),
+        ]  # fmt: skip
+        for event, source, fields in lines:
+            events.append(Event("weights", event, tid, fields, float(k), "x", Path(source), len(events) + 1))
+    join = UpdateJoin(split_rows=3000 if split else None)  # split: after the client's 4000 lines
+    for source in ("orchestrator.log", *(f"inference_{s}.log" for s in range(4))):
+        join.add_lines(_file_batch([ev for ev in events if ev.path == Path(source)]))
+    assert join._client.parts_n == join._server.parts_n == (PARTS if split else 1)
+    kept = [*join._client.frames(), *join._server.frames()]
+    rows = sum(f.height for f in kept)
+    assert rows == len(events)
+    # 60 here (4 of them the line's row); 87 with each word's text
+    assert sum(f.estimated_size() for f in kept) / rows < 64
+    updates = join.updates()
+    assert len(updates) == 2000 and {u.url for u in updates} == {f"http://10.0.0.{s}:8000" for s in range(4)}
+    assert all(u.server == f"inference_{int(u.tid[1:]) % 4}.log" and u.rpc_ms == 9.0 for u in updates)
+
+
+def test_a_split_join_counts_every_part_s_votes_for_a_server_file_s_url():
+    # a server file's URL is named by the votes of all its trace ids (80% must agree), whichever
+    # part of a split join each trace id falls in: 17 say h:1 and 3 (all in the last part) say h:2,
+    # so the file is h:1 and its update without a client part gets h:1, as without the split
+    tids = [f"t{k}" for k in range(200)]
+    parts = (pl.Series(tids).hash() % PARTS).to_list()
+    last = max(parts)
+    h2 = [t for t, p in zip(tids, parts, strict=True) if p == last][:3]
+    h1 = [t for t, p in zip(tids, parts, strict=True) if p != last][:17]
+    lines = []
+    for k, tid in enumerate(h1 + h2):
+        url = "http://h:1" if tid in h1 else "http://h:2"
+        lines += [
+            {
+                **_line("client.send", url=url, path="/update_weights", t=str(k)),
+                "tid": tid,
+                "source": "o.log",
+            },
+            {**_line("client.done", url=url, wall_ms="9", rpc_ms="8"), "tid": tid, "source": "o.log"},
+            {**_line("server.recv", path="/update_weights", t=str(k)), "tid": tid},
+            {**_line("rpc.done", op="update_weights", rpc_ms="8"), "tid": tid},
+        ]
+    lines += [{**_line("server.recv", path="/update_weights", t="99"), "tid": "lone"}]
+    events = [_event(line, i + 1) for i, line in enumerate(lines)]
+    for split in (False, True):
+        join = UpdateJoin(split_rows=0 if split else None)
+        for source in ("o.log", "s1.log"):
+            join.add_lines(_file_batch([ev for ev in events if ev.path == Path(source)]))
+        (lone,) = [u for u in join.updates() if u.tid == "lone"]
+        assert lone.url == "http://h:1" and lone.server == "s1.log", split
+    _check_against_the_reference(lines, [], True, split=True)
