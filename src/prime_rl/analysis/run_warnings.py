@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import polars as pl
+
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -52,9 +54,10 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
             "(progress.step > 0), that the orchestrator reaches the async barrier (step - ckpt_step > async_level), "
             "and that the orchestrator log (and, for server.recv, the inference log) was given"
         )
-    if not any(
-        u.server is not None or u.recv_ts is not None or u.server_rpc_ms is not None for u in d.updates
-    ):
+    server_side = d.update_frame().select(
+        pl.any_horizontal(pl.col("server", "recv_ts", "server_rpc").is_not_null()).any()
+    )
+    if not server_side.item():
         return "no server-side [weights] lines: pass the inference log too to split queue time into client and server parts"
     return None
 
@@ -85,7 +88,7 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
 
 def failed_updates(d: Collected, th: Thresholds) -> str | None:
     """Weight updates that ended in [weights] client.error."""
-    failed = sum(u.failed for u in d.updates)
+    failed = int(d.update_frame().get_column("failed").sum())
     return f"{failed} weight update(s) failed (client.error)" if failed else None
 
 

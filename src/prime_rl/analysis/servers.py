@@ -23,7 +23,7 @@ import polars as pl
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
-from prime_rl.analysis.stages import update_groups_of
+from prime_rl.analysis.stages import update_group
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -112,6 +112,24 @@ def _server_rows(d: Collected) -> list[ServerRow]:
     return [rows[k] for k in sorted(rows)]
 
 
+def waited_for(d: Collected, url: str, key: str) -> float:
+    """What every update waited for ``url`` (ms): per update (:func:`~prime_rl.analysis.stages.update_group`)
+    with ``key`` (``wall_ms`` or ``rpc_ms``, the client's) from that server and from another, how
+    far that server's slowest is beyond the others' slowest (0 when it is not), summed in order."""
+    value = pl.col({"wall_ms": "wall", "rpc_ms": "rpc"}[key])
+    mine = (pl.col("url") == url).fill_null(False)
+    per_update = (
+        d.update_frame()
+        .group_by(*update_group(), maintain_order=True)
+        .agg(mine=value.filter(mine).max(), others=value.filter(~mine).max())
+    )
+    waited = 0.0
+    for slow, others in per_update.select("mine", "others").iter_rows():
+        if slow is not None and others is not None:
+            waited += max(0.0, slow - others)
+    return waited
+
+
 def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     """One server markedly slower than its peers: its median update wall_ms (rpc_ms when the client
     gives no wall time) at least ``server_slow_ratio`` times the median of the other servers'
@@ -129,12 +147,7 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     ratio = medians[slow_url] / peers if peers > 0 else float("inf")
     if ratio < th.server_slow_ratio:
         return None
-    waited = 0.0  # per update: the slow server's time beyond the slowest of its peers
-    for group in update_groups_of(d):
-        mine = [getattr(u, key) for u in group if u.url == slow_url and getattr(u, key) is not None]
-        others = [getattr(u, key) for u in group if u.url != slow_url and getattr(u, key) is not None]
-        if mine and others:
-            waited += max(0.0, max(mine) - max(others))
+    waited = waited_for(d, slow_url, key)
     run = d.run_ms
     return Finding(
         kind="slow_server",

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
-from prime_rl.analysis.updates import Update
 
 
 @dataclass(frozen=True)
@@ -35,19 +34,11 @@ class Stage:
     """Where the number comes from."""
 
 
-def update_groups(updates: list[Update]) -> list[list[Update]]:
-    """The updates of one trace id (one per server) grouped; a trace id seen again more than ten
-    minutes later (logs appended over runs) is another group."""
-    groups: dict[tuple[str, int | None], list[Update]] = {}
-    for u in updates:
-        start = u.start
-        groups.setdefault((u.tid, None if start is None else int(start // 600)), []).append(u)
-    return list(groups.values())
-
-
-def update_groups_of(d: Collected) -> list[list[Update]]:
-    """:func:`update_groups` of the collection's updates (made once)."""
-    return d.memo("update_groups", lambda: update_groups(d.updates))
+def update_group() -> tuple[pl.Expr, pl.Expr]:
+    """The keys of an update's group in :meth:`Collected.update_frame`: the updates of one trace id
+    (one per server) are one update; a trace id seen again more than ten minutes later (logs
+    appended over runs) is another (its window: the start's ten minutes, null without a start)."""
+    return pl.col("tid"), (pl.col("start") // 600).cast(pl.Int64).alias("window")
 
 
 def update_critical(d: Collected) -> tuple[float, float, float]:
@@ -57,12 +48,11 @@ def update_critical(d: Collected) -> tuple[float, float, float]:
 
 
 def _update_critical(d: Collected) -> tuple[float, float, float]:
-    """Column-wise: each group's (:func:`update_groups`) slowest update by its wall_ms (else the
+    """Column-wise: each group's (:func:`update_group`) slowest update by its wall_ms (else the
     server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0
-    frame = d.update_frame().select("tid", "start", "wall", "rpc", "server_rpc", "queue")
-    frame = frame.with_columns(window=(pl.col("start") // 600).cast(pl.Int64))
+    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue")
     server = pl.col("server_rpc").fill_null(0.0)
     slowest = frame.with_row_index("i").with_columns(
         ms=pl.coalesce("wall", server),

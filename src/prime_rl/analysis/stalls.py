@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import polars as pl
+
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import label_for
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import Update
 
 
 def _clock(ts: float | None) -> str:
@@ -96,15 +99,35 @@ def _ckpt_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, s
     )
 
 
+def first_unanswered(d: Collected) -> Update | None:
+    """The first sent of the weight updates sent and never answered (no client.done, no
+    client.error, no wall time), the first in order of equals; None: there is none."""
+    col = pl.col
+    unanswered = (
+        d.update_frame()
+        .with_row_index("i")
+        .filter(
+            col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
+        )
+        .sort("send_ts", "i")
+    )
+    return d.updates[unanswered.item(0, "i")] if unanswered.height else None
+
+
 def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
-    open_ = [
-        u
-        for u in d.updates
-        if u.send_ts is not None and u.done_ts is None and not u.failed and u.wall_ms is None
-    ]
-    if not open_:
+    # the first sent of the updates sent and never answered (the first in order of equals)
+    col = pl.col
+    open_ = (
+        d.update_frame()
+        .with_row_index("i")
+        .filter(
+            col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
+        )
+        .sort("send_ts", "i")
+    )
+    if not open_.height:
         return None
-    u = min(open_, key=lambda u: u.send_ts or 0.0)
+    u = d.updates[open_.item(0, "i")]
     other_ts, other = _other_side(d, "inference")
     if not _is_stall(u.send_ts, other_ts, end, th):
         return None

@@ -15,7 +15,7 @@ import itertools
 import math
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +133,9 @@ class Collected:
     """What the logs say, before any judgement: the input of every rule and of the report."""
 
     parse: ParseStats
-    updates: list[Update]
+    updates: Sequence[Update]
+    """The weight updates in order (an :class:`~prime_rl.analysis.updates.UpdateTable` from the
+    join: columns, records made when asked); their columns: :meth:`update_frame`."""
     spans: list[Span]
     """In start order."""
     series: dict[str, array]

@@ -3,8 +3,9 @@
 Almost every update in a log follows one pattern: its trace id has one ``client.send`` and one
 ``client.done`` (to one URL), and one server file's ``server.recv``, ``rpc.start`` and ``rpc.done``
 (or a prefix of them). Such trace ids are found with window expressions over all the ``[weights]``
-lines at once and turned into :class:`~prime_rl.analysis.update_parts.Update` records in bulk,
-built as :class:`~prime_rl.analysis.update_parts.LineJoin` would build them line by line; every
+lines at once and turned into rows of updates in bulk (columns named as
+:class:`~prime_rl.analysis.update_parts.Update`'s fields), built as
+:class:`~prime_rl.analysis.update_parts.LineJoin` would build them line by line; every
 other trace id (retries, several servers, repeats, lines missing or out of order) goes to
 ``LineJoin`` whole (trace ids are independent in the join, apart from the server files' URL votes,
 which both add to).
@@ -13,12 +14,11 @@ which both add to).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, fields
-from itertools import repeat
+from dataclasses import dataclass
 
 import polars as pl
 
-from prime_rl.analysis.update_parts import Update, Votes
+from prime_rl.analysis.update_parts import Votes
 
 CLIENT_SCHEMA = {
     "event": pl.Categorical,
@@ -60,10 +60,9 @@ class Usual:
     """The trace ids of every other update: their lines go to the line-by-line join."""
     clients: pl.DataFrame
     """Client parts (joined with their server part when it has one), with the row ``i`` that
-    started each; :func:`client_updates` makes them :class:`Update` records."""
+    started each, in the columns of :class:`~prime_rl.analysis.update_parts.Update`'s fields."""
     alone: pl.DataFrame
-    """Server parts with no client part, with their row ``j``; :func:`alone_updates` makes them
-    records (their URL not set yet)."""
+    """Server parts with no client part, with their row ``j`` (no URL yet: it comes from the votes)."""
     votes: Votes
     """Which URL each server file is, from the trace ids with one client and one server part."""
 
@@ -256,49 +255,3 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
     )
     alone = pl.concat([late_servers.select(server_only), lone_servers.select(server_only)])
     return Usual(others, clients_out, alone, votes)
-
-
-def client_updates(frame: pl.DataFrame) -> list[tuple[int, Update]]:
-    """:attr:`Usual.clients` as records, with the row that started each."""
-    return list(zip(frame.get_column("i").to_list(), _records(frame), strict=True))
-
-
-def alone_updates(frame: pl.DataFrame) -> list[tuple[tuple[int, int], Update]]:
-    """:attr:`Usual.alone` as records, keyed as ``LineJoin.pair`` keys them."""
-    rows = [(row, 0) for row in frame.get_column("j").to_list()]
-    return list(zip(rows, _records(frame), strict=True))
-
-
-_FIELDS = [f.name for f in fields(Update)]
-_SLICE = 1 << 16
-"""Rows made into records at a time: the columns' Python lists of one slice at a time, not of all."""
-
-
-def _records(frame: pl.DataFrame) -> list[Update]:
-    """The frame's rows as updates (its columns named as Update's fields; missing ones: default)."""
-    have = set(frame.columns)
-    shared = {name: {} for name in _SHARED}  # one string object per value over every slice
-    out: list[Update] = []
-    for part in frame.iter_slices(_SLICE):
-        columns = [
-            _column(part.get_column(name), shared.get(name))
-            if name in have
-            else repeat(False if name == "failed" else None)
-            for name in _FIELDS
-        ]
-        out.extend(map(Update, *columns))
-    return out
-
-
-_SHARED = frozenset(("path", "url", "server"))
-"""Fields with a few values among all updates: each value one string object, not one per update
-(about 200 bytes an update)."""
-
-
-def _column(values: pl.Series, shared: dict | None) -> list:
-    out = values.to_list()
-    if shared is None:
-        return out
-    for v in values.unique().to_list():
-        shared.setdefault(v, v)
-    return list(map(shared.__getitem__, out))

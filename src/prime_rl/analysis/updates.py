@@ -10,7 +10,8 @@ and their fields are defined in ``docs/design.md``.
 from __future__ import annotations
 
 from collections import Counter
-from operator import attrgetter, itemgetter
+from collections.abc import Sequence
+from operator import attrgetter
 
 import polars as pl
 
@@ -18,8 +19,6 @@ from prime_rl.analysis.tagged import TaggedLines
 from prime_rl.analysis.update_columns import (
     CLIENT_SCHEMA,
     SERVER_SCHEMA,
-    alone_updates,
-    client_updates,
     usual_updates,
 )
 from prime_rl.analysis.update_parts import (
@@ -31,8 +30,9 @@ from prime_rl.analysis.update_parts import (
     same_rpc,
     server_urls,
 )
+from prime_rl.analysis.update_table import UPDATE_SCHEMA, UpdateTable, conform, frame_of
 
-__all__ = ["OP_PATHS", "UPDATE_PATHS", "Update", "UpdateJoin", "same_rpc", "update_frame"]
+__all__ = ["OP_PATHS", "UPDATE_PATHS", "Update", "UpdateJoin", "UpdateTable", "same_rpc", "update_frame"]
 
 WEIGHTS_FIELDS = ("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
 """The fields of ``[weights]`` lines the join reads."""
@@ -58,7 +58,7 @@ class UpdateJoin:
         self._server = _Kept("j")
         self._split_rows = SPLIT_ROWS if split_rows is None else split_rows
         """Past this many kept lines the lines are split into :data:`PARTS` parts (tests: 0)."""
-        self._updates: list[Update] | None = None
+        self._updates: UpdateTable | None = None
 
     def add_lines(self, lines: TaggedLines) -> None:
         """Keep a batch's ``[weights]`` lines that have a trace id, as columns: the client's and the
@@ -100,7 +100,7 @@ class UpdateJoin:
             self._client.split()
             self._server.split()
 
-    def updates(self) -> list[Update]:
+    def updates(self) -> UpdateTable:
         """The weight updates (other admin paths left out), one per trace id and server: client parts
         in first-seen order with their server parts joined, then server parts without a client part
         (in the order their trace id and file were first seen), each with its file's URL when the
@@ -109,11 +109,11 @@ class UpdateJoin:
             self._updates = self._join()
         return self._updates
 
-    def _join(self) -> list[Update]:
+    def _join(self) -> UpdateTable:
         lines = LineJoin()
         votes: Votes = {}
-        order: list[tuple[int, Update]] = []
-        usual_alone: list[tuple[tuple[int, int], Update]] = []
+        order: list[pl.DataFrame] = []  # the usual updates' client parts, with their row i
+        usual_alone: list[pl.DataFrame] = []  # and server parts alone, with their row j
         # trace ids are independent in the join but for the votes, so a long log's are joined a part
         # of them at a time: the column work's copies of the lines are a part's, not all of theirs
         for part in range(self._client.parts_n):
@@ -123,20 +123,60 @@ class UpdateJoin:
             others = pl.col("tid").is_in(usual.others.implode())
             lines.add_clients(*_lists(clients.filter(others), "i", *CLIENT_SCHEMA))
             lines.add_servers(*_lists(servers.filter(others), "j", *SERVER_SCHEMA))
-            del clients, servers  # the lines' columns, let go before the records are made
+            del clients, servers  # the lines' columns, let go before the next part's
             for source, counter in usual.votes.items():
                 votes.setdefault(source, Counter()).update(counter)
-            order += client_updates(usual.clients)
-            usual_alone += alone_updates(usual.alone)
+            order.append(_keyed(usual.clients, 0, usual.clients.get_column("i")))
+            usual_alone.append(usual.alone)
         lines.vote(votes)
         mapping = server_urls(votes)
         alone = lines.pair(mapping)
-        for _, s in usual_alone:
-            s.url = mapping.get(s.server or "")
-        # each part's list is in row order already: the sorts merge runs
-        order = sorted(order + lines.order, key=itemgetter(0))
-        alone = sorted(usual_alone + alone, key=itemgetter(0))
-        return [u for _, u in order + alone if u.path in UPDATE_PATHS]
+        # the usual server parts alone get their file's URL as the pairing gives it to the others
+        server = pl.col("server").cast(pl.String).fill_null("")
+        url = (
+            server.replace_strict(mapping, default=None, return_dtype=pl.String)
+            if mapping
+            else pl.lit(None, pl.String)
+        )
+        order += [_keyed(frame.with_columns(url=url), 1, frame.get_column("j")) for frame in usual_alone]
+        order.append(_keyed(frame_of(u for _, u in lines.order), 0, [row for row, _ in lines.order]))
+        keys = [key for key, _ in alone]
+        order.append(_keyed(frame_of(u for _, u in alone), 1, [r for r, _ in keys], [p for _, p in keys]))
+        return UpdateTable(_in_order(order))
+
+
+def _in_order(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts' updates (weight updates only: other admin paths left out) ordered by their key:
+    client parts by their first row, then server parts alone by (first row, place); each key is one
+    update's. Gathered a column at a time, each let go once gathered (``parts`` is emptied): a sort
+    of the whole frame would hold every column twice (200 MB more at 714k updates)."""
+    frame = pl.concat(parts, how="vertical", rechunk=False)
+    parts.clear()
+    path = pl.col("path")
+    rows = (
+        frame.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("k"), "_group", "_row", "_place", "path")
+        .filter(path.is_null() | path.is_in([p for p in UPDATE_PATHS if p is not None]))
+        .sort("_group", "_row", "_place", maintain_order=True)
+        .get_column("k")
+    )
+    columns = []
+    for name in UPDATE_SCHEMA:
+        columns.append(frame.get_column(name).gather(rows))
+        frame = frame.drop(name)
+    return pl.DataFrame(columns)
+
+
+def _keyed(
+    frame: pl.DataFrame, group: int, row: Sequence[int], place: Sequence[int] | None = None
+) -> pl.DataFrame:
+    """A part of the updates in :data:`~prime_rl.analysis.update_table.UPDATE_SCHEMA`, with the key
+    they are ordered by: ``_group`` (0 client parts, 1 server parts alone), ``_row`` (the row that
+    started each) and ``_place`` (0 unless given)."""
+    return conform(frame).with_columns(
+        _group=pl.lit(group, pl.Int64),
+        _row=pl.Series(row, dtype=pl.Int64),
+        _place=pl.lit(0, pl.Int64) if place is None else pl.Series(place, dtype=pl.Int64),
+    )
 
 
 SPLIT_ROWS = 1 << 20
@@ -223,19 +263,25 @@ _FRAME_COLUMNS = {
         )
     },
     "failed": ("failed", pl.Boolean),
+    "server": ("server", pl.String),
 }
 """update_frame's first columns: name -> (the Update attribute, its type)."""
 
 
-def update_frame(updates: list[Update]) -> pl.DataFrame:
+def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``, ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
-    ``send_to_recv``, ``failed`` and ``took``: how long it took, ``wall_ms or server_rpc_ms`` (the
-    first that is neither None nor 0; null when neither is)."""
-    frame = pl.DataFrame(
-        {name: list(map(attrgetter(attr), updates)) for name, (attr, _) in _FRAME_COLUMNS.items()},
-        schema={name: dtype for name, (_, dtype) in _FRAME_COLUMNS.items()},
-    )
+    ``send_to_recv``, ``failed``, ``took``: how long it took, ``wall_ms or server_rpc_ms`` (the
+    first that is neither None nor 0; null when neither is), and ``send_ts``, ``recv_ts``,
+    ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an :class:`UpdateTable`'s
+    columns, or from records."""
+    if isinstance(updates, UpdateTable):
+        frame = updates.frame.select(pl.col(attr).alias(name) for name, (attr, _) in _FRAME_COLUMNS.items())
+    else:
+        frame = pl.DataFrame(
+            {name: list(map(attrgetter(attr), updates)) for name, (attr, _) in _FRAME_COLUMNS.items()},
+            schema={name: dtype for name, (_, dtype) in _FRAME_COLUMNS.items()},
+        )
     col = pl.col
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
     start = pl.coalesce("send_ts", "recv_ts")
@@ -261,4 +307,9 @@ def update_frame(updates: list[Update]) -> pl.DataFrame:
         .then((col("recv_ts") - col("send_ts")) * 1000.0),
         failed="failed",
         took=took,
+        send_ts="send_ts",
+        recv_ts="recv_ts",
+        recv_t="recv_t",
+        done_ts="done_ts",
+        server="server",
     )

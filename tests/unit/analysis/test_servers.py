@@ -105,26 +105,26 @@ def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):
 
 
 def test_the_per_update_tables_are_made_once_per_analysis(tmp_path, analyze, monkeypatch):
-    """The rules and report sections ask for the update groups and the per-server rows several
+    """The rules and report sections ask for the updates' columns and the per-server rows several
     times; a big log has hundreds of thousands of updates, so each table is made once."""
-    from prime_rl.analysis import servers, stages
+    from prime_rl.analysis import servers, stats
 
-    calls = {"groups": 0, "rows": 0}
-    real_groups, real_rows = stages.update_groups, servers._server_rows
+    calls = {"frame": 0, "rows": 0}
+    real_frame, real_rows = stats.update_frame, servers._server_rows
 
-    def groups(updates):
-        calls["groups"] += 1
-        return real_groups(updates)
+    def frame(updates):
+        calls["frame"] += 1
+        return real_frame(updates)
 
     def rows(d):
         calls["rows"] += 1
         return real_rows(d)
 
-    monkeypatch.setattr(stages, "update_groups", groups)
+    monkeypatch.setattr(stats, "update_frame", frame)
     monkeypatch.setattr(servers, "_server_rows", rows)
     run = make_run("healthy", steps=12, seed=2, shape=Shape(servers=2, slow_server=1))
     summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
-    assert calls == {"groups": 1, "rows": 1}
+    assert calls == {"frame": 1, "rows": 1}
     assert any(f["kind"] == "slow_server" for f in summary["findings"]) and "## Per server" in md
 
 

@@ -54,6 +54,16 @@ def _event(line: dict, number: int) -> Event:
     return Event("weights", line["event"], line["tid"], fields, line["ts"], source, Path(source), number)
 
 
+def update_groups(updates: list[Update]) -> list[list[Update]]:
+    """The reference for ``stages.update_group``: the updates of one trace id grouped, in first-seen
+    order; a trace id seen again more than ten minutes later is another group."""
+    groups: dict[tuple[str, int | None], list[Update]] = {}
+    for u in updates:
+        start = u.start
+        groups.setdefault((u.tid, None if start is None else int(start // 600)), []).append(u)
+    return list(groups.values())
+
+
 def _reference(events: list[Event]) -> ReferenceJoin:
     ref = ReferenceJoin()
     for ev in events:
@@ -244,7 +254,7 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
 def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_update(updates):
     """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals);
     summed in order, as the loop over the groups did."""
-    from prime_rl.analysis.stages import _update_critical, update_groups
+    from prime_rl.analysis.stages import _update_critical
 
     def _update_ms(u: Update) -> float:
         return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
