@@ -53,11 +53,12 @@ class UpdateJoin:
     """Collects ``[weights]`` lines; :meth:`updates` joins them into :class:`Update` records, one per
     trace id *and server* (one update goes to every server under one trace id)."""
 
-    def __init__(self, split_rows: int | None = None) -> None:
+    def __init__(self, split_rows: int | None = None, max_parts: int | None = None) -> None:
         self._client = _Kept("i")
         self._server = _Kept("j")
         self._split_rows = SPLIT_ROWS if split_rows is None else split_rows
-        """Past this many kept lines the lines are split into :data:`PARTS` parts (tests: 0)."""
+        """Kept lines per part past which the parts are split :data:`PARTS` ways again (tests: 0)."""
+        self._max_parts = MAX_PARTS if max_parts is None else max_parts
         self._updates: UpdateTable | None = None
 
     def add_lines(self, lines: TaggedLines) -> None:
@@ -96,9 +97,10 @@ class UpdateJoin:
                 "lock": lines.num_series("lock_wait_ms", ("rpc.done",)),
             }
             self._server.add(_frame(columns, SERVER_SCHEMA, server))
-        if self._client.parts_n == 1 and self._client.rows + self._server.rows > self._split_rows:
-            self._client.split()
-            self._server.split()
+        n = self._client.parts_n
+        if n < self._max_parts and self._client.rows + self._server.rows > self._split_rows * n:
+            self._client.split(n * PARTS)
+            self._server.split(n * PARTS)
 
     def updates(self) -> UpdateTable:
         """The weight updates (other admin paths left out), one per trace id and server: client parts
@@ -180,21 +182,31 @@ def _keyed(
 
 
 SPLIT_ROWS = 1 << 20
-"""Kept lines (client and server) past which they are split into :data:`PARTS` parts: each part's
-join costs the same few dozen queries, so fewer lines are joined at once."""
+"""Kept lines (client and server) per part past which the parts are split :data:`PARTS` ways again
+(one part; 8 past 1M lines, 64 past 8M, ...): each part's join costs the same few dozen queries
+over its lines, so a part's join holds about as much memory whatever the log's length."""
 PARTS = 8
-"""The parts a long log's kept lines are split into by a hash of their trace id, joined one at a time
-(the 10M-line all-tagged benchmark's join: its RSS peaked 480 MB above the lines', now 220 MB)."""
+"""How many ways the parts are split each time, by a hash of the trace id (the parts are joined one
+at a time: on the 10M-line all-tagged benchmark the join's RSS peaked 480 MB above the lines' in
+one part, 220 MB in 8; on 50M lines, 600 MB above in 8, ... in 64)."""
+MAX_PARTS = PARTS**3
+"""No more splits past this many parts (512 parts of 1M lines: a log of some 150 GB)."""
+_COALESCE = 64
+"""A part's frames added since it was last coalesced (a split makes a small frame per part of each
+batch) that are made one frame: a frame costs a few kB besides its rows."""
 
 
 class _Kept:
     """One side's kept lines, each with its row among all of that side's lines (``row``: ``i`` for the
-    client's, ``j`` for the server's); one part, or :data:`PARTS` parts by trace id once split."""
+    client's, ``j`` for the server's); one part, or parts by a hash of the trace id once split,
+    each in row order."""
 
     def __init__(self, row: str) -> None:
         self.row = row
         self.rows = 0
         self.parts: list[list[pl.DataFrame]] = [[]]
+        self._fresh = [0]
+        """Per part: frames added since it was last coalesced."""
 
     @property
     def parts_n(self) -> int:
@@ -210,18 +222,31 @@ class _Kept:
         self._route(frame)
 
     def _route(self, frame: pl.DataFrame) -> None:
-        if len(self.parts) == 1:
-            self.parts[0].append(frame)
+        n = len(self.parts)
+        if n == 1:
+            self._append(0, frame)
             return
-        part = (frame.get_column("tid").hash() % PARTS).cast(pl.Int64)
+        part = (frame.get_column("tid").hash() % n).cast(pl.Int64)
         for (k,), rows in frame.with_columns(_part=part).partition_by("_part", as_dict=True).items():
-            self.parts[k].append(rows.drop("_part"))
+            self._append(k, rows.drop("_part"))
 
-    def split(self) -> None:
-        """From one part to :data:`PARTS` (the lines kept so far split once, a frame at a time)."""
-        frames, self.parts = self.parts[0], [[] for _ in range(PARTS)]
-        frames.reverse()
-        while frames:
+    def _append(self, k: int, frame: pl.DataFrame) -> None:
+        frames = self.parts[k]
+        frames.append(frame)
+        self._fresh[k] += 1
+        if self._fresh[k] == _COALESCE:
+            frames[-_COALESCE:] = [pl.concat(frames[-_COALESCE:]).rechunk()]
+            self._fresh[k] = 0
+
+    def split(self, parts: int) -> None:
+        """Into ``parts`` parts (the lines kept so far routed again, a frame at a time, each part's in
+        row order)."""
+        # the parts go from PARTS**k to PARTS**(k + 1): a new part's lines all come from one old
+        # part (hash % 64 gives hash % 8), so routing each old part's frames in order keeps each new
+        # part's lines in row order
+        frames = [f for part in reversed(self.parts) for f in reversed(part)]
+        self.parts, self._fresh = [[] for _ in range(parts)], [0] * parts
+        while frames:  # let go as routed
             self._route(frames.pop())
 
     def take(self, part: int, schema: dict) -> pl.DataFrame:

@@ -131,7 +131,7 @@ def _check_against_the_reference(
 ) -> None:
     """``split``: the kept lines split into parts by trace id from the first (a long log's join)."""
     events = [_event(line, i + 1) for i, line in enumerate(lines)]
-    join = UpdateJoin(split_rows=0 if split else None)
+    join = UpdateJoin(split_rows=0 if split else None, max_parts=PARTS)  # 8 parts from the first lines
     if files:  # batches of one file each: cut where the source changes too
         bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
         for lo, hi in zip(bounds, bounds[1:], strict=False):
@@ -374,8 +374,12 @@ def test_updates_are_joined_once_and_asked_again_give_the_same():
     assert len(first) == 1 and join.updates() == first
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["one-part", "split"])
-def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split):
+@pytest.mark.parametrize(
+    ("split_rows", "parts"),
+    [(None, 1), (3000, PARTS), (500, PARTS**2)],
+    ids=["one-part", "split", "split-twice"],
+)
+def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split_rows, parts):
     # every update's lines wait for the join (the server file may come after the client's): the
     # words that repeat on every line (event, URL, path, op, server file) are kept once each, as
     # categories, so a kept line costs its numbers, trace id and 4 bytes a word
@@ -391,10 +395,11 @@ def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split):
         ]  # fmt: skip
         for event, source, fields in lines:
             events.append(Event("weights", event, tid, fields, float(k), "x", Path(source), len(events) + 1))
-    join = UpdateJoin(split_rows=3000 if split else None)  # split: after the client's 4000 lines
+    # 3000: split after the client's 4000 lines; 500: again after the first server file's 1500
+    join = UpdateJoin(split_rows=split_rows)
     for source in ("orchestrator.log", *(f"inference_{s}.log" for s in range(4))):
         join.add_lines(_file_batch([ev for ev in events if ev.path == Path(source)]))
-    assert join._client.parts_n == join._server.parts_n == (PARTS if split else 1)
+    assert join._client.parts_n == join._server.parts_n == parts
     kept = [*join._client.frames(), *join._server.frames()]
     rows = sum(f.height for f in kept)
     assert rows == len(events)
@@ -403,6 +408,7 @@ def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split):
     updates = join.updates()
     assert len(updates) == 2000 and {u.url for u in updates} == {f"http://10.0.0.{s}:8000" for s in range(4)}
     assert all(u.server == f"inference_{int(u.tid[1:]) % 4}.log" and u.rpc_ms == 9.0 for u in updates)
+    assert [u.tid for u in updates] == [f"t{k:05d}" for k in range(2000)]  # in their lines' order
 
 
 def test_a_split_join_counts_every_part_s_votes_for_a_server_file_s_url():
@@ -430,9 +436,10 @@ def test_a_split_join_counts_every_part_s_votes_for_a_server_file_s_url():
     lines += [{**_line("server.recv", path="/update_weights", t="99"), "tid": "lone"}]
     events = [_event(line, i + 1) for i, line in enumerate(lines)]
     for split in (False, True):
-        join = UpdateJoin(split_rows=0 if split else None)
+        join = UpdateJoin(split_rows=50 if split else None)  # 8 parts after the client's 60 lines
         for source in ("o.log", "s1.log"):
             join.add_lines(_file_batch([ev for ev in events if ev.path == Path(source)]))
+        assert join._client.parts_n == (PARTS if split else 1)
         (lone,) = [u for u in join.updates() if u.tid == "lone"]
         assert lone.url == "http://h:1" and lone.server == "s1.log", split
     _check_against_the_reference(lines, [], True, split=True)
