@@ -188,7 +188,7 @@ over its lines, so a part's join holds about as much memory whatever the log's l
 PARTS = 8
 """How many ways the parts are split each time, by a hash of the trace id (the parts are joined one
 at a time: on the 10M-line all-tagged benchmark the join's RSS peaked 480 MB above the lines' in
-one part, 220 MB in 8; on 50M lines, 600 MB above in 8, ... in 64)."""
+one part, 220 MB in 8; on 50M lines, about 600 MB above in 8 parts, about 300 MB in 64)."""
 MAX_PARTS = PARTS**3
 """No more splits past this many parts (512 parts of 1M lines: a log of some 150 GB)."""
 _COALESCE = 64
