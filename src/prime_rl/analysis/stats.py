@@ -24,6 +24,7 @@ import polars as pl
 
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
+from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.tagged import (
     EXAMPLES,
     Event,
@@ -144,7 +145,7 @@ class Collected:
     async_level: int | None
     run_seconds: float | None = None
     """First to last timestamped event (None with fewer than two distinct timestamps)."""
-    staleness_by_step: dict[int, int] = field(default_factory=dict)
+    staleness_by_step: StepStaleness = field(default_factory=StepStaleness)
     """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``."""
     restarts: list[Restart] = field(default_factory=list)
     """Where a process started again in the same log (a crash and a ``--resume``)."""
@@ -204,16 +205,13 @@ class Collected:
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
-        hist: dict[int, int] = {}
-        for s in self.staleness_by_step.values():
-            hist[s] = hist.get(s, 0) + 1
-        return dict(sorted(hist.items()))
+        return self.staleness_by_step.histogram()
 
     def staleness_violations(self) -> list[tuple[int, int]]:
         """(step, staleness) of every step whose staleness is above the run's async_level."""
         if self.async_level is None:
             return []
-        return sorted((step, s) for step, s in self.staleness_by_step.items() if s > self.async_level)
+        return self.staleness_by_step.above(self.async_level)
 
     @property
     def is_collector_run(self) -> bool:
@@ -328,7 +326,7 @@ class _Collector:
         self.open_wait: dict[str, float] = {}
         self.last_wait: tuple[Position, TaggedLines, int, str] | None = None
         """The last [ckpt] wait.start with no wait.done after it: where, its batch, row, target."""
-        self.staleness_by_step: dict[int, int] = {}
+        self.staleness_by_step = StepStaleness()
         self.by_step: dict[str, _PerStep] = {k: _PerStep() for k in PER_STEP}
         self.batches_started = 0
         self.segments = Segments()
@@ -486,9 +484,8 @@ class _Collector:
         self._per_step("trunc_pct", b, "current_step", trunc)
         self._per_step("staleness", b, "current_step", staleness)
         both = staleness.is_not_null() & step_num.is_not_null()
-        if both.any():  # the last of a step wins, as the dict is updated in line order
-            steps, values = step_num.filter(both).to_list(), staleness.filter(both).to_list()
-            self.staleness_by_step.update(zip(map(int, steps), map(int, values), strict=True))
+        if both.any():
+            self.staleness_by_step.add(step_num.filter(both), staleness.filter(both))
 
     def verify(self, seq: int, b: TaggedLines) -> None:
         """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU

@@ -55,7 +55,7 @@ def _view(d: Collected) -> dict:
         "counts": dict(d.counts),
         "updates": [u.to_dict() for u in d.updates],
         "spans": [(s.kind, s.start, s.end, s.label) for s in d.spans],
-        "staleness": d.staleness_by_step,
+        "staleness": d.staleness_by_step.as_dict(),
         "restarts": d.restarts,
         "last": {k: (e.tag, e.event, e.where()) for k, e in d.last_events.items()},
         "open_wait": d.open_wait and d.open_wait[:2],

@@ -42,7 +42,7 @@ def _essence(c: stats.Collected) -> tuple:
         [(s.kind, s.start, s.end, s.label) for s in c.spans],
         c.parse.bad_values,
         c.parse.bad_value_examples,
-        c.staleness_by_step,
+        c.staleness_by_step.as_dict(),
     )
 
 
