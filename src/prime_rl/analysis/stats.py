@@ -699,8 +699,8 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
         _handler_error(parse, b.event(i), e)
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
-    for key, values in c.by_step.items():
-        values.extend_into(c.series[key])
+    for key in list(c.by_step):  # each let go once in its series, before the join
+        c.by_step.pop(key).extend_into(c.series[key])
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
