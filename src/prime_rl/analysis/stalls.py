@@ -115,19 +115,9 @@ def first_unanswered(d: Collected) -> Update | None:
 
 
 def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
-    # the first sent of the updates sent and never answered (the first in order of equals)
-    col = pl.col
-    open_ = (
-        d.update_frame()
-        .with_row_index("i")
-        .filter(
-            col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
-        )
-        .sort("send_ts", "i")
-    )
-    if not open_.height:
+    u = first_unanswered(d)
+    if u is None:
         return None
-    u = d.updates[open_.item(0, "i")]
     other_ts, other = _other_side(d, "inference")
     if not _is_stall(u.send_ts, other_ts, end, th):
         return None
