@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
-from itertools import repeat
 from typing import overload
 
 import polars as pl
@@ -44,18 +43,12 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def records(frame: pl.DataFrame) -> list[Update]:
-    """The frame's rows as updates (its columns named as Update's fields; missing ones: default)."""
-    have = set(frame.columns)
+def _records(frame: pl.DataFrame) -> list[Update]:
+    """A table's rows (:data:`UPDATE_SCHEMA`) as updates."""
     shared = {name: {} for name in _SHARED}  # one string object per value over every slice
     out: list[Update] = []
     for part in frame.iter_slices(_SLICE):
-        columns = [
-            _column(part.get_column(name), shared.get(name))
-            if name in have
-            else repeat(False if name == "failed" else None)
-            for name in UPDATE_SCHEMA
-        ]
+        columns = [_column(part.get_column(name), shared.get(name)) for name in UPDATE_SCHEMA]
         out.extend(map(Update, *columns))
     return out
 
@@ -96,15 +89,15 @@ class UpdateTable(Sequence[Update]):
             start, stop, step = i.indices(len(self))
             if step != 1:
                 return [self[k] for k in range(start, stop, step)]
-            return records(self.frame.slice(start, max(stop - start, 0)))
+            return _records(self.frame.slice(start, max(stop - start, 0)))
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"update {i} of {n}")
-        return records(self.frame.slice(i % n, 1))[0]
+        return _records(self.frame.slice(i % n, 1))[0]
 
     def __iter__(self) -> Iterator[Update]:
         for part in self.frame.iter_slices(_SLICE):
-            yield from records(part)
+            yield from _records(part)
 
     def __repr__(self) -> str:
         return f"UpdateTable({len(self)} updates)"
