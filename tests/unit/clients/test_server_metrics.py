@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,14 +163,22 @@ def metrics_app(page: Page) -> Starlette:
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
 
 
-def scrape_for(urls: list[str], seconds: float, **config) -> tuple[ServerMetricsScraper, list]:
-    """Run a scraper over ``urls`` for ``seconds``; (the scraper, its parsed tagged lines)."""
+def scrape_for(
+    urls: list[str], seconds: float, until: Callable[[], bool] | None = None, **config
+) -> tuple[ServerMetricsScraper, list]:
+    """Run a scraper over ``urls`` for ``seconds`` (with ``until``: until it is true, at most
+    ``seconds``); (the scraper, its parsed tagged lines)."""
     cfg = ServerMetricsConfig(**{"interval_s": 0.05, "timeout_s": 1.0, **config})
     scraper = ServerMetricsScraper(urls, cfg, {"Authorization": "Bearer k"})
 
     async def go():
         async with scraper:
-            await asyncio.sleep(seconds)
+            if until is None:
+                await asyncio.sleep(seconds)
+                return
+            deadline = time.monotonic() + seconds
+            while not until() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
 
     with tagged_lines() as lines:
         asyncio.run(go())
@@ -217,7 +226,9 @@ def test_a_404_turns_scraping_of_that_server_off_after_one_try_with_one_warning(
     sink = logger.add(lambda m: warnings.append(m), level="WARNING", format="{message}")
     try:
         with ThreadedApp(metrics_app(hosted)) as a, ThreadedApp(metrics_app(ours)) as b:
-            scraper, lines = scrape_for([a.base_url, b.base_url], 0.4)
+            # until the healthy server was scraped 4 times (0.4 s on an idle machine; a loaded CI
+            # run got 2 in 0.4 s)
+            scraper, lines = scrape_for([a.base_url, b.base_url], 10.0, until=lambda: ours.hits >= 4)
     finally:
         logger.remove(sink)
     assert hosted.hits == 1 and ours.hits >= 4
