@@ -359,7 +359,12 @@ class RayCollector(Collector):
         self._lost(w, error)
 
     def _apply(self, w: _Worker, batch: dict[str, Any]) -> None:
-        """Write a batch's records and failures (each pair once), pass on its log lines and pauses."""
+        """Write a batch's records and failures (each pair once), pass on its log lines and pauses
+        (pauses first: the other workers' requests go on until theirs arrives)."""
+        for seconds, _status in batch["pauses"]:
+            for other in self.workers.values():
+                if other is not w and other.urls == w.urls:
+                    other.handle.pause.remote(seconds)
         for level, message, when in batch["logs"]:
             # tagged lines ([collect], [server]) as the worker logged them; others say whose they are
             text = message if message.startswith("[") else f"ray worker {w.name}: {message}"
@@ -378,10 +383,6 @@ class RayCollector(Collector):
                     self.result.failed += 1
         except OutputWriteError as e:
             self.fatal = e
-        for seconds, _status in batch["pauses"]:
-            for other in self.workers.values():
-                if other is not w and other.urls == w.urls:
-                    other.handle.pause.remote(seconds)
         w.stats = batch["stats"]
         if batch.get("fatal") and self.fatal is None:
             self.fatal = ClusterError(f"a Ray worker failed: {batch['fatal']}")
