@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from benchmarks.children import run_grouped  # noqa: E402
 from tests.support.synthetic_logs import make_run  # noqa: E402
 
 NOISE = (
@@ -114,11 +114,7 @@ def measure(path: Path, out: Path) -> dict[str, float]:
     parse, rules, report), the parse and collection's alone, and that child's CPU seconds (all its
     threads: how many cores the run kept busy) and peak RSS."""
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path), "--out", str(out)],
-        capture_output=True,
-        text=True,
-    )
+    done = run_grouped([sys.executable, "-c", _CHILD, str(path), "--out", str(out)])
     secs = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(done.stderr)

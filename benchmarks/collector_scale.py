@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from benchmarks.children import run_grouped  # noqa: E402
 from tests.support.http_server import instant_server_process  # noqa: E402
 
 # the collector's CLI in this process; its own CPU seconds and peak RSS (KiB) printed last on stderr
@@ -52,7 +52,7 @@ def run_size(n: int, work: Path, url: str, parallel: int, extra: list[str]) -> d
         "--verify.workers", "0", "--no-progress", *extra,
     ]  # fmt: skip
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True)
+    done = run_grouped([sys.executable, "-c", _CHILD, *argv])
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"collect-rollouts failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from benchmarks.children import run_grouped  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +36,7 @@ def one_run(out: Path, max_steps: int, config: Path) -> dict:
         "--max_steps",
         str(max_steps),
     ]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    done = run_grouped(args, cwd=ROOT)
     wall = time.monotonic() - start
     if done.returncode != 0:
         return {"error": f"rl exited {done.returncode}: {done.stderr[-500:]}", "wall_s": wall}

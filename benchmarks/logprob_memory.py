@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from benchmarks.children import run_grouped  # noqa: E402
 
 _CHILD = """
 import json, resource, sys, time
@@ -53,7 +55,7 @@ print(json.dumps({"device": str(dev), "peak_mb": peak, "seconds": secs}))
 
 def measure(tokens: int, hidden: int, vocab: int, chunk: int, dtype: str, mode: str) -> dict:
     args = [str(tokens), str(hidden), str(vocab), str(chunk), dtype, mode]
-    done = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True)
+    done = run_grouped([sys.executable, "-c", _CHILD, *args])
     if done.returncode != 0:
         return {
             "error": done.stderr.strip().splitlines()[-1]

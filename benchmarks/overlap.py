@@ -15,9 +15,11 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from benchmarks.children import run_grouped  # noqa: E402
 
 from prime_rl.dev.server import free_port
 
@@ -46,7 +48,7 @@ def run(out: Path, async_level: int, args) -> list[dict]:
         "--trainer",
         json.dumps({"cpu_threads": args.trainer_threads, "optim": {"lr": 3e-3}}),
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    done = run_grouped(argv, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(done.stdout[-3000:] + done.stderr[-3000:])
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

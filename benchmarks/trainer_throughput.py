@@ -15,9 +15,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from benchmarks.children import run_grouped  # noqa: E402
 
 from prime_rl.dev.tiny_model import PRESETS, build_tiny_model
 from prime_rl.paths import RunPaths
@@ -47,7 +49,7 @@ def run(
         str(budget),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run(trainer_command(nproc, args), env=env, capture_output=True, text=True, timeout=1800)
+    proc = run_grouped(trainer_command(nproc, args), env=env, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(proc.stdout[-3000:] + proc.stderr[-3000:])
     rows = [json.loads(x) for x in RunPaths(out).metrics_file.read_text().splitlines()]

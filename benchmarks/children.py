@@ -1,0 +1,45 @@
+"""A benchmark's child processes never outlive it.
+
+:func:`run_grouped` runs a command as ``subprocess.run(..., capture_output=True, text=True)`` does,
+but in a process group of its own, and stops that group (SIGTERM, then SIGKILL) however the
+benchmark ends: the command's exit, a timeout, Ctrl-C, or a SIGTERM to the benchmark (turned into
+an exit, so the stop still runs). ``rl`` stops the processes it started when it is stopped, and they
+stop themselves when it dies; a group is tracked by its id, never by command line (vLLM renames its
+processes).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from prime_rl.lifecycle import stop_group
+
+
+def _exit_on_sigterm() -> None:
+    """A SIGTERM ends the benchmark through its ``finally`` blocks (Python's default dies at once)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def run_grouped(argv: Sequence[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` to its end (or ``timeout``: ``subprocess.TimeoutExpired``) with its output
+    captured as text, then stop whatever of its process group still runs."""
+    _exit_on_sigterm()
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop_group(proc.pid)
+        proc.kill()  # a no-op when it exited; reaped below either way
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
