@@ -9,6 +9,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from prime_rl.analysis import stats as collection
 from prime_rl.analysis.analyze import analyze
 from prime_rl.analysis.compare import write_compare
 from prime_rl.analysis.parser import ParseStats, discover, scan_files
@@ -16,7 +17,7 @@ from prime_rl.analysis.read_ahead import read_ahead
 from prime_rl.analysis.report import write_report
 from prime_rl.analysis.stats import prepared
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.trace import write_trace
+from prime_rl.analysis.trace import left_out, write_trace
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -64,7 +65,8 @@ def _arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write OUT/trace.json, the run as a Chrome/Perfetto trace: every process on one time axis "
         "(generation, checkpoint waits, weight updates per server, server rpc, trainer compute, waits and "
-        "publish); open it in https://ui.perfetto.dev",
+        "publish); open it in https://ui.perfetto.dev. A long run's trace holds its first and last "
+        f"{collection.SPANS_KEPT} spans of each kind and weight updates",
     )
     return parser
 
@@ -135,6 +137,11 @@ def _main(argv: list[str] | None) -> None:
     if args.trace:
         trace = write_trace(analysis.data, out / "trace.json")
         print(f"trace: {trace} (open it in https://ui.perfetto.dev)")
+        if dropped := left_out(analysis.data):
+            counts = ", ".join(f"{n} {kind}" for kind, n in sorted(dropped.items()))
+            print(
+                f"  a long run: the trace holds the first and last {collection.SPANS_KEPT} of each kind; {counts} left out"
+            )
     head = analysis.primary.title if analysis.primary else "no bottleneck found"
     print(
         f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "

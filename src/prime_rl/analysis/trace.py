@@ -11,17 +11,28 @@ one time axis, the first event of the run at 0:
 
 Every span is a complete event (``"ph": "X"``, ``ts``/``dur`` in microseconds). Spans of one kind
 never overlap on one row (they are sequential by construction), and kinds get rows of their own,
-so Perfetto nests nothing it should not. Processes and rows are named with metadata events. The
-cost is linear in the number of spans.
+so Perfetto nests nothing it should not. Processes and rows are named with metadata events.
+
+A long run's trace holds its first and last :data:`~prime_rl.analysis.stats.SPANS_KEPT` spans of
+each kind and as many weight updates, as the timeline does; how many were left out between them is
+in the trace's ``otherData`` (``left_out``, by kind). The file is written an event at a time, so
+its size and the memory it takes do not grow with the run past that.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
+from prime_rl.analysis import stats
 from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.update_parts import Update
+from prime_rl.analysis.update_table import UpdateTable
 
 _ORCH, _TRAINER, _FIRST_SERVER = 1, 2, 10
 _ROWS = {
@@ -36,58 +47,78 @@ _ROWS = {
 }
 
 
-def trace_events(d: Collected) -> list[dict[str, Any]]:
-    """The trace's events: metadata first, then one complete event per span."""
-    starts = [s.start for s in d.spans] + [u.start for u in d.updates if u.start is not None]
-    if not starts:
-        return []
-    t0 = min(starts)
+def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
+    """The trace's events: metadata first, then one complete event per span and per update kept
+    (:func:`kept_updates`)."""
+    t0 = _first_start(d)
+    if t0 is None:
+        return
 
     def us(t: float) -> float:
         return round((t - t0) * 1e6, 1)
 
-    events: list[dict[str, Any]] = []
     names: dict[tuple[int, int | None], str] = {(_ORCH, None): "orchestrator", (_TRAINER, None): "trainer"}
     for pid, tid, row in _ROWS.values():
         names[(pid, tid)] = row
+    servers = {url: k for k, url in enumerate(_server_urls(d.updates))}
+    for url, k in servers.items():
+        names[(_FIRST_SERVER + k, None)] = f"inference {url}"
+        names[(_FIRST_SERVER + k, 1)] = "weight update rpc (server side)"
+        names[(_ORCH, 10 + k)] = f"weight updates to {url}"
+    for (pid, tid), name in sorted(names.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        if tid is None:
+            yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+            yield {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
+        else:
+            yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
     for s in d.spans:
         if s.kind not in _ROWS:
             continue
         pid, tid, _ = _ROWS[s.kind]
         args = {k: v for k, v in s.info.items() if v is not None}
-        events.append(_slice(s.label, s.kind, us(s.start), (s.end - s.start) * 1e6, pid, tid, args))
-    servers: dict[str, int] = {}
-    for u in d.updates:
-        url = u.url or "server"
-        if url not in servers:
-            servers[url] = len(servers)
-            pid = _FIRST_SERVER + servers[url]
-            names[(pid, None)] = f"inference {url}"
-            names[(pid, 1)] = "weight update rpc (server side)"
-            names[(_ORCH, 10 + servers[url])] = f"weight updates to {url}"
-        row = 10 + servers[url]
+        yield _slice(s.label, s.kind, us(s.start), (s.end - s.start) * 1e6, pid, tid, args)
+    for u in kept_updates(d.updates)[0]:
+        srv = servers[u.url or "server"]
         if u.start is not None and u.end is not None:
             args = {"tid": u.tid, "queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "target": u.target}
             args = {k: v for k, v in args.items() if v is not None}
             start, dur = us(u.start), (u.end - u.start) * 1e6
-            events.append(_slice(f"update {u.tid}", "update", start, dur, _ORCH, row, args))
+            yield _slice(f"update {u.tid}", "update", start, dur, _ORCH, 10 + srv, args)
             if u.queue_ms:  # the client-side wait before the server's rpc, nested at its start
                 queue = min(u.queue_ms * 1e3, dur)
-                events.append(_slice("queue", "update", start, queue, _ORCH, row, {}))
-        rpc = u.server_rpc_ms if u.server_rpc_ms is not None else None
-        if u.recv_ts is not None and rpc is not None:
-            pid = _FIRST_SERVER + servers[url]
-            events.append(_slice(f"rpc {u.tid}", "rpc", us(u.recv_ts), rpc * 1e3, pid, 1, {"tid": u.tid}))
-    meta = []
-    for (pid, tid), name in sorted(names.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        if tid is None:
-            meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
-            meta.append(
-                {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}
-            )
-        else:
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-    return meta + events
+                yield _slice("queue", "update", start, queue, _ORCH, 10 + srv, {})
+        if u.recv_ts is not None and u.server_rpc_ms is not None:
+            rpc = u.server_rpc_ms * 1e3
+            yield _slice(f"rpc {u.tid}", "rpc", us(u.recv_ts), rpc, _FIRST_SERVER + srv, 1, {"tid": u.tid})
+
+
+def kept_updates(updates: Sequence[Update]) -> tuple[Iterator[Update], int]:
+    """The updates a trace shows, in order (the first and last ``SPANS_KEPT``, made into records a
+    slice at a time), and how many are left out between them."""
+    n, kept = len(updates), stats.SPANS_KEPT
+    if n <= 2 * kept:
+        return iter(updates), 0
+    return itertools.chain(updates[:kept], updates[n - kept :]), n - 2 * kept
+
+
+def _first_start(d: Collected) -> float | None:
+    """When the run's first span or update started (None: nothing did)."""
+    starts = [s.start for s in d.spans]
+    if isinstance(d.updates, UpdateTable):
+        first = d.updates.frame.select(pl.coalesce("send_ts", "recv_ts").min()).item()
+        starts += [first] if first is not None else []
+    else:
+        starts += [u.start for u in d.updates if u.start is not None]
+    return min(starts, default=None)
+
+
+def _server_urls(updates: Sequence[Update]) -> list[str]:
+    """Each server's URL (``server`` for updates without one), in the order the updates first name them."""
+    if isinstance(updates, UpdateTable):
+        url = pl.col("url")
+        named = pl.when(url.is_null() | (url == "")).then(pl.lit("server")).otherwise(url)
+        return updates.frame.select(named.unique(maintain_order=True)).to_series().to_list()
+    return list(dict.fromkeys(u.url or "server" for u in updates))
 
 
 def _slice(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict) -> dict[str, Any]:
@@ -103,8 +134,21 @@ def _slice(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args:
     }
 
 
+def left_out(d: Collected) -> dict[str, int]:
+    """Spans of each kind and updates (``update``) a trace leaves out of a long run, by kind."""
+    out = {k: n for k, n in d.spans_dropped.items() if k in _ROWS}
+    updates = kept_updates(d.updates)[1]
+    return out | ({"update": updates} if updates else {})
+
+
 def write_trace(d: Collected, path: Path) -> Path:
-    """Write the run's trace to ``path`` (``{"traceEvents": [...], "displayTimeUnit": "ms"}``)."""
+    """Write the run's trace to ``path``, an event at a time: ``{"traceEvents": [...],
+    "displayTimeUnit": "ms", "otherData": {"left_out": {kind: count}}}``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": trace_events(d), "displayTimeUnit": "ms"}))
+    with path.open("w") as f:
+        f.write('{"traceEvents": [')
+        for i, event in enumerate(trace_events(d)):
+            f.write(", " if i else "")
+            f.write(json.dumps(event))
+        f.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps({"left_out": left_out(d)})}}}')
     return path

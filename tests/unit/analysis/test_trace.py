@@ -15,7 +15,7 @@ PHASES = {"X", "M"}
 def check_trace_format(doc: dict) -> list[dict]:
     """Fail unless ``doc`` is a valid trace: typed fields, named processes and rows, and complete
     events of one row that nest or are disjoint (Perfetto cannot draw partial overlaps)."""
-    assert set(doc) == {"traceEvents", "displayTimeUnit"} and doc["displayTimeUnit"] == "ms"
+    assert set(doc) <= {"traceEvents", "displayTimeUnit", "otherData"} and doc["displayTimeUnit"] == "ms"
     events = doc["traceEvents"]
     named_pids, named_rows = set(), set()
     slices = defaultdict(list)
@@ -80,6 +80,34 @@ def test_the_flag_comes_anywhere_and_a_run_without_spans_gives_an_empty_trace(tm
     assert json.loads((tmp_path / "out2" / "trace.json").read_text())["traceEvents"] == []
 
 
+def test_a_long_runs_trace_holds_its_first_and_last_updates_and_spans_and_counts_the_rest(
+    tmp_path, analyze, monkeypatch, capsys
+):
+    from prime_rl.analysis import stats
+
+    monkeypatch.setattr(stats, "SPANS_KEPT", 3)
+    run = make_run("healthy", steps=12, seed=2, shape=Shape(servers=2))
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out", "--trace")
+    doc = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = check_trace_format(doc)
+    updates = [u["tid"] for u in summary["updates"]]
+    assert len(updates) == 20  # one per server (2) and step from step 2 on
+    client = [e["name"] for e in events if e.get("cat") == "update" and e["name"].startswith("update ")]
+    assert client == [f"update {tid}" for tid in updates[:3] + updates[-3:]]
+    assert [e["name"] for e in events if e.get("cat") == "rpc"] == [
+        f"rpc {t}" for t in updates[:3] + updates[-3:]
+    ]
+    gens = [e for e in events if e.get("cat") == "gen"]
+    assert len(gens) == 6 and summary["spans_dropped"]["gen"] == 12 - 6
+    left_out = doc["otherData"]["left_out"]
+    assert left_out["update"] == 20 - 6 and left_out["gen"] == 12 - 6 and left_out["train"] == 12 - 6
+    printed = capsys.readouterr().out
+    assert "the trace holds the first and last 3 of each kind" in printed and "14 update" in printed
+    # the processes are named after every server, kept updates or not
+    names = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+    assert names == ["inference http://h1:8000", "inference http://h:8000", "orchestrator", "trainer"]
+
+
 def test_trainer_steps_are_compute_with_forward_backward_and_optimizer_nested_and_the_wait_before():
     from prime_rl.analysis.parser import Event, ParseStats
     from prime_rl.analysis.stats import collect
@@ -102,7 +130,7 @@ def test_trainer_steps_are_compute_with_forward_backward_and_optimizer_nested_an
         ("train_optim", 9.8, 10.0),
         ("train_wait", 8.5, 9.0),
     ]
-    doc = {"traceEvents": trace_events(d), "displayTimeUnit": "ms"}
+    doc = {"traceEvents": list(trace_events(d)), "displayTimeUnit": "ms"}
     slices = [e for e in check_trace_format(doc) if e["ph"] == "X"]
     rows = {(e["cat"], e["tid"]) for e in slices}
     assert rows == {("train", 1), ("train_fwd_bwd", 1), ("train_optim", 1), ("train_wait", 2)}
