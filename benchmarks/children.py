@@ -1,7 +1,7 @@
 """A benchmark's child processes never outlive it.
 
 :func:`run_grouped` runs a command as ``subprocess.run(..., capture_output=True, text=True)`` does,
-but in a process group of its own, and stops that group (SIGTERM, then SIGKILL) however the
+and :func:`grouped` starts one as ``subprocess.Popen`` does, but in a process group of its own, and stops that group (SIGTERM, then SIGKILL) however the
 benchmark ends: the command's exit, a timeout, Ctrl-C, or a SIGTERM to the benchmark (turned into
 an exit, so the stop still runs). ``rl`` stops the processes it started when it is stopped, and they
 stop themselves when it dies; a group is tracked by its id, never by command line (vLLM renames its
@@ -10,10 +10,11 @@ processes).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from prime_rl.lifecycle import stop_group
 
@@ -24,22 +25,23 @@ def _exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def run_grouped(argv: Sequence[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``argv`` to its end (or ``timeout``: ``subprocess.TimeoutExpired``) with its output
-    captured as text, then stop whatever of its process group still runs."""
+@contextlib.contextmanager
+def grouped(argv: Sequence[str], **kwargs) -> Iterator[subprocess.Popen]:
+    """``subprocess.Popen(argv, **kwargs)`` in a process group of its own, whatever of the group
+    still runs stopped (and the process reaped) when the block is left, however it is left."""
     _exit_on_sigterm()
-    proc = subprocess.Popen(
-        list(argv),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        **kwargs,
-    )
+    proc = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        yield proc
     finally:
         stop_group(proc.pid)
         proc.kill()  # a no-op when it exited; reaped below either way
         proc.wait()
+
+
+def run_grouped(argv: Sequence[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` to its end (or ``timeout``: ``subprocess.TimeoutExpired``) with its output
+    captured as text, then stop whatever of its process group still runs."""
+    with grouped(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

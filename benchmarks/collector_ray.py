@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from benchmarks.children import grouped  # noqa: E402
 from tests.support.collect import cli_command, keys, write_tasks  # noqa: E402
 from tests.support.http_server import instant_server_process  # noqa: E402
 from tests.support.ray_cluster import no_ray_env, two_node_cluster  # noqa: E402
@@ -30,19 +31,20 @@ from tests.support.ray_cluster import no_ray_env, two_node_cluster  # noqa: E402
 
 def run(name: str, cmd: list[str], out: Path) -> dict:
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=no_ray_env()
-    )
-    me = psutil.Process(proc.pid)
     samples: list[tuple[int, int]] = []  # (output bytes, driver RSS)
     cpu = 0.0
-    while proc.poll() is None:
-        with contextlib.suppress(psutil.Error, FileNotFoundError):
-            samples.append((out.stat().st_size if out.exists() else 0, me.memory_info().rss))
-            times = me.cpu_times()
-            cpu = times.user + times.system
-        time.sleep(0.2)
-    err = proc.stderr.read()  # type: ignore[union-attr]
+    # stderr to a file, read at the end (a pipe unread while polling can fill up and stall the run)
+    with tempfile.TemporaryFile("w+") as errors:
+        with grouped(cmd, stdout=subprocess.DEVNULL, stderr=errors, text=True, env=no_ray_env()) as proc:
+            me = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                with contextlib.suppress(psutil.Error, FileNotFoundError):
+                    samples.append((out.stat().st_size if out.exists() else 0, me.memory_info().rss))
+                    times = me.cpu_times()
+                    cpu = times.user + times.system
+                time.sleep(0.2)
+        errors.seek(0)
+        err = errors.read()
     wall = time.monotonic() - start
     summary = next((line for line in err.splitlines() if line.startswith("collected")), err[-500:])
     pairs = keys(out)
