@@ -1,11 +1,11 @@
 """A benchmark's child processes never outlive it.
 
 :func:`run_grouped` runs a command as ``subprocess.run(..., capture_output=True, text=True)`` does,
-and :func:`grouped` starts one as ``subprocess.Popen`` does, but in a process group of its own, and stops that group (SIGTERM, then SIGKILL) however the
-benchmark ends: the command's exit, a timeout, Ctrl-C, or a SIGTERM to the benchmark (turned into
-an exit, so the stop still runs). ``rl`` stops the processes it started when it is stopped, and they
-stop themselves when it dies; a group is tracked by its id, never by command line (vLLM renames its
-processes).
+and :func:`grouped` starts one as ``subprocess.Popen`` does, but each in a process group of its
+own, and stops that group (SIGTERM, then SIGKILL) however the benchmark ends: the command's exit, a
+timeout, Ctrl-C, or a SIGTERM to the benchmark (turned into an exit, so the stop still runs).
+``rl`` stops the processes it started when it is stopped, and they stop themselves when it dies;
+a group is tracked by its id, never by command line (vLLM renames its processes).
 """
 
 from __future__ import annotations
