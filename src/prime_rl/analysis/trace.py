@@ -32,7 +32,6 @@ import polars as pl
 from prime_rl.analysis import stats
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.update_parts import Update
-from prime_rl.analysis.update_table import UpdateTable
 
 _ORCH, _TRAINER, _FIRST_SERVER = 1, 2, 10
 _ROWS = {
@@ -60,7 +59,7 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
     names: dict[tuple[int, int | None], str] = {(_ORCH, None): "orchestrator", (_TRAINER, None): "trainer"}
     for pid, tid, row in _ROWS.values():
         names[(pid, tid)] = row
-    servers = {url: k for k, url in enumerate(_server_urls(d.updates))}
+    servers = {url: k for k, url in enumerate(_server_urls(d))}
     for url, k in servers.items():
         names[(_FIRST_SERVER + k, None)] = f"inference {url}"
         names[(_FIRST_SERVER + k, 1)] = "weight update rpc (server side)"
@@ -103,22 +102,15 @@ def kept_updates(updates: Sequence[Update]) -> tuple[Iterator[Update], int]:
 
 def _first_start(d: Collected) -> float | None:
     """When the run's first span or update started (None: nothing did)."""
-    starts = [s.start for s in d.spans]
-    if isinstance(d.updates, UpdateTable):
-        first = d.updates.frame.select(pl.coalesce("send_ts", "recv_ts").min()).item()
-        starts += [first] if first is not None else []
-    else:
-        starts += [u.start for u in d.updates if u.start is not None]
-    return min(starts, default=None)
+    first = d.update_frame().get_column("start").min()
+    return min([s.start for s in d.spans] + ([first] if first is not None else []), default=None)
 
 
-def _server_urls(updates: Sequence[Update]) -> list[str]:
+def _server_urls(d: Collected) -> list[str]:
     """Each server's URL (``server`` for updates without one), in the order the updates first name them."""
-    if isinstance(updates, UpdateTable):
-        url = pl.col("url")
-        named = pl.when(url.is_null() | (url == "")).then(pl.lit("server")).otherwise(url)
-        return updates.frame.select(named.unique(maintain_order=True)).to_series().to_list()
-    return list(dict.fromkeys(u.url or "server" for u in updates))
+    url = pl.col("url")
+    named = pl.when(url.is_null() | (url == "")).then(pl.lit("server")).otherwise(url)
+    return d.update_frame().select(named.unique(maintain_order=True)).to_series().to_list()
 
 
 def _slice(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict) -> dict[str, Any]:
