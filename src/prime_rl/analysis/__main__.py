@@ -61,6 +61,16 @@ def _arg_parser() -> argparse.ArgumentParser:
         help=f"override a threshold ({', '.join(Thresholds.model_fields)}); listed in SUMMARY.md",
     )
     parser.add_argument(
+        "--tmp-dir",
+        "--tmp_dir",
+        dest="tmp_dir",
+        type=Path,
+        default=None,
+        help="where a long run's weight-update lines wait on disk for their join, in a directory of their own "
+        "removed at the end (default: the output directory; at most about 7%% of the log's size). When writing there "
+        "fails (a full disk), they are kept in memory instead",
+    )
+    parser.add_argument(
         "--trace",
         action="store_true",
         help="also write OUT/trace.json, the run as a Chrome/Perfetto trace: every process on one time axis "
@@ -82,9 +92,14 @@ def _async_level(inputs: list[Path]) -> int | None:
 
 
 def _run(
-    parser: argparse.ArgumentParser, inputs: list[Path], args: argparse.Namespace, thresholds: Thresholds
+    parser: argparse.ArgumentParser,
+    inputs: list[Path],
+    args: argparse.Namespace,
+    thresholds: Thresholds,
+    out: Path,
 ):
-    """Analyse one run's logs (exits with a usage error when there are none)."""
+    """Analyse one run's logs (exits with a usage error when there are none); a long run's
+    weight-update lines wait for their join on disk under ``args.tmp_dir`` or else ``out``."""
     try:
         files = discover(inputs)
     except FileNotFoundError as e:
@@ -95,7 +110,18 @@ def _run(
     stats = ParseStats()
     # two threads ahead of the collection: one parses, the next reads each tag's fields
     batches = read_ahead(prepared(read_ahead(scan_files(files, stats))))
-    return analyze(batches, stats, thresholds, async_level), stats
+    spill_dir = args.tmp_dir or out
+    try:
+        spill_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"cannot make {spill_dir}: {e}")
+    analysis = analyze(batches, stats, thresholds, async_level, spill_dir)
+    if analysis.data.spill_failed:
+        print(
+            f"analyze-logs: the weight-update lines were kept in memory, not on disk: {analysis.data.spill_failed}",
+            file=sys.stderr,
+        )
+    return analysis, stats
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,7 +148,9 @@ def _main(argv: list[str] | None) -> None:
     if args.compare:
         if args.inputs:
             parser.error("--compare takes the two runs; give no other inputs")
-        (a, _), (b, _) = (_run(parser, [p], args, thresholds) for p in args.compare)
+        (a, _), (b, _) = (
+            _run(parser, [p], args, thresholds, out / ab) for p, ab in zip(args.compare, "ab", strict=True)
+        )
         write_report(a, out / "a")
         write_report(b, out / "b")
         names = (str(args.compare[0]), str(args.compare[1]))
@@ -132,7 +160,7 @@ def _main(argv: list[str] | None) -> None:
         return
     if not args.inputs:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
-    analysis, stats = _run(parser, args.inputs, args, thresholds)
+    analysis, stats = _run(parser, args.inputs, args, thresholds, out)
     write_report(analysis, out)
     if args.trace:
         trace = write_trace(analysis.data, out / "trace.json")

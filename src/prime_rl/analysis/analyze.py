@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.rules import RULES
@@ -61,7 +62,8 @@ def analyze(
     parse: ParseStats,
     thresholds: Thresholds,
     async_level: int | None = None,
+    spill_dir: str | Path | None = None,
 ) -> Analysis:
-    """Collect ``lines`` (batches of tagged lines or events; ``parse`` fills as they are read),
-    then :func:`rank_findings`."""
-    return rank_findings(collect(lines, parse, async_level), thresholds)
+    """Collect ``lines`` (batches of tagged lines or events; ``parse`` fills as they are read;
+    ``spill_dir``: see :func:`~prime_rl.analysis.stats.collect`), then :func:`rank_findings`."""
+    return rank_findings(collect(lines, parse, async_level, spill_dir), thresholds)

@@ -94,11 +94,15 @@ def _second(whole: int) -> str:
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
     """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped."""
-    slowest = (
+    slowest = (  # the row numbers and times alone: a sort of every column would copy them all
         d.update_frame()
-        .with_row_index("i")
-        .filter(pl.col("wall").is_not_null() | pl.col("server_rpc").is_not_null())
-        .sort(pl.col("took").fill_null(0.0), descending=True, maintain_order=True)  # equals keep their order
+        .select(
+            pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
+            pl.col("took").fill_null(0.0),
+            timed=pl.col("wall").is_not_null() | pl.col("server_rpc").is_not_null(),
+        )
+        .filter("timed")
+        .sort("took", descending=True, maintain_order=True)  # equals keep their order
         .head(n)
     )
     ups = [d.updates[i] for i in slowest["i"].to_list()]

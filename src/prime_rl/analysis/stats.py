@@ -17,6 +17,7 @@ from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,6 +170,9 @@ class Collected:
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
+    spill_failed: str | None = None
+    """Why the weight-update lines stayed in memory instead of waiting for their join on disk (None:
+    they went to disk, or there were too few to need it)."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -317,11 +321,11 @@ class _Collector:
     the columns it needs and walks the lines in order (a tag's lines keep their order; only the
     restarts relate lines of different tags, by position)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill_dir: str | Path | None = None) -> None:
         self.series: dict[str, array] = {k: array("d") for k in SERIES}
         self.spans = _Spans()
         self.counts: Counter = Counter()
-        self.join = UpdateJoin()
+        self.join = UpdateJoin(spill_dir=spill_dir)
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
         self.last_wait: tuple[Position, TaggedLines, int, str] | None = None
@@ -655,14 +659,19 @@ class _Collector:
 
 
 def collect(
-    lines: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats, async_level: int | None = None
+    lines: Iterable[TaggedLines] | Iterable[Event],
+    parse: ParseStats,
+    async_level: int | None = None,
+    spill_dir: str | Path | None = None,
 ) -> Collected:
     """Fold the parsed lines (batches from :func:`~prime_rl.analysis.parser.scan_files`, or events;
-    ``parse`` fills as they are read) into a :class:`Collected`."""
+    ``parse`` fills as they are read) into a :class:`Collected`. A long run's weight-update lines
+    wait for their join on disk, in a temporary directory under ``spill_dir`` (None: the system's
+    temporary directory; see :mod:`~prime_rl.analysis.spill`)."""
     gc_was_on = gc.isenabled()
     gc.disable()  # many small objects and no cycles: the collector's passes would cost ~10%
     try:
-        return _collect(_batches(lines, parse), parse, async_level)
+        return _collect(_batches(lines, parse), parse, async_level, spill_dir)
     finally:
         if gc_was_on:
             gc.enable()
@@ -681,8 +690,10 @@ def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) 
     yield from batches_from_events(itertools.chain([first], it), parse)  # type: ignore[list-item]
 
 
-def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int | None) -> Collected:
-    c = _Collector()
+def _collect(
+    batches: Iterable[TaggedLines], parse: ParseStats, async_level: int | None, spill_dir: str | Path | None
+) -> Collected:
+    c = _Collector(spill_dir)
     counts, last_events = c.counts, {}
     first_ts, last_ts = math.inf, -math.inf
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
@@ -726,6 +737,7 @@ def _collect(batches: Iterable[TaggedLines], parse: ParseStats, async_level: int
         c.server_gen_ms,
         c.hangs,
         dict(sorted(c.spans.dropped.items())),
+        c.join.spill.failed,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
+from pathlib import Path
 
 import polars as pl
 
+from prime_rl.analysis.spill import Spill
 from prime_rl.analysis.tagged import TaggedLines
 from prime_rl.analysis.update_columns import (
     CLIENT_SCHEMA,
@@ -53,9 +55,19 @@ class UpdateJoin:
     """Collects ``[weights]`` lines; :meth:`updates` joins them into :class:`Update` records, one per
     trace id *and server* (one update goes to every server under one trace id)."""
 
-    def __init__(self, split_rows: int | None = None, max_parts: int | None = None) -> None:
-        self._client = _Kept("i")
-        self._server = _Kept("j")
+    def __init__(
+        self,
+        split_rows: int | None = None,
+        max_parts: int | None = None,
+        spill_rows: int | None = None,
+        spill_dir: str | Path | None = None,
+    ) -> None:
+        self.spill = Spill(spill_dir)
+        """Where a long log's kept lines go on disk (``spill_dir``: under it, else the system's
+        temporary directory)."""
+        spill_rows = SPILL_ROWS if spill_rows is None else spill_rows
+        self._client = _Kept("i", self.spill, spill_rows)
+        self._server = _Kept("j", self.spill, spill_rows)
         self._split_rows = SPLIT_ROWS if split_rows is None else split_rows
         """Kept lines per part past which the parts are split :data:`PARTS` ways again (tests: 0)."""
         self._max_parts = MAX_PARTS if max_parts is None else max_parts
@@ -108,13 +120,17 @@ class UpdateJoin:
         (in the order their trace id and file were first seen), each with its file's URL when the
         votes name one. Joined once (the lines' columns are let go then), at the first call."""
         if self._updates is None:
-            self._updates = self._join()
+            try:
+                self._updates = self._join()
+            finally:
+                self.spill.close()
         return self._updates
 
     def _join(self) -> UpdateTable:
         lines = LineJoin()
         votes: Votes = {}
-        order: list[pl.DataFrame] = []  # the usual updates' client parts, with their row i
+        order: list[pl.DataFrame | Path] = []  # the usual updates' client parts, with their row i
+        spilled = self.spill.written > 0  # a long log: each part's updates wait on disk too
         usual_alone: list[pl.DataFrame] = []  # and server parts alone, with their row j
         # trace ids are independent in the join but for the votes, so a long log's are joined a part
         # of them at a time: the column work's copies of the lines are a part's, not all of theirs
@@ -128,7 +144,8 @@ class UpdateJoin:
             del clients, servers  # the lines' columns, let go before the next part's
             for source, counter in usual.votes.items():
                 votes.setdefault(source, Counter()).update(counter)
-            order.append(_keyed(usual.clients, 0, usual.clients.get_column("i")))
+            keyed = _keyed(usual.clients, 0, usual.clients.get_column("i"))
+            order.append((self.spill.write(keyed) if spilled else None) or keyed)
             usual_alone.append(usual.alone)
         lines.vote(votes)
         mapping = server_urls(votes)
@@ -147,25 +164,41 @@ class UpdateJoin:
         return UpdateTable(_in_order(order))
 
 
-def _in_order(parts: list[pl.DataFrame]) -> pl.DataFrame:
+def _in_order(parts: list[pl.DataFrame | Path]) -> pl.DataFrame:
     """The parts' updates (weight updates only: other admin paths left out) ordered by their key:
     client parts by their first row, then server parts alone by (first row, place); each key is one
-    update's. Gathered a column at a time, each let go once gathered (``parts`` is emptied): a sort
-    of the whole frame would hold every column twice (200 MB more at 714k updates)."""
-    frame = pl.concat(parts, how="vertical", rechunk=False)
-    parts.clear()
+    update's. A part is a frame, or a file of one (removed here). Gathered a column at a time, each
+    let go once gathered (``parts`` is emptied): a sort of the whole frame would hold every column
+    twice (200 MB more at 714k updates), and the parts on disk are read a column at a time."""
+    keys = ("_group", "_row", "_place", "path")
     path = pl.col("path")
     rows = (
-        frame.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("k"), "_group", "_row", "_place", "path")
+        pl.DataFrame([_column(parts, name, drop=False) for name in keys])
+        .with_row_index("k")
         .filter(path.is_null() | path.is_in([p for p in UPDATE_PATHS if p is not None]))
         .sort("_group", "_row", "_place", maintain_order=True)
         .get_column("k")
     )
-    columns = []
-    for name in UPDATE_SCHEMA:
-        columns.append(frame.get_column(name).gather(rows))
-        frame = frame.drop(name)
+    columns = [_column(parts, name, drop=True).gather(rows) for name in UPDATE_SCHEMA]
+    for part in parts:
+        if isinstance(part, Path):
+            part.unlink(missing_ok=True)
+    parts.clear()
     return pl.DataFrame(columns)
+
+
+def _column(parts: list[pl.DataFrame | Path], name: str, drop: bool) -> pl.Series:
+    """Column ``name`` of every part, in order: read from the files alone, and dropped from the
+    frames when ``drop``."""
+    pieces = []
+    for k, part in enumerate(parts):
+        if isinstance(part, Path):
+            pieces.append(pl.read_ipc(part, columns=[name]).get_column(name))
+        else:
+            pieces.append(part.get_column(name))
+            if drop:
+                parts[k] = part.drop(name)
+    return pl.concat(pieces, rechunk=False)
 
 
 def _keyed(
@@ -191,6 +224,9 @@ at a time: on the 10M-line all-tagged benchmark the join's RSS peaked 480 MB abo
 one part, 220 MB in 8; on 50M lines, about 600 MB above in 8 parts, about 300 MB in 64)."""
 MAX_PARTS = PARTS**3
 """No more splits past this many parts (512 parts of 1M lines: a log of some 150 GB)."""
+SPILL_ROWS = 1 << 19
+"""One side's kept lines in memory past which they are written to disk (:mod:`~prime_rl.analysis.spill`),
+a file per part: about 30 MB of lines; a log with fewer weight-update lines writes nothing."""
 _COALESCE = 64
 """A part's frames added since it was last coalesced (a split makes a small frame per part of each
 batch) that are made one frame: a frame costs a few kB besides its rows."""
@@ -199,14 +235,19 @@ batch) that are made one frame: a frame costs a few kB besides its rows."""
 class _Kept:
     """One side's kept lines, each with its row among all of that side's lines (``row``: ``i`` for the
     client's, ``j`` for the server's); one part, or parts by a hash of the trace id once split,
-    each in row order."""
+    each in row order. Each part is a list of frames in memory and of files written to ``spill``
+    (a part's frames go to one file whenever more than ``spill_rows`` lines are in memory)."""
 
-    def __init__(self, row: str) -> None:
+    def __init__(self, row: str, spill: Spill | None = None, spill_rows: int = SPILL_ROWS) -> None:
         self.row = row
         self.rows = 0
-        self.parts: list[list[pl.DataFrame]] = [[]]
+        self.parts: list[list[pl.DataFrame | Path]] = [[]]
         self._fresh = [0]
         """Per part: frames added since it was last coalesced."""
+        self._spill = spill
+        self._spill_rows = spill_rows
+        self.in_memory = 0
+        """Lines kept in memory (not written to ``spill``)."""
 
     @property
     def parts_n(self) -> int:
@@ -220,8 +261,10 @@ class _Kept:
         frame = frame.with_columns(pl.int_range(self.rows, end, dtype=pl.UInt32).alias(self.row))
         self.rows = end
         self._route(frame)
+        self._maybe_spill()
 
     def _route(self, frame: pl.DataFrame) -> None:
+        self.in_memory += frame.height
         n = len(self.parts)
         if n == 1:
             self._append(0, frame)
@@ -238,27 +281,50 @@ class _Kept:
             frames[-_COALESCE:] = [pl.concat(frames[-_COALESCE:]).rechunk()]
             self._fresh[k] = 0
 
+    def _maybe_spill(self) -> None:
+        """Each part's frames in memory written to a file of the part's, once more than
+        ``spill_rows`` lines are in memory (kept in memory when the spill fails)."""
+        if self._spill is None or self.in_memory <= self._spill_rows or self._spill.failed is not None:
+            return
+        for k, items in enumerate(self.parts):
+            held = [item for item in items if isinstance(item, pl.DataFrame)]
+            if not held:
+                continue
+            # a part's files come before its frames in memory: the frames are the newest rows
+            files = items[: len(items) - len(held)]
+            assert all(isinstance(f, Path) for f in files)
+            frame = pl.concat(held, rechunk=False) if len(held) > 1 else held[0]
+            path = self._spill.write(frame)
+            if path is None:
+                return
+            self.parts[k] = [*files, path]
+            self._fresh[k] = 0
+            self.in_memory -= frame.height
+
     def split(self, parts: int) -> None:
         """Into ``parts`` parts (the lines kept so far routed again, a frame at a time, each part's in
         row order)."""
         # the parts go from PARTS**k to PARTS**(k + 1): a new part's lines all come from one old
         # part (hash % 64 gives hash % 8), so routing each old part's frames in order keeps each new
         # part's lines in row order
-        frames = [f for part in reversed(self.parts) for f in reversed(part)]
-        self.parts, self._fresh = [[] for _ in range(parts)], [0] * parts
-        while frames:  # let go as routed
-            self._route(frames.pop())
+        items = [f for part in reversed(self.parts) for f in reversed(part)]
+        self.parts, self._fresh, self.in_memory = [[] for _ in range(parts)], [0] * parts, 0
+        while items:  # let go as routed
+            item = items.pop()
+            self._route(self._spill.read(item) if isinstance(item, Path) else item)
+            self._maybe_spill()
 
     def take(self, part: int, schema: dict) -> pl.DataFrame:
         """One part's lines in row order (let go here), with their row column first."""
-        frames, self.parts[part] = self.parts[part], []
-        if not frames:
+        items, self.parts[part] = self.parts[part], []
+        if not items:
             return pl.DataFrame(schema={self.row: pl.UInt32, **schema})
+        frames = [self._spill.read(item) if isinstance(item, Path) else item for item in items]
         return pl.concat(frames, rechunk=False).select(self.row, *schema)
 
     def frames(self) -> list[pl.DataFrame]:
-        """Every kept frame (for their sizes)."""
-        return [f for frames in self.parts for f in frames]
+        """Every frame kept in memory (for their sizes)."""
+        return [f for frames in self.parts for f in frames if isinstance(f, pl.DataFrame)]
 
 
 def _frame(columns: dict[str, pl.Series], schema: dict, keep: pl.Series) -> pl.DataFrame:

@@ -109,29 +109,36 @@ def _line(event: str, **fields) -> dict:
     cuts=[],
     files=True,
     split=False,
+    spill=False,
 )
 @example(  # a done without a timestamp or wall_ms leaves its update open: the next send continues it
     lines=[_line("client.send", url="u"), {**_line("client.done"), "ts": None}, _line("client.send", t="5")],
     cuts=[2],
     files=False,
     split=False,
+    spill=False,
 )
 @given(
     lines=st.lists(LINE, max_size=40),
     cuts=st.lists(st.integers(0, 40), max_size=4),
     files=st.booleans(),
     split=st.booleans(),
+    spill=st.booleans(),
 )
-def test_the_column_wise_join_builds_the_updates_the_line_by_line_join_builds(lines, cuts, files, split):
-    _check_against_the_reference(lines, cuts, files, split)
+def test_the_column_wise_join_builds_the_updates_the_line_by_line_join_builds(
+    lines, cuts, files, split, spill
+):
+    _check_against_the_reference(lines, cuts, files, split, spill)
 
 
 def _check_against_the_reference(
-    lines: list[dict], cuts: list[int], files: bool, split: bool = False
+    lines: list[dict], cuts: list[int], files: bool, split: bool = False, spill: bool = False
 ) -> None:
-    """``split``: the kept lines split into parts by trace id from the first (a long log's join)."""
+    """``split``: the kept lines split into parts by trace id from the first (a long log's join);
+    ``spill``: every batch's kept lines written to disk, and each part's updates (a long log's)."""
     events = [_event(line, i + 1) for i, line in enumerate(lines)]
-    join = UpdateJoin(split_rows=0 if split else None, max_parts=PARTS)  # 8 parts from the first lines
+    # split: 8 parts from the first lines
+    join = UpdateJoin(split_rows=0 if split else None, max_parts=PARTS, spill_rows=0 if spill else None)
     if files:  # batches of one file each: cut where the source changes too
         bounds = sorted({0, len(events), *(c for c in cuts if c < len(events))})
         for lo, hi in zip(bounds, bounds[1:], strict=False):
@@ -149,6 +156,7 @@ def _check_against_the_reference(
             if hi > lo:
                 join.add_lines(TaggedLines.from_events(events[lo:hi]))
     assert [astuple(u) for u in join.updates()] == [astuple(u) for u in _reference_updates(events)]
+    assert join.spill.directory is None or not join.spill.directory.exists()  # removed by the join
 
 
 @st.composite
@@ -222,9 +230,10 @@ def _usual_updates(draw) -> list[dict]:
     cuts=st.lists(st.integers(0, 60), max_size=4),
     files=st.booleans(),
     split=st.booleans(),
+    spill=st.booleans(),
 )
-def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files, split):
-    _check_against_the_reference(lines, cuts, files, split)
+def test_the_usual_updates_and_the_cases_next_to_them_join_as_line_by_line(lines, cuts, files, split, spill):
+    _check_against_the_reference(lines, cuts, files, split, spill)
 
 
 def _reference_updates(events: list[Event]):
@@ -308,7 +317,8 @@ def test_the_per_server_rows_column_wise_are_the_loop_over_updates(updates):
     d = collect(iter([]), ParseStats())
     d.updates = updates
     d._memo.clear()  # the tables made from the (empty) collection's updates
-    assert _server_rows(d) == [rows[k] for k in sorted(rows)]
+    fields = lambda r: (r.url, r.updates, r.failed, list(r.wall_ms), list(r.rpc_ms), list(r.queue_ms))  # noqa: E731
+    assert [fields(r) for r in _server_rows(d)] == [fields(rows[k]) for k in sorted(rows)]
 
 
 TIME = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 1.25, 3.0, -2.0, 100.5]))

@@ -1,0 +1,108 @@
+"""A long log's kept weight-update lines wait for the join on disk (:mod:`prime_rl.analysis.spill`):
+what is in memory stays under the bound while the lines are added, the join gives what it gives
+in memory, and the temporary directory is gone afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from prime_rl.analysis.spill import PREFIX, Spill
+from prime_rl.analysis.tagged import Event, TaggedLines
+from prime_rl.analysis.updates import UpdateJoin
+
+
+def _events(n: int, servers: int = 4) -> list[Event]:
+    """``n`` usual updates, each to one of ``servers`` servers: the client's two lines in
+    orchestrator.log, the server's three in its own file."""
+    events: list[Event] = []
+    for k in range(n):
+        tid, url, source = f"t{k:06d}", f"http://10.0.0.{k % servers}:8000", f"inference_{k % servers}.log"
+        lines = [
+            ("client.send", "orchestrator.log", {"url": url, "path": "/update_weights", "t": f"{k}.5"}),
+            ("server.recv", source, {"path": "/update_weights", "t": f"{k}.6"}),
+            ("rpc.start", source, {"op": "update_weights", "target": f"step_{k}"}),
+            ("rpc.done", source, {"op": "update_weights", "rpc_ms": f"{k % 97}.5", "lock_wait_ms": "0"}),
+            ("client.done", "orchestrator.log", {"url": url, "path": "/update_weights", "wall_ms": f"{k % 89 + 100}", "rpc_ms": f"{k % 97}.5", "queue_ms": "1"}),
+        ]  # fmt: skip
+        for event, file, fields in lines:
+            events.append(Event("weights", event, tid, fields, float(k), "x", Path(file), len(events) + 1))
+    return events
+
+
+def _add(join: UpdateJoin, events: list[Event], batch: int = 500) -> list[int]:
+    """The events added a file at a time, ``batch`` lines a batch; returns the lines held in memory
+    after each batch."""
+    held = []
+    for file in sorted({ev.path for ev in events}, key=str, reverse=True):  # the servers' files first
+        mine = [ev for ev in events if ev.path == file]
+        for lo in range(0, len(mine), batch):
+            part = mine[lo : lo + batch]
+            join.add_lines(TaggedLines(TaggedLines.from_events(part).frame, "x", file))
+            held.append(join._client.in_memory + join._server.in_memory)
+    return held
+
+
+def test_the_kept_lines_go_to_disk_past_the_bound_and_join_as_in_memory(tmp_path):
+    events = _events(3000)
+    in_memory = UpdateJoin()
+    _add(in_memory, events)
+    assert in_memory.spill.directory is None  # 15,000 lines: under the default bound, nothing written
+    expected = [astuple(u) for u in in_memory.updates()]
+    assert len(expected) == 3000
+
+    # split into 8 parts past 1,500 lines, 64 past 12,000 (files read back and routed again), on
+    # disk past 1,000 lines a side
+    join = UpdateJoin(split_rows=1500, spill_rows=1000, spill_dir=tmp_path)
+    held = _add(join, events)
+    directory = join.spill.directory
+    assert directory is not None and directory.parent == tmp_path and directory.name.startswith(PREFIX)
+    assert max(held) <= 2 * (1000 + 500)  # each side: at most the bound and one batch
+    assert join._client.parts_n == 64
+    on_disk = [f for part in join._client.parts + join._server.parts for f in part if isinstance(f, Path)]
+    assert on_disk and all(f.parent == directory and f.exists() for f in on_disk)
+    assert set(directory.iterdir()) == set(on_disk)  # the files read back by the split are gone
+
+    assert [astuple(u) for u in join.updates()] == expected
+    assert not directory.exists()  # the lines' files and the parts' updates' files, removed
+    assert join.spill.failed is None
+
+
+def test_a_frame_comes_back_as_written_and_its_file_goes(tmp_path):
+    spill = Spill(tmp_path)
+    frame = pl.DataFrame(
+        {
+            "event": pl.Series(["client.send", "client.done"], dtype=pl.Categorical),
+            "tid": ["a", None],
+            "rpc": [1.5, None],
+            "i": pl.Series([0, 1], dtype=pl.UInt32),
+        }
+    )
+    path = spill.write(frame)
+    assert path is not None and path.exists()
+    assert spill.read(path).equals(frame) and not path.exists()
+    spill.close()
+    assert not spill.directory.exists()
+
+
+def test_no_directory_to_write_in_is_a_failure_not_an_error(tmp_path):
+    spill = Spill(tmp_path / "missing")
+    assert spill.write(pl.DataFrame({"a": [1]})) is None
+    assert spill.failed is not None and "missing" in spill.failed
+    assert spill.write(pl.DataFrame({"a": [1]})) is None  # no second try
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["closed", "collected"])
+def test_the_directory_goes_when_the_store_is_closed_or_collected(tmp_path, close):
+    spill = Spill(tmp_path)
+    spill.write(pl.DataFrame({"a": [1]}))
+    directory = spill.directory
+    assert directory is not None and directory.exists()
+    if close:
+        spill.close()
+    else:
+        del spill
+    assert not directory.exists()
