@@ -17,9 +17,16 @@ import polars as pl
 
 from prime_rl.analysis.update_parts import Update
 
-_TEXT = frozenset(("tid", "path", "url", "target", "server"))
+_TEXT = frozenset(("tid", "target"))
+_WORDS = frozenset(("path", "url", "server"))
 UPDATE_SCHEMA: dict[str, pl.DataType] = {
-    f.name: pl.String() if f.name in _TEXT else pl.Boolean() if f.name == "failed" else pl.Float64()
+    f.name: pl.String()
+    if f.name in _TEXT
+    else pl.Categorical()
+    if f.name in _WORDS
+    else pl.Boolean()
+    if f.name == "failed"
+    else pl.Float64()
     for f in fields(Update)
 }
 """A table's columns: :class:`Update`'s fields, in their order."""

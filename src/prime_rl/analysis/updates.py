@@ -130,7 +130,7 @@ class UpdateJoin:
         lines = LineJoin()
         votes: Votes = {}
         order: list[pl.DataFrame | Path] = []  # the usual updates' client parts, with their row i
-        spilled = self.spill.written > 0  # a long log: each part's updates wait on disk too
+        spilled = self.spill.files > 0  # a long log: each part's updates wait on disk too
         usual_alone: list[pl.DataFrame] = []  # and server parts alone, with their row j
         # trace ids are independent in the join but for the votes, so a long log's are joined a part
         # of them at a time: the column work's copies of the lines are a part's, not all of theirs
@@ -161,10 +161,10 @@ class UpdateJoin:
         order.append(_keyed(frame_of(u for _, u in lines.order), 0, [row for row, _ in lines.order]))
         keys = [key for key, _ in alone]
         order.append(_keyed(frame_of(u for _, u in alone), 1, [r for r, _ in keys], [p for _, p in keys]))
-        return UpdateTable(_in_order(order))
+        return UpdateTable(_in_order(order, self.spill))
 
 
-def _in_order(parts: list[pl.DataFrame | Path]) -> pl.DataFrame:
+def _in_order(parts: list[pl.DataFrame | Path], spill: Spill) -> pl.DataFrame:
     """The parts' updates (weight updates only: other admin paths left out) ordered by their key:
     client parts by their first row, then server parts alone by (first row, place); each key is one
     update's. A part is a frame, or a file of one (removed here). Gathered a column at a time, each
@@ -173,27 +173,27 @@ def _in_order(parts: list[pl.DataFrame | Path]) -> pl.DataFrame:
     keys = ("_group", "_row", "_place", "path")
     path = pl.col("path")
     rows = (
-        pl.DataFrame([_column(parts, name, drop=False) for name in keys])
+        pl.DataFrame([_column(parts, spill, name, drop=False) for name in keys])
         .with_row_index("k")
         .filter(path.is_null() | path.is_in([p for p in UPDATE_PATHS if p is not None]))
         .sort("_group", "_row", "_place", maintain_order=True)
         .get_column("k")
     )
-    columns = [_column(parts, name, drop=True).gather(rows) for name in UPDATE_SCHEMA]
+    columns = [_column(parts, spill, name, drop=True).gather(rows) for name in UPDATE_SCHEMA]
     for part in parts:
         if isinstance(part, Path):
-            part.unlink(missing_ok=True)
+            spill.remove(part)
     parts.clear()
     return pl.DataFrame(columns)
 
 
-def _column(parts: list[pl.DataFrame | Path], name: str, drop: bool) -> pl.Series:
+def _column(parts: list[pl.DataFrame | Path], spill: Spill, name: str, drop: bool) -> pl.Series:
     """Column ``name`` of every part, in order: read from the files alone, and dropped from the
     frames when ``drop``."""
     pieces = []
     for k, part in enumerate(parts):
         if isinstance(part, Path):
-            pieces.append(pl.read_ipc(part, columns=[name]).get_column(name))
+            pieces.append(spill.read(part, [name], remove=False).get_column(name))
         else:
             pieces.append(part.get_column(name))
             if drop:

@@ -62,6 +62,7 @@ def test_the_kept_lines_go_to_disk_past_the_bound_and_join_as_in_memory(tmp_path
     assert directory is not None and directory.parent == tmp_path and directory.name.startswith(PREFIX)
     assert max(held) <= 2 * (1000 + 500)  # each side: at most the bound and one batch
     assert join._client.parts_n == 64
+    join.spill.wait()
     on_disk = [f for part in join._client.parts + join._server.parts for f in part if isinstance(f, Path)]
     assert on_disk and all(f.parent == directory and f.exists() for f in on_disk)
     assert set(directory.iterdir()) == set(on_disk)  # the files read back by the split are gone
@@ -82,7 +83,9 @@ def test_a_frame_comes_back_as_written_and_its_file_goes(tmp_path):
         }
     )
     path = spill.write(frame)
-    assert path is not None and path.exists()
+    assert path is not None
+    spill.wait()
+    assert path.exists()
     assert spill.read(path).equals(frame) and not path.exists()
     spill.close()
     assert not spill.directory.exists()
