@@ -1,7 +1,7 @@
 """The joined weight updates kept as columns, one row an update, read as records on demand.
 
 A long run has hundreds of thousands of updates: as :class:`~prime_rl.analysis.update_parts.Update`
-records (a float object per number) they cost about 470 bytes each, as columns about 150. The join
+records (a float object per number) they cost about 470 bytes each, as columns about 100. The join
 (:class:`~prime_rl.analysis.updates.UpdateJoin`) gives an :class:`UpdateTable`; the rules read its
 columns (:func:`~prime_rl.analysis.updates.update_frame`), the few places that want records (the
 slowest updates, the first ones in summary.json, the trace) make them a slice at a time.
@@ -19,6 +19,8 @@ from prime_rl.analysis.update_parts import Update
 
 _TEXT = frozenset(("tid", "target"))
 _WORDS = frozenset(("path", "url", "server"))
+"""Text columns with a few values among all updates: categories (4 bytes a row, each word kept once);
+the trace id and the target are one per update and stay text."""
 UPDATE_SCHEMA: dict[str, pl.DataType] = {
     f.name: pl.String()
     if f.name in _TEXT
