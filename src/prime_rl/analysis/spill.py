@@ -9,8 +9,8 @@ the system's temporary directory), and removed when the store is closed or colle
 process exits (a SIGKILLed analysis leaves it behind).
 
 Disk trouble never stops an analysis: when a write fails (a full disk, no temporary directory),
-the store says why once (:attr:`Spill.failed`) and keeps every frame in memory from then on, as
-without a store.
+the store says why once (:attr:`Spill.failed`), keeps the frames whose writes failed (reading one
+gives it back) and takes no more (the caller keeps them in memory, as without a store).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Spill:
         self.failed: str | None = None
         """Why frames stopped going to disk (None: they still do)."""
         self.written = 0
-        """Bytes written so far (the files read back included)."""
+        """Bytes of the files written so far (those read back and removed since included)."""
         self.files = 0
         """Files handed to the writer so far."""
 

@@ -109,3 +109,28 @@ def test_the_directory_goes_when_the_store_is_closed_or_collected(tmp_path, clos
     else:
         del spill
     assert not directory.exists()
+
+
+def test_a_read_waits_for_its_write_and_the_writes_waiting_stay_bounded(tmp_path, monkeypatch):
+    import time
+
+    from prime_rl.analysis import spill as module
+
+    real_write = module._write
+
+    def slow_write(frame: pl.DataFrame, path: Path) -> int:
+        time.sleep(0.02)  # a disk slower than the caller
+        return real_write(frame, path)
+
+    monkeypatch.setattr(module, "_write", slow_write)
+    frames = [pl.DataFrame({"k": list(range(k * 1000, (k + 1) * 1000))}) for k in range(20)]
+    size = frames[0].estimated_size()
+    monkeypatch.setattr(module, "PENDING_BYTES", 3 * size)
+    spill = Spill(tmp_path)
+    paths = []
+    for frame in frames:
+        paths.append(spill.write(frame))
+        assert spill._pending_bytes <= 4 * size  # the bound and the frame just handed over
+    assert spill.read(paths[-1]).equals(frames[-1])  # the last one, read as soon as it is written
+    assert [spill.read(p).equals(f) for p, f in zip(paths[:-1], frames[:-1], strict=True)] == [True] * 19
+    spill.close()
