@@ -76,7 +76,7 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
         pid, tid, _ = _ROWS[s.kind]
         args = {k: v for k, v in s.info.items() if v is not None}
         yield _slice(s.label, s.kind, us(s.start), (s.end - s.start) * 1e6, pid, tid, args)
-    for u in kept_updates(d.updates)[0]:
+    for u in kept_updates(d.updates):
         srv = servers[u.url or "server"]
         if u.start is not None and u.end is not None:
             args = {"tid": u.tid, "queue_ms": u.queue_ms, "rpc_ms": u.rpc_ms, "target": u.target}
@@ -91,13 +91,18 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
             yield _slice(f"rpc {u.tid}", "rpc", us(u.recv_ts), rpc, _FIRST_SERVER + srv, 1, {"tid": u.tid})
 
 
-def kept_updates(updates: Sequence[Update]) -> tuple[Iterator[Update], int]:
-    """The updates a trace shows, in order (the first and last ``SPANS_KEPT``, made into records a
-    slice at a time), and how many are left out between them."""
+def kept_updates(updates: Sequence[Update]) -> Iterator[Update]:
+    """The updates a trace shows, in order: the first and last ``SPANS_KEPT`` (made into records a
+    slice at a time; :func:`_updates_left_out` counts the rest)."""
     n, kept = len(updates), stats.SPANS_KEPT
-    if n <= 2 * kept:
-        return iter(updates), 0
-    return itertools.chain(updates[:kept], updates[n - kept :]), n - 2 * kept
+    if not _updates_left_out(n):
+        return iter(updates)
+    return itertools.chain(updates[:kept], updates[n - kept :])
+
+
+def _updates_left_out(n: int) -> int:
+    """How many of ``n`` updates a trace leaves out between its first and last ``SPANS_KEPT``."""
+    return max(0, n - 2 * stats.SPANS_KEPT)
 
 
 def _first_start(d: Collected) -> float | None:
@@ -129,7 +134,7 @@ def _slice(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args:
 def left_out(d: Collected) -> dict[str, int]:
     """Spans of each kind and updates (``update``) a trace leaves out of a long run, by kind."""
     out = {k: n for k, n in d.spans_dropped.items() if k in _ROWS}
-    updates = kept_updates(d.updates)[1]
+    updates = _updates_left_out(len(d.updates))  # a count: no records made
     return out | ({"update": updates} if updates else {})
 
 
