@@ -10,11 +10,11 @@ from pathlib import Path
 
 from tests.support.disk import small_tmpfs
 from tests.support.synthetic_logs import make_run
+from tests.support.weight_lines import add_by_file, usual_update_events
 
 from prime_rl.analysis import updates
 from prime_rl.analysis.__main__ import main
 from prime_rl.analysis.spill import Spill
-from prime_rl.analysis.tagged import Event, TaggedLines
 from prime_rl.analysis.updates import UpdateJoin
 
 
@@ -58,22 +58,10 @@ def test_a_full_temporary_disk_keeps_the_lines_in_memory_and_the_report_as_it_wa
 
 def test_a_full_disk_mid_join_keeps_the_rest_in_memory(tmp_path):
     # the join itself: some lines on disk, the rest in memory after the disk filled; joined as without
-    events: list[Event] = []
-    for k in range(3000):
-        tid, file = f"t{k:06d}", Path(f"inference_{k % 4}.log")
-        for event, path, fields in (
-            ("client.send", Path("orchestrator.log"), {"url": f"http://h:{k % 4}", "t": f"{k}.5"}),
-            ("server.recv", file, {"path": "/update_weights", "t": f"{k}.6"}),
-            ("rpc.done", file, {"op": "update_weights", "rpc_ms": f"{k % 97}.5"}),
-            ("client.done", Path("orchestrator.log"), {"url": f"http://h:{k % 4}", "wall_ms": "120", "rpc_ms": f"{k % 97}.5"}),
-        ):  # fmt: skip
-            events.append(Event("weights", event, tid, fields, float(k), "x", path, len(events) + 1))
+    events = usual_update_events(3000)
 
     def joined(join: UpdateJoin) -> list[tuple]:
-        for path in sorted({ev.path for ev in events}, key=str, reverse=True):
-            mine = [ev for ev in events if ev.path == path]
-            for lo in range(0, len(mine), 500):
-                join.add_lines(TaggedLines(TaggedLines.from_events(mine[lo : lo + 500]).frame, "x", path))
+        add_by_file(join, events)
         return [astuple(u) for u in join.updates()]
 
     expected = joined(UpdateJoin())

@@ -9,47 +9,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from tests.support.weight_lines import add_by_file, usual_update_events
 
 from prime_rl.analysis.spill import PREFIX, Spill
-from prime_rl.analysis.tagged import Event, TaggedLines
 from prime_rl.analysis.updates import UpdateJoin
 
 
-def _events(n: int, servers: int = 4) -> list[Event]:
-    """``n`` usual updates, each to one of ``servers`` servers: the client's two lines in
-    orchestrator.log, the server's three in its own file."""
-    events: list[Event] = []
-    for k in range(n):
-        tid, url, source = f"t{k:06d}", f"http://10.0.0.{k % servers}:8000", f"inference_{k % servers}.log"
-        lines = [
-            ("client.send", "orchestrator.log", {"url": url, "path": "/update_weights", "t": f"{k}.5"}),
-            ("server.recv", source, {"path": "/update_weights", "t": f"{k}.6"}),
-            ("rpc.start", source, {"op": "update_weights", "target": f"step_{k}"}),
-            ("rpc.done", source, {"op": "update_weights", "rpc_ms": f"{k % 97}.5", "lock_wait_ms": "0"}),
-            ("client.done", "orchestrator.log", {"url": url, "path": "/update_weights", "wall_ms": f"{k % 89 + 100}", "rpc_ms": f"{k % 97}.5", "queue_ms": "1"}),
-        ]  # fmt: skip
-        for event, file, fields in lines:
-            events.append(Event("weights", event, tid, fields, float(k), "x", Path(file), len(events) + 1))
-    return events
-
-
-def _add(join: UpdateJoin, events: list[Event], batch: int = 500) -> list[int]:
-    """The events added a file at a time, ``batch`` lines a batch; returns the lines held in memory
-    after each batch."""
-    held = []
-    for file in sorted({ev.path for ev in events}, key=str, reverse=True):  # the servers' files first
-        mine = [ev for ev in events if ev.path == file]
-        for lo in range(0, len(mine), batch):
-            part = mine[lo : lo + batch]
-            join.add_lines(TaggedLines(TaggedLines.from_events(part).frame, "x", file))
-            held.append(join._client.in_memory + join._server.in_memory)
-    return held
-
-
 def test_the_kept_lines_go_to_disk_past_the_bound_and_join_as_in_memory(tmp_path):
-    events = _events(3000)
+    events = usual_update_events(3000)
     in_memory = UpdateJoin()
-    _add(in_memory, events)
+    add_by_file(in_memory, events)
     assert in_memory.spill.directory is None  # 15,000 lines: under the default bound, nothing written
     expected = [astuple(u) for u in in_memory.updates()]
     assert len(expected) == 3000
@@ -57,7 +26,7 @@ def test_the_kept_lines_go_to_disk_past_the_bound_and_join_as_in_memory(tmp_path
     # split into 8 parts past 1,500 lines, 64 past 12,000 (files read back and routed again), on
     # disk past 1,000 lines a side
     join = UpdateJoin(split_rows=1500, spill_rows=1000, spill_dir=tmp_path)
-    held = _add(join, events)
+    held = add_by_file(join, events)
     directory = join.spill.directory
     assert directory is not None and directory.parent == tmp_path and directory.name.startswith(PREFIX)
     assert max(held) <= 2 * (1000 + 500)  # each side: at most the bound and one batch
