@@ -1,8 +1,10 @@
 """Run the demo (``configs/debug/rl.toml``) several times: does it learn, every time, on answers it ends?
 
-For each run: mean reward of the first and last 6 steps, mean and worst truncation (completions
-that hit max_tokens), and the run's wall time. The demo is sampled at temperature 1 unseeded, so
-runs differ; a config is good when every run rises and stays under 10% truncation.
+For each run: mean reward of the first and last 6 steps, the learning test's verdict on it
+(``tests/support/learning.py``: late-over-early pairs, truncation of the first and the best 6
+steps, whether it collapsed), mean and worst truncation (completions that hit max_tokens), the
+reward of every step, and the run's wall time. The demo is sampled at temperature 1 unseeded, so
+runs differ; a config is good when every run passes the learning test and none collapses.
 
 usage: python benchmarks/demo_learning.py [--runs 4] [--max_steps 30] [--output_dir outputs/bench_demo]
        [--config configs/debug/rl.toml]   (configs/debug/rl_guess.toml: the multi-turn demo)
@@ -19,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 from benchmarks.children import run_grouped  # noqa: E402
+from tests.support.learning import verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,11 +47,19 @@ def one_run(out: Path, max_steps: int, config: Path) -> dict:
     orch = [r for r in rows if r["process"] == "orchestrator"]
     rewards = [r["reward_mean"] for r in orch]
     trunc = [r["trunc_pct"] for r in orch]
+    judged = verdict(rewards, trunc)
     return {
         "reward_first6": sum(rewards[:6]) / 6,
         "reward_last6": sum(rewards[-6:]) / 6,
+        "pairs": judged.pairs,
         "trunc_mean_pct": sum(trunc) / len(trunc),
         "trunc_max_pct": max(trunc),
+        "trunc_first6_pct": judged.trunc_first,
+        "trunc_best6_pct": judged.trunc_best,
+        "collapsed": judged.collapsed,
+        "passes": judged.learned,
+        "failures": list(judged.failures),
+        "rewards": [round(r, 3) for r in rewards],
         "wall_s": wall,
     }
 
@@ -70,8 +81,12 @@ def main() -> None:
         )
     ok = [r for r in results if "error" not in r]
     rising = sum(r["reward_last6"] - r["reward_first6"] > 0.1 for r in ok)
-    low = sum(r["trunc_mean_pct"] < 10 for r in ok)
-    print(f"{rising}/{a.runs} runs rose by more than 0.1; {low}/{a.runs} stayed under 10% truncation")
+    passes = sum(r["passes"] for r in ok)
+    collapses = sum(r["collapsed"] for r in ok)
+    print(
+        f"{passes}/{a.runs} runs pass the learning test's criteria (tests/support/learning.py); "
+        f"{rising}/{a.runs} rose by more than 0.1; {collapses}/{a.runs} collapsed"
+    )
 
 
 if __name__ == "__main__":

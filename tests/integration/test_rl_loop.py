@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import FAULTY_ENV
+from tests.support.learning import collapsed, verdict
 from tests.support.processes import descendants, new_descendants
 
 from prime_rl.config import load_config
@@ -56,39 +57,24 @@ def metrics(out: Path, process: str) -> list[dict]:
     return [r for r in rows if r["process"] == process]
 
 
-def assert_rose(rewards: list[float]) -> None:
-    """A real rise of the reward per step, not noise, judged on the first 6 steps against the last 6.
-
-    Ranks: of the 36 (late, early) pairs, at least 30 have the late step higher (Mann-Whitney U).
-    With no learning the 12 steps are exchangeable and 3.2% of runs would pass that by chance (the
-    exact distribution; "4 of the last 6 above every one of the first 6", used before, let 3.0%
-    through but failed a learning run on one lucky early step: 0.120 -> 0.195 with step 2 at 0.204).
-    Size: +0.03 on average (steps vary by about 0.02, so 6 against 6 by about 0.012: +0.03 is 2.5 of
-    that). A t statistic rejected good runs whose reward was still climbing fast at the end. Runs
-    rise by 0.04-0.47 (benchmarks/RESULTS.md, "Demo learning")."""
-    first, last = rewards[:6], rewards[-6:]
-    print(f"reward: first 6 steps {sum(first) / 6:.3f}, last 6 {sum(last) / 6:.3f}: {rewards}")
-    late_above = sum((lt > e) + 0.5 * (lt == e) for lt in last for e in first)
-    assert late_above >= 30, (late_above, rewards)
-    assert sum(last) / 6 - sum(first) / 6 > 0.03, rewards
-
-
-def collapsed(rewards: list[float]) -> bool:
-    """The toy demo's known late collapse: it rose (some step above every one of the first 6), then
-    fell to nothing (the last 3 steps average under 0.02: every answer cut off or too long, so no
-    group has an advantage left to learn from). Seen in about 1 run in 12 at the demo's settings,
-    always after step 20 (benchmarks/RESULTS.md, "Demo learning"); its rate is the benchmark's to
-    measure (benchmarks/demo_learning.py), its cure its own work."""
-    return max(rewards[6:]) > max(rewards[:6]) and sum(rewards[-3:]) / 3 < 0.02
+def assert_learned(rewards: list[float], trunc_pct: list[float] | None = None) -> None:
+    """The run's reward rose for real, on answers it ends (tests/support/learning.py's verdict)."""
+    v = verdict(rewards, trunc_pct)
+    trunc = (
+        "" if v.trunc_first is None else f", cut off {v.trunc_first:.1f}% -> {v.trunc_best:.1f}% (best steps)"
+    )
+    print(f"reward rose by {v.rise:.3f}, {v.pairs:g} of 36 pairs{trunc}")
+    assert v.learned, (v.failures, rewards, trunc_pct)
 
 
 def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_level(tiny_model, tmp_path):
     out = tmp_path / "run"
     done = rl(tiny_model, out, "--max_steps", "30")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    first_run = [r["reward_mean"] for r in metrics(out, "orchestrator")]
-    if collapsed(first_run):  # the demo's known collapse: one more run, which must learn
-        print(f"the first run collapsed after learning, a second run follows: {first_run}")
+    first_run = metrics(out, "orchestrator")
+    rewards, trunc = [r["reward_mean"] for r in first_run], [r["trunc_pct"] for r in first_run]
+    if collapsed(rewards, trunc):  # the demo's known collapse: one more run, which must learn
+        print(f"the first run collapsed after learning, a second run follows: {rewards} {trunc}")
         out = tmp_path / "second_run"
         done = rl(tiny_model, out, "--max_steps", "30")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -116,24 +102,12 @@ def test_toy_task_learns_on_answers_it_ends_with_staleness_bounded_by_async_leve
         batch = read_rollout_batch(RunPaths(out).rollouts_dir(step) / "rank_0.safetensors")
         assert batch.num_samples == 64 and batch.step == step
 
-    rewards = [r["reward_mean"] for r in metrics(out, "orchestrator")]
-    assert_rose(rewards)
-    # earned on answers the model ends (stop strings), not on cut-off ones (issue 12 item 17): a
-    # cut-off answer earns 0 (truncated_reward; tests/unit/orchestrator/test_truncation.py checks
-    # that exactly), so a reward that rises while the share of cut-off answers does not rise is earned
-    # on ended answers. The random model's first answers lack a space within max_tokens (12) about a
-    # quarter of the time (first 6 steps 20-25%). Judged where the policy is best (the 6 steps after
-    # the first 6 with the highest reward), not on the last 6: a run that starts its known late
-    # collapse cuts most answers off in its last steps (one run: 0.58 at step 26, then trunc 69% and
-    # 77% at steps 28-29) while its best 6 steps were at 13.0%. Learned runs end their answers more
-    # often (falls of 7.8 and 4.9 points seen), but a 6-step mean of 64 samples a step is noisy (about
-    # 2 points each, 3 for the difference), so the test claims no rise beyond 2 points: asking for a
-    # 5-point fall failed a CI run whose best steps were 4.9 points down (benchmarks/RESULTS.md,
-    # "Demo learning")
-    trunc = [r["trunc_pct"] for r in metrics(out, "orchestrator")]
-    best = max(range(6, len(rewards) - 5), key=lambda i: sum(rewards[i : i + 6]))
-    first_trunc, best_trunc = sum(trunc[:6]) / 6, sum(trunc[best : best + 6]) / 6
-    assert best_trunc < first_trunc + 2, (best, trunc)
+    # the reward rose, earned on answers the model ends (stop strings), not on cut-off ones (issue 12
+    # item 17): a cut-off answer earns 0 (truncated_reward; tests/unit/orchestrator/test_truncation.py
+    # checks that exactly), and the steps where the policy is best cut off no more answers than the
+    # first ones (tests/support/learning.py says why it is judged so)
+    rows = metrics(out, "orchestrator")
+    assert_learned([r["reward_mean"] for r in rows], [r["trunc_pct"] for r in rows])
     trainer_steps = [r["step"] for r in metrics(out, "trainer")]
     assert trainer_steps == list(range(30))
 
@@ -165,7 +139,7 @@ def test_the_multi_turn_demo_learns_the_guessing_game(tiny_model, tmp_path):
     rows = metrics(out, "orchestrator")
     assert [r["step"] for r in rows] == list(range(30))
     assert all(r["turns_mean"] > 1 for r in rows[:3]), [r["turns_mean"] for r in rows]  # multi-turn
-    assert_rose([r["reward_mean"] for r in rows])
+    assert_learned([r["reward_mean"] for r in rows])
 
 
 def test_orchestrator_without_server_fails_with_a_countdown(tmp_path):

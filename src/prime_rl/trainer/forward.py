@@ -34,8 +34,10 @@ def micro_batch_logprobs(
     attention: str,
     micro_batch_tokens: int,
     device: torch.device,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprobs (with gradient) and entropies of ``mb``'s tokens, [T] each. With ``flex``
+    """Logprobs (with gradient) and entropies (with one only with ``entropy_grad``) of ``mb``'s
+    tokens, [T] each. With ``flex``
     attention the row is padded to :func:`~prime_rl.trainer.model.padded_length` first (one
     compiled shape); the padding's outputs are not computed or returned."""
     tokens = mb.input_ids.numel()
@@ -46,6 +48,7 @@ def micro_batch_logprobs(
         ids,
         temperature,
         tokens,
+        entropy_grad,
         position_ids=positions[None],
         attention_mask=packed_attention_mask(samples, attention),
     )
@@ -60,11 +63,16 @@ def micro_batch_loss(
     loss_cfg: LossConfig,
     normalizer: float,
     device: torch.device,
+    entropy_normalizer: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """``mb``'s share of the step loss (divided by the global ``normalizer``; not yet backward) and
     its loss statistics: :func:`micro_batch_logprobs`, then
-    :func:`~prime_rl.trainer.loss.policy_loss` on the micro-batch's rollout tensors."""
-    logp, entropy = micro_batch_logprobs(model, mb, temperature, attention, micro_batch_tokens, device)
+    :func:`~prime_rl.trainer.loss.policy_loss` on the micro-batch's rollout tensors
+    (``entropy_normalizer``: the global number of loss tokens, for the entropy bonus)."""
+    entropy_grad = loss_cfg.entropy_coef > 0
+    logp, entropy = micro_batch_logprobs(
+        model, mb, temperature, attention, micro_batch_tokens, device, entropy_grad
+    )
     return policy_loss(
         logp,
         mb.inference_logprobs.to(device),
@@ -75,4 +83,5 @@ def micro_batch_loss(
         loss_cfg,
         normalizer,
         entropy=entropy,
+        entropy_normalizer=entropy_normalizer,
     )

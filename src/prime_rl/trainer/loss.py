@@ -36,6 +36,9 @@ Each is applied exactly once. With ``f_clip(r, A) = min(r A, clip(r, 1-eps_low, 
   ``r_t``) and sequence advantage ``A_i`` (mean over its tokens):
   ``L = -(1/N_seq) sum_i w_i f(s_i, A_i)``, ``N_seq`` the global number of sequences.
 
+Entropy bonus (``entropy_coef`` = ``c`` > 0), for every loss type: ``L - (c/N_tok) sum_t H_t`` over
+loss tokens, ``H_t`` the entropy of the policy's (temperature-scaled) next-token distribution at t.
+
 With the default ``old_logp = sg(logp)`` the gradient is therefore ``-w_i A_t grad(logp_t) / N``
 per token (GSPO: ``-w_i A_i grad(logp_t) / (n_i N_seq)``), i.e. the on-policy policy gradient with
 the TIS/MIS correction of the inference mismatch. Clipping only bites when ``old_logp`` is passed
@@ -101,11 +104,16 @@ def policy_loss(
     normalizer: float,
     entropy: torch.Tensor | None = None,
     old_logp: torch.Tensor | None = None,
+    entropy_normalizer: float | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The micro-batch's share of the step loss (already divided by the global ``normalizer``).
 
     ``old_logp``: the trainer's logprobs at sampling time (pi_old); default ``logp.detach()`` (one
-    optimizer step per batch). See the module docstring for the formulas."""
+    optimizer step per batch). ``entropy`` (with gradient when ``cfg.entropy_coef`` > 0) and
+    ``entropy_normalizer`` (the global number of loss tokens; default ``normalizer``) give the
+    entropy bonus. See the module docstring for the formulas."""
+    if cfg.entropy_coef > 0 and (entropy is None or not entropy.requires_grad):
+        raise ValueError("loss.entropy_coef > 0 needs the entropies with their gradient")
     mask = loss_mask.to(logp.dtype)
     old_logp = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
     inference_logp = inference_logp.detach().to(logp.dtype)
@@ -145,10 +153,13 @@ def policy_loss(
         seq_adv = _segment_sum(advantages * mask, sample_ids, num_samples) / seq_len
         obj = _ppo_objective(seq_ratio, seq_adv, low, high, cfg.ratio_mode, tokens_per_seq, stats)
         loss = -(obj * seq_weight * has_tokens.to(logp.dtype)).sum() / normalizer
-        return loss, stats
-    ratio = torch.exp(policy_log_ratio)
-    obj = _ppo_objective(ratio, advantages, low, high, cfg.ratio_mode, mask, stats)
-    loss = -(obj * seq_weight[sample_ids] * mask).sum() / normalizer
+    else:
+        ratio = torch.exp(policy_log_ratio)
+        obj = _ppo_objective(ratio, advantages, low, high, cfg.ratio_mode, mask, stats)
+        loss = -(obj * seq_weight[sample_ids] * mask).sum() / normalizer
+    if cfg.entropy_coef > 0:
+        per_token = entropy_normalizer if entropy_normalizer is not None else normalizer
+        loss = loss - cfg.entropy_coef * (entropy.to(logp.dtype) * mask).sum() / per_token
     return loss, stats
 
 

@@ -129,6 +129,7 @@ def train_step(model, optimizer, batch, cfg: TrainerConfig, world: World) -> Ste
             cfg.loss,
             normalizer,
             world.device,
+            entropy_normalizer=max(global_tokens, 1.0),
         )
         # FSDP averages gradients over ranks; the objective is their sum (each rank's loss is
         # already divided by the global normaliser), so scale by the world size.

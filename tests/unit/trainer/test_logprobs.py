@@ -47,6 +47,44 @@ def test_chunked_equals_full_logits_in_values_and_gradients(chunk):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
+def _grads_with_entropy(outputs, inputs, seed=1):
+    """Gradients of random weightings of the logprobs and of the entropies (the entropy bonus)."""
+    logp, entropy = outputs
+    g = torch.Generator().manual_seed(seed)
+    w1, w2 = (torch.randn(logp.shape, generator=g, dtype=logp.dtype) for _ in range(2))
+    weighted = (logp * w1 + entropy * w2).sum()
+    return torch.autograd.grad(weighted, [x for x in inputs if x is not None], retain_graph=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 37])
+def test_chunked_entropy_gradient_equals_the_full_logits_one(chunk):
+    hidden, weight, bias, ids = _inputs()
+    full = token_logprobs_and_entropy(hidden @ weight.T + bias, ids, 0.7, entropy_grad=True)
+    chunked = chunked_token_logprobs(hidden, weight, bias, ids, 0.7, chunk, entropy_grad=True)
+    assert chunked[1].requires_grad and full[1].requires_grad
+    torch.testing.assert_close(chunked[1], full[1], rtol=0, atol=1e-12)
+    for a, b in zip(
+        _grads_with_entropy(chunked, (hidden, weight, bias)),
+        _grads_with_entropy(full, (hidden, weight, bias)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    # the entropy alone (no logprob in the loss) and the logprob alone with entropy_grad on
+    for pick in (1, 0):
+        got = torch.autograd.grad(chunked[pick].sum(), (hidden, weight), retain_graph=True)
+        want = torch.autograd.grad(full[pick].sum(), (hidden, weight), retain_graph=True)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_chunked_entropy_gradient_passes_gradcheck():
+    hidden, weight, bias, ids = _inputs(t=9, h=4, v=11)
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: chunked_token_logprobs(h, w, b, ids, 1.3, 4, entropy_grad=True)[1],
+        (hidden, weight, bias),
+    )
+
+
 def test_chunked_gradient_passes_gradcheck():
     hidden, weight, bias, ids = _inputs(t=9, h=4, v=11)
     assert torch.autograd.gradcheck(
@@ -110,6 +148,11 @@ def test_no_tensor_of_tokens_x_vocab_exists_forward_or_backward(tiny_model):
             logp, _ = forward_logprobs(model, ids, 1.0)
             logp.sum().backward()
         assert seen.largest == bound * vocab, (chunked, seen.largest / vocab)
+    model = _model(tiny_model, chunk)  # with the entropy's gradient (the entropy bonus) too
+    with _LargestVocabTensor(vocab, hidden) as seen:
+        logp, entropy = forward_logprobs(model, ids, 1.0, entropy_grad=True)
+        (logp.sum() + entropy.sum()).backward()
+    assert seen.largest == chunk * vocab, seen.largest / vocab
 
 
 def test_the_chunked_head_gives_the_models_logprobs_and_gradients(tiny_model):
@@ -129,6 +172,7 @@ def test_the_chunked_head_gives_the_models_logprobs_and_gradients(tiny_model):
             logits = model(input_ids=ids[None]).logits
         assert logits.shape == (1, 50, model.config.vocab_size)  # outside forward_logprobs: plain logits
     (lp0, en0, g0, names0), (lp1, en1, g1, names1) = results[None], results[7]
+    assert not en0.requires_grad and not en1.requires_grad  # no entropy bonus asked for
     assert names0 == names1
     torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(en1, en0, rtol=1e-5, atol=1e-5)
@@ -157,3 +201,28 @@ def test_a_chunk_below_one_token_is_refused():
     hidden, weight, bias, ids = _inputs(t=4)
     with pytest.raises(ValueError, match="chunk must be at least 1 token, got 0"):
         chunked_token_logprobs(hidden, weight, bias, ids, 1.0, 0)
+
+
+def test_an_entropy_bonus_through_either_head_raises_the_models_entropy(tiny_model):
+    """forward_logprobs(entropy_grad=True): the chunked head and the logits path give the same
+    parameter gradients for a loss of logprobs and entropies, and a step up the entropy's gradient
+    raises the entropy (what the loss's entropy bonus relies on)."""
+    ids = torch.randint(3, 2000, (40,), generator=torch.Generator().manual_seed(2))
+    grads = {}
+    for chunk in (None, 6):
+        model = _model(tiny_model, chunk)
+        logp, entropy = forward_logprobs(model, ids, 1.0, entropy_grad=True)
+        ((logp * torch.linspace(-1, 1, 40)).sum() - 0.3 * entropy.sum()).backward()
+        grads[chunk] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for name, want in grads[None].items():
+        torch.testing.assert_close(
+            grads[6][name], want, rtol=1e-4, atol=1e-5 * float(want.abs().max()), msg=name
+        )
+    model = _model(tiny_model, 6)
+    before = forward_logprobs(model, ids, 1.0, entropy_grad=True)[1]
+    before[1:].mean().backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p += 0.5 * p.grad  # up the gradient of the mean entropy
+        after = forward_logprobs(model, ids, 1.0)[1]
+    assert float(after[1:].mean()) > float(before[1:].mean()) + 1e-3

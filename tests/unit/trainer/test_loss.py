@@ -215,3 +215,24 @@ def test_loss_gradient_matches_finite_differences(kind):
     )
     start = (old + step.double()).requires_grad_(True)
     assert torch.autograd.gradcheck(f, (start,))
+
+
+@pytest.mark.parametrize("kind", ["grpo", "dr_grpo", "gspo"])
+def test_the_entropy_bonus_subtracts_its_coefficient_times_the_mean_entropy_of_loss_tokens(kind):
+    """L(c) = L(0) - (c / N_tok) sum over loss tokens of H_t, whatever the loss type; the entropy's
+    gradient is -c / N_tok on each loss token and 0 on prompt tokens."""
+    entropy = torch.tensor([9.0, 9.0, 1.0, 2.0, 3.0, 9.0, 4.0, 0.5, 9.0, 1.5, 2.5], requires_grad=True)
+    base = loss_cfg(kind, "truncate")
+    bonus = loss_cfg(kind, "truncate", entropy_coef=0.1)
+    args = (OLD, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES)
+    without, _ = policy_loss(*args, base, 5.0, entropy=entropy.detach())
+    with_bonus, _ = policy_loss(*args, bonus, 5.0, entropy=entropy, entropy_normalizer=LOSS_TOKENS)
+    assert float(with_bonus) == pytest.approx(float(without) - 0.1 * 14.5 / LOSS_TOKENS)
+    with_bonus.backward()
+    assert entropy.grad.tolist() == pytest.approx([-0.1 / LOSS_TOKENS * m for m in MASK.float().tolist()])
+
+
+def test_the_entropy_bonus_refuses_entropies_without_their_gradient():
+    cfg = loss_cfg("grpo", "none", entropy_coef=0.01)
+    with pytest.raises(ValueError, match="entropy_coef"):
+        policy_loss(OLD, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES, cfg, 5.0, entropy=torch.ones(11))

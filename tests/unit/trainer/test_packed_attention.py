@@ -192,3 +192,22 @@ def test_compiled_layers_keep_names_and_gradients(tiny_model):
         torch.testing.assert_close(
             results[True][1][name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()), msg=name
         )
+
+
+def test_a_micro_batchs_loss_carries_the_entropy_bonus_and_its_gradient(tiny_model):
+    """micro_batch_loss with loss.entropy_coef: the loss is the one without it minus c times the
+    entropy summed over loss tokens over the global token count, and its gradient moves the weights
+    (advantages all 0: the bonus is the whole gradient)."""
+    from prime_rl.trainer.config import LossConfig
+    from prime_rl.trainer.forward import micro_batch_loss
+
+    model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
+    mb = _packed(LENGTHS)
+    mb.loss_mask[_first_tokens(LENGTHS)] = False
+    plain, stats = micro_batch_loss(model, mb, 1.0, "sdpa", 64, LossConfig(), 30.0, CPU)
+    bonus, _ = micro_batch_loss(
+        model, mb, 1.0, "sdpa", 64, LossConfig(entropy_coef=0.2), 30.0, CPU, entropy_normalizer=100.0
+    )
+    assert float(bonus) == pytest.approx(float(plain) - 0.2 * stats.entropy_sum / 100.0, rel=1e-5)
+    bonus.backward()
+    assert model.lm_head.weight.grad.abs().max() > 0
