@@ -51,6 +51,7 @@ def one_run(out: Path, max_steps: int, config: Path) -> dict:
     return {
         "reward_first6": sum(rewards[:6]) / 6,
         "reward_last6": sum(rewards[-6:]) / 6,
+        "rise": judged.rise,
         "pairs": judged.pairs,
         "trunc_mean_pct": sum(trunc) / len(trunc),
         "trunc_max_pct": max(trunc),
@@ -80,7 +81,7 @@ def main() -> None:
             flush=True,
         )
     ok = [r for r in results if "error" not in r]
-    rising = sum(r["reward_last6"] - r["reward_first6"] > 0.1 for r in ok)
+    rising = sum(r["rise"] > 0.1 for r in ok)
     passes = sum(r["passes"] for r in ok)
     collapses = sum(r["collapsed"] for r in ok)
     print(

@@ -40,9 +40,10 @@ def collapsed(rewards: list[float], trunc_pct: list[float] | None = None) -> boo
     """The toy demo's known late collapse: it rose (some step above every one of the first 6), then
     its last 3 steps lost it: their reward averages under 0.02 (every answer cut off or too long, so
     no group has an advantage left to learn from), or (with ``trunc_pct``) they cut off half the
-    answers or more on average (the policy sharpened onto tokens it no longer ends: 77-80% in the
-    two runs of 14 that began to collapse on 2026-11-27, which passed the rank test with 30 pairs,
-    the least it allows). Always seen after step 20 (benchmarks/RESULTS.md, "The demo learns");
+    answers or more on average (the policy sharpened onto tokens it no longer ends: 80% and 77% in
+    the two runs of 2026-11-27 that began to collapse, one of 4 at the old demo settings and one of
+    14 with std-normalised advantages at lr 3e-3; both passed the rank test with 30 pairs, the least
+    it allows). Always seen after step 20 (benchmarks/RESULTS.md, "The demo learns");
     its rate is benchmarks/demo_learning.py's to measure."""
     if max(rewards[WINDOW:]) <= max(rewards[:WINDOW]):
         return False
