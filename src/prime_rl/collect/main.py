@@ -7,9 +7,7 @@ e.g. an output that cannot be written (a full disk: free space and re-run the sa
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +23,7 @@ from prime_rl.collect.config import (
     VerifyFileConfig,
     ray_argv,
 )
+from prime_rl.collect.interrupt import handle_sigterm, run_async
 from prime_rl.collect.progress import setup_collect_logging
 from prime_rl.collect.store import OutputError, OutputWriteError, aggregates_path, sibling
 from prime_rl.collect.tasks import InputError
@@ -52,12 +51,8 @@ def _print_json(title: str, data: dict, path: Path | None = None) -> None:
         logger.info(f"{title} written to {path}")
 
 
-def _sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM (kill, a scheduler's preemption) ends the run like Ctrl-C
-
-
 def _run(coro_or_fn) -> int:
-    signal.signal(signal.SIGTERM, _sigterm)
+    handle_sigterm()  # SIGTERM ends the run like Ctrl-C
     try:
         return coro_or_fn()
     except KeyboardInterrupt:
@@ -84,12 +79,12 @@ def run_collect(argv: Sequence[str]) -> int:
                 from prime_rl.collect.ray_driver import ClusterError, collect_ray
 
                 try:
-                    result = asyncio.run(collect_ray(cfg))
+                    result = run_async(collect_ray(cfg))
                 except ClusterError as e:
                     logger.error(f"error: {e}")
                     return 1
             else:
-                result = asyncio.run(collect(cfg))
+                result = run_async(collect(cfg))
         except CollectError as e:
             logger.error(f"error: {e}")
             return 2
@@ -122,7 +117,7 @@ def run_verify(argv: Sequence[str]) -> int:
     cfg = _start(VerifyFileConfig, argv)
 
     def go() -> int:
-        result = asyncio.run(verify_file(cfg))
+        result = run_async(verify_file(cfg))
         logger.info(result.summary())
         _print_json("aggregate metrics", result.aggregates, aggregates_path(cfg.output_jsonl_fpath))
         return 0
@@ -136,7 +131,7 @@ def run_diagnose(argv: Sequence[str]) -> int:
     cfg = _start(DiagnoseConfig, argv)
 
     def go() -> int:
-        report = asyncio.run(diagnose(cfg))
+        report = run_async(diagnose(cfg))
         print(render(report))
         return 0
 

@@ -1,0 +1,124 @@
+"""SIGTERM ends a collector run like Ctrl-C (exit 130, the run's cleanup done), wherever in the
+main thread it lands. Each case runs in a child process: the handler is process-wide."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+PRELUDE = """
+import asyncio, signal, sys, time, weakref
+from prime_rl.collect.interrupt import run_async
+from prime_rl.collect.main import _run
+
+def sigterm_inside_a_weakref_callback():
+    # a weakref callback drops whatever it raises ("Exception ignored in ..."): the old handler's
+    # KeyboardInterrupt died there and the run went on (a CI run hung in _weakrefset._remove)
+    class Thing:
+        pass
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
+    del thing
+    return ref
+"""
+
+
+def run_child(body: str) -> subprocess.CompletedProcess:
+    code = PRELUDE + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_a_sigterm_that_lands_in_a_weakref_callback_still_stops_the_async_run_with_130():
+    child = run_child(
+        """
+        async def work():
+            try:
+                sigterm_inside_a_weakref_callback()
+                for _ in range(200):  # 10 s unless stopped
+                    await asyncio.sleep(0.05)
+                print("finished")
+            finally:
+                print("cleaned up")
+            return 0
+
+        sys.exit(_run(lambda: run_async(work())))
+        """
+    )
+    assert child.returncode == 130, child.stderr
+    assert child.stdout.split() == ["cleaned", "up"]
+    assert "Exception ignored" not in child.stderr
+
+
+def test_a_second_sigterm_during_the_cancelled_runs_cleanup_ends_it_at_once():
+    child = run_child(
+        """
+        async def work():
+            try:
+                signal.raise_signal(signal.SIGTERM)
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                print("cancelled")
+                asyncio.get_running_loop().call_later(0.1, signal.raise_signal, signal.SIGTERM)
+                await asyncio.sleep(30)  # a cleanup that hangs
+                print("cleanup finished")
+            return 0
+
+        start = time.monotonic()
+        code = _run(lambda: run_async(work()))
+        print(f"{time.monotonic() - start:.1f}")
+        sys.exit(code)
+        """
+    )
+    assert child.returncode == 130, child.stderr
+    lines = child.stdout.split()
+    assert lines[0] == "cancelled" and "finished" not in child.stdout
+    assert float(lines[1]) < 10
+
+
+def test_a_sigterm_outside_an_event_loop_raises_keyboard_interrupt_and_exits_130():
+    child = run_child(
+        """
+        def work():  # merge: no event loop
+            signal.raise_signal(signal.SIGTERM)
+            print("finished")
+            return 0
+
+        sys.exit(_run(work))
+        """
+    )
+    assert child.returncode == 130, child.stderr
+    assert "finished" not in child.stdout
+
+
+def test_an_unsignalled_run_returns_its_value_and_a_later_run_is_not_taken_for_interrupted():
+    child = run_child(
+        """
+        async def value(x):
+            await asyncio.sleep(0.01)
+            return x
+
+        async def cancelled_from_inside():
+            asyncio.current_task().cancel()
+            await asyncio.sleep(1)
+
+        print(_run(lambda: run_async(value(7))))
+        try:  # a cancellation that is not a SIGTERM stays a CancelledError
+            run_async(cancelled_from_inside())
+        except asyncio.CancelledError:
+            print("cancelled")
+        async def signalled():
+            sigterm_inside_a_weakref_callback()
+            await asyncio.sleep(30)
+
+        def twice():  # a SIGTERM handled in one run leaves the next run unaffected
+            try:
+                run_async(signalled())
+            except KeyboardInterrupt:
+                print("interrupted")
+            return run_async(value(8))
+        print(_run(twice))
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["7", "cancelled", "interrupted", "8"]
