@@ -68,7 +68,7 @@ def micro_batch_loss(
     """``mb``'s share of the step loss (divided by the global ``normalizer``; not yet backward) and
     its loss statistics: :func:`micro_batch_logprobs`, then
     :func:`~prime_rl.trainer.loss.policy_loss` on the micro-batch's rollout tensors
-    (``entropy_normalizer``: the global number of loss tokens, for the entropy bonus)."""
+    (``entropy_normalizer``: the global number of loss tokens, required for the entropy bonus)."""
     entropy_grad = loss_cfg.entropy_coef > 0
     logp, entropy = micro_batch_logprobs(
         model, mb, temperature, attention, micro_batch_tokens, device, entropy_grad

@@ -110,10 +110,13 @@ def policy_loss(
 
     ``old_logp``: the trainer's logprobs at sampling time (pi_old); default ``logp.detach()`` (one
     optimizer step per batch). ``entropy`` (with gradient when ``cfg.entropy_coef`` > 0) and
-    ``entropy_normalizer`` (the global number of loss tokens; default ``normalizer``) give the
-    entropy bonus. See the module docstring for the formulas."""
+    ``entropy_normalizer`` (the global number of loss tokens, whatever the loss type: required
+    with the bonus, since ``normalizer`` is another count for dr_grpo and gspo) give the entropy
+    bonus. See the module docstring for the formulas."""
     if cfg.entropy_coef > 0 and (entropy is None or not entropy.requires_grad):
         raise ValueError("loss.entropy_coef > 0 needs the entropies with their gradient")
+    if cfg.entropy_coef > 0 and entropy_normalizer is None:
+        raise ValueError("loss.entropy_coef > 0 needs entropy_normalizer, the global number of loss tokens")
     mask = loss_mask.to(logp.dtype)
     old_logp = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
     inference_logp = inference_logp.detach().to(logp.dtype)
@@ -158,8 +161,7 @@ def policy_loss(
         obj = _ppo_objective(ratio, advantages, low, high, cfg.ratio_mode, mask, stats)
         loss = -(obj * seq_weight[sample_ids] * mask).sum() / normalizer
     if cfg.entropy_coef > 0:
-        per_token = entropy_normalizer if entropy_normalizer is not None else normalizer
-        loss = loss - cfg.entropy_coef * (entropy.to(logp.dtype) * mask).sum() / per_token
+        loss = loss - cfg.entropy_coef * (entropy.to(logp.dtype) * mask).sum() / entropy_normalizer
     return loss, stats
 
 

@@ -236,3 +236,13 @@ def test_the_entropy_bonus_refuses_entropies_without_their_gradient():
     cfg = loss_cfg("grpo", "none", entropy_coef=0.01)
     with pytest.raises(ValueError, match="entropy_coef"):
         policy_loss(OLD, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES, cfg, 5.0, entropy=torch.ones(11))
+
+
+@pytest.mark.parametrize("kind", ["dr_grpo", "gspo"])
+def test_the_entropy_bonus_refuses_to_guess_its_divisor(kind):
+    """For dr_grpo and gspo the loss's normalizer is not the number of loss tokens: a caller that
+    leaves the entropy's divisor out gets an error, not a bonus divided by the wrong count."""
+    cfg = loss_cfg(kind, "none", entropy_coef=0.01)
+    entropy = torch.ones(11, requires_grad=True)
+    with pytest.raises(ValueError, match="entropy_normalizer"):
+        policy_loss(OLD, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES, cfg, 5.0, entropy=entropy)
