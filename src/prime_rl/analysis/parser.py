@@ -84,11 +84,12 @@ def open_log(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
+def _chunks(path: Path, cut: list[str]) -> Iterator[tuple[bytearray, int]]:
     """Whole lines in big chunks (at most :data:`CHUNK` bytes, or one line when it is longer), read
-    into one buffer kept for the whole file (each chunk is the one copy taken of it: a fresh
-    buffer per read would cost the memory's page faults every time); a final line without newline
-    is yielded with one (it may be cut). A compressed file that ends early or is corrupt yields
+    into one buffer kept for the whole file and yielded as it is, with the chunk's size: the chunk
+    is the buffer's first ``size`` bytes, valid until the next chunk is asked for (a copy of each
+    cost 0.3 s a GB, most of it the page faults of a fresh 8 MB every time). A final line without
+    newline is yielded with one (it may be cut). A compressed file that ends early or is corrupt yields
     what it held up to there (it is read a decompression step at a time); the error is added to
     ``cut`` (a log copied while it was written, a crash while it was compressed)."""
     buf = bytearray(CHUNK)
@@ -111,12 +112,14 @@ def _chunks(path: Path, cut: list[str]) -> Iterator[bytes]:
                     break
                 buf.extend(bytes(len(buf)))  # one line longer than the buffer: a bigger buffer
                 continue
+            size = end
+            if buf[end - 1] != _NL:  # the file's last line has no newline: give it one (done, so
+                buf[end] = _NL  # have < len(buf): there is room)
+                size += 1
+            yield buf, size
             with memoryview(buf) as view:
-                chunk = bytes(view[:end])
-                buf[: have - end] = bytes(view[end:have])  # the cut line's start, to the front
+                view[: have - end] = view[end:have]  # the cut line's start, to the front
             have -= end
-            yield chunk if chunk.endswith(b"\n") else chunk + b"\n"  # the last line has no newline
-            del chunk  # freed before the next is made (the reader drops it too): its memory is reused
     if error is not None:
         cut.append(error)
 
@@ -163,10 +166,9 @@ def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -
         last = b""
         pending = _Pending(path, clock, stats, events_seen)
         cut: list[str] = []
-        for chunk in _chunks(path, cut):
-            last = _last_line_of(chunk) or last
-            n = _scan_chunk(chunk, lines_before + 1, pending)
-            del chunk  # before the next chunk is read (see _chunks)
+        for chunk, size in _chunks(path, cut):
+            last = _last_line_of(chunk, size) or last
+            n = _scan_chunk(chunk, size, lines_before + 1, pending)
             stats.lines += n
             lines_before += n
             if pending.rows >= BATCH_ROWS:
@@ -245,29 +247,33 @@ _LOGURU_TAGGED = (
 )
 
 
-def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
-    """Find one chunk's tagged lines (the chunk starts at line ``first_line``) and add them to
-    ``pending``, counting the unknown tags; returns the chunk's number of lines. A chunk dense
+def _scan_chunk(chunk: bytes | bytearray, size: int, first_line: int, pending: _Pending) -> int:
+    """Find the tagged lines of one chunk, the first ``size`` bytes of ``chunk`` (it starts at line
+    ``first_line``), and add them to ``pending``, counting the unknown tags; returns the chunk's number of lines. A chunk dense
     with tagged lines is split into lines by polars' reader (one column, no quoting); lines in
     loguru's file format with a marker where the message starts (nearly all tagged lines) are kept
     as text for :func:`_loguru_lines`, the other lines with a marker are parsed one by one. In a
     sparse chunk the markers are found from its brackets (:func:`_brackets`)."""
-    sample = min(len(chunk), _SAMPLE)
+    sample = min(size, _SAMPLE)
     if (
         # few tagged lines: cheaper found from their markers
         chunk.count(b"[", 0, sample) * _DENSE < sample
         or sum(1 for _ in _MARKERS.finditer(chunk, 0, sample)) * _DENSE < sample
         # lines polars' reader would not keep as they are (it splits at NUL, drops the \r of CRLF
         # and a byte-order mark); "\r" first: a search for it alone is 15x faster
-        or b"\x00" in chunk
-        or (b"\r" in chunk and b"\r\n" in chunk)
+        or chunk.find(b"\x00", 0, size) >= 0
+        or (chunk.find(b"\r", 0, size) >= 0 and chunk.find(b"\r\n", 0, size) >= 0)
         or chunk.startswith(b"\xef\xbb\xbf")
     ):
-        marks = _brackets(chunk, pending.stats.unknown_tags)
-        return _scan_chunk_bytes(chunk, marks, first_line, pending) if marks else chunk.count(b"\n")
-    n = chunk.count(b"\n")
+        marks = _brackets(chunk, size, pending.stats.unknown_tags)
+        return (
+            _scan_chunk_bytes(chunk, size, marks, first_line, pending)
+            if marks
+            else chunk.count(b"\n", 0, size)
+        )
+    n = chunk.count(b"\n", 0, size)
     text = pl.read_csv(
-        chunk,
+        bytes(memoryview(chunk)[:size]),
         has_header=False,
         separator="\x00",
         quote_char=None,
@@ -275,7 +281,8 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
         encoding="utf8-lossy",
     ).get_column("text")
     if len(text) != n:  # never seen; the line numbers must be right
-        return _scan_chunk_bytes(chunk, _brackets(chunk, pending.stats.unknown_tags), first_line, pending)
+        marks = _brackets(chunk, size, pending.stats.unknown_tags)
+        return _scan_chunk_bytes(chunk, size, marks, first_line, pending)
     t = pl.col("text")
     fast = t.str.contains(_LOGURU_TAGGED).fill_null(False)
     # where an unknown tag's head may be: at a line's start or after "| " (a loguru line whose
@@ -303,9 +310,11 @@ def _scan_chunk(chunk: bytes, first_line: int, pending: _Pending) -> int:
     return n
 
 
-def _scan_chunk_bytes(chunk: bytes, marks: list[int], first_line: int, pending: _Pending) -> int:
+def _scan_chunk_bytes(
+    chunk: bytes | bytearray, size: int, marks: list[int], first_line: int, pending: _Pending
+) -> int:
     """:func:`_scan_chunk` from the chunk's bytes and the positions of its markers."""
-    data = np.frombuffer(chunk, np.uint8)
+    data = np.frombuffer(chunk, np.uint8, size)
     newlines = np.flatnonzero(data == _NL)
     pos = np.asarray(marks, dtype=np.int64)
     line_no = np.searchsorted(newlines, pos)
@@ -485,22 +494,22 @@ def _new_event(seen: set[str], word: str) -> bool:
     return True
 
 
-def _brackets(chunk: bytes, unknown: Counter) -> list[int]:
-    """The positions of the chunk's markers, with the unknown tags counted into ``unknown``
+def _brackets(chunk: bytes | bytearray, size: int, unknown: Counter) -> list[int]:
+    """The positions of the markers in the chunk's first ``size`` bytes, with the unknown tags counted into ``unknown``
     (what :data:`_MARKERS` finds and :data:`_UNKNOWN_S` counts), in one pass over the chunk's ``[``:
     ``bytes.find`` skips to each at memory speed where a regex engine steps through every byte,
     so a chunk with few brackets costs little more than reading it."""
     marks: list[int] = []
     find, at = chunk.find, chunk.startswith
-    p = find(b"[")
+    p = find(b"[", 0, size)
     while p >= 0:
         if at(_MARKER_HEADS, p):
             marks.append(p)
         elif not p or chunk[p - 1] == _NL or (p > 1 and at(b"| ", p - 2)):
-            m = _UNKNOWN_AT.match(chunk, p)
+            m = _UNKNOWN_AT.match(chunk, p, size)
             if m:
                 unknown[m.group(1).decode()] += 1
-        p = find(b"[", p + 1)
+        p = find(b"[", p + 1, size)
     return marks
 
 
@@ -508,18 +517,19 @@ _LAST_BYTES = 1200
 """Of a file's last line, the first this many bytes are kept (its first 300 characters are shown)."""
 
 
-def _last_line_of(chunk: bytes) -> bytes:
-    """The start of the chunk's last non-empty line, trailing whitespace stripped (b"": none), read
-    from the chunk's end a window at a time (a copy of the whole chunk would cost more)."""
-    end, size = len(chunk), 1 << 12
+def _last_line_of(chunk: bytes | bytearray, size: int) -> bytes:
+    """The start of the last non-empty line of the chunk's first ``size`` bytes, trailing
+    whitespace stripped (b"": none), read from its end a window at a time (a copy of the whole
+    chunk would cost more)."""
+    end, window = size, 1 << 12
     while end:
-        lo = max(end - size, 0)
+        lo = max(end - window, 0)
         tail = chunk[lo:end].rstrip()
         if tail:
             end = lo + len(tail)
             start = chunk.rfind(b"\n", 0, end) + 1
-            return chunk[start : min(end, start + _LAST_BYTES)]
-        end, size = lo, size * 2
+            return bytes(chunk[start : min(end, start + _LAST_BYTES)])
+        end, window = lo, window * 2
     return b""
 
 

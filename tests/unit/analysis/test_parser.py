@@ -269,14 +269,16 @@ HEAD = st.sampled_from(
 @example(pieces=["[zzz] e=1\n[gen] x\n| [yy] e \n"])
 def test_markers_and_unknown_tags_found_from_the_brackets_are_what_the_regexes_find(pieces):
     """A sparse chunk's markers and unknown tags, found in one pass over its "[" (``bytes.find``),
-    are where the marker regex finds markers and what the unknown-tag regex counts, in any bytes."""
+    are where the marker regex finds markers and what the unknown-tag regex counts, in any bytes;
+    what the kept read buffer holds after the chunk is not looked at."""
     from collections import Counter
 
     from prime_rl.analysis import parser
 
     chunk = "".join(pieces).encode("utf-8", "surrogatepass")
     unknown: Counter = Counter()
-    marks = parser._brackets(chunk, unknown)
+    buffer = bytearray(chunk + b"[gen] x=1\n[zz] e \n| [yy] e=1\n")  # an earlier chunk's bytes after it
+    marks = parser._brackets(buffer, len(chunk), unknown)
     assert marks == [m.start() for m in parser._MARKERS.finditer(chunk)]
     # the regex over the whole chunk (a line start before it), as the parse counted them before
     whole = re.compile(parser._UNKNOWN_S.pattern.encode())
@@ -304,7 +306,10 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
         parser.CHUNK = size
         try:
             cut: list[str] = []
-            chunks = list(parser._chunks(log, cut))
+            chunks, lasts = [], []
+            for buffer, n in parser._chunks(log, cut):  # the buffer is the reader's: valid until the next
+                chunks.append(bytes(buffer[:n]))
+                lasts.append(parser._last_line_of(buffer, n))
         finally:
             parser.CHUNK = old
     assert b"".join(chunks) == (data if data.endswith(b"\n") or not data else data + b"\n") and not cut
@@ -312,6 +317,6 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
     assert all(c.endswith(b"\n") and len(c) <= max(size, 2 * longest) for c in chunks)
     last = b"".join(chunks).rstrip().rsplit(b"\n", 1)[-1]
     found = b""
-    for c in chunks:
-        found = parser._last_line_of(c) or found
+    for line in lasts:
+        found = line or found
     assert found == last
