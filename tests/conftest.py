@@ -30,8 +30,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from prime_rl.dev.tiny_model import build_tiny_model
+
+# hypothesis' deadline (200 ms an example) is wall time, which a loaded 2-core run stretches many
+# times: no property test fails for it (the per-test settings keep their example counts)
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 ADMIN_TOKEN = "test-admin-token"
 PR_SET_CHILD_SUBREAPER = 36
