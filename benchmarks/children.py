@@ -18,11 +18,23 @@ from collections.abc import Iterator, Sequence
 
 from prime_rl.lifecycle import stop_group
 
+_LIVE: set[int] = set()
+"""The process groups started by :func:`grouped` and not yet stopped."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Stop every live group here, then exit through the ``finally`` blocks: an exception raised
+    from a signal handler is dropped where it lands in a weakref callback or a ``__del__``, and
+    the benchmark would go on, but its children are stopped already."""
+    for pgid in list(_LIVE):
+        stop_group(pgid)
+    sys.exit(128 + signum)
+
 
 def _exit_on_sigterm() -> None:
     """A SIGTERM ends the benchmark through its ``finally`` blocks (Python's default dies at once)."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 @contextlib.contextmanager
@@ -31,10 +43,12 @@ def grouped(argv: Sequence[str], **kwargs) -> Iterator[subprocess.Popen]:
     still runs stopped (and the process reaped) when the block is left, however it is left."""
     _exit_on_sigterm()
     proc = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+    _LIVE.add(proc.pid)
     try:
         yield proc
     finally:
         stop_group(proc.pid)
+        _LIVE.discard(proc.pid)
         proc.kill()  # a no-op when it exited; reaped below either way
         proc.wait()
 

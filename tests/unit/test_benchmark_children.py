@@ -42,3 +42,41 @@ def test_a_sigterm_to_the_benchmark_stops_its_childs_whole_group(tmp_path):
         if pid_file.exists() and (group := int(pid_file.read_text() or 0)):
             for pid in group_members(group):
                 os.kill(pid, signal.SIGKILL)
+
+
+_LOST_EXIT = """
+import signal, sys, time, weakref
+sys.path.insert(0, sys.argv[1])
+from benchmarks.children import grouped
+
+class Thing:
+    pass
+
+with grouped(["sh", "-c", "echo $$ > " + sys.argv[2] + "; sleep 300 & sleep 300"]):
+    while not open(sys.argv[2]).read().strip():
+        time.sleep(0.05)
+    time.sleep(0.5)  # sh has started its sleeps
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
+    del thing  # the SIGTERM lands in a weakref callback, which drops the handler's SystemExit
+    from prime_rl.lifecycle import group_members
+    print("went on with", len(group_members(int(open(sys.argv[2]).read()))), "processes left", flush=True)
+"""
+
+
+def test_a_sigterm_whose_exit_is_lost_in_a_weakref_callback_still_stops_the_group(tmp_path):
+    pid_file = tmp_path / "group"
+    pid_file.write_text("")
+    bench = subprocess.run(
+        [sys.executable, "-c", _LOST_EXIT, str(ROOT), str(pid_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    group = int(pid_file.read_text())
+    try:
+        assert "Exception ignored" in bench.stderr and "SystemExit" in bench.stderr  # the exit was lost,
+        assert "went on with 0 processes left" in bench.stdout  # but the handler had stopped the group
+    finally:
+        for pid in group_members(group):
+            os.kill(pid, signal.SIGKILL)
