@@ -65,13 +65,16 @@ def test_a_killed_worker_and_a_removed_node_lose_no_pair_and_write_none_twice(tm
         )
         try:
             wait_for(
-                lambda: len(workers_started(log)) == 2 and lines(out) >= 200, proc, "two workers at work"
+                lambda: len(workers_started(log)) == 2 and lines(out) >= 200,
+                proc,
+                "two workers at work",
+                timeout_s=180,  # Ray workers start slowly on a loaded machine
             )
             on_head = next(
                 w for w in workers_started(log) if ray_cluster.head.id.startswith(w.node_id_prefix)
             )
             os.kill(on_head.pid, signal.SIGKILL)  # the worker process itself, as the OOM killer would
-            wait_for(lambda: len(workers_started(log)) == 3, proc, "a replacement worker")
+            wait_for(lambda: len(workers_started(log)) == 3, proc, "a replacement worker", timeout_s=180)
             replacement = workers_started(log)[-1]
             assert replacement.node_id_prefix == on_head.node_id_prefix  # its node lives: a new one there
             written = lines(out)

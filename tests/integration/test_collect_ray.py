@@ -85,7 +85,7 @@ def test_each_node_sends_to_its_nearest_server_every_pair_lands_once_and_a_rerun
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=no_ray_env()
         )
         try:
-            wait_for(lambda: len(workers_started(log)) == 2, first, "both workers started")
+            wait_for(lambda: len(workers_started(log)) == 2, first, "both workers started", timeout_s=180)
             a.state.release()
             b.state.release()
             _, err = first.communicate(timeout=120)
@@ -158,7 +158,12 @@ def test_workers_split_the_parallelism_and_share_a_server_pause(tmp_path, ray_cl
         try:
             # both workers up with requests in flight, held (the first one up may have sent all 6
             # before the second came, and keeps them in flight: 9 in all)
-            wait_for(lambda: len(workers_started(log)) == 2 and st.held >= parallel, proc, "requests held")
+            wait_for(
+                lambda: len(workers_started(log)) == 2 and st.held >= parallel,
+                proc,
+                "requests held",
+                timeout_s=180,  # Ray workers start slowly on a loaded machine
+            )
             time.sleep(0.3)
             quota = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": f"{reset_s}s"}
             st.script("/v1/chat/completions", Reply(429, headers=quota))

@@ -8,6 +8,7 @@ import time
 import pytest
 from tests.support.http_server import LocalTestServer
 
+from prime_rl.clients import pool as pool_module
 from prime_rl.clients.chat import ChatBackend
 from prime_rl.clients.config import ClientConfig
 from prime_rl.clients.errors import TransportError
@@ -49,11 +50,28 @@ def test_excluded_and_down_servers_are_skipped():
     assert pool.pick(exclude={"http://a"}) == "http://b"
 
 
-def test_down_expires():
+class FakeClock:
+    """The pool's ``time`` module with a ``monotonic`` that moves only when the test advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_down_expires(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(pool_module, "time", clock)
     pool = pool_of("http://a", "http://b")
     pool.mark_down("http://a", for_s=0.05)
     assert pool.pick() == "http://b"
-    time.sleep(0.06)
+    clock.now += 0.04
+    assert pool.pick() == "http://b"  # still down
+    clock.now += 0.02
     assert pool.pick() == "http://a"
 
 

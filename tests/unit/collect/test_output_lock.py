@@ -129,41 +129,65 @@ def test_the_flock_refusal_names_the_holder(tmp_path):
         assert entry(out)["pid"] == os.getpid()  # the refused one left it alone
 
 
-def test_a_host_writing_its_entry_in_the_same_instant_wins_and_this_run_refuses(tmp_path):
+class SettleTime:
+    """``store``'s ``time`` module, but its sleep (the settle wait) is where the other host writes."""
+
+    def __init__(self, during_sleep) -> None:
+        self.during_sleep = during_sleep
+        self.slept: list[float] = []
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.during_sleep()
+
+
+def test_a_host_writing_its_entry_in_the_same_instant_wins_and_this_run_refuses(tmp_path, monkeypatch):
     """Both found the file empty; the other wrote after us, so on re-reading we find its entry."""
     out = tmp_path / "out.jsonl"
     lock = lock_of(out)
     planted: list[str] = []
 
-    def other_host() -> None:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if lock.exists() and lock.read_text().strip():
-                planted.append(plant(out))
-                return
-            time.sleep(0.005)
+    def other_host() -> None:  # within our settle wait, after our entry was written
+        assert entry(out)["pid"] == os.getpid()
+        planted.append(plant(out))
 
-    t = threading.Thread(target=other_host)
-    t.start()
-    try:
-        with (
-            pytest.raises(OutputError, match=rf"another machine took its lock .* pid 4242 on host {OTHER}"),
-            exclusive(out, settle_s=1.0),
-        ):
-            pytest.fail("entered")
-    finally:
-        t.join()
+    clock = SettleTime(other_host)
+    monkeypatch.setattr(store, "time", clock)
+    with (
+        pytest.raises(OutputError, match=rf"another machine took its lock .* pid 4242 on host {OTHER}"),
+        exclusive(out, settle_s=1.0),
+    ):
+        pytest.fail("entered")
+    assert clock.slept == [1.0] and len(planted) == 1
     assert lock.read_text() == planted[0]  # its entry is not cleared by the refused run
 
 
-def test_a_holder_taken_over_while_running_logs_an_error_and_leaves_the_new_entry(tmp_path, messages):
+def test_a_holder_taken_over_while_running_logs_an_error_and_leaves_the_new_entry(
+    tmp_path, messages, monkeypatch
+):
     """A holder paused past the window (or whose lock file was reset) sees it and says so."""
     out = tmp_path / "out.jsonl"
+    planted: list[str] = []
+    read_holder = store._read_holder
+
+    def other_host_first(lock: Path) -> dict | None:
+        # the other host writes its entry just before our heartbeat thread's first look (so
+        # never between that look and its write: the order is fixed, not timed)
+        if threading.current_thread().name.startswith("lock ") and not planted:
+            planted.append(plant(out))
+        return read_holder(lock)
+
+    monkeypatch.setattr(store, "_read_holder", other_host_first)
     with exclusive(out, heartbeat_s=0.05, settle_s=0):
-        planted = plant(out)
-        time.sleep(0.3)
-        assert lock_of(out).read_text() == planted  # not overwritten by our heartbeat
-    assert lock_of(out).read_text() == planted  # nor emptied at exit
+        deadline = time.monotonic() + 30
+        while not any(m.startswith("ERROR") for m in messages) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(planted) == 1
+        assert lock_of(out).read_text() == planted[0]  # not overwritten by our heartbeat
+    assert lock_of(out).read_text() == planted[0]  # nor emptied at exit
     assert any(m.startswith("ERROR") and OTHER in m and "another run may be writing" in m for m in messages)
 
 

@@ -304,13 +304,23 @@ time.sleep(300)
 
 HANGING_TRAINER = """
 import sys, time
+from pathlib import Path
 from prime_rl.lifecycle import watch_launcher
 watch_launcher()
 for step in range(2):
     print(f"[train] step.done step={step} wait_ms=1.0 train_ms=200.0 write_ms=1.0", flush=True)
     time.sleep(0.2)
 def stuck_in_the_trainer():
-    time.sleep(6)
+    # stuck (silent) until the watchdog has had both children dump their stacks into their logs
+    # (at most 120 s), then 4 s more, in which a second hang report would show
+    logs = Path(sys.argv[1]) / "logs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+        log.is_file() and "most recent call first" in log.read_text(errors="replace")
+        for log in (logs / "trainer" / "stdout.log", logs / "orchestrator.stdout.log")
+    ):
+        time.sleep(0.05)
+    time.sleep(4)
 stuck_in_the_trainer()
 sys.exit(3)
 """
@@ -321,7 +331,7 @@ def test_a_hang_is_named_once_and_the_children_dump_their_stacks(tmp_path, monke
     scripts = {
         "inference": SLEEP,  # no stack-dump handler: it must not get the signal (it would die of it)
         "orchestrator": HANGING_ORCHESTRATOR.replace("sys.argv[1]", repr(str(run))),
-        "trainer": HANGING_TRAINER,
+        "trainer": HANGING_TRAINER.replace("sys.argv[1]", repr(str(run))),
     }
     started = _scripted_children(monkeypatch, scripts)
     seen: list[str] = []
