@@ -89,9 +89,9 @@ def _chunks(path: Path, cut: list[str]) -> Iterator[tuple[bytearray, int]]:
     into one buffer kept for the whole file and yielded as it is, with the chunk's size: the chunk
     is the buffer's first ``size`` bytes, valid until the next chunk is asked for (a copy of each
     cost 0.3 s a GB, most of it the page faults of a fresh 8 MB every time). A final line without
-    newline is yielded with one (it may be cut). A compressed file that ends early or is corrupt yields
-    what it held up to there (it is read a decompression step at a time); the error is added to
-    ``cut`` (a log copied while it was written, a crash while it was compressed)."""
+    newline is yielded with one (it may be cut). A compressed file that ends early or is corrupt
+    yields what it held up to there (it is read a decompression step at a time); the error is
+    added to ``cut`` (a log copied while it was written, a crash while it was compressed)."""
     buf = bytearray(CHUNK)
     have = 0  # bytes read into buf and not yet yielded: the start of a line the last read cut
     error: str | None = None
@@ -249,11 +249,12 @@ _LOGURU_TAGGED = (
 
 def _scan_chunk(chunk: bytes | bytearray, size: int, first_line: int, pending: _Pending) -> int:
     """Find the tagged lines of one chunk, the first ``size`` bytes of ``chunk`` (it starts at line
-    ``first_line``), and add them to ``pending``, counting the unknown tags; returns the chunk's number of lines. A chunk dense
-    with tagged lines is split into lines by polars' reader (one column, no quoting); lines in
-    loguru's file format with a marker where the message starts (nearly all tagged lines) are kept
-    as text for :func:`_loguru_lines`, the other lines with a marker are parsed one by one. In a
-    sparse chunk the markers are found from its brackets (:func:`_brackets`)."""
+    ``first_line``), and add them to ``pending``, counting the unknown tags; returns the chunk's
+    number of lines. A chunk dense with tagged lines is split into lines by polars' reader (one
+    column, no quoting); lines in loguru's file format with a marker where the message starts
+    (nearly all tagged lines) are kept as text for :func:`_loguru_lines`, the other lines with a
+    marker are parsed one by one. In a sparse chunk the markers are found from its brackets
+    (:func:`_brackets`)."""
     sample = min(size, _SAMPLE)
     if (
         # few tagged lines: cheaper found from their markers
@@ -495,10 +496,10 @@ def _new_event(seen: set[str], word: str) -> bool:
 
 
 def _brackets(chunk: bytes | bytearray, size: int, unknown: Counter) -> list[int]:
-    """The positions of the markers in the chunk's first ``size`` bytes, with the unknown tags counted into ``unknown``
-    (what :data:`_MARKERS` finds and :data:`_UNKNOWN_S` counts), in one pass over the chunk's ``[``:
-    ``bytes.find`` skips to each at memory speed where a regex engine steps through every byte,
-    so a chunk with few brackets costs little more than reading it."""
+    """The positions of the markers in the chunk's first ``size`` bytes, with the unknown tags
+    counted into ``unknown`` (what :data:`_MARKERS` finds and :data:`_UNKNOWN_S` counts), in one
+    pass over the chunk's ``[``: ``bytes.find`` skips to each at memory speed where a regex engine
+    steps through every byte, so a chunk with few brackets costs little more than reading it."""
     marks: list[int] = []
     find, at = chunk.find, chunk.startswith
     p = find(b"[", 0, size)
