@@ -45,20 +45,16 @@ def test_a_sigterm_to_the_benchmark_stops_its_childs_whole_group(tmp_path):
 
 
 _LOST_EXIT = """
-import signal, sys, time, weakref
+import sys, time
 sys.path.insert(0, sys.argv[1])
 from benchmarks.children import grouped
-
-class Thing:
-    pass
+from tests.support.lost_signals import sigterm_inside_a_weakref_callback
 
 with grouped(["sh", "-c", "echo $$ > " + sys.argv[2] + "; sleep 300 & sleep 300"]):
     while not open(sys.argv[2]).read().strip():
         time.sleep(0.05)
     time.sleep(0.5)  # sh has started its sleeps
-    thing = Thing()
-    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
-    del thing  # the SIGTERM lands in a weakref callback, which drops the handler's SystemExit
+    sigterm_inside_a_weakref_callback()  # which drops the handler's SystemExit
     from prime_rl.lifecycle import group_members
     print("went on with", len(group_members(int(open(sys.argv[2]).read()))), "processes left", flush=True)
 """

@@ -37,9 +37,9 @@ def micro_batch_logprobs(
     entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs (with gradient) and entropies (with one only with ``entropy_grad``) of ``mb``'s
-    tokens, [T] each. With ``flex``
-    attention the row is padded to :func:`~prime_rl.trainer.model.padded_length` first (one
-    compiled shape); the padding's outputs are not computed or returned."""
+    tokens, [T] each. With ``flex`` attention the row is padded to
+    :func:`~prime_rl.trainer.model.padded_length` first (one compiled shape); the padding's outputs
+    are not computed or returned."""
     tokens = mb.input_ids.numel()
     length = padded_length(tokens, micro_batch_tokens) if attention == "flex" else tokens
     ids, positions, samples = (t.to(device) for t in pad_row(mb, length))

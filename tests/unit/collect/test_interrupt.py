@@ -6,27 +6,22 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[3]
 PRELUDE = """
-import asyncio, signal, sys, time, weakref
+import asyncio, signal, sys, time
 from prime_rl.collect.interrupt import run_async
 from prime_rl.collect.main import _run
-
-def sigterm_inside_a_weakref_callback():
-    # a weakref callback drops whatever it raises ("Exception ignored in ..."): the old handler's
-    # KeyboardInterrupt died there and the run went on (a CI run hung in _weakrefset._remove)
-    class Thing:
-        pass
-    thing = Thing()
-    ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGTERM))
-    del thing
-    return ref
+from tests.support.lost_signals import sigterm_inside_a_weakref_callback
 """
 
 
 def run_child(body: str) -> subprocess.CompletedProcess:
     code = PRELUDE + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )  # in the repository's root: the child imports tests.support
 
 
 def test_a_sigterm_that_lands_in_a_weakref_callback_still_stops_the_async_run_with_130():

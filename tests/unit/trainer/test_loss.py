@@ -227,7 +227,7 @@ def test_the_entropy_bonus_subtracts_its_coefficient_times_the_mean_entropy_of_l
     args = (OLD, INF, ADV, MASK, SAMPLE_IDS, NUM_SAMPLES)
     without, _ = policy_loss(*args, base, 5.0, entropy=entropy.detach())
     with_bonus, _ = policy_loss(*args, bonus, 5.0, entropy=entropy, entropy_normalizer=LOSS_TOKENS)
-    assert float(with_bonus) == pytest.approx(float(without) - 0.1 * 14.5 / LOSS_TOKENS)
+    assert float(with_bonus.detach()) == pytest.approx(float(without) - 0.1 * 14.5 / LOSS_TOKENS)
     with_bonus.backward()
     assert entropy.grad.tolist() == pytest.approx([-0.1 / LOSS_TOKENS * m for m in MASK.float().tolist()])
 
