@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+import os
+import random
 import re
+import threading
+import time
 from datetime import datetime
 
+import pytest
 from tests.support.synthetic_logs import make_run
 
 from prime_rl.analysis.parser import ParseStats, discover, label_for, parse_files
@@ -291,11 +297,13 @@ def test_markers_and_unknown_tags_found_from_the_brackets_are_what_the_regexes_f
     | st.sampled_from([b"", b"\n", b"x" * 50]),
     size=st.integers(1, 40),
     gz=st.booleans(),
+    buffers=st.sampled_from([1, 3]),
 )
-def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(data, size, gz):
+def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(data, size, gz, buffers):
     """The file comes back whole, in order, cut only after newlines (a final line without one gets
     one); a chunk is at most the buffer's size, which grows (doubles) only to hold a line longer
-    than it; the last non-empty line is the one of the whole file, its trailing whitespace stripped."""
+    than it; the last non-empty line is the one of the whole file, its trailing whitespace stripped.
+    With several buffers, used in turn, a chunk stays as it was until that many more are read."""
     from prime_rl.analysis import parser
 
     assume(gz or not data.startswith(b"\x1f\x8b"))  # a plain file with gzip's magic is read as gzip
@@ -306,10 +314,12 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
         parser.CHUNK = size
         try:
             cut: list[str] = []
-            chunks, lasts = [], []
-            for buffer, n in parser._chunks(log, cut):  # the buffer is the reader's: valid until the next
+            chunks, lasts, held = [], [], []
+            for buffer, n in parser._chunks(log, cut, buffers):  # valid until `buffers` more are read
                 chunks.append(bytes(buffer[:n]))
                 lasts.append(parser._last_line_of(buffer, n))
+                held = [*held, (buffer, n, chunks[-1])][-buffers:]
+                assert all(bytes(b[:k]) == was for b, k, was in held)
         finally:
             parser.CHUNK = old
     assert b"".join(chunks) == (data if data.endswith(b"\n") or not data else data + b"\n") and not cut
@@ -320,3 +330,107 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
     for line in lasts:
         found = line or found
     assert found == last
+
+
+# --- chunks scanned side by side ----------------------------------------------------------------
+
+
+def _mixed_log(n: int, seed: int) -> bytes:
+    """Tagged lines of every kind the scan tells apart, between untagged ones of any length."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        lines.append(
+            rng.choice(
+                [
+                    f"{PREFIX}[gen] batch.done step={i} dur_ms={rng.random():.3f}",
+                    f"{PREFIX}[weights][t{i}] rpc.done rpc_ms={i}",
+                    "INFO vllm noise " + "x" * rng.randrange(300),
+                    f"12:00:0{i % 10}.500 | INFO    | [ckpt] wait.done target_step={i}",  # a console capture
+                    f"{PREFIX}[zz] e=1",  # an unknown tag
+                    f"[train] step.done step={i} train_ms=1",
+                    f"{PREFIX}[verify]",  # malformed
+                ]
+            )
+        )
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _parsed(log: Path):
+    stats = ParseStats()
+    events = list(parse_files([("orchestrator", log)], stats))
+    rows = [(e.line, e.ts, e.tag, e.tid, e.event, e.fields) for e in events]
+    return (
+        rows,
+        (stats.lines, stats.tagged, stats.malformed, stats.malformed_examples),
+        (
+            dict(stats.unknown_tags),
+            stats.last_lines,
+        ),
+    )
+
+
+@pytest.mark.parametrize("dense", [0, 10**9], ids=["sparse", "dense"])
+def test_chunks_scanned_side_by_side_parse_as_one_chunk_does(tmp_path, monkeypatch, dense):
+    """A log read in many small chunks, scanned two at a time by scans that take their time, gives
+    the events, line numbers, counts and last line that one chunk of the whole log gives; no chunk's
+    bytes change under its scan (its buffer is refilled only once the scan is done)."""
+    from prime_rl.analysis import parser
+
+    log = tmp_path / "orchestrator.log"
+    log.write_bytes(_mixed_log(400, seed=dense))
+    monkeypatch.setattr(parser, "_DENSE", dense)
+    whole = _parsed(log)
+    assert whole[1][0] == 400 and whole[1][1] > 100 and whole[2][0]  # every kind is there
+    text = log.read_bytes().split(b"\n")
+    assert all(f"[{tag}]".encode() in text[line - 1] for line, _, tag, *_ in whole[0])  # numbered from 1
+
+    real, rng, scans = parser._scan_chunk, random.Random(0), []
+
+    def slow(chunk, size):
+        before = bytes(chunk[:size])
+        time.sleep(rng.random() * 0.003)  # the reader runs ahead meanwhile, as far as it may
+        found = real(chunk, size)
+        assert bytes(chunk[:size]) == before, "a chunk's buffer was refilled while it was scanned"
+        scans.append(size)
+        return found
+
+    monkeypatch.setattr(parser, "_scan_chunk", slow)
+    monkeypatch.setattr(parser, "CHUNK", 512)
+    assert _parsed(log) == whole and len(scans) > 50
+
+
+def _scans_running() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("analyzer-scan")]
+
+
+def _open(path: Path) -> bool:
+    fds = Path("/proc/self/fd")
+    return any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir()) if fds.is_dir() else False
+
+
+def test_a_parse_stopped_early_or_failing_leaves_no_scan_running_and_the_file_closed(tmp_path, monkeypatch):
+    """The caller stops after the first batch: the scans are done and the file is closed. A scan
+    that fails raises its error to the caller, the same way."""
+    from prime_rl.analysis import parser
+
+    log = tmp_path / "orchestrator.log"
+    log.write_bytes(_mixed_log(2000, seed=1))
+    monkeypatch.setattr(parser, "CHUNK", 1024)
+    monkeypatch.setattr(parser, "BATCH_ROWS", 10)
+    lines = parser.scan_files([("orchestrator", log)], ParseStats())
+    assert len(next(lines)) and _open(log)
+    lines.close()
+    assert not _scans_running() and not _open(log)
+
+    real, calls = parser._scan_chunk, itertools.count()
+
+    def failing(chunk, size):
+        if next(calls) == 5:
+            raise RuntimeError("the sixth scan failed")
+        return real(chunk, size)
+
+    monkeypatch.setattr(parser, "_scan_chunk", failing)
+    with pytest.raises(RuntimeError, match="the sixth scan failed"):
+        list(parser.scan_files([("orchestrator", log)], ParseStats()))
+    assert not _scans_running() and not _open(log)
