@@ -6,8 +6,9 @@ exception is printed ("Exception ignored in ...") and dropped, so the run goes o
 signalled (a CI run hung so, for 60 s, in ``_weakrefset._remove``). Inside an event loop the
 handler therefore only cancels the run's main task, as asyncio does for Ctrl-C (``asyncio.Runner``),
 and :func:`run_async` turns that cancellation into ``KeyboardInterrupt`` once the loop has
-finished. Outside one (``merge``) it raises ``KeyboardInterrupt`` as before; so does a second
-SIGTERM while the first one's cancellation is under way.
+finished. Outside one (``merge``) it raises ``KeyboardInterrupt`` as before, and remembers the
+signal: the work checks it between records (:func:`check`) and raises it again if it was dropped. A
+second SIGTERM while the first one's cancellation is under way raises ``KeyboardInterrupt`` too.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ T = TypeVar("T")
 
 _main: asyncio.Task | None = None  # the main task of the running run_async, which SIGTERM cancels
 _terminating = False  # a SIGTERM has cancelled it
+_signalled = False  # a SIGTERM outside any event loop: check() raises it again if it was dropped
 
 
 def on_sigterm(signum: int, frame: object) -> None:
     """The collector's SIGTERM handler (installed by :func:`handle_sigterm`)."""
-    global _terminating
+    global _terminating, _signalled
     task = _main
     if task is None or task.done() or _terminating:
+        _signalled = True
         raise KeyboardInterrupt
     _terminating = True
     task.cancel()
@@ -36,7 +39,17 @@ def on_sigterm(signum: int, frame: object) -> None:
 
 def handle_sigterm() -> None:
     """Make SIGTERM (kill, a scheduler's preemption) end this process's run like Ctrl-C."""
+    global _signalled
+    _signalled = False
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if SIGTERM came while no event loop ran: the handler raised it
+    already, but where that was a weakref callback or a ``__del__`` Python dropped it. Synchronous
+    work (``merge``) calls this between records."""
+    if _signalled:
+        raise KeyboardInterrupt
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -20,6 +20,7 @@ from typing import Any
 from loguru import logger
 
 from prime_rl.collect.config import MergeConfig
+from prime_rl.collect.interrupt import check
 from prime_rl.collect.runner import write_aggregates
 from prime_rl.collect.store import (
     Key,
@@ -49,6 +50,7 @@ def _task_hash(record: dict[str, Any]) -> bytes:
 def _copy_sorted(index: dict[Key, tuple[int, int, int, bytes]], handles: list, tmp: Path) -> None:
     with open(tmp, "wb") as dst:
         for key in sorted(index):
+            check()  # a SIGTERM whose KeyboardInterrupt was dropped
             file_no, offset, length, _ = index[key]
             src = handles[file_no]
             src.seek(offset)
@@ -87,6 +89,7 @@ def _merge(cfg: MergeConfig) -> MergeResult:
             )
         kept = 0
         for lineno, offset, raw, record in iter_raw_records(path, tolerant=not cfg.strict):
+            check()
             key = record_key(record)
             digest = _task_hash(record)
             if key in index:

@@ -117,3 +117,38 @@ def test_an_unsignalled_run_returns_its_value_and_a_later_run_is_not_taken_for_i
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["7", "cancelled", "interrupted", "8"]
+
+
+def test_a_sigterm_dropped_inside_a_weakref_callback_still_stops_a_merge_with_130(tmp_path):
+    """merge runs without an event loop: the handler raises KeyboardInterrupt where the signal
+    lands, and inside a weakref callback Python drops it (the merge went on and exited 0). The merge
+    checks for the signal between records: it stops, its output untouched and no temporary left."""
+    shard = tmp_path / "rollouts_0.jsonl"
+    shard.write_text(
+        "".join(f'{{"task_index": {i}, "repeat_index": 0, "task": {{"q": {i}}}}}\n' for i in range(50))
+    )
+    out = tmp_path / "merged.jsonl"
+    out.write_text("an earlier merge\n")
+    child = run_child(
+        f"""
+        import prime_rl.collect.merge as merge_mod
+        from prime_rl.collect.main import run_merge
+
+        real, seen = merge_mod.record_key, []
+
+        def record_key(record):  # the signal lands in a weakref callback at the tenth record
+            seen.append(record)
+            if len(seen) == 10:
+                sigterm_inside_a_weakref_callback()
+            return real(record)
+
+        merge_mod.record_key = record_key
+        code = run_merge(["--output", {str(out)!r}, {str(shard)!r}])
+        print(len(seen))
+        sys.exit(code)
+        """
+    )
+    assert child.returncode == 130, child.stderr
+    assert child.stdout.split() == ["10"]  # stopped at the next record
+    assert out.read_text() == "an earlier merge\n"
+    assert not (tmp_path / ".merged.jsonl.merging").exists()
