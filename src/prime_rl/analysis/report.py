@@ -19,6 +19,7 @@ import polars as pl
 
 import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.servers import server_dicts
@@ -28,7 +29,6 @@ from prime_rl.analysis.thresholds import Thresholds
 
 TIMELINE_LINES = 50_000
 """timeline.txt lists at most this many spans (the rest are counted)."""
-PLOT_BARS = 2_000
 JSON_UPDATES = 10_000
 """summary.json lists the first this many weight updates (``updates_total`` counts them all);
 slowest_updates.txt has the slowest of all, the statistics use every one."""
@@ -210,8 +210,9 @@ def _merge_sorted(bars: Iterable[tuple[float, float]], resolution: float) -> lis
 
 
 def plot_timeline(a: Analysis, path: Path) -> bool:
-    """timeline.png: one row per kind of event, one drawing call per row (bars merged to
-    :data:`PLOT_BARS` per row); returns False when there is nothing to draw."""
+    """timeline.png: one row per kind of event over the whole run (every span, kept or not, from
+    :attr:`Collected.bars`), one drawing call per row (bars merged to :data:`PLOT_BARS` per row);
+    returns False when there is nothing to draw."""
     d = a.data
     if not d.spans:
         return False
@@ -220,8 +221,9 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t0 = min(s.start for s in d.spans)
-    t1 = max(s.end for s in d.spans)
+    every = {kind: b.bars() for kind, b in (d.bars or bars_by_kind(d.spans)).items() if b.spans}
+    t0 = min(start[0] for start, _ in every.values())
+    t1 = max(end.max() for _, end in every.values())
     resolution = max(t1 - t0, 1e-3) / PLOT_BARS
     rows = ["gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait"]
     colors = {
@@ -232,16 +234,12 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
         "train": "tab:purple",
         "train_wait": "tab:gray",
     }
-    by_kind: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
-    for s in d.spans:
-        bars = by_kind.get(s.kind)
-        if bars is not None:
-            took = s.end - s.start
-            bars.append((s.start - t0, 1e-3 if took < 1e-3 else took))
     fig, ax = plt.subplots(figsize=(12, 4.2))
     for i, kind in enumerate(rows):
-        if by_kind[kind]:
-            ax.broken_barh(merge_bars(by_kind[kind], resolution), (i - 0.35, 0.7), color=colors[kind])
+        if kind in every:
+            start, end = every[kind]
+            bars = zip((start - t0).tolist(), (end - start).tolist(), strict=True)
+            ax.broken_barh(_merge_sorted(bars, resolution), (i - 0.35, 0.7), color=colors[kind])
     # every update's queue part, sorted as columns and merged a slice at a time: a list of every
     # update's bar would cost 120 MB for the 714k updates of the 10M-line all-tagged benchmark
     queued = (
@@ -350,7 +348,10 @@ def summary_md(a: Analysis, has_png: bool) -> str:
     if has_png:
         lines += ["", "## Timeline", "", "![timeline](timeline.png)"]
         if a.data.spans_dropped:
-            lines += ["", _dropped_note(a.data)]
+            lines += [
+                "",
+                f"(the picture draws every span of the run; in timeline.txt: {_dropped_note(a.data)[1:]}",
+            ]
     lines += _inputs(a)
     return "\n".join(lines) + "\n"
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -87,9 +88,10 @@ PER_STEP = {
 """Series with one value per step: a step done again after a restart replaces its first value."""
 
 SPANS_KEPT = 20_000
-"""Spans of each kind kept from the start of the run, and as many from its end: the timeline and
+"""Spans of each kind kept from the start of the run, and as many from its end: timeline.txt and
 the trace of a long run show its first and last steps; the spans between are counted
-(``Collected.spans_dropped``). The statistics use every line whatever this limit."""
+(``Collected.spans_dropped``). timeline.png (``Collected.bars``) and the statistics use every span
+and line whatever this limit."""
 
 
 def describe(values: Iterable[float | None]) -> dict[str, float]:
@@ -173,6 +175,9 @@ class Collected:
     spill_failed: str | None = None
     """Why the weight-update lines stayed in memory instead of waiting for their join on disk (None:
     they went to disk, or there were too few to need it)."""
+    bars: dict[str, Bars] = field(default_factory=dict)
+    """Every span of each kind, kept or not, as merged bars (:mod:`~prime_rl.analysis.bars`): the
+    rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -632,9 +637,11 @@ class _Collector:
         """The joined updates' series and spans (``frame``: :func:`~prime_rl.analysis.updates.update_frame`)."""
         for key, column in zip(UPDATE_SERIES, _UPDATE_COLUMNS, strict=True):
             _extend(self.series[key], frame.get_column(column))
-        timed = self.spans.rows_kept(
-            "update", frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        timed = frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        self.spans.bars_of("update").add(
+            timed.get_column("start").to_numpy(), timed.get_column("end").to_numpy()
         )
+        timed = self.spans.rows_kept("update", timed)
         label = pl.when(pl.col("url").is_not_null() & (pl.col("url") != "")).then(
             pl.concat_str("tid", pl.lit(" "), "url")
         )
@@ -643,7 +650,7 @@ class _Collector:
         ).get_columns()
         start, end, args, queue, rpc, gap = (c.to_list() for c in columns)
         info = {"queue_ms": queue, "rpc_ms": rpc, "send_to_recv_ms": gap}
-        self.spans.extend("update", start, end, "update {}", args, info)
+        self.spans.extend("update", start, end, "update {}", args, info, barred=True)
 
     def open_wait_event(self) -> tuple[str, float | None, Event] | None:
         if self.last_wait is None or self.last_wait[0] < self.restarted:
@@ -738,6 +745,7 @@ def _collect(
         c.hangs,
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
+        c.spans.bars,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
@@ -885,6 +893,15 @@ class _Spans:
         self.tail: dict[str, deque[_Block]] = {}
         self.tail_rows: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
+        self.bars: dict[str, Bars] = {}
+        """Every span of each kind, kept or not (:mod:`~prime_rl.analysis.bars`)."""
+
+    def bars_of(self, kind: str) -> Bars:
+        """The bars of ``kind`` (made at its first span)."""
+        out = self.bars.get(kind)
+        if out is None:
+            out = self.bars[kind] = Bars()
+        return out
 
     def extend(
         self,
@@ -894,9 +911,13 @@ class _Spans:
         label: str,
         args: list,
         info: dict[str, list] | None = None,
+        barred: bool = False,
     ) -> None:
-        """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``)."""
+        """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``),
+        added to the kind's bars too (``barred``: they are already, with the rows :meth:`rows_kept` left out)."""
         if start:
+            if not barred:
+                self.bars_of(kind).add(start, end)
             self.add(kind, _Block(start, end, label, args, info))
 
     def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:

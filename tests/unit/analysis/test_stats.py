@@ -266,6 +266,11 @@ def test_a_long_run_keeps_the_first_and_last_spans_of_each_kind_and_counts_the_r
     )
     out = write_report(rank_findings(d, Thresholds()), tmp_path / "a")
     assert json.loads((out / "summary.json").read_text())["spans_dropped"] == {"gen": 4}
+    assert (  # the picture is not cut: it draws the bars of every span
+        "(the picture draws every span of the run; in timeline.txt: a long run: the first and last 3 spans"
+        in (out / "SUMMARY.md").read_text()
+    )
+    assert d.bars["gen"].spans == 10
 
 
 def test_summary_json_lists_at_most_its_limit_of_updates_and_counts_them_all(monkeypatch, tmp_path):

@@ -79,3 +79,73 @@ def test_merge_bars_merges_as_the_list_of_lists_did(bars, resolution):
         else:
             out.append([start, width])
     assert merge_bars(bars, resolution) == [(a, b) for a, b in out]
+
+
+# --- a long run's rows drawn whole ----------------------------------------------------------------
+
+
+def test_a_long_runs_timeline_draws_the_middle_the_kept_spans_leave_out(tmp_path, analyze, monkeypatch):
+    """The spans kept as objects are the first and last SPANS_KEPT of each kind; the plot of them
+    left a long run's middle empty. Every row is drawn from every span now: each has bars in the
+    run's middle third."""
+    import matplotlib.axes
+    from tests.support.synthetic_logs import make_run
+
+    from prime_rl.analysis import stats
+
+    monkeypatch.setattr(stats, "SPANS_KEPT", 20)
+    files = make_run("healthy", steps=300, seed=2).write(tmp_path / "logs")
+    drawn: dict[float, list[tuple[float, float]]] = {}
+    real = matplotlib.axes.Axes.broken_barh
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "broken_barh",
+        lambda self, bars, yrange, **k: (
+            drawn.setdefault(yrange[0], list(bars)) and real(self, bars, yrange, **k)
+        ),
+    )
+    summary, _ = analyze(files.values(), tmp_path / "out")
+    assert summary["spans_dropped"]["gen"] > 200  # most spans are not kept as objects
+    rows = sorted(drawn)  # generation, ckpt wait, ckpt write, update, trainer compute, trainer waits
+    assert len(rows) == 6
+    run_end = max(a + w for bars in drawn.values() for a, w in bars)
+    for y in rows:
+        middle = [a for a, _ in drawn[y] if run_end / 3 < a < 2 * run_end / 3]
+        assert len(middle) > 10, f"row at {y}: nothing drawn in the run's middle third"
+
+
+SPAN = st.tuples(st.integers(0, 400), st.integers(0, 6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(blocks=st.lists(st.lists(SPAN, max_size=12), max_size=12), plot_bars=st.sampled_from([2, 5, 50]))
+def test_bars_merged_as_they_come_draw_what_every_span_merged_at_once_draws(blocks, plot_bars):
+    """Spans added a block at a time, in any order, merged whenever more than CAP wait (at the
+    resolution of the run so far), then merged at the plot's resolution: the bars a merge of every
+    span at that resolution gives."""
+    from unittest import mock
+
+    from prime_rl.analysis import bars as bars_mod
+    from prime_rl.analysis.report import _merge_sorted
+
+    with mock.patch.object(bars_mod, "CAP", 5), mock.patch.object(bars_mod, "PLOT_BARS", plot_bars):
+        kind = bars_mod.Bars()
+        for block in blocks:
+            kind.add([float(s) for s, _ in block], [float(s + w) for s, w in block])
+        start, end = kind.bars()
+    spans = [(float(s), float(max(w, bars_mod.MIN_WIDTH))) for block in blocks for s, w in block]
+    if not spans:
+        assert not len(start)
+        return
+    # the plot's resolution (no less than any the bars were merged at), half-way between two whole
+    # numbers so that no gap between these spans is on the edge
+    resolution = (kind.hi - kind.lo) // plot_bars + 1.5
+    once = merge_bars(spans, resolution)
+    as_they_came = _merge_sorted(zip(start.tolist(), (end - start).tolist(), strict=True), resolution)
+    assert len(as_they_came) == len(once)
+    for (a, w), (b, v) in zip(as_they_came, once, strict=True):
+        assert a == b and abs((a + w) - (b + v)) < 1e-9
+    assert kind.spans == len(spans) and (kind.lo, kind.hi) == (
+        min(s for s, _ in spans),
+        max(s + w for s, w in spans),
+    )

@@ -1,0 +1,99 @@
+"""The timeline's rows for a run of any length: each kind's spans as bars, merged as they come.
+
+timeline.png draws one row per kind of span (generation batches, checkpoint waits and writes,
+weight updates, trainer steps) over the whole run. The spans kept as objects (the first and last
+:data:`~prime_rl.analysis.stats.SPANS_KEPT` of each kind, for timeline.txt and the trace) leave
+the middle of a long run out, and a plot of them showed it empty. Every span is therefore also
+added here as it is collected: a kind's bars are merged where they are closer than the resolution
+the plot will draw (the run's length so far over :data:`PLOT_BARS`, which only grows), so a kind
+keeps at most about :data:`CAP` + :data:`PLOT_BARS` bars whatever the number of its spans. Bars
+merged at one resolution and again at a coarser one cover what one merge at the coarser one
+covers, so the plot's own merge of these bars draws what a merge of every span would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from prime_rl.analysis.stats import Span
+
+PLOT_BARS = 2_000
+"""timeline.png draws each row as at most about this many bars (neighbours closer than the run's
+length over this merged)."""
+CAP = 1 << 16
+"""Bars added and not yet merged, at most (a kind's memory: a few MB)."""
+MIN_WIDTH = 1e-3
+"""A span shorter than this is drawn this wide (seconds), as the plot has always drawn it."""
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray, resolution: float) -> tuple[np.ndarray, np.ndarray]:
+    """The bars ``[start, end)`` (any order) as the fewest bars covering them, neighbours closer than
+    ``resolution`` (gap from the end reached so far to the next start) made one; sorted by start."""
+    if not len(start):
+        return start, end
+    order = np.argsort(start, kind="stable")  # timsort: linear on spans that came in order
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    first = np.ones(len(start), dtype=bool)
+    first[1:] = start[1:] - reach[:-1] >= resolution
+    at = np.flatnonzero(first)
+    return start[at], np.maximum.reduceat(end, at)
+
+
+class Bars:
+    """One kind's spans, as bars merged at a resolution that grows with the run (see the module)."""
+
+    __slots__ = ("start", "end", "waiting", "new", "lo", "hi", "spans")
+
+    def __init__(self) -> None:
+        self.start = np.empty(0)
+        self.end = np.empty(0)
+        self.waiting: list[tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]] = []
+        """Spans added since the last merge, as they came (made arrays together when merged)."""
+        self.new = 0
+        self.lo, self.hi = math.inf, -math.inf
+        """The first start and the last end of the spans merged (all of them after :meth:`bars`)."""
+        self.spans = 0
+        """Spans added."""
+
+    def add(self, start: Sequence[float] | np.ndarray, end: Sequence[float] | np.ndarray) -> None:
+        """Spans ``[start[i], end[i])`` (each at least :data:`MIN_WIDTH` wide when drawn)."""
+        if len(start):
+            self.waiting.append((start, end))
+            self.new += len(start)
+            self.spans += len(start)
+            if self.new > CAP:
+                self._merge()
+
+    def _merge(self) -> None:
+        s = np.concatenate([self.start, *(np.asarray(a, dtype=np.float64) for a, _ in self.waiting)])
+        e = np.concatenate([self.end, *(np.asarray(b, dtype=np.float64) for _, b in self.waiting)])
+        old = len(self.start)
+        e[old:] = np.maximum(e[old:], s[old:] + MIN_WIDTH)
+        self.lo, self.hi = min(self.lo, float(s.min())), max(self.hi, float(e.max()))
+        self.start, self.end = merge_intervals(s, e, max(self.hi - self.lo, 1e-3) / PLOT_BARS)
+        self.waiting, self.new = [], 0
+
+    def bars(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every span added, as bars sorted by start (merged at the resolution reached so far)."""
+        if self.new:
+            self._merge()
+        return self.start, self.end
+
+
+def bars_by_kind(spans: Sequence[Span]) -> dict[str, Bars]:
+    """The bars of each kind of ``spans`` (for spans collected without them)."""
+    columns: dict[str, tuple[list[float], list[float]]] = {}
+    for sp in spans:
+        start, end = columns.setdefault(sp.kind, ([], []))
+        start.append(sp.start)
+        end.append(sp.end)
+    out = {kind: Bars() for kind in columns}
+    for kind, (start, end) in columns.items():
+        out[kind].add(start, end)
+    return out
