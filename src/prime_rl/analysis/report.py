@@ -32,7 +32,6 @@ TIMELINE_LINES = 50_000
 JSON_UPDATES = 10_000
 """summary.json lists the first this many weight updates (``updates_total`` counts them all);
 slowest_updates.txt has the slowest of all, the statistics use every one."""
-"""timeline.png draws at most about this many bars per row: closer spans are merged."""
 
 STAT_FILES = {
     "queue_ms_stats.txt": ("queue_ms", "Queue delay (client wall_ms - server rpc_ms) per weight update"),
@@ -222,6 +221,8 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     every = {kind: b.bars() for kind, b in (d.bars or bars_by_kind(d.spans)).items() if b.spans}
+    if not every:  # a hand-built Collected with spans and empty bars
+        every = {kind: b.bars() for kind, b in bars_by_kind(d.spans).items()}
     t0 = min(start[0] for start, _ in every.values())
     t1 = max(end.max() for _, end in every.values())
     resolution = max(t1 - t0, 1e-3) / PLOT_BARS

@@ -175,7 +175,7 @@ class Collected:
     spill_failed: str | None = None
     """Why the weight-update lines stayed in memory instead of waiting for their join on disk (None:
     they went to disk, or there were too few to need it)."""
-    bars: dict[str, Bars] = field(default_factory=dict)
+    bars: dict[str, Bars] = field(default_factory=dict, compare=False, repr=False)
     """Every span of each kind, kept or not, as merged bars (:mod:`~prime_rl.analysis.bars`): the
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)

@@ -39,17 +39,22 @@ def on_sigterm(signum: int, frame: object) -> None:
 
 def handle_sigterm() -> None:
     """Make SIGTERM (kill, a scheduler's preemption) end this process's run like Ctrl-C."""
-    global _signalled
-    _signalled = False
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def check() -> None:
     """Raise ``KeyboardInterrupt`` if SIGTERM came while no event loop ran: the handler raised it
     already, but where that was a weakref callback or a ``__del__`` Python dropped it. Synchronous
-    work (``merge``) calls this between records."""
+    work (``merge``) calls this between records; the entry point once more when the work is done."""
     if _signalled:
         raise KeyboardInterrupt
+
+
+def clear() -> None:
+    """Forget a SIGTERM once its run has ended (exit 130 or not): a later run in the same process
+    (a test's) starts unsignalled."""
+    global _signalled
+    _signalled = False
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

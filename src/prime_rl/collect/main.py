@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from loguru import logger
 
+from prime_rl.collect import interrupt
 from prime_rl.collect.config import (
     CollectConfig,
     DiagnoseConfig,
@@ -54,7 +55,9 @@ def _print_json(title: str, data: dict, path: Path | None = None) -> None:
 def _run(coro_or_fn) -> int:
     handle_sigterm()  # SIGTERM ends the run like Ctrl-C
     try:
-        return coro_or_fn()
+        code = coro_or_fn()
+        interrupt.check()  # a SIGTERM after the last record's check, its KeyboardInterrupt dropped
+        return code
     except KeyboardInterrupt:
         logger.warning(
             "interrupted: every finished sample is in the output; run the same command again to resume"
@@ -66,6 +69,8 @@ def _run(coro_or_fn) -> int:
     except OutputWriteError as e:  # a full disk: one line, nothing written before is lost
         logger.error(f"error: {e}")
         return 1
+    finally:
+        interrupt.clear()
 
 
 def run_collect(argv: Sequence[str]) -> int:

@@ -111,6 +111,7 @@ def _merge(cfg: MergeConfig) -> MergeResult:
         handles = [stack.enter_context(open(p, "rb")) for p in cfg.inputs]
         try:
             _copy_sorted(index, handles, tmp)
+            check()  # the last chance to leave the output as it was
             os.replace(tmp, out)
             fsync_dir(out.parent)
         finally:

@@ -9,6 +9,7 @@ import random
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pytest
@@ -346,6 +347,7 @@ def _mixed_log(n: int, seed: int) -> bytes:
                     f"{PREFIX}[gen] batch.done step={i} dur_ms={rng.random():.3f}",
                     f"{PREFIX}[weights][t{i}] rpc.done rpc_ms={i}",
                     "INFO vllm noise " + "x" * rng.randrange(300),
+                    "INFO a long line " + "y" * 1500,  # longer than the tests' chunks: a buffer grows
                     f"12:00:0{i % 10}.500 | INFO    | [ckpt] wait.done target_step={i}",  # a console capture
                     f"{PREFIX}[zz] e=1",  # an unknown tag
                     f"[train] step.done step={i} train_ms=1",
@@ -423,7 +425,23 @@ def test_a_parse_stopped_early_or_failing_leaves_no_scan_running_and_the_file_cl
     lines.close()
     assert not _scans_running() and not _open(log)
 
-    real, calls = parser._scan_chunk, itertools.count()
+    real, done = parser._scan_chunk, []
+
+    def slow(chunk, size):
+        time.sleep(0.02)
+        done.append(size)
+        return real(chunk, size)
+
+    monkeypatch.setattr(parser, "_scan_chunk", slow)
+    with ThreadPoolExecutor(2) as pool:  # a pool that outlives the scan: _scanned waits for its own scans
+        scans = parser._scanned(parser._chunks(log, [], parser.BUFFERS), pool)
+        next(scans)
+        scans.close()
+        finished = len(done)
+        time.sleep(0.2)
+        assert len(done) == finished, "a scan ran on after the caller stopped"
+
+    real, calls = real, itertools.count()
 
     def failing(chunk, size):
         if next(calls) == 5:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 PRELUDE = """
 import asyncio, signal, sys, time
@@ -119,36 +121,63 @@ def test_an_unsignalled_run_returns_its_value_and_a_later_run_is_not_taken_for_i
     assert child.stdout.split() == ["7", "cancelled", "interrupted", "8"]
 
 
-def test_a_sigterm_dropped_inside_a_weakref_callback_still_stops_a_merge_with_130(tmp_path):
+MERGE_PHASES = {
+    # where the signal lands: the function wrapped, which records it is at, what the output holds after
+    "reading": ("record_key", "earlier"),
+    "copying": ("_copy_sorted", "earlier"),
+    "after the output was replaced": ("write_aggregates", "merged"),
+}
+
+
+@pytest.mark.parametrize("phase", list(MERGE_PHASES))
+def test_a_sigterm_dropped_inside_a_weakref_callback_still_stops_a_merge_with_130(tmp_path, phase):
     """merge runs without an event loop: the handler raises KeyboardInterrupt where the signal
-    lands, and inside a weakref callback Python drops it (the merge went on and exited 0). The merge
-    checks for the signal between records: it stops, its output untouched and no temporary left."""
+    lands, and inside a weakref callback Python drops it (the merge went on and exited 0). The
+    merge checks for the signal between records and before it replaces the output, the entry point
+    once more at the end: exit 130, and the output untouched unless it was already replaced."""
     shard = tmp_path / "rollouts_0.jsonl"
-    shard.write_text(
-        "".join(f'{{"task_index": {i}, "repeat_index": 0, "task": {{"q": {i}}}}}\n' for i in range(50))
-    )
+    records = "".join(f'{{"task_index": {i}, "repeat_index": 0, "task": {{"q": {i}}}}}\n' for i in range(50))
+    shard.write_text(records)
     out = tmp_path / "merged.jsonl"
     out.write_text("an earlier merge\n")
+    wrapped, after = MERGE_PHASES[phase]
     child = run_child(
         f"""
         import prime_rl.collect.merge as merge_mod
         from prime_rl.collect.main import run_merge
 
-        real, seen = merge_mod.record_key, []
+        real, calls = merge_mod.{wrapped}, []
 
-        def record_key(record):  # the signal lands in a weakref callback at the tenth record
-            seen.append(record)
-            if len(seen) == 10:
+        def wrapper(*args):  # the signal lands in a weakref callback (at the tenth record read)
+            calls.append(1)
+            if len(calls) == (10 if {wrapped!r} == "record_key" else 1):
                 sigterm_inside_a_weakref_callback()
-            return real(record)
+            return real(*args)
 
-        merge_mod.record_key = record_key
-        code = run_merge(["--output", {str(out)!r}, {str(shard)!r}])
-        print(len(seen))
-        sys.exit(code)
+        merge_mod.{wrapped} = wrapper
+        sys.exit(run_merge(["--output", {str(out)!r}, {str(shard)!r}]))
         """
     )
     assert child.returncode == 130, child.stderr
-    assert child.stdout.split() == ["10"]  # stopped at the next record
-    assert out.read_text() == "an earlier merge\n"
+    assert out.read_text() == ("an earlier merge\n" if after == "earlier" else records)
     assert not (tmp_path / ".merged.jsonl.merging").exists()
+
+
+def test_a_run_that_was_interrupted_leaves_no_signal_behind_for_a_later_merge(tmp_path):
+    """The signal is forgotten once its run has ended: a later merge in the same process runs."""
+    shard = tmp_path / "rollouts_0.jsonl"
+    shard.write_text('{"task_index": 0, "repeat_index": 0, "task": {"q": 0}}\n')
+    out = tmp_path / "merged.jsonl"
+    child = run_child(
+        f"""
+        from pathlib import Path
+        from prime_rl.collect.config import MergeConfig
+        from prime_rl.collect.merge import merge
+
+        print(_run(lambda: signal.raise_signal(signal.SIGTERM)))
+        cfg = MergeConfig(inputs=[Path({str(shard)!r})], output_jsonl_fpath=Path({str(out)!r}))
+        print(merge(cfg).records)
+        """
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["130", "1"]
