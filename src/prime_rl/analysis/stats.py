@@ -914,7 +914,8 @@ class _Spans:
         barred: bool = False,
     ) -> None:
         """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``),
-        added to the kind's bars too (``barred``: they are already, with the rows :meth:`rows_kept` left out)."""
+        added to the kind's bars too (``barred``: they are already, with the rows that
+        :meth:`rows_kept` left out)."""
         if start:
             if not barred:
                 self.bars_of(kind).add(start, end)
