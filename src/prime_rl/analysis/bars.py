@@ -14,13 +14,9 @@ covers, so the plot's own merge of these bars draws what a merge of every span w
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from prime_rl.analysis.stats import Span
 
 PLOT_BARS = 2_000
 """timeline.png draws each row as at most about this many bars (neighbours closer than the run's
@@ -86,13 +82,13 @@ class Bars:
         return self.start, self.end
 
 
-def bars_by_kind(spans: Sequence[Span]) -> dict[str, Bars]:
-    """The bars of each kind of ``spans`` (for spans collected without them)."""
+def bars_by_kind(spans: Iterable[tuple[str, float, float]]) -> dict[str, Bars]:
+    """The bars of each kind of ``spans``, (kind, start, end) each (for spans collected without them)."""
     columns: dict[str, tuple[list[float], list[float]]] = {}
-    for sp in spans:
-        start, end = columns.setdefault(sp.kind, ([], []))
-        start.append(sp.start)
-        end.append(sp.end)
+    for kind, span_start, span_end in spans:
+        start, end = columns.setdefault(kind, ([], []))
+        start.append(span_start)
+        end.append(span_end)
     out = {kind: Bars() for kind in columns}
     for kind, (start, end) in columns.items():
         out[kind].add(start, end)

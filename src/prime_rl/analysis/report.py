@@ -220,9 +220,11 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    every = {kind: b.bars() for kind, b in (d.bars or bars_by_kind(d.spans)).items() if b.spans}
-    if not every:  # a hand-built Collected with spans and empty bars
-        every = {kind: b.bars() for kind, b in bars_by_kind(d.spans).items()}
+    every = {kind: b.bars() for kind, b in d.bars.items() if b.spans}
+    if not every:  # spans collected without bars (a hand-built Collected)
+        every = {
+            kind: b.bars() for kind, b in bars_by_kind((s.kind, s.start, s.end) for s in d.spans).items()
+        }
     t0 = min(start[0] for start, _ in every.values())
     t1 = max(end.max() for _, end in every.values())
     resolution = max(t1 - t0, 1e-3) / PLOT_BARS
