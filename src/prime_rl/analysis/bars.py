@@ -44,7 +44,7 @@ def merge_intervals(start: np.ndarray, end: np.ndarray, resolution: float) -> tu
 class Bars:
     """One kind's spans, as bars merged at a resolution that grows with the run (see the module)."""
 
-    __slots__ = ("start", "end", "waiting", "new", "lo", "hi", "spans")
+    __slots__ = ("start", "end", "waiting", "new", "spans")
 
     def __init__(self) -> None:
         self.start = np.empty(0)
@@ -52,8 +52,6 @@ class Bars:
         self.waiting: list[tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]] = []
         """Spans added since the last merge, as they came (made arrays together when merged)."""
         self.new = 0
-        self.lo, self.hi = math.inf, -math.inf
-        """The first start and the last end of the spans merged (all of them after :meth:`bars`)."""
         self.spans = 0
         """Spans added."""
 
@@ -71,9 +69,19 @@ class Bars:
         e = np.concatenate([self.end, *(np.asarray(b, dtype=np.float64) for _, b in self.waiting)])
         old = len(self.start)
         e[old:] = np.maximum(e[old:], s[old:] + MIN_WIDTH)
-        self.lo, self.hi = min(self.lo, float(s.min())), max(self.hi, float(e.max()))
-        self.start, self.end = merge_intervals(s, e, max(self.hi - self.lo, 1e-3) / PLOT_BARS)
+        # s and e hold the bars merged before: the first start and last end of every span so far
+        self.start, self.end = merge_intervals(s, e, max(float(e.max()) - float(s.min()), 1e-3) / PLOT_BARS)
         self.waiting, self.new = [], 0
+
+    @property
+    def lo(self) -> float:
+        """The first start of the spans merged (all of them after :meth:`bars`)."""
+        return float(self.start[0]) if len(self.start) else math.inf
+
+    @property
+    def hi(self) -> float:
+        """The last end of the spans merged (all of them after :meth:`bars`)."""
+        return float(self.end.max()) if len(self.end) else -math.inf
 
     def bars(self) -> tuple[np.ndarray, np.ndarray]:
         """Every span added, as bars sorted by start (merged at the resolution reached so far)."""

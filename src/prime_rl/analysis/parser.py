@@ -27,7 +27,7 @@ import re
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,7 +92,7 @@ def open_log(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _chunks(path: Path, cut: list[str], buffers: int = 1) -> Iterator[tuple[bytearray, int]]:
+def _chunks(path: Path, cut: list[str], buffers: int = 1) -> Generator[tuple[bytearray, int], None, None]:
     """Whole lines in big chunks (at most :data:`CHUNK` bytes, or one line when it is longer), read
     into ``buffers`` buffers kept for the whole file, in turn, and yielded as they are, with the
     chunk's size: the chunk is the buffer's first ``size`` bytes, valid until ``buffers`` more chunks
@@ -208,7 +208,9 @@ def _scan_paths(
         _last_line(stats, path, last, clock)
 
 
-def _scanned(chunks: Iterator[tuple[bytearray, int]], pool: ThreadPoolExecutor) -> Iterator[_Found]:
+def _scanned(
+    chunks: Generator[tuple[bytearray, int], None, None], pool: ThreadPoolExecutor
+) -> Iterator[_Found]:
     """Each chunk of ``chunks`` (read into :data:`BUFFERS` buffers in turn) scanned in ``pool``, in
     order. At most ``BUFFERS - 1`` chunks are in the pool when the next is read, so the buffer it is
     read into is no longer scanned. When the caller stops early, the scans still running are waited
@@ -227,9 +229,7 @@ def _scanned(chunks: Iterator[tuple[bytearray, int]], pool: ThreadPoolExecutor) 
         for f in waiting:
             if not f.cancelled():
                 f.exception()
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        chunks.close()
 
 
 def parse_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[Event]:
