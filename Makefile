@@ -22,10 +22,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
+# setup.py and the C source: the analyzer's C scan is built by the install (see setup.py)
+$(STAMP): pyproject.toml setup.py src/prime_rl/analysis/_scan.c | $(PY)
 	$(PIP) install --quiet -e '.[$(EXTRAS)]'
 	@if echo '$(EXTRAS)' | grep -q cpu; then $(PIP) uninstall --quiet -y $(CPU_UNWANTED) 2>/dev/null || true; fi
 	$(PY) -c "import torch, transformers, vllm; print('installed: torch', torch.__version__, '| vllm', vllm.__version__)"
+	$(PY) -c "from prime_rl.analysis import parser; print('analyzer scan:', 'C' if parser._scan else 'Python (the C scan was not built: no C compiler?)')"
 	@touch $(STAMP)
 
 model: $(STAMP)

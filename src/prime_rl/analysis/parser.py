@@ -2,8 +2,9 @@
 
 Logs are read in large binary chunks. A chunk dense with tagged lines is split into lines by
 polars' reader (one text column, multi-threaded); in a sparse one (mostly vLLM's request lines and
-the like) ``bytes.find`` skips from bracket to bracket to the tag markers, so the rest costs no
-Python. Chunks are scanned :data:`SCANNERS` at a time, in threads, while the next is read; the file
+the like) the scan skips from bracket to bracket to the tag markers, so the rest costs no Python:
+in C where the install built ``_scan.c`` (one pass that also counts the lines, without the GIL),
+else with ``bytes.find`` and numpy. Chunks are scanned :data:`SCANNERS` at a time, in threads, while the next is read; the file
 is read into a few buffers that are kept (a fresh one per chunk costs page faults). Gzip files
 (``.gz``) and rotated parts are read the same way. A file's tagged lines are handed on in batches
 (:class:`~prime_rl.analysis.tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole
@@ -36,6 +37,11 @@ import polars as pl
 
 from prime_rl.analysis.clock import Clock, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines
+
+try:  # the sparse scan in C, built by the package's install (setup.py); without it, the same in Python
+    from prime_rl.analysis import _scan
+except ImportError:  # a source tree run from PYTHONPATH, or a machine that could not build it
+    _scan = None
 
 TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
 _TAG_ALT = b"|".join(TAGS)
@@ -353,12 +359,7 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
         or (chunk.find(b"\r", 0, size) >= 0 and chunk.find(b"\r\n", 0, size) >= 0)
         or chunk.startswith(b"\xef\xbb\xbf")
     ):
-        found = _Found(_last_line_of(chunk, size))
-        marks = _brackets(chunk, size, found.unknown)
-        if marks:
-            return _scan_chunk_bytes(chunk, size, marks, found)
-        found.lines = chunk.count(b"\n", 0, size)
-        return found
+        return _scan_sparse(chunk, size, _Found(_last_line_of(chunk, size)))
     n = chunk.count(b"\n", 0, size)
     text = pl.read_csv(
         bytes(memoryview(chunk)[:size]),
@@ -370,8 +371,7 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
     ).get_column("text")
     found = _Found(_last_line_of(chunk, size))
     if len(text) != n:  # never seen; the line numbers must be right
-        marks = _brackets(chunk, size, found.unknown)
-        return _scan_chunk_bytes(chunk, size, marks, found)
+        return _scan_sparse(chunk, size, found)
     t = pl.col("text")
     fast = t.str.contains(_LOGURU_TAGGED).fill_null(False)
     # where an unknown tag's head may be: at a line's start or after "| " (a loguru line whose
@@ -398,17 +398,52 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
     return found
 
 
-def _scan_chunk_bytes(chunk: bytes | bytearray, size: int, marks: list[int], found: _Found) -> _Found:
-    """:func:`_scan_chunk` from the chunk's bytes and the positions of its markers."""
+def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
+    """:func:`_scan_chunk` from the chunk's markers, found from its brackets: by the C scan
+    (``_scan.sparse``: one pass that also counts the newlines, without the GIL) where it is built,
+    else by :func:`_brackets` and numpy."""
+    if _scan is None:
+        marks = _brackets(chunk, size, found.unknown)
+        if not marks:
+            found.lines = chunk.count(b"\n", 0, size)
+            return found
+        data = np.frombuffer(chunk, np.uint8, size)
+        newlines = np.flatnonzero(data == _NL)
+        pos = np.asarray(marks, dtype=np.int64)
+        line_no = np.searchsorted(newlines, pos)
+        first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
+        pos, line_no = pos[first], line_no[first]
+        starts = np.where(line_no > 0, newlines[np.maximum(line_no - 1, 0)] + 1, 0)
+        found.lines = len(newlines)
+        ends = newlines[line_no]
+        texts = [
+            chunk[a:b].decode("utf-8", "replace") for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+        return _marked_lines(chunk, size, line_no, starts, pos, texts, found)
+    found.lines, rows, candidates, texts = _scan.sparse(chunk, size, _MARKER_HEADS)
+    for p in np.frombuffer(candidates, np.int64).tolist():
+        m = _UNKNOWN_AT.match(chunk, p, size)
+        if m:
+            found.unknown[m.group(1).decode()] += 1
+    if rows:
+        line_no, starts, _, pos = np.frombuffer(rows, np.int64).reshape(-1, 4).T
+        _marked_lines(chunk, size, line_no, starts, pos, texts, found)
+    return found
+
+
+def _marked_lines(
+    chunk: bytes | bytearray,
+    size: int,
+    numbers: np.ndarray,
+    starts: np.ndarray,
+    pos: np.ndarray,
+    texts: list[str],
+    found: _Found,
+) -> _Found:
+    """Add to ``found`` the lines with a marker (their numbers, where they start, where their first
+    marker is and their text): those in loguru's file format with the marker where the message
+    starts for :func:`_loguru_lines`, the others for :func:`_other_lines`."""
     data = np.frombuffer(chunk, np.uint8, size)
-    newlines = np.flatnonzero(data == _NL)
-    pos = np.asarray(marks, dtype=np.int64)
-    line_no = np.searchsorted(newlines, pos)
-    first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
-    pos, line_no = pos[first], line_no[first]
-    starts = np.where(line_no > 0, newlines[np.maximum(line_no - 1, 0)] + 1, 0)
-    ends = newlines[line_no]
-    numbers = line_no
     fast = (pos - starts) == _LOGURU_LEN
     if fast.any():  # "YYYY-MM-DD HH:MM:SS.mmm | LEVEL   | [tag]"
         s = starts[fast]
@@ -416,15 +451,15 @@ def _scan_chunk_bytes(chunk: bytes | bytearray, size: int, marks: list[int], fou
         for k in (20, 21, 22):
             ok &= (data[s + k] >= 48) & (data[s + k] <= 57)
         fast[np.flatnonzero(fast)[~ok]] = False
+    if fast.all():
+        found.add_loguru(pl.Series(texts, dtype=pl.String), numbers)
+        return found
     if fast.any():
-        s, e = starts[fast].tolist(), ends[fast].tolist()
-        lines = [chunk[a:b].decode("utf-8", "replace") for a, b in zip(s, e, strict=True)]
-        found.add_loguru(pl.Series(lines, dtype=pl.String), numbers[fast])
+        found.add_loguru(
+            pl.Series([texts[i] for i in np.flatnonzero(fast).tolist()], dtype=pl.String), numbers[fast]
+        )
     slow = np.flatnonzero(~fast)
-    if len(slow):
-        texts = [chunk[a:b].decode("utf-8", "replace") for a, b in zip(starts[slow], ends[slow], strict=True)]
-        found.add_other(texts, numbers[slow].tolist())
-    found.lines = len(newlines)
+    found.add_other([texts[i] for i in slow.tolist()], numbers[slow].tolist())
     return found
 
 
