@@ -23,6 +23,7 @@ from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.servers import server_dicts
+from prime_rl.analysis.spans import first_spans, spans_of_kind
 from prime_rl.analysis.stages import stages
 from prime_rl.analysis.stats import Collected, Span
 from prime_rl.analysis.thresholds import Thresholds
@@ -105,7 +106,7 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
         .head(n)
     )
     ups = [d.updates[i] for i in slowest["i"].to_list()]
-    gens = _Overlaps([s for s in d.spans if s.kind == "gen"])
+    gens = _Overlaps(spans_of_kind(d.spans, "gen"))
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  {'server':24} in flight"
     ]
@@ -154,8 +155,8 @@ def timeline(d: Collected) -> str:
         "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         "",
     ]
-    gens = _Overlaps([s for s in d.spans if s.kind == "gen"])
-    for s in d.spans[:TIMELINE_LINES]:
+    gens = _Overlaps(spans_of_kind(d.spans, "gen"))
+    for s in first_spans(d.spans, TIMELINE_LINES):
         line = (
             f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
         )

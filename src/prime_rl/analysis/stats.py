@@ -26,6 +26,7 @@ import polars as pl
 from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
+from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.tagged import (
     EXAMPLES,
@@ -120,18 +121,6 @@ def describe(values: Iterable[float | None]) -> dict[str, float]:
     }
 
 
-@dataclass(slots=True)
-class Span:
-    """Something that took time: a generation batch, a checkpoint wait or write, a weight update, a
-    trainer step's compute and its wait for rollouts."""
-
-    kind: str
-    start: float
-    end: float
-    label: str
-    info: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass
 class Collected:
     """What the logs say, before any judgement: the input of every rule and of the report."""
@@ -140,8 +129,8 @@ class Collected:
     updates: Sequence[Update]
     """The weight updates in order (an :class:`~prime_rl.analysis.updates.UpdateTable` from the
     join: columns, records made when asked); their columns: :meth:`update_frame`."""
-    spans: list[Span]
-    """In start order."""
+    spans: Sequence[Span]
+    """In start order (from the logs: :class:`~prime_rl.analysis.spans.KeptSpans`, made when asked)."""
     series: dict[str, array]
     """Each :data:`SERIES` as an ``array('d')`` of its values (8 bytes a value)."""
     counts: Counter
@@ -853,44 +842,15 @@ class _TrainSpans:
         self.wait.to(spans, "train_wait", "wait for rollouts {}")
 
 
-@dataclass(slots=True)
-class _Block:
-    """Spans of one kind made together, as columns: span ``i`` is made only when it is kept."""
-
-    start: list[float]
-    end: list[float]
-    label: str
-    """A format with one ``{}``, filled with ``args[i]``."""
-    args: list
-    info: dict[str, list] | None = None
-    """Each info key's values, one per span."""
-    first: int = 0
-    """Rows before this one are no longer kept (the tail moved past them)."""
-
-    def __len__(self) -> int:
-        return len(self.start) - self.first
-
-    def spans(self, kind: str, lo: int, hi: int) -> list[Span]:
-        """Spans ``lo:hi`` as objects."""
-        label = self.label.format
-        rows = zip(self.start[lo:hi], self.end[lo:hi], self.args[lo:hi], strict=True)
-        if not self.info:
-            return [Span(kind, s, e, label(a), {}) for s, e, a in rows]
-        keys = tuple(self.info)
-        values = zip(*(column[lo:hi] for column in self.info.values()), strict=True)
-        return [
-            Span(kind, s, e, label(a), dict(zip(keys, v, strict=True)))
-            for (s, e, a), v in zip(rows, values, strict=True)
-        ]
-
-
 class _Spans:
     """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted.
-    Spans come in blocks of columns; only the kept ones become :class:`Span` objects."""
+    Spans come in blocks of columns; the kept rows become :class:`Span` objects only when a report
+    asks for them (:class:`~prime_rl.analysis.spans.KeptSpans`)."""
 
     def __init__(self) -> None:
-        self.head: dict[str, list[Span]] = {}
-        self.tail: dict[str, deque[_Block]] = {}
+        self.head: dict[str, list[Part]] = {}
+        self.head_rows: dict[str, int] = {}
+        self.tail: dict[str, deque[SpanBlock]] = {}
         self.tail_rows: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.bars: dict[str, Bars] = {}
@@ -919,13 +879,13 @@ class _Spans:
         if start:
             if not barred:
                 self.bars_of(kind).add(start, end)
-            self.add(kind, _Block(start, end, label, args, info))
+            self.add(kind, SpanBlock(start, end, label, args, info))
 
     def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:
         """Of ``frame``'s rows, spans of ``kind`` about to be added as one block, the ones that would be
         kept (the rest counted as dropped now): a block of every update of a long run would hold all
         their values in Python lists only for the first and last :data:`SPANS_KEPT` to be used."""
-        head = min(max(SPANS_KEPT - len(self.head.get(kind, ())), 0), frame.height)
+        head = min(max(SPANS_KEPT - self.head_rows.get(kind, 0), 0), frame.height)
         tail = min(frame.height - head, SPANS_KEPT)
         cut = frame.height - head - tail
         if not cut:
@@ -933,12 +893,12 @@ class _Spans:
         self.dropped[kind] = self.dropped.get(kind, 0) + cut
         return pl.concat([frame.head(head), frame.tail(tail)])
 
-    def add(self, kind: str, block: _Block) -> None:
-        head = self.head.setdefault(kind, [])
-        room = SPANS_KEPT - len(head)
+    def add(self, kind: str, block: SpanBlock) -> None:
+        room = SPANS_KEPT - self.head_rows.get(kind, 0)
         if room > 0:
             n = min(room, len(block.start))
-            head.extend(block.spans(kind, 0, n))
+            self.head.setdefault(kind, []).append((kind, block, 0, n))
+            self.head_rows[kind] = self.head_rows.get(kind, 0) + n
             if n == len(block.start):
                 return
             block.first = n
@@ -955,14 +915,12 @@ class _Spans:
                 tail.popleft()
         self.tail_rows[kind] = rows
 
-    def kept(self) -> list[Span]:
-        """Every kept span in start order."""
-        out = [s for spans in self.head.values() for s in spans]
+    def kept(self) -> KeptSpans:
+        """Every kept span in start order (made into objects when asked)."""
+        parts = [p for kind_parts in self.head.values() for p in kind_parts]
         for kind, blocks in self.tail.items():
-            for b in blocks:
-                out += b.spans(kind, b.first, len(b.start))
-        out.sort(key=lambda s: s.start)
-        return out
+            parts += [(kind, b, b.first, len(b.start)) for b in blocks]
+        return KeptSpans(parts)
 
 
 _HANDLER_ERRORS = (ValueError, TypeError, OverflowError, KeyError)
