@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import sys
@@ -17,7 +18,12 @@ from prime_rl.analysis.read_ahead import read_ahead
 from prime_rl.analysis.report import write_report
 from prime_rl.analysis.stats import prepared
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.timeline_plot import PlotProcess
 from prime_rl.analysis.trace import left_out, write_trace
+
+PLOT_CHILD_BYTES = 64 << 20
+"""Logs of this many bytes or more (together) have timeline.png drawn by a child process: 0.4-0.5 s
+of the main thread's GIL time on a long run, about a tenth of the 10M-line realistic log's wall time."""
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -91,21 +97,37 @@ def _async_level(inputs: list[Path]) -> int | None:
     return async_level
 
 
-def _run(
-    parser: argparse.ArgumentParser,
-    inputs: list[Path],
-    args: argparse.Namespace,
-    thresholds: Thresholds,
-    out: Path,
-):
-    """Analyse one run's logs (exits with a usage error when there are none); a long run's
-    weight-update lines wait for their join on disk under ``args.tmp_dir`` or else ``out``."""
+def _files(parser: argparse.ArgumentParser, inputs: list[Path]) -> list[tuple[str, Path]]:
+    """The log files of ``inputs`` (exits with a usage error when there are none)."""
     try:
         files = discover(inputs)
     except FileNotFoundError as e:
         parser.error(str(e))
     if not files:
         parser.error(f"no log files under {', '.join(map(str, inputs))}")
+    return files
+
+
+def _plotter(files: list[tuple[str, Path]]) -> contextlib.AbstractContextManager[PlotProcess | None]:
+    """A child that draws timeline.png (:class:`~prime_rl.analysis.timeline_plot.PlotProcess`) for
+    logs of :data:`PLOT_CHILD_BYTES` or more; smaller ones are drawn here (a child would cost more)."""
+    size = 0
+    for _, path in files:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    return PlotProcess() if size >= PLOT_CHILD_BYTES else contextlib.nullcontext()
+
+
+def _run(
+    parser: argparse.ArgumentParser,
+    files: list[tuple[str, Path]],
+    inputs: list[Path],
+    args: argparse.Namespace,
+    thresholds: Thresholds,
+    out: Path,
+):
+    """Analyse one run's logs ``files`` (found in ``inputs``); a long run's weight-update lines wait
+    for their join on disk under ``args.tmp_dir`` or else ``out``."""
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
     # two threads ahead of the collection: one parses, the next reads each tag's fields
@@ -149,7 +171,8 @@ def _main(argv: list[str] | None) -> None:
         if args.inputs:
             parser.error("--compare takes the two runs; give no other inputs")
         (a, _), (b, _) = (
-            _run(parser, [p], args, thresholds, out / ab) for p, ab in zip(args.compare, "ab", strict=True)
+            _run(parser, _files(parser, [p]), [p], args, thresholds, out / ab)
+            for p, ab in zip(args.compare, "ab", strict=True)
         )
         write_report(a, out / "a")
         write_report(b, out / "b")
@@ -160,8 +183,12 @@ def _main(argv: list[str] | None) -> None:
         return
     if not args.inputs:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
-    analysis, stats = _run(parser, args.inputs, args, thresholds, out)
-    write_report(analysis, out)
+    files = _files(parser, args.inputs)
+    # a big log's timeline.png is drawn by a child that imports matplotlib while the logs are read
+    # (and draws while the other files are written), off the GIL the parse and the collection share
+    with _plotter(files) as plotter:
+        analysis, stats = _run(parser, files, args.inputs, args, thresholds, out)
+        write_report(analysis, out, plotter)
     if args.trace:
         trace = write_trace(analysis.data, out / "trace.json")
         print(f"trace: {trace} (open it in https://ui.perfetto.dev)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
 from functools import lru_cache
@@ -27,6 +26,7 @@ from prime_rl.analysis.spans import first_spans, spans_of_kind
 from prime_rl.analysis.stages import stages
 from prime_rl.analysis.stats import Collected, Span
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.timeline_plot import ROWS, PlotData, PlotProcess, draw
 
 TIMELINE_LINES = 50_000
 """timeline.txt lists at most this many spans (the rest are counted)."""
@@ -106,7 +106,7 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
         .head(n)
     )
     ups = [d.updates[i] for i in slowest["i"].to_list()]
-    gens = _Overlaps(spans_of_kind(d.spans, "gen"))
+    gens = _gen_overlaps(d)
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  {'server':24} in flight"
     ]
@@ -120,6 +120,11 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
     if not ups:
         out.append("(no weight updates in these logs)")
     return "\n".join(out) + "\n"
+
+
+def _gen_overlaps(d: Collected) -> _Overlaps:
+    """The generation batches for overlap lookups (slowest_updates.txt and timeline.txt), made once."""
+    return d.memo("gen_overlaps", lambda: _Overlaps(spans_of_kind(d.spans, "gen")))
 
 
 class _Overlaps:
@@ -155,7 +160,7 @@ def timeline(d: Collected) -> str:
         "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         "",
     ]
-    gens = _Overlaps(spans_of_kind(d.spans, "gen"))
+    gens = _gen_overlaps(d)
     for s in first_spans(d.spans, TIMELINE_LINES):
         line = (
             f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
@@ -184,100 +189,43 @@ def _dropped_note(d: Collected) -> str:
     )
 
 
-def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
-    """(start, width) bars sorted by start, neighbours closer than ``resolution`` merged into one:
-    at most about span / resolution bars, whatever the number of spans."""
-    return _merge_sorted(sorted(bars), resolution)
-
-
-def _merge_sorted(bars: Iterable[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
-    """:func:`merge_bars` of bars already sorted (by start, then width)."""
-    out: list[tuple[float, float]] = []
-    first = True
-    at = wide = 0.0  # the bar being merged into
-    for start, width in bars:
-        if not first and start - (at + wide) < resolution:
-            reach = start + width - at
-            if reach > wide:
-                wide = reach
-        else:
-            if not first:
-                out.append((at, wide))
-            at, wide, first = start, width, False
-    if not first:
-        out.append((at, wide))
-    return out
-
-
-def plot_timeline(a: Analysis, path: Path) -> bool:
-    """timeline.png: one row per kind of event over the whole run (every span, kept or not, from
-    :attr:`Collected.bars`), one drawing call per row (bars merged to :data:`PLOT_BARS` per row);
-    returns False when there is nothing to draw."""
+def plot_data(a: Analysis) -> PlotData | None:
+    """What timeline.png is drawn from: one row per kind of event over the whole run (every span,
+    kept or not, from :attr:`Collected.bars`) and the updates' queue parts; None: nothing to draw."""
     d = a.data
     if not d.spans:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+        return None
     every = {kind: b.bars() for kind, b in d.bars.items() if b.spans}
     if not every:  # spans collected without bars (a hand-built Collected)
         every = {
             kind: b.bars() for kind, b in bars_by_kind((s.kind, s.start, s.end) for s in d.spans).items()
         }
-    t0 = min(start[0] for start, _ in every.values())
-    t1 = max(end.max() for _, end in every.values())
-    resolution = max(t1 - t0, 1e-3) / PLOT_BARS
-    rows = ["gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait"]
-    colors = {
-        "gen": "tab:blue",
-        "ckpt_wait": "tab:orange",
-        "ckpt_write": "tab:green",
-        "update": "tab:red",
-        "train": "tab:purple",
-        "train_wait": "tab:gray",
-    }
-    fig, ax = plt.subplots(figsize=(12, 4.2))
-    for i, kind in enumerate(rows):
-        if kind in every:
-            start, end = every[kind]
-            bars = zip((start - t0).tolist(), (end - start).tolist(), strict=True)
-            ax.broken_barh(_merge_sorted(bars, resolution), (i - 0.35, 0.7), color=colors[kind])
-    # every update's queue part, sorted as columns and merged a slice at a time: a list of every
-    # update's bar would cost 120 MB for the 714k updates of the 10M-line all-tagged benchmark
+    t0 = min(float(start[0]) for start, _ in every.values())
+    t1 = max(float(end.max()) for _, end in every.values())
+    # every update's queue part, sorted as columns (a list of every update's bar would cost 120 MB
+    # for the 714k updates of the 10M-line all-tagged benchmark); merged as the picture is drawn
     queued = (
         d.update_frame()
         .filter(pl.col("start").is_not_null() & pl.col("queue").is_not_null() & (pl.col("queue") != 0))
         .select(start=pl.col("start") - t0, width=pl.col("queue") / 1000.0)
         .sort("start", "width")
     )
-    if queued.height:  # the queue part of the updates, hatched
-        bars = (
-            row
-            for part in queued.iter_slices(1 << 16)
-            for row in zip(*(c.to_list() for c in part.get_columns()), strict=True)
-        )
-        ax.broken_barh(
-            _merge_sorted(bars, resolution), (3 - 0.35, 0.7), facecolor="none", edgecolor="black", hatch="///"
-        )
-    ax.set_yticks(
-        range(len(rows)),
-        [
-            "generation",
-            "ckpt wait",
-            "ckpt write",
-            "weight update\n(hatched: queue)",
-            "trainer compute",
-            "trainer waits\nfor rollouts",
-        ],
+    return PlotData(
+        {kind: every[kind] for kind in ROWS if kind in every},
+        (queued.get_column("start").to_numpy(), queued.get_column("width").to_numpy()),
+        t0,
+        max(t1 - t0, 1e-3) / PLOT_BARS,
+        a.primary.title if a.primary else "no bottleneck found",
     )
-    ax.set_xlabel("seconds since the first event")
-    title = a.primary.title if a.primary else "no bottleneck found"
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+
+def plot_timeline(a: Analysis, path: Path) -> bool:
+    """timeline.png, drawn here (:func:`plot_data`, then :func:`~prime_rl.analysis.timeline_plot.draw`);
+    returns False when there is nothing to draw."""
+    data = plot_data(a)
+    if data is None:
+        return False
+    draw(data, path)
     return True
 
 
@@ -399,16 +347,21 @@ def _restart_dict(r: Restart) -> dict[str, Any]:
     return asdict(r) | {"redone": r.redone}
 
 
-def write_report(a: Analysis, out: Path) -> Path:
-    """Write every file of the analysis directory ``out``; returns ``out``."""
+def write_report(a: Analysis, out: Path, plotter: PlotProcess | None = None) -> Path:
+    """Write every file of the analysis directory ``out``; returns ``out``. timeline.png is drawn by
+    ``plotter`` while the other files are written (drawn here if it fails), else here."""
     out.mkdir(parents=True, exist_ok=True)
+    data, png = plot_data(a), out / "timeline.png"
+    if data is not None and plotter is not None:
+        plotter.submit(data, png)
     for name, (series, title) in STAT_FILES.items():
         (out / name).write_text(format_stats(title, a.data.describe(series)))
     (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
     (out / "timeline.txt").write_text(timeline(a.data))
-    has_png = plot_timeline(a, out / "timeline.png")
     (out / "summary.json").write_text(_json_top_level_lines(to_json(a)))
-    (out / "SUMMARY.md").write_text(summary_md(a, has_png))
+    if data is not None and (plotter is None or not plotter.result()):
+        draw(data, png)  # no plot process, or it failed
+    (out / "SUMMARY.md").write_text(summary_md(a, data is not None))
     return out
 
 

@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.report import PLOT_BARS, merge_bars, plot_timeline, timeline
+from prime_rl.analysis.report import PLOT_BARS, plot_timeline, timeline
 from prime_rl.analysis.stats import Span
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.timeline_plot import merge_bars
 from prime_rl.analysis.updates import Update
 
 
@@ -126,7 +127,7 @@ def test_bars_merged_as_they_come_draw_what_every_span_merged_at_once_draws(bloc
     from unittest import mock
 
     from prime_rl.analysis import bars as bars_mod
-    from prime_rl.analysis.report import _merge_sorted
+    from prime_rl.analysis.timeline_plot import merge_sorted as _merge_sorted
 
     with mock.patch.object(bars_mod, "CAP", 5), mock.patch.object(bars_mod, "PLOT_BARS", plot_bars):
         kind = bars_mod.Bars()

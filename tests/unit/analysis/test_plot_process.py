@@ -1,0 +1,59 @@
+"""timeline.png drawn by a child process for big logs: the same picture as drawn in the analyzer,
+drawn there when the child fails, and a child given nothing exits."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.support.synthetic_logs import make_run
+
+import prime_rl.analysis.__main__ as cli
+from prime_rl.analysis.timeline_plot import PlotProcess
+
+
+class _Recorded(PlotProcess):
+    """A plot process that records what it answered."""
+
+    answers: list[bool] = []
+
+    def result(self, timeout: float = 60.0) -> bool:
+        answer = super().result(timeout)
+        self.answers.append(answer)
+        return answer
+
+
+class _Failing(_Recorded):
+    command = (sys.executable, "-c", "import sys; sys.stdin.buffer.read(); sys.exit(3)")
+
+
+def _picture(run, out, monkeypatch, child_bytes: int, plotter: type = _Recorded) -> bytes:
+    monkeypatch.setattr(cli, "PLOT_CHILD_BYTES", child_bytes)
+    monkeypatch.setattr(cli, "PlotProcess", plotter)
+    plotter.answers = []
+    cli.main([str(run), "--out", str(out)])
+    assert "timeline.png" in (out / "SUMMARY.md").read_text()
+    return (out / "timeline.png").read_bytes()
+
+
+def test_a_big_logs_picture_is_drawn_by_a_child_as_the_analyzer_draws_it(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    make_run("healthy", steps=40, seed=3).write(run)
+    here = _picture(run, tmp_path / "here", monkeypatch, child_bytes=1 << 40)
+    assert _Recorded.answers == []  # a small log: no child
+    by_child = _picture(run, tmp_path / "child", monkeypatch, child_bytes=0)
+    assert _Recorded.answers == [True] and by_child == here and here.startswith(b"\x89PNG")
+
+
+def test_a_child_that_fails_leaves_the_picture_to_the_analyzer(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    make_run("healthy", steps=40, seed=3).write(run)
+    here = _picture(run, tmp_path / "here", monkeypatch, child_bytes=1 << 40)
+    assert _picture(run, tmp_path / "failed", monkeypatch, 0, _Failing) == here
+    assert _Failing.answers == [False]
+
+
+def test_a_plot_process_given_nothing_exits_by_itself_when_closed():
+    with PlotProcess() as p:
+        child = p._proc
+        assert not p.result()  # nothing was sent: nothing drawn
+    assert child.returncode == 0  # it read the end of its pipe and exited, it was not killed
