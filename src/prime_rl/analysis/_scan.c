@@ -1,38 +1,211 @@
-/* The sparse chunk scan of prime_rl.analysis.parser in C (optional: the parser falls back to its
- * Python scan when this module is not built; the tests hold the two to the same output).
+/* The chunk scan of prime_rl.analysis.parser in C (optional: the parser falls back to its Python
+ * scan when this module is not built; the tests hold the two to the same output).
  *
- * sparse(buffer, size, heads) walks a chunk's first `size` bytes once, without the GIL: it counts
- * the newlines and visits every "[". A "[" that starts one of `heads` (the known tag markers,
- * "[weights]" and so on) is a marker; the first marker of each line is kept with the line's number
- * (counted from 0 at the chunk's start), where the line starts and ends (the end is its newline: a
- * chunk ends with one) and where the marker is. A "[" that is not a marker is a candidate for an
- * unknown tag's head when it starts a line or follows "| "; the caller matches those against its
- * pattern. Returns (newlines, rows, candidates, texts): rows the int64 bytes of 4 values a kept
- * line (line, start, end, marker), candidates those of the candidates' positions, texts the kept
- * lines decoded as bytes.decode("utf-8", "replace") decodes them (without their newline).
+ * scan(buffer, size, heads, split) walks a chunk's first `size` bytes once, without the GIL: it
+ * counts the newlines and visits every "[". A "[" that starts one of `heads` (the known tag
+ * markers, "[weights]" and so on) is a marker; the first marker of each line is kept with the line's
+ * number (counted from 0 at the chunk's start), where the line starts and ends (the end is its
+ * newline: a chunk ends with one) and where the marker is. A "[" that is not a marker is a candidate
+ * for an unknown tag's head when it starts a line or follows "| "; the caller matches those against
+ * its pattern.
+ *
+ * With `split`, a kept line in the one shape format_tagged writes through loguru's file sink is
+ * also taken apart here ("clean"): ASCII only; "YYYY-MM-DD HH:MM:SS.mmm" at its start (digits and
+ * separators where they belong) and the marker at byte 36; no tab, CR, VT or FF in the message; the
+ * head "[tag]" or "[tag][trace id]" (1-64 of A-Za-z0-9_.-) followed by one space and a first word
+ * that is an event name or a key=value; the rest after the next space, if any. Every other kept
+ * line (malformed ones among them) is left to the caller.
+ *
+ * Returns (newlines, candidates, rows, texts, clean):
+ *   candidates  int64 bytes: the candidates' positions;
+ *   rows        int64 bytes, 4 a kept line that is not clean: line, start, end, marker;
+ *   texts       those lines decoded as bytes.decode("utf-8", "replace") decodes them (no newline);
+ *   clean       None, or (lines, dates, times, tags, tid, first, rest) of the clean lines:
+ *               lines int64 bytes; dates int32 bytes (YYYYMMDD); times int32 bytes, 4 a line (hour,
+ *               minute, second, millisecond); tags uint8 bytes (the index of the head in `heads`);
+ *               tid, first and rest each an Arrow large-string column as a pair of PyCapsules
+ *               ("arrow_schema", "arrow_array": the Arrow C data interface; tid and rest nullable).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int64_t *data;
-    Py_ssize_t len, cap;
-} Vec;
+/* --- growable byte buffers (malloc'd: an exported column's are freed by its consumer, maybe
+ * without the GIL) -------------------------------------------------------------------------- */
 
-static int vec_push(Vec *v, int64_t x) {
-    if (v->len == v->cap) {
-        Py_ssize_t cap = v->cap ? 2 * v->cap : 1024;
-        int64_t *grown = PyMem_RawRealloc(v->data, (size_t)cap * sizeof(int64_t));
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+
+static int buf_put(Buf *b, const void *src, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
         if (grown == NULL)
             return -1;
-        v->data = grown;
-        v->cap = cap;
+        b->data = grown;
+        b->cap = cap;
     }
-    v->data[v->len++] = x;
+    if (n)
+        memcpy(b->data + b->len, src, n);
+    b->len += n;
     return 0;
 }
+
+static int put_i64(Buf *b, int64_t x) { return buf_put(b, &x, sizeof x); }
+static int put_i32(Buf *b, int32_t x) { return buf_put(b, &x, sizeof x); }
+
+/* --- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) --- */
+
+#define ARROW_FLAG_NULLABLE 2
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+/* A large-string column being built: offsets (int64, one more than the rows), the bytes, and the
+ * validity bitmap (bit i set: row i has a value) when it may hold nulls. */
+typedef struct {
+    Buf offsets, data, validity;
+    int64_t length, nulls;
+    int nullable;
+} StrCol;
+
+static int strcol_init(StrCol *c, int nullable) {
+    memset(c, 0, sizeof *c);
+    c->nullable = nullable;
+    return put_i64(&c->offsets, 0);
+}
+
+/* append s[0:n]; n < 0: a null */
+static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) {
+    if (c->nullable && c->length % 8 == 0) {
+        char zero = 0;
+        if (buf_put(&c->validity, &zero, 1))
+            return -1;
+    }
+    if (n < 0) {
+        c->nulls++;
+    } else {
+        if (buf_put(&c->data, s, (size_t)n))
+            return -1;
+        if (c->nullable)
+            c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
+    }
+    c->length++;
+    return put_i64(&c->offsets, (int64_t)c->data.len);
+}
+
+static void strcol_free(StrCol *c) {
+    free(c->offsets.data);
+    free(c->data.data);
+    free(c->validity.data);
+    memset(c, 0, sizeof *c);
+}
+
+static void release_schema(struct ArrowSchema *s) { s->release = NULL; }
+
+static void release_array(struct ArrowArray *a) {
+    for (int i = 0; i < 3; i++)
+        free((void *)a->buffers[i]);
+    free(a->buffers);
+    a->release = NULL;
+}
+
+static void schema_capsule_free(PyObject *capsule) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(capsule, "arrow_schema");
+    if (s == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (s->release != NULL)
+        s->release(s);
+    free(s);
+}
+
+static void array_capsule_free(PyObject *capsule) {
+    struct ArrowArray *a = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (a == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (a->release != NULL)
+        a->release(a);
+    free(a);
+}
+
+/* The column as (schema capsule, array capsule); its buffers are handed over (c is emptied). */
+static PyObject *strcol_export(StrCol *c) {
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    const void **buffers = calloc(3, sizeof(void *));
+    if (s == NULL || a == NULL || buffers == NULL) {
+        free(s);
+        free(a);
+        free(buffers);
+        return PyErr_NoMemory();
+    }
+    s->format = "U";
+    s->name = "";
+    s->flags = c->nullable ? ARROW_FLAG_NULLABLE : 0;
+    s->release = release_schema;
+    if (c->nulls == 0) { /* no nulls: no bitmap */
+        free(c->validity.data);
+        c->validity.data = NULL;
+    }
+    buffers[0] = c->validity.data;
+    buffers[1] = c->offsets.data;
+    buffers[2] = c->data.data ? c->data.data : malloc(1); /* a valid pointer even when empty */
+    a->length = c->length;
+    a->null_count = c->nulls;
+    a->n_buffers = 3;
+    a->buffers = buffers;
+    a->release = release_array;
+    memset(c, 0, sizeof *c); /* the array owns the buffers now */
+    PyObject *schema = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+    if (schema == NULL) {
+        release_array(a);
+        free(a);
+        free(s);
+        return NULL;
+    }
+    PyObject *array = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (array == NULL) {
+        Py_DECREF(schema);
+        release_array(a);
+        free(a);
+        return NULL;
+    }
+    return Py_BuildValue("NN", schema, array);
+}
+
+/* --- the scan ------------------------------------------------------------------------------ */
 
 /* the newlines of s[0:n], counted a memchr at a time (lines are tens to hundreds of bytes: memchr's
  * vector search beats a byte loop), and the last one's position in *last (unchanged: none) */
@@ -48,18 +221,143 @@ static Py_ssize_t count_newlines(const char *s, Py_ssize_t n, const char **last)
     return c;
 }
 
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int is_tid(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == '.' || c == '-';
+}
+
+/* Whether the first word w[0:n] makes a well-formed line (the parser's _finish): an event name
+ * ([A-Za-z_][A-Za-z0-9_.]*), or the first field of an event-less line (a "=" after a key). */
+static int first_ok(const char *w, Py_ssize_t n) {
+    if (memchr(w, '=', (size_t)n) != NULL)
+        return w[0] != '=';
+    if (!((w[0] >= 'a' && w[0] <= 'z') || (w[0] >= 'A' && w[0] <= 'Z') || w[0] == '_'))
+        return 0;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        char c = w[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+#define LOGURU_LEN 36
+#define MAX_TID 64
+
+typedef struct {
+    int32_t date, h, m, s, ms;
+    Py_ssize_t tid, tid_n, first, first_n, rest, rest_n; /* _n < 0: none */
+} Clean;
+
+static int two(const char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
+
+/* Whether line s[a:e] with its marker (head_len bytes) at p is clean (see the module's comment);
+ * its parts in *out. */
+static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, Py_ssize_t head_len, Clean *out) {
+    static const int digits[] = {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22};
+    const char *l = s + a;
+    if (p - a != LOGURU_LEN)
+        return 0;
+    for (size_t i = 0; i < sizeof digits / sizeof digits[0]; i++)
+        if (!is_digit(l[digits[i]]))
+            return 0;
+    if (l[4] != '-' || l[7] != '-' || l[10] != ' ' || l[13] != ':' || l[16] != ':' || l[19] != '.')
+        return 0;
+    for (Py_ssize_t i = a; i < e; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 || (i >= p && (c == '\t' || c == '\r' || c == '\v' || c == '\f')))
+            return 0;
+    }
+    out->date = (int32_t)(two(l) * 1000000 + two(l + 2) * 10000 + two(l + 5) * 100 + two(l + 8));
+    out->h = two(l + 11);
+    out->m = two(l + 14);
+    out->s = two(l + 17);
+    out->ms = (l[20] - '0') * 100 + two(l + 21);
+    Py_ssize_t q = p + head_len; /* after "[tag]" */
+    out->tid_n = -1;
+    if (q < e && s[q] == '[') {
+        Py_ssize_t t = q + 1;
+        while (t < e && t - (q + 1) <= MAX_TID && is_tid(s[t]))
+            t++;
+        Py_ssize_t n = t - (q + 1);
+        if (n < 1 || n > MAX_TID || t >= e || s[t] != ']')
+            return 0;
+        out->tid = q + 1;
+        out->tid_n = n;
+        q = t + 1;
+    }
+    if (q >= e || s[q] != ' ')
+        return 0; /* the head ends at a space, and a first word follows */
+    Py_ssize_t f = q + 1, g = q + 1;
+    while (g < e && s[g] != ' ')
+        g++;
+    if (g == f)
+        return 0;
+    if (!first_ok(s + f, g - f))
+        return 0; /* a malformed line: left to the caller, which names it */
+    out->first = f;
+    out->first_n = g - f;
+    out->rest = g + 1;
+    out->rest_n = g < e ? e - (g + 1) : -1;
+    return 1;
+}
+
+typedef struct {
+    Buf lines, dates, times, tags;
+    StrCol tid, first, rest;
+    Py_ssize_t n;
+} CleanCols;
+
+static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, const Clean *x) {
+    c->n++;
+    return put_i64(&c->lines, line) || put_i32(&c->dates, x->date) || put_i32(&c->times, x->h) ||
+           put_i32(&c->times, x->m) || put_i32(&c->times, x->s) || put_i32(&c->times, x->ms) ||
+           buf_put(&c->tags, &tag, 1) ||
+           strcol_add(&c->tid, s + x->tid, x->tid_n) || strcol_add(&c->first, s + x->first, x->first_n) ||
+           strcol_add(&c->rest, s + x->rest, x->rest_n);
+}
+
+static void clean_free(CleanCols *c) {
+    free(c->lines.data);
+    free(c->dates.data);
+    free(c->times.data);
+    free(c->tags.data);
+    strcol_free(&c->tid);
+    strcol_free(&c->first);
+    strcol_free(&c->rest);
+}
+
+static PyObject *bytes_of(const Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
+
+static PyObject *clean_export(CleanCols *c) {
+    if (c->n == 0)
+        Py_RETURN_NONE;
+    PyObject *tid = strcol_export(&c->tid);
+    PyObject *first = tid ? strcol_export(&c->first) : NULL;
+    PyObject *rest = first ? strcol_export(&c->rest) : NULL;
+    if (rest == NULL) {
+        Py_XDECREF(tid);
+        Py_XDECREF(first);
+        return NULL;
+    }
+    return Py_BuildValue("NNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times), bytes_of(&c->tags),
+                         tid, first, rest);
+}
+
 #define MAX_HEADS 32
 
-static PyObject *sparse(PyObject *Py_UNUSED(self), PyObject *args) {
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t size;
     PyObject *heads_obj;
-    if (!PyArg_ParseTuple(args, "y*nO!", &view, &size, &PyTuple_Type, &heads_obj))
+    int split;
+    if (!PyArg_ParseTuple(args, "y*nO!p", &view, &size, &PyTuple_Type, &heads_obj, &split))
         return NULL;
     Py_ssize_t nheads = PyTuple_GET_SIZE(heads_obj);
     if (size < 0 || size > view.len || nheads > MAX_HEADS) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "sparse: size out of range or too many heads");
+        PyErr_SetString(PyExc_ValueError, "scan: size out of range or too many heads");
         return NULL;
     }
     const char *head_bytes[MAX_HEADS];
@@ -68,22 +366,24 @@ static PyObject *sparse(PyObject *Py_UNUSED(self), PyObject *args) {
         PyObject *h = PyTuple_GET_ITEM(heads_obj, k);
         if (!PyBytes_Check(h) || PyBytes_GET_SIZE(h) < 2) {
             PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_TypeError, "sparse: heads must be bytes starting with '['");
+            PyErr_SetString(PyExc_TypeError, "scan: heads must be bytes starting with '['");
             return NULL;
         }
         head_bytes[k] = PyBytes_AS_STRING(h);
         head_len[k] = PyBytes_GET_SIZE(h);
     }
     const char *s = view.buf;
-    Vec rows = {0}, cands = {0};
-    int failed = 0;
+    Buf rows = {0}, cands = {0};
+    CleanCols clean;
+    memset(&clean, 0, sizeof clean);
+    int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.first, 0) || strcol_init(&clean.rest, 1);
     Py_ssize_t newlines = 0;
 
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t counted = 0;    /* newlines are counted in s[0:counted] */
     Py_ssize_t line_start = 0; /* the start of the line holding s[counted - 1] (or 0) */
     int64_t kept_line = -1;    /* the last line a marker was kept for */
-    const char *p = memchr(s, '[', (size_t)size);
+    const char *p = failed ? NULL : memchr(s, '[', (size_t)size);
     while (p != NULL) {
         Py_ssize_t at = p - s;
         Py_ssize_t gap = at - counted;
@@ -94,34 +394,35 @@ static PyObject *sparse(PyObject *Py_UNUSED(self), PyObject *args) {
             line_start = (last - s) + 1;
         }
         counted = at;
-        int known = 0;
+        int known = -1;
         for (Py_ssize_t k = 0; k < nheads; k++) {
             if (head_len[k] <= size - at && memcmp(p, head_bytes[k], (size_t)head_len[k]) == 0) {
-                known = 1;
+                known = (int)k;
                 break;
             }
         }
-        if (known) {
+        if (known >= 0) {
             if (newlines != kept_line) {
                 const char *end = memchr(p, '\n', (size_t)(size - at));
                 Py_ssize_t stop = end ? end - s : size;
+                Clean x;
                 kept_line = newlines;
-                if (vec_push(&rows, newlines) || vec_push(&rows, line_start) || vec_push(&rows, stop) ||
-                    vec_push(&rows, at)) {
-                    failed = 1;
-                    break;
+                if (split && clean_line(s, line_start, stop, at, head_len[known], &x)) {
+                    failed = clean_add(&clean, s, newlines, (uint8_t)known, &x);
+                } else {
+                    failed = put_i64(&rows, newlines) || put_i64(&rows, line_start) || put_i64(&rows, stop) ||
+                             put_i64(&rows, at);
                 }
+                if (failed)
+                    break;
             }
         } else if (at == 0 || s[at - 1] == '\n' || (at > 1 && s[at - 2] == '|' && s[at - 1] == ' ')) {
-            if (vec_push(&cands, at)) {
-                failed = 1;
+            if ((failed = put_i64(&cands, at)))
                 break;
-            }
         }
         p = at + 1 < size ? memchr(p + 1, '[', (size_t)(size - at - 1)) : NULL;
     }
-    if (!failed)
-    {
+    if (!failed) {
         const char *last = NULL;
         newlines += count_newlines(s + counted, size - counted, &last);
     }
@@ -131,41 +432,44 @@ static PyObject *sparse(PyObject *Py_UNUSED(self), PyObject *args) {
     if (failed) {
         PyErr_NoMemory();
     } else {
-        PyObject *r = PyBytes_FromStringAndSize((const char *)rows.data, rows.len * (Py_ssize_t)sizeof(int64_t));
-        PyObject *c = PyBytes_FromStringAndSize((const char *)cands.data, cands.len * (Py_ssize_t)sizeof(int64_t));
-        PyObject *texts = PyList_New(rows.len / 4);
-        for (Py_ssize_t i = 0; texts != NULL && i < rows.len / 4; i++) {
-            int64_t a = rows.data[4 * i + 1], b = rows.data[4 * i + 2];
-            PyObject *t = PyUnicode_DecodeUTF8(s + a, (Py_ssize_t)(b - a), "replace");
+        const int64_t *r = (const int64_t *)rows.data;
+        Py_ssize_t n = (Py_ssize_t)(rows.len / (4 * sizeof(int64_t)));
+        PyObject *texts = PyList_New(n);
+        for (Py_ssize_t i = 0; texts != NULL && i < n; i++) {
+            PyObject *t = PyUnicode_DecodeUTF8(s + r[4 * i + 1], (Py_ssize_t)(r[4 * i + 2] - r[4 * i + 1]), "replace");
             if (t == NULL) {
                 Py_CLEAR(texts);
                 break;
             }
             PyList_SET_ITEM(texts, i, t);
         }
-        if (r && c && texts)
-            out = Py_BuildValue("nNNN", newlines, r, c, texts);
+        PyObject *c = texts ? bytes_of(&cands) : NULL;
+        PyObject *rw = c ? bytes_of(&rows) : NULL;
+        PyObject *cl = rw ? clean_export(&clean) : NULL;
+        if (cl != NULL)
+            out = Py_BuildValue("nNNNN", newlines, c, rw, texts, cl);
         else {
-            Py_XDECREF(r);
-            Py_XDECREF(c);
             Py_XDECREF(texts);
+            Py_XDECREF(c);
+            Py_XDECREF(rw);
         }
     }
     PyBuffer_Release(&view);
-    PyMem_RawFree(rows.data);
-    PyMem_RawFree(cands.data);
+    free(rows.data);
+    free(cands.data);
+    clean_free(&clean);
     return out;
 }
 
 static PyMethodDef methods[] = {
-    {"sparse", sparse, METH_VARARGS,
-     "sparse(buffer, size, heads) -> (newlines, rows, candidates, texts): see the module's docstring."},
+    {"scan", scan, METH_VARARGS,
+     "scan(buffer, size, heads, split) -> (newlines, candidates, rows, texts, clean): see the module's comment."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_scan",
-    "The sparse chunk scan of prime_rl.analysis.parser in C (optional; see sparse).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_scan", "The chunk scan of prime_rl.analysis.parser in C (optional; see scan).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }

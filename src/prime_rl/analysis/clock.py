@@ -29,13 +29,13 @@ def reference_date(heads: Iterable[bytes]) -> str:
     for head in heads:
         for m in _TS_BYTES.finditer(head):
             date = m.group(1).decode()
-            if _local_midnight(date) is not None:
+            if local_midnight(date) is not None:
                 dates.append(date)
                 break
     return min(dates) if dates else FALLBACK_DATE
 
 
-def _local_midnight(date: str) -> float | None:
+def local_midnight(date: str) -> float | None:
     """Epoch seconds of local midnight of ``YYYY-MM-DD``, None if it is no date."""
     try:
         return datetime.strptime(date, "%Y-%m-%d").timestamp()
@@ -57,7 +57,7 @@ class Clock:
         """Epoch seconds of local midnight of ``YYYY-MM-DD`` (cached), None if it is no date."""
         value = self._cache.get(date)
         if value is None:
-            value = _local_midnight(date)
+            value = local_midnight(date)
             if value is not None:
                 self._cache[date] = value
         return value

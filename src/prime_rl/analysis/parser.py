@@ -2,10 +2,13 @@
 
 Logs are read in large binary chunks. A chunk dense with tagged lines is split into lines by
 polars' reader (one text column, multi-threaded); in a sparse one (mostly vLLM's request lines and
-the like) the scan skips from bracket to bracket to the tag markers, so the rest costs no Python:
-in C where the install built ``_scan.c`` (one pass that also counts the lines, without the GIL),
-else with ``bytes.find`` and numpy. Chunks are scanned :data:`SCANNERS` at a time, in threads, while the next is read; the file
-is read into a few buffers that are kept (a fresh one per chunk costs page faults). Gzip files
+the like) the scan skips from bracket to bracket to the tag markers, so the rest costs no Python.
+Where the install built ``_scan.c``, one C pass without the GIL does all of it, whatever the
+chunk: it counts the lines, finds the markers, and takes apart the lines in the one shape
+``format_tagged`` writes through loguru's file sink (handed to polars as Arrow columns); the rest
+of this module is then the fallback for the lines it leaves (other formats, odd spacing, text that
+is not ASCII). Chunks are scanned :data:`SCANNERS` at a time, in threads, while the next is read;
+the file is read into a few buffers that are kept (a fresh one per chunk costs page faults). Gzip files
 (``.gz``) and rotated parts are read the same way. A file's tagged lines are handed on in batches
 (:class:`~prime_rl.analysis.tagged.TaggedLines`, at least :data:`BATCH_ROWS` lines of whole
 chunks): the lines in loguru's file format, nearly all of them, are taken apart column-wise with
@@ -24,18 +27,20 @@ free-form message that quotes something a client sent (``weight dir '... [weight
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import time
 import zlib
 from collections import Counter, deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.clock import Clock, reference_date
+from prime_rl.analysis.clock import Clock, local_midnight, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines
 
 try:  # the sparse scan in C, built by the package's install (setup.py); without it, the same in Python
@@ -50,6 +55,8 @@ _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # the marker is not followed by whitespace, a malformed line)
 _AT_MARKER = re.compile(rb"\[(" + _TAG_ALT + rb")\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+([^\n]*))?")
 _TAG_LIST = [t.decode() for t in TAGS]
+_TAG_SERIES = pl.Series("tag", _TAG_LIST, dtype=pl.String)
+"""The tags by their index in :data:`TAGS` (the C scan gives a line's tag by it)."""
 _EVENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 # loguru's file and console prefixes (logging.LOG_FORMAT, CONSOLE_FORMAT): the message starts after it
 _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| [A-Z]+ *\| ")
@@ -209,6 +216,7 @@ def _scan_paths(
                 yield TaggedLines(pending.flush(), label, path, None, stats)
         if pending.rows:
             yield TaggedLines(pending.flush(), label, path, None, stats)
+        pending.count_bad()  # malformed lines after the last batch
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
         _last_line(stats, path, last, clock)
@@ -263,6 +271,9 @@ class _Pending:
         self.lines: list[pl.Series] = []
         self.numbers: list[pl.Series] = []
         self.other: list[pl.DataFrame] = []
+        self.parsed: list[pl.DataFrame] = []
+        self.bad: list[tuple[int, str]] = []
+        """Malformed lines (line, text) not yet counted."""
         self.rows = 0
 
     def add_loguru(self, lines: pl.Series, numbers: pl.Series) -> None:
@@ -275,25 +286,44 @@ class _Pending:
     def add_other(self, texts: list[str], numbers: list[int]) -> None:
         """Lines in other formats with a marker somewhere (parsed now, one by one)."""
         frame, malformed = _other_lines(texts, numbers, self.clock, self.events_seen)
-        for i in malformed:
-            _bad(self.stats, self.path, numbers[i], texts[i][:200])
+        self.bad += [(numbers[i], texts[i]) for i in malformed]
         if frame is not None and frame.height:
             self.other.append(frame)
             self.rows += frame.height
 
+    def add_parsed(self, head: pl.DataFrame) -> None:
+        """Lines in loguru's file format the C scan took apart (:func:`_clean_lines`: the columns
+        :func:`_finish` takes), finished with the batch."""
+        self.parsed.append(head)
+        self.rows += head.height
+
     def flush(self) -> pl.DataFrame:
-        """The lines as one frame (:data:`~prime_rl.analysis.tagged.SCHEMA`), in line order."""
+        """The lines as one frame (:data:`~prime_rl.analysis.tagged.SCHEMA`), in line order; the
+        malformed ones counted (:meth:`count_bad`)."""
         frames = self.other
         if self.lines:
             lines, numbers = pl.concat(self.lines), pl.concat(self.numbers)
             frame, malformed = _loguru_lines(lines, numbers, self.clock, self.events_seen)
-            for i in malformed:
-                _bad(self.stats, self.path, numbers[i], lines[i])
+            self.bad += [(numbers[i], lines[i]) for i in malformed]
+            frames = [frame, *frames]
+        if self.parsed:  # one _finish a batch (the C scan left the malformed lines to the others)
+            head = self.parsed[0] if len(self.parsed) == 1 else pl.concat(self.parsed)
+            frame, malformed = _finish(head, self.events_seen)
+            line = head.get_column("line")
+            self.bad += [(line[i], _message(head.row(i, named=True))) for i in malformed]
             frames = [frame, *frames]
         frame = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line")
         self.stats.tagged += frame.height
-        self.lines, self.numbers, self.other, self.rows = [], [], [], 0
+        self.lines, self.numbers, self.other, self.parsed, self.rows = [], [], [], [], 0
+        self.count_bad()
         return frame
+
+    def count_bad(self) -> None:
+        """Count the malformed lines read so far, the first few named in line order (whichever way
+        each was taken apart)."""
+        for line, text in sorted(self.bad):
+            _bad(self.stats, self.path, line, text)
+        self.bad = []
 
 
 # loguru's file prefix (exactly _LOGURU_LEN characters) with a known marker where the message starts
@@ -309,7 +339,17 @@ class _Found:
     line): chunks are scanned side by side, and added to the file's batch in order (:meth:`into`),
     once the lines before them are counted."""
 
-    __slots__ = ("lines", "last", "loguru", "numbers", "texts", "text_numbers", "unknown")
+    __slots__ = (
+        "lines",
+        "last",
+        "loguru",
+        "numbers",
+        "texts",
+        "text_numbers",
+        "unknown",
+        "parsed",
+        "parsed_bad",
+    )
 
     def __init__(self, last: bytes) -> None:
         self.lines = 0
@@ -322,6 +362,8 @@ class _Found:
         self.text_numbers: list[int] = []
         self.unknown: Counter = Counter()
         """The unknown tags it holds, counted."""
+        self.parsed: pl.DataFrame | None = None
+        """Lines the C scan took apart (:func:`_clean_lines`), to be finished (:func:`_finish`)."""
 
     def add_loguru(self, lines: pl.Series, numbers: np.ndarray) -> None:
         """Lines in loguru's file format whose message starts with a marker (:meth:`_Pending.add_loguru`)."""
@@ -331,8 +373,14 @@ class _Found:
         """Lines in other formats with a marker somewhere (:meth:`_Pending.add_other`)."""
         self.texts, self.text_numbers = texts, numbers
 
+    def add_parsed(self, head: pl.DataFrame) -> None:
+        """Lines already taken apart (:meth:`_Pending.add_parsed`)."""
+        self.parsed = head
+
     def into(self, pending: _Pending, first_line: int) -> None:
         """Add the chunk's lines to ``pending`` (the chunk starts at line ``first_line``)."""
+        if self.parsed is not None:
+            pending.add_parsed(self.parsed.with_columns(pl.col("line") + first_line))
         if self.loguru is not None:
             pending.add_loguru(self.loguru, pl.Series(self.numbers + first_line))
         if self.texts:
@@ -347,7 +395,10 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
     A chunk dense with tagged lines is split into lines by polars' reader (one column, no quoting);
     lines in loguru's file format with a marker where the message starts (nearly all tagged lines)
     are kept as text for :func:`_loguru_lines`, the other lines with a marker are parsed one by one.
-    In a sparse chunk the markers are found from its brackets (:func:`_brackets`)."""
+    In a sparse chunk the markers are found from its brackets (:func:`_brackets`). Where the C scan
+    is built, it does all of this, whatever the chunk (:func:`_scan_c`)."""
+    if _scan is not None:
+        return _scan_c(chunk, size)
     sample = min(size, _SAMPLE)
     if (
         # few tagged lines: cheaper found from their markers
@@ -399,28 +450,34 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
 
 
 def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
-    """:func:`_scan_chunk` from the chunk's markers, found from its brackets: by the C scan
-    (``_scan.sparse``: one pass that also counts the newlines, without the GIL) where it is built,
-    else by :func:`_brackets` and numpy."""
-    if _scan is None:
-        marks = _brackets(chunk, size, found.unknown)
-        if not marks:
-            found.lines = chunk.count(b"\n", 0, size)
-            return found
-        data = np.frombuffer(chunk, np.uint8, size)
-        newlines = np.flatnonzero(data == _NL)
-        pos = np.asarray(marks, dtype=np.int64)
-        line_no = np.searchsorted(newlines, pos)
-        first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
-        pos, line_no = pos[first], line_no[first]
-        starts = np.where(line_no > 0, newlines[np.maximum(line_no - 1, 0)] + 1, 0)
-        found.lines = len(newlines)
-        ends = newlines[line_no]
-        texts = [
-            chunk[a:b].decode("utf-8", "replace") for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-        ]
-        return _marked_lines(chunk, size, line_no, starts, pos, texts, found)
-    found.lines, rows, candidates, texts = _scan.sparse(chunk, size, _MARKER_HEADS)
+    """:func:`_scan_chunk` from the chunk's markers, found from its brackets (:func:`_brackets`)
+    and numpy."""
+    marks = _brackets(chunk, size, found.unknown)
+    if not marks:
+        found.lines = chunk.count(b"\n", 0, size)
+        return found
+    data = np.frombuffer(chunk, np.uint8, size)
+    newlines = np.flatnonzero(data == _NL)
+    pos = np.asarray(marks, dtype=np.int64)
+    line_no = np.searchsorted(newlines, pos)
+    first = np.flatnonzero(np.diff(line_no, prepend=-1))  # the first marker of each line
+    pos, line_no = pos[first], line_no[first]
+    starts = np.where(line_no > 0, newlines[np.maximum(line_no - 1, 0)] + 1, 0)
+    found.lines = len(newlines)
+    ends = newlines[line_no]
+    texts = [
+        chunk[a:b].decode("utf-8", "replace") for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+    return _marked_lines(chunk, size, line_no, starts, pos, texts, found)
+
+
+def _scan_c(chunk: bytes | bytearray, size: int) -> _Found:
+    """:func:`_scan_chunk` by the C scan (``_scan.scan``): one pass without the GIL counts the
+    lines, finds the markers and the unknown-tag candidates, and takes apart the lines in the shape
+    ``format_tagged`` writes through loguru's file sink (nearly all; :func:`_clean_lines`); the other
+    lines with a marker go the way the Python scan sends them (:func:`_marked_lines`)."""
+    found = _Found(_last_line_of(chunk, size))
+    found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True)
     for p in np.frombuffer(candidates, np.int64).tolist():
         m = _UNKNOWN_AT.match(chunk, p, size)
         if m:
@@ -428,7 +485,61 @@ def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
     if rows:
         line_no, starts, _, pos = np.frombuffer(rows, np.int64).reshape(-1, 4).T
         _marked_lines(chunk, size, line_no, starts, pos, texts, found)
+    if clean is not None:
+        _clean_lines(clean, found)
     return found
+
+
+class _ArrowColumn:
+    """A column the C scan made, for ``pl.Series`` (the Arrow PyCapsule interface: no copy through Python)."""
+
+    __slots__ = ("_capsules",)
+
+    def __init__(self, capsules: tuple[object, object]) -> None:
+        self._capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        return self._capsules
+
+
+@lru_cache(maxsize=4096)
+def _midnight(date: int) -> float:
+    """Local midnight of the date ``YYYYMMDD`` in epoch seconds; NaN when it is no date."""
+    value = local_midnight(f"{date // 10000:04d}-{date // 100 % 100:02d}-{date % 100:02d}")
+    return math.nan if value is None else value
+
+
+def _message(row: dict) -> str:
+    """A taken-apart line's message, as written."""
+    tid = f"[{row['tid']}]" if row["tid"] is not None else ""
+    rest = f" {row['rest']}" if row["rest"] is not None else ""
+    return f"[{row['tag']}]{tid} {row['first']}{rest}"
+
+
+def _clean_lines(clean: tuple, found: _Found) -> None:
+    """The lines the C scan took apart, as :func:`_loguru_lines` takes them apart before
+    :func:`_finish` (the timestamp is the same sum, in the same order, of local midnight and the time
+    of day); :meth:`_Pending.flush` finishes them a batch at a time. None of them is malformed: the C
+    scan leaves those to :func:`_marked_lines`."""
+    lines, dates, times, tags, tid, first, rest = clean
+    date = np.frombuffer(dates, np.int32)
+    h, m, sec, ms = np.frombuffer(times, np.int32).reshape(-1, 4).T.astype(np.int64)
+    keys, inverse = np.unique(date, return_inverse=True)
+    day = np.array([_midnight(k) for k in keys.tolist()], dtype=np.float64)[inverse]
+    ok = (h <= 23) & (m <= 59) & (sec <= 60)
+    ts = np.where(ok, day + h * 3600 + m * 60 + sec, np.nan) + ms / 1000.0
+    found.add_parsed(
+        pl.DataFrame(
+            {
+                "line": np.frombuffer(lines, np.int64),
+                "ts": pl.Series("ts", ts, nan_to_null=True),
+                "tag": _TAG_SERIES.gather(np.frombuffer(tags, np.uint8)),
+                "tid": pl.Series(_ArrowColumn(tid)),
+                "first": pl.Series(_ArrowColumn(first)),
+                "rest": pl.Series(_ArrowColumn(rest)),
+            }
+        )
+    )
 
 
 def _marked_lines(
@@ -450,6 +561,9 @@ def _marked_lines(
         ok = (data[s + 34] == 124) & (data[s + 35] == 32) & (data[s + 4] == 45) & (data[s + 19] == 46)
         for k in (20, 21, 22):
             ok &= (data[s + k] >= 48) & (data[s + k] <= 57)
+        # an ASCII prefix: _loguru_lines cuts the message at the 36th character, which is then the
+        # 36th byte (a level like "INFÖ" put the marker at character 35, and the line was malformed)
+        ok &= (data[s[:, None] + np.arange(_LOGURU_LEN)] < 128).all(axis=1)
         fast[np.flatnonzero(fast)[~ok]] = False
     if fast.all():
         found.add_loguru(pl.Series(texts, dtype=pl.String), numbers)

@@ -1,5 +1,5 @@
-"""The sparse chunk scan in C (``prime_rl.analysis._scan``) against the same scan in Python: the parse
-falls back to the Python one where the C module is not built, so the two must find the same."""
+"""The chunk scan in C (``prime_rl.analysis._scan``) against the same scan in Python: the parse falls
+back to the Python one where the C module is not built, so the two must find the same."""
 
 from __future__ import annotations
 
@@ -11,101 +11,124 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prime_rl.analysis import parser
+from prime_rl.analysis.parser import ParseStats, parse_files
 
 built = pytest.mark.skipif(
     parser._scan is None, reason="the C scan is not built (no install, or no C compiler)"
 )
 
 PREFIX = "2026-01-01 12:00:00.000 | INFO    | "
-PIECE = st.one_of(
-    st.sampled_from(
-        [
-            PREFIX + "[gen] batch.done step=1 dur_ms=2.5",
-            PREFIX + "[weights][t1] rpc.done op=x",
-            PREFIX + "[zzz] e k=1",  # an unknown tag where the message starts
-            "12:00:01.500 | INFO    | [gen] x",  # a console capture
-            PREFIX + "step 1 | reward 0.5 | text [with brackets] | [gen] y",
-            "[gen]",
-            "[gen][t1]",
-            "[zzz][t1] e",
-            "[",
-            "]",
-            "| ",
-            "| [yy] e ",
-            "\n",
-            "\n\n",
-            "é\udcff",  # non-ASCII, and bytes that are no UTF-8
-            "[weights]",
-            "[ckpt",
-        ]
+# a tagged line from its parts: every variant the C scan must take apart as the Python scan does,
+# or leave to it (bad digits, a console prefix, odd spacing, long trace ids, non-ASCII, controls)
+PREFIXES = [
+    PREFIX,
+    "2026-01-01 23:59:60.999 | WARNING | ",
+    "2026-01-01 25:61:61.123 | INFO    | ",
+    "2026-13-45 12:00:00.123 | INFO    | ",
+    "2026-01-01 12:00:00.1x3 | INFO    | ",
+    "2026-01-01T12:00:00.123 | INFO    | ",
+    "2026-01-01 12:00:00.123 | INFÖ   | ",
+    "12:00:01.500 | INFO    | ",
+    "free text ",
+    "",
+]
+HEADS = ["[gen]", "[weights][t1]", "[weights][" + "a" * 64 + "]", "[weights][" + "a" * 65 + "]", "[gen][]"]
+HEADS += ["[gen][t1][x]", "[gen]x", "[zzz]", "[ckpt][t.1-_]", "[hang]"]
+FIRSTS = ["batch.done", "9bad", "k=1", "=3", "é", "", "rpc.done"]
+RESTS = [
+    "",
+    " ",
+    " step=1 dur_ms=2.5",
+    "  a=1",
+    " a=1\tb=2",
+    " x=é",
+    " a=1 | [zz] e=1",
+    " a=\x0c1",
+    " [gen] y",
+]
+RESTS += [" wait_ms=inf step=+1", " \x1c"]
+LINE = st.one_of(
+    st.builds(
+        lambda *parts: "".join(parts),
+        st.sampled_from(PREFIXES),
+        st.sampled_from(HEADS),
+        st.sampled_from([" ", "  ", "\t", ""]),
+        st.sampled_from(FIRSTS),
+        st.sampled_from(RESTS),
     ),
-    st.text(alphabet=st.sampled_from(list("ab [|]\n\r\x00=")), max_size=12),
+    st.text(alphabet=st.sampled_from(list("ab [|]\r\x00=\x85é")), max_size=20),
 )
 
 
-def _found(chunk: bytes, garbage: bytes, scan) -> tuple:
-    """Everything the sparse scan of ``chunk`` finds (with ``garbage`` in the buffer after it),
-    by ``scan`` (the C module, or None for the Python scan)."""
-    buffer = bytearray(chunk + garbage)
+def _parsed(log, scan) -> tuple:
+    """Every event of ``log`` and the parse's counts, by ``scan`` (the C module, or None: Python)."""
     old = parser._scan
     parser._scan = scan
     try:
-        f = parser._scan_sparse(buffer, len(chunk), parser._Found(parser._last_line_of(buffer, len(chunk))))
+        stats = ParseStats()
+        events = [
+            (e.line, e.ts, e.tag, e.tid, e.event, tuple(e.fields.items()))
+            for e in parse_files([("orchestrator", log)], stats)
+        ]
     finally:
         parser._scan = old
-    loguru = None if f.loguru is None else (f.loguru.to_list(), f.numbers.tolist())
-    return f.lines, f.last, dict(f.unknown), loguru, f.texts, list(f.text_numbers)
+    return (
+        events,
+        stats.lines,
+        stats.tagged,
+        stats.malformed,
+        stats.malformed_examples,
+        dict(stats.unknown_tags),
+    )
 
 
 @built
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    pieces=st.lists(PIECE, max_size=16),
-    garbage=st.sampled_from([b"", b"[gen] x\n", b"\n[zz] e \n| [yy] e=1\n"]),
+    lines=st.lists(LINE, min_size=1, max_size=12), end=st.sampled_from(["\n", "\r\n"]), small=st.booleans()
 )
-@example(pieces=[PREFIX + "[gen] a | [zz] e=1 [gen] b", "\n", "[zz] e", "\n"], garbage=b"")
-@example(pieces=["[gen]"], garbage=b"[gen] x\n")
-def test_the_c_scan_finds_what_the_python_scan_finds(pieces, garbage):
-    """Any chunk (lines end with a newline, as the reader cuts them): the same line count, last line,
-    unknown tags, loguru lines with their numbers and other lines with theirs; the bytes after the
-    chunk in its buffer are not looked at."""
-    chunk = "".join(pieces).encode("utf-8", "surrogatepass")
-    if not chunk.endswith(b"\n"):
-        chunk += b"\n"
-    assert _found(chunk, garbage, parser._scan) == _found(chunk, garbage, None)
+@example(lines=[PREFIX + "[gen] 9bad s=1", "x", PREFIX + "[ckpt] =3", "[zzz] e k=1"], end="\n", small=False)
+def test_the_c_scan_parses_any_log_as_the_python_scan_does(lines, end, small, tmp_path_factory):
+    """The same events (line, time, tag, trace id, event, fields), line and tagged counts, malformed
+    lines with their examples in the same order, and unknown tags; in one chunk or in many."""
+    log = tmp_path_factory.mktemp("c") / "o.log"
+    log.write_bytes(end.join(lines).encode("utf-8", "surrogatepass") + end.encode())
+    with pytest.MonkeyPatch.context() as mp:
+        if small:
+            mp.setattr(parser, "CHUNK", 64)
+        assert _parsed(log, parser._scan) == _parsed(log, None)
 
 
 @built
-def test_the_c_scan_counts_a_mixed_log_as_the_python_scan_does(tmp_path):
-    """A real-looking log of 20,000 lines (tagged lines one in ten, vLLM noise between), read in its
-    chunks: every chunk found alike, and the found lines are tagged lines at the right numbers."""
+def test_the_c_scan_parses_a_mixed_log_as_the_python_scan_does(tmp_path):
+    """A real-looking log of 20,000 lines (tagged lines one in ten, vLLM noise between) and one with
+    every line tagged: the same events, read from the same lines."""
     from tests.support.synthetic_logs import make_run
 
     run = make_run("healthy", steps=200)
     noise = PREFIX + "(vllm.engine) Avg prompt throughput: 1234.5 tokens/s, Running: 256 reqs"
-    lines = [x for line in sorted(run.orchestrator + run.trainer) for x in [noise] * 9 + [line]][:20_000]
-    log = tmp_path / "orchestrator.log"
-    log.write_text("\n".join(lines) + "\n")
-    total, numbers = 0, []
-    for buffer, size in parser._chunks(log, [], 1):
-        chunk = bytes(buffer[:size])
-        c = _found(chunk, b"", parser._scan)
-        assert c == _found(chunk, b"", None)
-        numbers += [n + total for n in c[3][1]]
-        total += c[0]
-    tagged = [i for i, line in enumerate(lines) if parser._MARKERS_S.match(line, len(PREFIX))]
-    assert total == len(lines) and numbers == tagged and len(tagged) > 1500
+    tagged = sorted(run.orchestrator + run.trainer)
+    for name, lines in (
+        ("mixed", [x for line in tagged for x in [noise] * 9 + [line]][:20_000]),
+        ("tagged", tagged),
+    ):
+        log = tmp_path / f"{name}.log"
+        log.write_text("\n".join(lines) + "\n")
+        c = _parsed(log, parser._scan)
+        assert c == _parsed(log, None)
+        assert c[1] == len(lines) and len(c[0]) > 1500 and not c[3]
+        assert all(f"[{tag}]" in lines[n - 1] for n, _, tag, *_ in c[0])  # numbered from 1
 
 
 @built
 def test_the_c_scan_refuses_a_size_past_its_buffer_and_heads_that_are_not_bytes():
     with pytest.raises(ValueError, match="size"):
-        parser._scan.sparse(b"[gen] x\n", 9, parser._MARKER_HEADS)
+        parser._scan.scan(b"[gen] x\n", 9, parser._MARKER_HEADS, True)
     with pytest.raises(ValueError, match="size"):
-        parser._scan.sparse(b"[gen] x\n", -1, parser._MARKER_HEADS)
+        parser._scan.scan(b"[gen] x\n", -1, parser._MARKER_HEADS, True)
     with pytest.raises(TypeError, match="heads"):
-        parser._scan.sparse(b"[gen] x\n", 8, ("[gen]",))
-    assert parser._scan.sparse(b"[gen] x\n", 8, ())[0] == 1  # no heads: lines counted, nothing kept
+        parser._scan.scan(b"[gen] x\n", 8, ("[gen]",), True)
+    assert parser._scan.scan(b"[gen] x\n", 8, (), True)[0] == 1  # no heads: lines counted, nothing kept
 
 
 def test_an_installed_package_has_the_c_scan_where_a_compiler_is():

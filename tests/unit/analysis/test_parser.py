@@ -240,21 +240,24 @@ LINE = st.one_of(
 @example(lines=[PREFIX + "[gen] batch.done a=1\x00x b=2", PREFIX + "[gen] x"], end="\n", bom=False)
 @example(lines=[PREFIX + "[gen] batch.done a=1", PREFIX + "[gen] x=2"], end="\r\n", bom=False)
 @example(lines=[PREFIX + "[gen] batch.done a=1"], end="\n", bom=True)
+@example(lines=["2026-01-01 12:00:00.123 | INFÖ   | [gen] batch.done"], end="\n", bom=False)
+@example(lines=[PREFIX + "[gen] 9bad", "2026-01-01T12:00:00.123 | INFO    | [gen] 9bad"], end="\n", bom=False)
 def test_a_dense_chunk_read_by_polars_parses_as_the_bytes_path_does(lines, end, bom):
     """A chunk dense with tagged lines is split into lines by polars' reader, a sparse one from its
-    markers' positions in the bytes; both give the same events, line numbers and counts, whatever
-    the lines hold (NUL, CR, CRLF endings, a byte-order mark, invalid text)."""
+    markers' positions in the bytes; both give the same events, line numbers and counts (the
+    malformed lines named in line order), whatever the lines hold (NUL, CR, CRLF endings, a
+    byte-order mark, invalid text, a level that is not ASCII)."""
     from prime_rl.analysis import parser
 
     raw = (b"\xef\xbb\xbf" if bom else b"") + end.join(lines).encode("utf-8", "surrogatepass") + end.encode()
 
     def run(log: Path, dense: int):
-        old = parser._DENSE
-        parser._DENSE = dense
+        old, scan = parser._DENSE, parser._scan
+        parser._DENSE, parser._scan = dense, None  # the Python scan's two ways (the C scan has one)
         try:
             events, stats = parse(log)
         finally:
-            parser._DENSE = old
+            parser._DENSE, parser._scan = old, scan
         rows = [(e.line, e.ts, e.tag, e.tid, e.event, e.fields) for e in events]
         counts = (stats.lines, stats.tagged, stats.malformed, stats.malformed_examples)
         return rows, counts, dict(stats.unknown_tags)
@@ -372,7 +375,7 @@ def _parsed(log: Path):
     )
 
 
-@pytest.mark.parametrize("dense", [0, 10**9], ids=["sparse", "dense"])
+@pytest.mark.parametrize("dense", [0, 10**9, None], ids=["sparse", "dense", "c"])
 def test_chunks_scanned_side_by_side_parse_as_one_chunk_does(tmp_path, monkeypatch, dense):
     """A log read in many small chunks, scanned two at a time by scans that take their time, gives
     the events, line numbers, counts and last line that one chunk of the whole log gives; no chunk's
@@ -380,8 +383,13 @@ def test_chunks_scanned_side_by_side_parse_as_one_chunk_does(tmp_path, monkeypat
     from prime_rl.analysis import parser
 
     log = tmp_path / "orchestrator.log"
-    log.write_bytes(_mixed_log(400, seed=dense))
-    monkeypatch.setattr(parser, "_DENSE", dense)
+    if dense is None:  # the C scan (one way for every chunk)
+        if parser._scan is None:
+            pytest.skip("the C scan is not built")
+    else:  # the Python scan, each of its two ways
+        monkeypatch.setattr(parser, "_scan", None)
+        monkeypatch.setattr(parser, "_DENSE", dense)
+    log.write_bytes(_mixed_log(400, seed=dense if dense is not None else 7))
     whole = _parsed(log)
     assert whole[1][0] == 400 and whole[1][1] > 100 and whole[2][0]  # every kind is there
     text = log.read_bytes().split(b"\n")
