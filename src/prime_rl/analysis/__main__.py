@@ -110,12 +110,18 @@ def _files(parser: argparse.ArgumentParser, inputs: list[Path]) -> list[tuple[st
 
 def _plotter(files: list[tuple[str, Path]]) -> contextlib.AbstractContextManager[PlotProcess | None]:
     """A child that draws timeline.png (:class:`~prime_rl.analysis.timeline_plot.PlotProcess`) for
-    logs of :data:`PLOT_CHILD_BYTES` or more; smaller ones are drawn here (a child would cost more)."""
+    logs of :data:`PLOT_CHILD_BYTES` or more; smaller ones are drawn here (a child would cost more),
+    and so are all where no child can be started."""
     size = 0
     for _, path in files:
         with contextlib.suppress(OSError):
             size += path.stat().st_size
-    return PlotProcess() if size >= PLOT_CHILD_BYTES else contextlib.nullcontext()
+    if size >= PLOT_CHILD_BYTES:
+        try:
+            return PlotProcess()
+        except OSError as e:
+            print(f"analyze-logs: timeline.png is drawn here (no plot process: {e})", file=sys.stderr)
+    return contextlib.nullcontext()
 
 
 def _run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from bisect import bisect_left
 from dataclasses import asdict
 from datetime import datetime
@@ -359,8 +360,11 @@ def write_report(a: Analysis, out: Path, plotter: PlotProcess | None = None) -> 
     (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
     (out / "timeline.txt").write_text(timeline(a.data))
     (out / "summary.json").write_text(_json_top_level_lines(to_json(a)))
-    if data is not None and (plotter is None or not plotter.result()):
-        draw(data, png)  # no plot process, or it failed
+    if data is not None and plotter is not None and not plotter.result():
+        print("analyze-logs: the plot process failed; timeline.png is drawn here", file=sys.stderr)
+        plotter = None
+    if data is not None and plotter is None:
+        draw(data, png)
     (out / "SUMMARY.md").write_text(summary_md(a, data is not None))
     return out
 

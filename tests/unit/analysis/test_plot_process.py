@@ -44,12 +44,20 @@ def test_a_big_logs_picture_is_drawn_by_a_child_as_the_analyzer_draws_it(tmp_pat
     assert _Recorded.answers == [True] and by_child == here and here.startswith(b"\x89PNG")
 
 
-def test_a_child_that_fails_leaves_the_picture_to_the_analyzer(tmp_path, monkeypatch):
+class _Unstartable(_Recorded):
+    command = ("/nonexistent/python",)
+
+
+def test_a_child_that_fails_or_cannot_start_leaves_the_picture_to_the_analyzer(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     make_run("healthy", steps=40, seed=3).write(run)
     here = _picture(run, tmp_path / "here", monkeypatch, child_bytes=1 << 40)
+    capsys.readouterr()
     assert _picture(run, tmp_path / "failed", monkeypatch, 0, _Failing) == here
     assert _Failing.answers == [False]
+    assert "the plot process failed; timeline.png is drawn here" in capsys.readouterr().err
+    assert _picture(run, tmp_path / "unstartable", monkeypatch, 0, _Unstartable) == here
+    assert "timeline.png is drawn here (no plot process" in capsys.readouterr().err
 
 
 def test_a_plot_process_given_nothing_exits_by_itself_when_closed():
