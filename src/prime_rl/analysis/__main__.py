@@ -16,7 +16,7 @@ from prime_rl.analysis.compare import write_compare
 from prime_rl.analysis.parser import ParseStats, discover, scan_files
 from prime_rl.analysis.read_ahead import read_ahead
 from prime_rl.analysis.report import write_report
-from prime_rl.analysis.stats import prepared
+from prime_rl.analysis.stats import FIELDS, prepared
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.timeline_plot import PlotProcess
 from prime_rl.analysis.trace import left_out, write_trace
@@ -137,7 +137,7 @@ def _run(
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
     # two threads ahead of the collection: one parses, the next reads each tag's fields
-    batches = read_ahead(prepared(read_ahead(scan_files(files, stats))))
+    batches = read_ahead(prepared(read_ahead(scan_files(files, stats, FIELDS))))
     spill_dir = args.tmp_dir or out
     try:
         spill_dir.mkdir(parents=True, exist_ok=True)

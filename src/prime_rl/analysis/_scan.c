@@ -1,7 +1,7 @@
 /* The chunk scan of prime_rl.analysis.parser in C (optional: the parser falls back to its Python
  * scan when this module is not built; the tests hold the two to the same output).
  *
- * scan(buffer, size, heads, split) walks a chunk's first `size` bytes once, without the GIL: it
+ * scan(buffer, size, heads, split, fields=None) walks a chunk's first `size` bytes once, without the GIL: it
  * counts the newlines and visits every "[". A "[" that starts one of `heads` (the known tag
  * markers, "[weights]" and so on) is a marker; the first marker of each line is kept with the line's
  * number (counted from 0 at the chunk's start), where the line starts and ends (the end is its
@@ -16,15 +16,24 @@
  * that is an event name or a key=value; the rest after the next space, if any. Every other kept
  * line (malformed ones among them) is left to the caller.
  *
+ * `fields` (one tuple of keys as bytes per head, at most MAX_FIELDS each) names the fields read from
+ * a clean line of that head as it is taken apart: each key's value is that of its last token
+ * "key=value" (tokens are what single spaces separate; the value runs to the token's end) in the
+ * line's fields part (the rest, or from the first word on when that word is a key=value); null
+ * where no token has the key. That is what the parser's read_fields finds in ASCII text with no
+ * whitespace but spaces, which clean lines are.
+ *
  * Returns (newlines, candidates, rows, texts, clean):
  *   candidates  int64 bytes: the candidates' positions;
  *   rows        int64 bytes, 4 a kept line that is not clean: line, start, end, marker;
  *   texts       those lines decoded as bytes.decode("utf-8", "replace") decodes them (no newline);
- *   clean       None, or (lines, dates, times, tags, tid, first, rest) of the clean lines:
+ *   clean       None, or (lines, dates, times, tags, tid, first, rest, values) of the clean lines:
  *               lines int64 bytes; dates int32 bytes (YYYYMMDD); times int32 bytes, 4 a line (hour,
  *               minute, second, millisecond); tags uint8 bytes (the index of the head in `heads`);
  *               tid, first and rest each an Arrow large-string column as a pair of PyCapsules
- *               ("arrow_schema", "arrow_array": the Arrow C data interface; tid and rest nullable).
+ *               ("arrow_schema", "arrow_array": the Arrow C data interface; tid and rest nullable);
+ *               values a list of such nullable columns, the i-th holding each line's i-th key's
+ *               value (as many as the most keys of a head).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -303,19 +312,56 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
     return 1;
 }
 
+#define MAX_FIELDS 16
+
 typedef struct {
     Buf lines, dates, times, tags;
     StrCol tid, first, rest;
+    StrCol values[MAX_FIELDS];
+    int nvalues;
     Py_ssize_t n;
 } CleanCols;
 
-static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, const Clean *x) {
+typedef struct {
+    const char *key[MAX_FIELDS];
+    Py_ssize_t len[MAX_FIELDS];
+    int n;
+} Keys;
+
+/* The value of each key of `k` in the fields part s[a:e] (its last "key=" token), into the columns. */
+static int add_values(CleanCols *c, const char *s, Py_ssize_t a, Py_ssize_t e, const Keys *k) {
+    Py_ssize_t at[MAX_FIELDS], n[MAX_FIELDS];
+    for (int j = 0; j < c->nvalues; j++)
+        n[j] = -1;
+    for (Py_ssize_t t = a; a >= 0 && t <= e;) {
+        const char *space = memchr(s + t, ' ', (size_t)(e - t));
+        Py_ssize_t u = space ? space - s : e; /* the token s[t:u] */
+        for (int j = 0; j < k->n; j++) {
+            Py_ssize_t kl = k->len[j];
+            if (u - t > kl && s[t + kl] == '=' && memcmp(s + t, k->key[j], (size_t)kl) == 0) {
+                at[j] = t + kl + 1;
+                n[j] = u - at[j];
+            }
+        }
+        t = u + 1;
+    }
+    for (int j = 0; j < c->nvalues; j++)
+        if (strcol_add(&c->values[j], n[j] >= 0 ? s + at[j] : NULL, n[j]))
+            return -1;
+    return 0;
+}
+
+static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, const Clean *x, const Keys *k) {
     c->n++;
+    /* the fields part: from the first word when it is a key=value (an event-less line), else the rest */
+    int eventless = memchr(s + x->first, '=', (size_t)x->first_n) != NULL;
+    Py_ssize_t from = eventless ? x->first : (x->rest_n >= 0 ? x->rest : -1);
+    Py_ssize_t to = x->rest_n >= 0 ? x->rest + x->rest_n : x->first + x->first_n;
     return put_i64(&c->lines, line) || put_i32(&c->dates, x->date) || put_i32(&c->times, x->h) ||
            put_i32(&c->times, x->m) || put_i32(&c->times, x->s) || put_i32(&c->times, x->ms) ||
-           buf_put(&c->tags, &tag, 1) ||
-           strcol_add(&c->tid, s + x->tid, x->tid_n) || strcol_add(&c->first, s + x->first, x->first_n) ||
-           strcol_add(&c->rest, s + x->rest, x->rest_n);
+           buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, s + x->tid, x->tid_n) ||
+           strcol_add(&c->first, s + x->first, x->first_n) || strcol_add(&c->rest, s + x->rest, x->rest_n) ||
+           add_values(c, s, from, to, k);
 }
 
 static void clean_free(CleanCols *c) {
@@ -326,6 +372,8 @@ static void clean_free(CleanCols *c) {
     strcol_free(&c->tid);
     strcol_free(&c->first);
     strcol_free(&c->rest);
+    for (int j = 0; j < c->nvalues; j++)
+        strcol_free(&c->values[j]);
 }
 
 static PyObject *bytes_of(const Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
@@ -336,13 +384,22 @@ static PyObject *clean_export(CleanCols *c) {
     PyObject *tid = strcol_export(&c->tid);
     PyObject *first = tid ? strcol_export(&c->first) : NULL;
     PyObject *rest = first ? strcol_export(&c->rest) : NULL;
-    if (rest == NULL) {
+    PyObject *values = rest ? PyList_New(c->nvalues) : NULL;
+    for (int j = 0; values != NULL && j < c->nvalues; j++) {
+        PyObject *v = strcol_export(&c->values[j]);
+        if (v == NULL)
+            Py_CLEAR(values);
+        else
+            PyList_SET_ITEM(values, j, v);
+    }
+    if (values == NULL) {
         Py_XDECREF(tid);
         Py_XDECREF(first);
+        Py_XDECREF(rest);
         return NULL;
     }
-    return Py_BuildValue("NNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times), bytes_of(&c->tags),
-                         tid, first, rest);
+    return Py_BuildValue("NNNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times), bytes_of(&c->tags),
+                         tid, first, rest, values);
 }
 
 #define MAX_HEADS 32
@@ -350,9 +407,10 @@ static PyObject *clean_export(CleanCols *c) {
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t size;
-    PyObject *heads_obj;
+    PyObject *heads_obj, *fields_obj = NULL;
     int split;
-    if (!PyArg_ParseTuple(args, "y*nO!p", &view, &size, &PyTuple_Type, &heads_obj, &split))
+    if (!PyArg_ParseTuple(args, "y*nO!p|O!", &view, &size, &PyTuple_Type, &heads_obj, &split, &PyTuple_Type,
+                          &fields_obj))
         return NULL;
     Py_ssize_t nheads = PyTuple_GET_SIZE(heads_obj);
     if (size < 0 || size > view.len || nheads > MAX_HEADS) {
@@ -372,11 +430,43 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         head_bytes[k] = PyBytes_AS_STRING(h);
         head_len[k] = PyBytes_GET_SIZE(h);
     }
+    Keys keys[MAX_HEADS];
+    int nvalues = 0;
+    memset(keys, 0, sizeof keys);
+    if (fields_obj != NULL && PyTuple_GET_SIZE(fields_obj) != nheads) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan: fields must have one tuple of keys per head");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; fields_obj != NULL && k < nheads; k++) {
+        PyObject *t = PyTuple_GET_ITEM(fields_obj, k);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > MAX_FIELDS) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "scan: each head's fields must be a tuple of at most 16 keys");
+            return NULL;
+        }
+        keys[k].n = (int)PyTuple_GET_SIZE(t);
+        for (int j = 0; j < keys[k].n; j++) {
+            PyObject *key = PyTuple_GET_ITEM(t, j);
+            if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 1) {
+                PyBuffer_Release(&view);
+                PyErr_SetString(PyExc_TypeError, "scan: field keys must be non-empty bytes");
+                return NULL;
+            }
+            keys[k].key[j] = PyBytes_AS_STRING(key);
+            keys[k].len[j] = PyBytes_GET_SIZE(key);
+        }
+        if (keys[k].n > nvalues)
+            nvalues = keys[k].n;
+    }
     const char *s = view.buf;
     Buf rows = {0}, cands = {0};
     CleanCols clean;
     memset(&clean, 0, sizeof clean);
     int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.first, 0) || strcol_init(&clean.rest, 1);
+    clean.nvalues = nvalues;
+    for (int j = 0; j < nvalues; j++)
+        failed = failed || strcol_init(&clean.values[j], 1);
     Py_ssize_t newlines = 0;
 
     Py_BEGIN_ALLOW_THREADS
@@ -408,7 +498,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                 Clean x;
                 kept_line = newlines;
                 if (split && clean_line(s, line_start, stop, at, head_len[known], &x)) {
-                    failed = clean_add(&clean, s, newlines, (uint8_t)known, &x);
+                    failed = clean_add(&clean, s, newlines, (uint8_t)known, &x, &keys[known]);
                 } else {
                     failed = put_i64(&rows, newlines) || put_i64(&rows, line_start) || put_i64(&rows, stop) ||
                              put_i64(&rows, at);
@@ -463,7 +553,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(buffer, size, heads, split) -> (newlines, candidates, rows, texts, clean): see the module's comment."},
+     "scan(buffer, size, heads, split, fields=None) -> (newlines, candidates, rows, texts, clean): see the module's comment."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,7 +32,7 @@ import re
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -41,7 +41,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
-from prime_rl.analysis.tagged import EXAMPLES, Event, ParseStats, TaggedLines
+from prime_rl.analysis.tagged import EXAMPLES, READ, VALUE, Event, ParseStats, TaggedLines
 
 try:  # the sparse scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
@@ -181,15 +181,22 @@ _CUT = (EOFError, gzip.BadGzipFile, zlib.error)
 """What reading a compressed log that ends early or is corrupt raises."""
 
 
-def scan_files(paths: list[tuple[str, Path]], stats: ParseStats | None = None) -> Iterator[TaggedLines]:
-    """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order."""
+def scan_files(
+    paths: list[tuple[str, Path]],
+    stats: ParseStats | None = None,
+    fields: Mapping[str, Sequence[str]] | None = None,
+) -> Iterator[TaggedLines]:
+    """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order.
+    ``fields``: the fields of each tag to read while the lines are taken apart, where the C scan
+    can (:meth:`~prime_rl.analysis.tagged.TaggedLines.fields` finds them read)."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
     stats.ref_date = reference_date(_head(p) for _, p in paths)
     clock = Clock(stats.ref_date)
     events_seen: set[str] = set()
+    read = {tag: tuple(fields.get(tag, ())) for tag in _TAG_LIST} if fields and _scan is not None else None
     with ThreadPoolExecutor(SCANNERS, thread_name_prefix="analyzer-scan") as pool:
-        yield from _scan_paths(paths, stats, clock, events_seen, pool)
+        yield from _scan_paths(paths, stats, clock, events_seen, pool, read)
     stats.seconds += time.perf_counter() - start
 
 
@@ -199,7 +206,9 @@ def _scan_paths(
     clock: Clock,
     events_seen: set[str],
     pool: ThreadPoolExecutor,
+    read: dict[str, tuple[str, ...]] | None,
 ) -> Iterator[TaggedLines]:
+    keys = tuple(tuple(k.encode() for k in read[tag]) for tag in _TAG_LIST) if read else None
     for label, path in paths:
         stats.files.append(str(path))
         clock.new_file()
@@ -207,32 +216,43 @@ def _scan_paths(
         last = b""
         pending = _Pending(path, clock, stats, events_seen)
         cut: list[str] = []
-        for found in _scanned(_chunks(path, cut, BUFFERS), pool):
+        for found in _scanned(_chunks(path, cut, BUFFERS), pool, keys):
             last = found.last or last
             found.into(pending, lines_before + 1)
             stats.lines += found.lines
             lines_before += found.lines
             if pending.rows >= BATCH_ROWS:
-                yield TaggedLines(pending.flush(), label, path, None, stats)
+                yield _batch(pending, label, path, stats, read)
         if pending.rows:
-            yield TaggedLines(pending.flush(), label, path, None, stats)
+            yield _batch(pending, label, path, stats, read)
         pending.count_bad()  # malformed lines after the last batch
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
         _last_line(stats, path, last, clock)
 
 
+def _batch(
+    pending: _Pending, label: str, path: Path, stats: ParseStats, read: dict[str, tuple[str, ...]] | None
+) -> TaggedLines:
+    """The pending lines as a batch, each tag's lines given the fields the C scan read."""
+    lines = TaggedLines(pending.flush(), label, path, None, stats, read)
+    lines.take_read()
+    return lines
+
+
 def _scanned(
-    chunks: Generator[tuple[bytearray, int], None, None], pool: ThreadPoolExecutor
+    chunks: Generator[tuple[bytearray, int], None, None],
+    pool: ThreadPoolExecutor,
+    keys: tuple[tuple[bytes, ...], ...] | None = None,
 ) -> Iterator[_Found]:
-    """Each chunk of ``chunks`` (read into :data:`BUFFERS` buffers in turn) scanned in ``pool``, in
-    order. At most ``BUFFERS - 1`` chunks are in the pool when the next is read, so the buffer it is
+    """Each chunk of ``chunks`` (read into :data:`BUFFERS` buffers in turn) scanned in ``pool`` (the
+    fields ``keys`` of each tag read by the C scan), in order. At most ``BUFFERS - 1`` chunks are in the pool when the next is read, so the buffer it is
     read into is no longer scanned. When the caller stops early, the scans still running are waited
     for and the file is closed."""
     waiting: deque[Future] = deque()
     try:
         for chunk, size in chunks:
-            waiting.append(pool.submit(_scan_chunk, chunk, size))
+            waiting.append(pool.submit(_scan_chunk, chunk, size, keys))
             while len(waiting) >= BUFFERS or (waiting and waiting[0].done()):
                 yield waiting.popleft().result()
         while waiting:
@@ -312,7 +332,8 @@ class _Pending:
             line = head.get_column("line")
             self.bad += [(line[i], _message(head.row(i, named=True))) for i in malformed]
             frames = [frame, *frames]
-        frame = frames[0] if len(frames) == 1 else pl.concat(frames).sort("line")
+        # the lines the C scan took apart have the fields it read; the others null there
+        frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("line")
         self.stats.tagged += frame.height
         self.lines, self.numbers, self.other, self.parsed, self.rows = [], [], [], [], 0
         self.count_bad()
@@ -389,7 +410,9 @@ class _Found:
             pending.stats.unknown_tags.update(self.unknown)
 
 
-def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
+def _scan_chunk(
+    chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], ...] | None = None
+) -> _Found:
     """The tagged lines of one chunk, the first ``size`` bytes of ``chunk``, its number of lines,
     its last line and its unknown tags counted (the buffer's bytes after them are not the chunk's).
     A chunk dense with tagged lines is split into lines by polars' reader (one column, no quoting);
@@ -398,7 +421,7 @@ def _scan_chunk(chunk: bytes | bytearray, size: int) -> _Found:
     In a sparse chunk the markers are found from its brackets (:func:`_brackets`). Where the C scan
     is built, it does all of this, whatever the chunk (:func:`_scan_c`)."""
     if _scan is not None:
-        return _scan_c(chunk, size)
+        return _scan_c(chunk, size, keys)
     sample = min(size, _SAMPLE)
     if (
         # few tagged lines: cheaper found from their markers
@@ -471,13 +494,16 @@ def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
     return _marked_lines(chunk, size, line_no, starts, pos, texts, found)
 
 
-def _scan_c(chunk: bytes | bytearray, size: int) -> _Found:
+def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], ...] | None = None) -> _Found:
     """:func:`_scan_chunk` by the C scan (``_scan.scan``): one pass without the GIL counts the
     lines, finds the markers and the unknown-tag candidates, and takes apart the lines in the shape
     ``format_tagged`` writes through loguru's file sink (nearly all; :func:`_clean_lines`); the other
     lines with a marker go the way the Python scan sends them (:func:`_marked_lines`)."""
     found = _Found(_last_line_of(chunk, size))
-    found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True)
+    if keys is None:
+        found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True)
+    else:
+        found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, keys)
     for p in np.frombuffer(candidates, np.int64).tolist():
         m = _UNKNOWN_AT.match(chunk, p, size)
         if m:
@@ -521,7 +547,7 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
     :func:`_finish` (the timestamp is the same sum, in the same order, of local midnight and the time
     of day); :meth:`_Pending.flush` finishes them a batch at a time. None of them is malformed: the C
     scan leaves those to :func:`_marked_lines`."""
-    lines, dates, times, tags, tid, first, rest = clean
+    lines, dates, times, tags, tid, first, rest, values = clean
     date = np.frombuffer(dates, np.int32)
     h, m, sec, ms = np.frombuffer(times, np.int32).reshape(-1, 4).T.astype(np.int64)
     keys, inverse = np.unique(date, return_inverse=True)
@@ -537,6 +563,8 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
                 "tid": pl.Series(_ArrowColumn(tid)),
                 "first": pl.Series(_ArrowColumn(first)),
                 "rest": pl.Series(_ArrowColumn(rest)),
+                **({READ: pl.repeat(True, len(ts), eager=True)} if values else {}),
+                **{f"{VALUE}{j}": pl.Series(_ArrowColumn(v)) for j, v in enumerate(values)},
             }
         )
     )
@@ -649,6 +677,7 @@ def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, li
     event, or (with a ``=``) the first field of an event-less line; lines without a first word,
     with one that is no event name, or with neither an event nor a field are malformed."""
     first = head.get_column("first")
+    extra = [c for c in head.columns if c.startswith("_")]  # the fields the C scan read, kept as they are
     names = {w: _new_event(events_seen, w) for w in first.drop_nulls().unique().to_list() if "=" not in w}
     f, rest = pl.col("first"), pl.col("rest").fill_null("")
     frame = (
@@ -659,11 +688,14 @@ def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, li
             "ts",
             "tag",
             "tid",
-            event=pl.when("eq").then(pl.lit("")).otherwise(f),
-            rest=pl.when("eq").then(pl.concat_str([f, pl.lit(" "), rest])).otherwise(rest),
-            eq="eq",
-            valid=f.is_not_null()
-            & (pl.col("eq") | f.replace_strict(names, default=False, return_dtype=pl.Boolean)),
+            pl.when("eq").then(pl.lit("")).otherwise(f).alias("event"),
+            pl.when("eq").then(pl.concat_str([f, pl.lit(" "), rest])).otherwise(rest).alias("rest"),
+            *extra,
+            "eq",
+            (
+                f.is_not_null()
+                & (pl.col("eq") | f.replace_strict(names, default=False, return_dtype=pl.Boolean))
+            ).alias("valid"),
         )
         .collect()
     )

@@ -120,6 +120,69 @@ def test_the_c_scan_parses_a_mixed_log_as_the_python_scan_does(tmp_path):
         assert all(f"[{tag}]" in lines[n - 1] for n, _, tag, *_ in c[0])  # numbered from 1
 
 
+KEYS = ("t", "tt", "a.b", "x-y", "step")
+TOKEN = st.one_of(
+    st.builds(
+        lambda key, value: f"{key}={value}",
+        st.sampled_from([*KEYS, "z", "T", "xt"]),
+        st.text(alphabet=st.sampled_from(list("ab=.-_1")), max_size=4),
+    ),
+    st.sampled_from(["", "noeq", "=v", "t", "tt=", "a.b=1=2", "t=\t1", "step=é"]),
+)
+FIELD_LINE = st.builds(
+    lambda tag, first, tokens, rest: PREFIX + f"[{tag}] {first}" + (" " + " ".join(tokens) if rest else ""),
+    st.sampled_from(["gen", "ckpt", "weights][t1"]),
+    st.sampled_from(["batch.done", "t=5", "step=2", "x", "k="]),
+    st.lists(TOKEN, max_size=6),
+    st.booleans(),
+)
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(FIELD_LINE, min_size=1, max_size=12))
+@example(
+    lines=[
+        PREFIX + "[gen] batch.done t=1 tt=2 t=3 xt=4",
+        PREFIX + "[gen] t=5 a.b=",
+        PREFIX + "[ckpt] x step=é",
+    ]
+)
+def test_fields_read_by_the_c_scan_are_what_the_regexes_read(lines, tmp_path_factory):
+    """Each tag's fields, read by the C scan as it takes a line apart (the last ``key=`` token,
+    from the first word on in an event-less line), are what the key-by-key regexes read from the
+    line's rest, and so are those of the lines it leaves to the Python parse (a tab, text that is
+    not ASCII); the batches carry none of the scan's own columns."""
+    from prime_rl.analysis.tagged import fields_by_key
+
+    log = tmp_path_factory.mktemp("f") / "o.log"
+    log.write_bytes(("\n".join(lines) + "\n").encode())
+    batches = list(
+        parser.scan_files(
+            [("orchestrator", log)], ParseStats(), {t: KEYS for t in ("gen", "ckpt", "weights")}
+        )
+    )
+    assert batches and all(not c.startswith("_") for b in batches for c in b.frame.columns)
+    for b in batches:
+        for _, part in b.by_tag():
+            want = fields_by_key(part.frame.get_column("rest"), KEYS)
+            part.fields(*KEYS)  # read by the scan already, or (no line the scan took apart) read now
+            assert {k: part.text(k) for k in KEYS} == {k: want.get_column(k).to_list() for k in KEYS}
+
+
+@built
+def test_the_fields_of_lines_the_c_scan_took_apart_come_read(tmp_path):
+    """Every line in format_tagged's shape: each tag's fields are read before the collection asks
+    (the regexes never run for them); the read values are each line's."""
+    log = tmp_path / "o.log"
+    log.write_text(PREFIX + "[gen] batch.done step=3 t=1 t=2\n" + PREFIX + "[ckpt] write.done x-y=9\n")
+    (b,) = parser.scan_files([("orchestrator", log)], ParseStats(), {"gen": KEYS, "ckpt": ("x-y",)})
+    parts = dict(b.by_tag())
+    assert set(parts["gen"]._raws) == set(KEYS) and set(parts["ckpt"]._raws) == {"x-y"}
+    assert parts["gen"].text("t") == ["2"] and parts["gen"].text("step") == ["3"]
+    assert parts["gen"].text("a.b") == [None] and parts["ckpt"].text("x-y") == ["9"]
+
+
 @built
 def test_the_c_scan_refuses_a_size_past_its_buffer_and_heads_that_are_not_bytes():
     with pytest.raises(ValueError, match="size"):
@@ -129,6 +192,12 @@ def test_the_c_scan_refuses_a_size_past_its_buffer_and_heads_that_are_not_bytes(
     with pytest.raises(TypeError, match="heads"):
         parser._scan.scan(b"[gen] x\n", 8, ("[gen]",), True)
     assert parser._scan.scan(b"[gen] x\n", 8, (), True)[0] == 1  # no heads: lines counted, nothing kept
+    with pytest.raises(ValueError, match="one tuple of keys per head"):
+        parser._scan.scan(b"[gen] x\n", 8, (b"[gen]",), True, ())
+    with pytest.raises(ValueError, match="at most 16 keys"):
+        parser._scan.scan(b"[gen] x\n", 8, (b"[gen]",), True, (tuple(b"k%d" % i for i in range(17)),))
+    with pytest.raises(TypeError, match="non-empty bytes"):
+        parser._scan.scan(b"[gen] x\n", 8, (b"[gen]",), True, ((b"",),))
 
 
 def test_an_installed_package_has_the_c_scan_where_a_compiler_is():

@@ -397,10 +397,10 @@ def test_chunks_scanned_side_by_side_parse_as_one_chunk_does(tmp_path, monkeypat
 
     real, rng, scans = parser._scan_chunk, random.Random(0), []
 
-    def slow(chunk, size):
+    def slow(chunk, size, *keys):
         before = bytes(chunk[:size])
         time.sleep(rng.random() * 0.003)  # the reader runs ahead meanwhile, as far as it may
-        found = real(chunk, size)
+        found = real(chunk, size, *keys)
         assert bytes(chunk[:size]) == before, "a chunk's buffer was refilled while it was scanned"
         scans.append(size)
         return found
@@ -435,10 +435,10 @@ def test_a_parse_stopped_early_or_failing_leaves_no_scan_running_and_the_file_cl
 
     real, done = parser._scan_chunk, []
 
-    def slow(chunk, size):
+    def slow(chunk, size, *keys):
         time.sleep(0.02)
         done.append(size)
-        return real(chunk, size)
+        return real(chunk, size, *keys)
 
     monkeypatch.setattr(parser, "_scan_chunk", slow)
     with ThreadPoolExecutor(2) as pool:  # a pool that outlives the scan: _scanned waits for its own scans
@@ -451,10 +451,10 @@ def test_a_parse_stopped_early_or_failing_leaves_no_scan_running_and_the_file_cl
 
     real, calls = real, itertools.count()
 
-    def failing(chunk, size):
+    def failing(chunk, size, *keys):
         if next(calls) == 5:
             raise RuntimeError("the sixth scan failed")
-        return real(chunk, size)
+        return real(chunk, size, *keys)
 
     monkeypatch.setattr(parser, "_scan_chunk", failing)
     with pytest.raises(RuntimeError, match="the sixth scan failed"):
