@@ -10,8 +10,8 @@
  * its pattern.
  *
  * With `split`, a kept line in the one shape format_tagged writes through loguru's file sink is
- * also taken apart here ("clean"): ASCII only; "YYYY-MM-DD HH:MM:SS.mmm" at its start (digits and
- * separators where they belong) and the marker at byte 36; no tab, CR, VT or FF in the message; the
+ * also taken apart here ("clean"): ASCII only; "YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | " at its start
+ * (digits, separators and a level of A-Z and spaces where they belong) and the marker at byte 36; no tab, CR, VT or FF in the message; the
  * head "[tag]" or "[tag][trace id]" (1-64 of A-Za-z0-9_.-) followed by one space and a first word
  * that is an event name or a key=value; the rest after the next space, if any. Every other kept
  * line (malformed ones among them) is left to the caller.
@@ -191,6 +191,12 @@ static PyObject *strcol_export(StrCol *c) {
     buffers[0] = c->validity.data;
     buffers[1] = c->offsets.data;
     buffers[2] = c->data.data ? c->data.data : malloc(1); /* a valid pointer even when empty */
+    if (buffers[2] == NULL) {
+        free(s);
+        free(a);
+        free(buffers);
+        return PyErr_NoMemory();
+    }
     a->length = c->length;
     a->null_count = c->nulls;
     a->n_buffers = 3;
@@ -273,6 +279,12 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
             return 0;
     if (l[4] != '-' || l[7] != '-' || l[10] != ' ' || l[13] != ':' || l[16] != ':' || l[19] != '.')
         return 0;
+    /* " | LEVEL    | ": the message starts at the marker (else the marker is text in a message) */
+    if (l[23] != ' ' || l[24] != '|' || l[25] != ' ' || l[34] != '|' || l[35] != ' ')
+        return 0;
+    for (int i = 26; i < 34; i++)
+        if (!((l[i] >= 'A' && l[i] <= 'Z') || l[i] == ' '))
+            return 0;
     for (Py_ssize_t i = a; i < e; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x80 || (i >= p && (c == '\t' || c == '\r' || c == '\v' || c == '\f')))
@@ -284,6 +296,7 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
     out->s = two(l + 17);
     out->ms = (l[20] - '0') * 100 + two(l + 21);
     Py_ssize_t q = p + head_len; /* after "[tag]" */
+    out->tid = 0;
     out->tid_n = -1;
     if (q < e && s[q] == '[') {
         Py_ssize_t t = q + 1;
@@ -307,7 +320,7 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
         return 0; /* a malformed line: left to the caller, which names it */
     out->first = f;
     out->first_n = g - f;
-    out->rest = g + 1;
+    out->rest = g < e ? g + 1 : 0;
     out->rest_n = g < e ? e - (g + 1) : -1;
     return 1;
 }
@@ -359,8 +372,9 @@ static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, con
     Py_ssize_t to = x->rest_n >= 0 ? x->rest + x->rest_n : x->first + x->first_n;
     return put_i64(&c->lines, line) || put_i32(&c->dates, x->date) || put_i32(&c->times, x->h) ||
            put_i32(&c->times, x->m) || put_i32(&c->times, x->s) || put_i32(&c->times, x->ms) ||
-           buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, s + x->tid, x->tid_n) ||
-           strcol_add(&c->first, s + x->first, x->first_n) || strcol_add(&c->rest, s + x->rest, x->rest_n) ||
+           buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, x->tid_n >= 0 ? s + x->tid : NULL, x->tid_n) ||
+           strcol_add(&c->first, s + x->first, x->first_n) ||
+           strcol_add(&c->rest, x->rest_n >= 0 ? s + x->rest : NULL, x->rest_n) ||
            add_values(c, s, from, to, k);
 }
 
@@ -422,7 +436,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t head_len[MAX_HEADS];
     for (Py_ssize_t k = 0; k < nheads; k++) {
         PyObject *h = PyTuple_GET_ITEM(heads_obj, k);
-        if (!PyBytes_Check(h) || PyBytes_GET_SIZE(h) < 2) {
+        if (!PyBytes_Check(h) || PyBytes_GET_SIZE(h) < 2 || PyBytes_AS_STRING(h)[0] != '[') {
             PyBuffer_Release(&view);
             PyErr_SetString(PyExc_TypeError, "scan: heads must be bytes starting with '['");
             return NULL;
@@ -562,4 +576,15 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+/* What scan takes and gives, numbered: the parser uses a build of another version as none (a stale
+ * build in a source tree after a checkout). */
+#define SCAN_VERSION 3
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", SCAN_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -30,6 +30,7 @@ import gzip
 import math
 import re
 import time
+import warnings
 import zlib
 from collections import Counter, deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -43,10 +44,29 @@ import polars as pl
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, READ, VALUE, Event, ParseStats, TaggedLines
 
-try:  # the sparse scan in C, built by the package's install (setup.py); without it, the same in Python
+_SCAN_VERSION = 3
+"""The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
+try:  # the chunk scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
 except ImportError:  # a source tree run from PYTHONPATH, or a machine that could not build it
     _scan = None
+
+
+def _usable(module):
+    """``module`` if it is a build of the C scan this parser speaks, else None with a warning (a
+    build left in the source tree by an older checkout takes other arguments)."""
+    if module is not None and getattr(module, "VERSION", None) != _SCAN_VERSION:
+        warnings.warn(
+            f"{module.__file__} is a build of another version of the C scan: the Python scan is used "
+            "(reinstall the package, e.g. make install, to rebuild it)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return module
+
+
+_scan = _usable(_scan)
 
 TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
 _TAG_ALT = b"|".join(TAGS)
@@ -293,7 +313,8 @@ class _Pending:
         self.other: list[pl.DataFrame] = []
         self.parsed: list[pl.DataFrame] = []
         self.bad: list[tuple[int, str]] = []
-        """Malformed lines (line, text) not yet counted."""
+        """Malformed lines (line, text) not yet counted: the first by line (:meth:`_add_bad`)."""
+        self.bad_count = 0
         self.rows = 0
 
     def add_loguru(self, lines: pl.Series, numbers: pl.Series) -> None:
@@ -306,7 +327,7 @@ class _Pending:
     def add_other(self, texts: list[str], numbers: list[int]) -> None:
         """Lines in other formats with a marker somewhere (parsed now, one by one)."""
         frame, malformed = _other_lines(texts, numbers, self.clock, self.events_seen)
-        self.bad += [(numbers[i], texts[i]) for i in malformed]
+        self._add_bad([(numbers[i], texts[i]) for i in malformed])
         if frame is not None and frame.height:
             self.other.append(frame)
             self.rows += frame.height
@@ -324,13 +345,13 @@ class _Pending:
         if self.lines:
             lines, numbers = pl.concat(self.lines), pl.concat(self.numbers)
             frame, malformed = _loguru_lines(lines, numbers, self.clock, self.events_seen)
-            self.bad += [(numbers[i], lines[i]) for i in malformed]
+            self._add_bad([(numbers[i], lines[i]) for i in malformed])
             frames = [frame, *frames]
         if self.parsed:  # one _finish a batch (the C scan left the malformed lines to the others)
             head = self.parsed[0] if len(self.parsed) == 1 else pl.concat(self.parsed)
             frame, malformed = _finish(head, self.events_seen)
             line = head.get_column("line")
-            self.bad += [(line[i], _message(head.row(i, named=True))) for i in malformed]
+            self._add_bad([(line[i], _message(head.row(i, named=True))) for i in malformed])
             frames = [frame, *frames]
         # the lines the C scan took apart have the fields it read; the others null there
         frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("line")
@@ -339,12 +360,25 @@ class _Pending:
         self.count_bad()
         return frame
 
+    def _add_bad(self, bad: list[tuple[int, str]]) -> None:
+        """Malformed lines (line, text), counted at :meth:`count_bad`; of those, only the first
+        :data:`~prime_rl.analysis.tagged.EXAMPLES` by line can be named, so only they are kept (a
+        file of malformed lines could otherwise be held until its end)."""
+        self.bad_count += len(bad)
+        self.bad += [(line, text[:_EXAMPLE_CHARS]) for line, text in bad]
+        if len(self.bad) > 4 * EXAMPLES:
+            self.bad = sorted(self.bad)[:EXAMPLES]
+
     def count_bad(self) -> None:
         """Count the malformed lines read so far, the first few named in line order (whichever way
         each was taken apart)."""
+        stats = self.stats
+        stats.malformed += self.bad_count
         for line, text in sorted(self.bad):
-            _bad(self.stats, self.path, line, text)
-        self.bad = []
+            if len(stats.malformed_examples) >= EXAMPLES:
+                break
+            stats.malformed_examples.append(f"{self.path}:{line}: {text}")
+        self.bad, self.bad_count = [], 0
 
 
 # loguru's file prefix (exactly _LOGURU_LEN characters) with a known marker where the message starts
@@ -517,15 +551,19 @@ def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], 
 
 
 class _ArrowColumn:
-    """A column the C scan made, for ``pl.Series`` (the Arrow PyCapsule interface: no copy through Python)."""
+    """A column the C scan made, for ``pl.Series`` (the Arrow PyCapsule interface: no copy through
+    Python). It can be taken once: the taker owns the column's memory after."""
 
     __slots__ = ("_capsules",)
 
     def __init__(self, capsules: tuple[object, object]) -> None:
-        self._capsules = capsules
+        self._capsules: tuple[object, object] | None = capsules
 
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
-        return self._capsules
+        capsules, self._capsules = self._capsules, None
+        if capsules is None:
+            raise RuntimeError("a column of the C scan is taken once")
+        return capsules
 
 
 @lru_cache(maxsize=4096)
@@ -809,11 +847,8 @@ def _last_line(stats: ParseStats, path: Path, line: bytes, clock: Clock) -> None
         stats.last_lines[str(path)] = (clock(text[: head.end()] if head else text[:40]), text)
 
 
-def _bad(stats: ParseStats, path: Path, line: int, text: str) -> None:
-    """Count a malformed tagged line; the first few are kept as ``file:line: text``."""
-    stats.malformed += 1
-    if len(stats.malformed_examples) < EXAMPLES:
-        stats.malformed_examples.append(f"{path}:{line}: {text[:200]}")
+_EXAMPLE_CHARS = 200
+"""A malformed line is named with its first this many characters."""
 
 
 def label_for(path: Path) -> str:

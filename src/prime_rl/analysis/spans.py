@@ -92,7 +92,9 @@ class KeptSpans(Sequence[Span]):
         return iter(self._every())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-like: equal to a list of the same spans
 

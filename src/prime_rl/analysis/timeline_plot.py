@@ -17,6 +17,7 @@ import contextlib
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,44 +121,55 @@ class PlotProcess:
         self._proc: subprocess.Popen | None = subprocess.Popen(
             self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
         )
-        self._sent = False
+        self._writer: threading.Thread | None = None
 
     def submit(self, data: PlotData, path: Path) -> None:
-        """Send the child its picture; :meth:`result` says whether it drew it."""
+        """Send the child its picture (from a thread: a child still importing matplotlib reads it
+        later, and a pipe holds 64 KB); :meth:`result` says whether it drew it."""
         proc = self._proc
-        if proc is None or proc.stdin is None or self._sent:
+        if proc is None or proc.stdin is None or self._writer is not None:
             raise RuntimeError("the plot process has no picture to take")
-        self._sent = True
-        try:
-            pickle.dump((data, str(path)), proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):  # the child is gone: result() says so
-            pass
+        pipe = proc.stdin
+
+        def write() -> None:
+            with contextlib.suppress(OSError):  # the child is gone (a broken pipe): result() says so
+                pickle.dump((data, str(path)), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                pipe.close()
+
+        self._writer = threading.Thread(target=write, name="analysis-plot-send", daemon=True)
+        self._writer.start()
 
     def result(self, timeout: float = WAIT_S) -> bool:
-        """Whether the child drew the picture it was sent (False: it failed, died or took too long)."""
+        """Whether the child drew the picture it was sent (False: it failed, died or took longer
+        than ``timeout`` seconds, and then it is killed)."""
         proc = self._proc
-        if proc is None or not self._sent:
+        if proc is None or self._writer is None:
             return False
         try:
             return proc.wait(timeout) == 0
         except subprocess.TimeoutExpired:
-            proc.kill()
+            proc.kill()  # a writer blocked on the full pipe gets a broken pipe and ends
             proc.wait()
             return False
+        finally:
+            self._writer.join()
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
+        """End the child: its pipe closed (without a picture it exits), waited for ``wait`` seconds,
+        then killed."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.stdin is not None and not proc.stdin.closed:
-            with contextlib.suppress(OSError):  # no picture: the child reads its pipe's end and exits
+        if self._writer is None and proc.stdin is not None and not proc.stdin.closed:
+            with contextlib.suppress(OSError):
                 proc.stdin.close()
         try:
-            proc.wait(5)
+            proc.wait(wait)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if self._writer is not None:
+            self._writer.join()
 
     def __enter__(self) -> PlotProcess:
         return self
@@ -176,8 +188,10 @@ def _child() -> int:
 
     try:
         data, path = pickle.load(sys.stdin.buffer)
-    except EOFError:
+    except EOFError:  # the analyzer ended without a picture to draw
         return 0
+    except pickle.UnpicklingError:  # it died while it sent one
+        return 1
     draw(data, Path(path))
     return 0
 

@@ -28,6 +28,9 @@ PREFIXES = [
     "2026-01-01 12:00:00.1x3 | INFO    | ",
     "2026-01-01T12:00:00.123 | INFO    | ",
     "2026-01-01 12:00:00.123 | INFÖ   | ",
+    "2026-01-01 12:00:00.000 | INFO | ok ",  # the marker at byte 36, but inside a message
+    "2026-01-01 12:00:00.000 ~~~~~~~~~~~~~",
+    "2026-01-01 12:00:00.000 | info    | ",
     "12:00:01.500 | INFO    | ",
     "free text ",
     "",
@@ -88,6 +91,7 @@ def _parsed(log, scan) -> tuple:
     lines=st.lists(LINE, min_size=1, max_size=12), end=st.sampled_from(["\n", "\r\n"]), small=st.booleans()
 )
 @example(lines=[PREFIX + "[gen] 9bad s=1", "x", PREFIX + "[ckpt] =3", "[zzz] e k=1"], end="\n", small=False)
+@example(lines=["2026-01-01 12:00:00.000 | INFO | ok [gen] batch.done step=3"] * 3, end="\n", small=False)
 def test_the_c_scan_parses_any_log_as_the_python_scan_does(lines, end, small, tmp_path_factory):
     """The same events (line, time, tag, trace id, event, fields), line and tagged counts, malformed
     lines with their examples in the same order, and unknown tags; in one chunk or in many."""
@@ -210,3 +214,45 @@ def test_an_installed_package_has_the_c_scan_where_a_compiler_is():
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler: the install skips the optional C scan")
     assert parser._scan is not None, "the C scan was not built: reinstall with make install"
+
+
+def test_a_build_of_another_version_is_not_used():
+    """A build left in the source tree by an older checkout (its scan takes other arguments) is
+    set aside with a warning, and the Python scan runs."""
+    import types
+
+    stale = types.SimpleNamespace(__file__="src/prime_rl/analysis/_scan.so", VERSION=parser._SCAN_VERSION - 1)
+    with pytest.warns(RuntimeWarning, match="another version of the C scan"):
+        assert parser._usable(stale) is None
+    with pytest.warns(RuntimeWarning):
+        assert parser._usable(types.SimpleNamespace(__file__="x.so")) is None  # no VERSION at all
+    current = types.SimpleNamespace(__file__="x.so", VERSION=parser._SCAN_VERSION)
+    assert parser._usable(current) is current and parser._usable(None) is None
+
+
+@built
+def test_a_column_of_the_c_scan_is_taken_once():
+    b = (PREFIX + "[gen] batch.done step=1\n").encode()
+    column = parser._ArrowColumn(parser._scan.scan(b, len(b), parser._MARKER_HEADS, True)[4][5])
+    import polars as pl
+
+    assert pl.Series(column).to_list() == ["batch.done"]
+    with pytest.raises(RuntimeError, match="taken once"):
+        pl.Series(column)
+
+
+def test_malformed_lines_waiting_to_be_counted_are_bounded(tmp_path):
+    """A file of malformed lines with no batch to flush keeps only the first few of them (by line)
+    until it ends: all are counted, the first named in line order."""
+    from prime_rl.analysis.clock import Clock
+    from prime_rl.analysis.tagged import EXAMPLES
+
+    stats = ParseStats()
+    pending = parser._Pending(tmp_path / "o.log", Clock(), stats, set())
+    for start in range(1000, 0, -100):  # later lines first: what is kept is the smallest lines
+        pending.add_other(["[gen] 9bad" + "x" * 300] * 100, list(range(start, start + 100)))
+        assert len(pending.bad) <= 4 * EXAMPLES
+    pending.count_bad()
+    assert stats.malformed == 1000 and len(stats.malformed_examples) == EXAMPLES
+    assert [e.split(":")[1] for e in stats.malformed_examples] == [str(n) for n in range(100, 100 + EXAMPLES)]
+    assert all(len(e.split(": ", 1)[1]) == 200 for e in stats.malformed_examples)

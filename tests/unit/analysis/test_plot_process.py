@@ -64,4 +64,5 @@ def test_a_plot_process_given_nothing_exits_by_itself_when_closed():
     with PlotProcess() as p:
         child = p._proc
         assert not p.result()  # nothing was sent: nothing drawn
+        p.close(wait=120)  # a first import of matplotlib may build its font cache
     assert child.returncode == 0  # it read the end of its pipe and exited, it was not killed
