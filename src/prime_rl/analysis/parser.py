@@ -266,8 +266,8 @@ def _scanned(
     keys: tuple[tuple[bytes, ...], ...] | None = None,
 ) -> Iterator[_Found]:
     """Each chunk of ``chunks`` (read into :data:`BUFFERS` buffers in turn) scanned in ``pool`` (the
-    fields ``keys`` of each tag read by the C scan), in order. At most ``BUFFERS - 1`` chunks are in the pool when the next is read, so the buffer it is
-    read into is no longer scanned. When the caller stops early, the scans still running are waited
+    fields ``keys`` of each tag read by the C scan), in order. At most ``BUFFERS - 1`` chunks are in
+    the pool when the next is read, so the buffer it is read into is no longer scanned. When the caller stops early, the scans still running are waited
     for and the file is closed."""
     waiting: deque[Future] = deque()
     try:
@@ -403,7 +403,6 @@ class _Found:
         "text_numbers",
         "unknown",
         "parsed",
-        "parsed_bad",
     )
 
     def __init__(self, last: bytes) -> None:
@@ -531,13 +530,12 @@ def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
 def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], ...] | None = None) -> _Found:
     """:func:`_scan_chunk` by the C scan (``_scan.scan``): one pass without the GIL counts the
     lines, finds the markers and the unknown-tag candidates, and takes apart the lines in the shape
-    ``format_tagged`` writes through loguru's file sink (nearly all; :func:`_clean_lines`); the other
-    lines with a marker go the way the Python scan sends them (:func:`_marked_lines`)."""
+    ``format_tagged`` writes through loguru's file sink (nearly all; :func:`_clean_lines`), reading
+    each tag's fields ``keys``; the other lines with a marker go the way the Python scan sends them
+    (:func:`_marked_lines`)."""
     found = _Found(_last_line_of(chunk, size))
-    if keys is None:
-        found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True)
-    else:
-        found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, keys)
+    fields = () if keys is None else (keys,)
+    found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, *fields)
     for p in np.frombuffer(candidates, np.int64).tolist():
         m = _UNKNOWN_AT.match(chunk, p, size)
         if m:
