@@ -255,8 +255,9 @@ def _batch(
     pending: _Pending, label: str, path: Path, stats: ParseStats, read: dict[str, tuple[str, ...]] | None
 ) -> TaggedLines:
     """The pending lines as a batch, each tag's lines given the fields the C scan read."""
-    lines = TaggedLines(pending.flush(), label, path, None, stats, read)
-    lines.take_read()
+    lines = TaggedLines(pending.flush(), label, path, None, stats)
+    if read:
+        lines.take_read(read)
     return lines
 
 

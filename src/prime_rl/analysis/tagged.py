@@ -289,7 +289,6 @@ class TaggedLines:
         "path",
         "events",
         "stats",
-        "read",
         "_cols",
         "_raws",
         "_parts",
@@ -304,7 +303,6 @@ class TaggedLines:
         path: Path | None = None,
         events: list[Event] | None = None,
         stats: ParseStats | None = None,
-        read: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.frame = frame
         self.source = source
@@ -314,8 +312,6 @@ class TaggedLines:
         self.events = events
         """The events themselves, for a batch made of events."""
         self.stats = stats
-        self.read = read
-        """The fields of each tag the C scan read (:data:`READ`; None: none)."""
         self._cols: dict[str, list] = {}
         self._raws: dict[str, pl.Series] = {}
         self._parts: list[tuple[str, TaggedLines]] | None = None
@@ -351,7 +347,7 @@ class TaggedLines:
     def rows(self, start: int, stop: int) -> TaggedLines:
         """Rows ``start:stop`` as a batch of their own."""
         events = self.events[start:stop] if self.events is not None else None
-        return TaggedLines(self.frame[start:stop], self.source, self.path, events, self.stats, self.read)
+        return TaggedLines(self.frame[start:stop], self.source, self.path, events, self.stats)
 
     def by_tag(self) -> list[tuple[str, TaggedLines]]:
         """(tag, the lines with that tag) in line order within each tag; made once (the parts keep
@@ -379,7 +375,7 @@ class TaggedLines:
             ]
         parts = self.frame.partition_by("tag", as_dict=True, maintain_order=True)
         return [
-            (tag, TaggedLines(frame, self.source, self.path, None, self.stats, self.read))
+            (tag, TaggedLines(frame, self.source, self.path, None, self.stats))
             for (tag,), frame in parts.items()
         ]
 
@@ -410,14 +406,15 @@ class TaggedLines:
         for key in missing:
             self._raws[key] = values.get_column(key)
 
-    def take_read(self) -> None:
-        """Give each tag's lines the fields the C scan read (:meth:`fields` then finds them), and
-        let go of the columns they came in before the batch is split by tag: carried with it, the
-        columns of every key of every tag raised the peak memory by 0.3 GB at 10M tagged lines."""
-        frame, read = self.frame, self.read
-        if not read or READ not in frame.columns:
+    def take_read(self, read: Mapping[str, tuple[str, ...]]) -> None:
+        """Give each tag's lines the fields the C scan read (``read``: the keys of each tag, in the
+        order of the :data:`VALUE` columns; :meth:`fields` then finds them), and let go of the columns
+        they came in before the batch is split by tag: carried with it, the columns of every key of
+        every tag raised the peak memory by 0.3 GB at 10M tagged lines."""
+        frame = self.frame
+        if READ not in frame.columns:
             return
-        self.frame, self.read = frame.select(c for c in frame.columns if not c.startswith("_")), None
+        self.frame = frame.select(c for c in frame.columns if not c.startswith("_"))
         tags = frame.get_column("tag")
         one = tags.n_unique() == 1
         taken = {}
