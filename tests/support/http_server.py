@@ -58,6 +58,8 @@ class ScriptState:
     stream_interval_s: float = 0.05
     default_delay_s: float = 0.0
     """Delay of every unscripted chat/completions answer (a slow model server)."""
+    health_delay_s: float = 0.0
+    """Delay of every ``GET /health`` answer (a keep-alive request that is still in flight)."""
     storm_requests: int = 0
     """The first this many chat/completions requests answer 429 with ``storm_retry_after`` (a
     storm counted in requests, not seconds, so that a slow machine sees the same storm)."""
@@ -258,6 +260,8 @@ def build_app(state: ScriptState) -> Starlette:
 
     async def health(request: Request) -> Response:
         state.peers.append(("/health", request.client.port if request.client else -1))
+        if state.health_delay_s:
+            await asyncio.sleep(state.health_delay_s)
         return Response(status_code=200)
 
     return Starlette(

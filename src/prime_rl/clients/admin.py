@@ -10,7 +10,9 @@ per server), its own timeouts and bounded retries, and sends to every server con
 :meth:`AdminClient.start` opens a connection to every server at once and keeps it open with a
 ``GET /health`` every ``admin.keepalive_s``: the first update of a run then goes out on a
 connection the server accepted long ago, instead of queueing behind the connections of every
-stream that started with the run.
+stream that started with the run. An update that finds a keep-alive request in flight to its server
+waits for it (at most ``admin.connect_timeout_s``) and takes the connection it frees; no keep-alive
+request goes to a server while an update to it is in flight (the update keeps the connection open).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import json
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +94,8 @@ class AdminClient:
         self._pool = pool
         self._own: aiohttp.ClientSession | None = None
         self._keeper: asyncio.Task | None = None
+        self._pings: dict[str, asyncio.Future] = {}  # server -> set when its keep-alive request ends
+        self._busy: Counter[str] = Counter()  # server -> admin requests to it in flight
         self._rng = random.Random()
         # connect covers the wait for a pooled connection too (shared mode queues there)
         self._timeout = aiohttp.ClientTimeout(
@@ -131,12 +136,27 @@ class AdminClient:
         await asyncio.gather(*(self._ping(url) for url in self.base_urls))
 
     async def _ping(self, url: str) -> None:
+        if self._busy[url]:
+            return  # an update is on this server's connection now, and keeps it open
+        ended = asyncio.get_running_loop().create_future()
+        self._pings[url] = ended
         headers = self._headers(new_trace_id())
+        timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
         try:
-            async with self.session.get(f"{url}/health", headers=headers) as resp:
+            async with self.session.get(f"{url}/health", headers=headers, timeout=timeout) as resp:
                 await resp.read()
         except TRANSPORT_EXCEPTIONS:
             pass
+        finally:
+            del self._pings[url]
+            ended.set_result(None)
+
+    async def _after_ping(self, url: str) -> None:
+        """Wait for a keep-alive request in flight to ``url``: sent beside it, an update would
+        open a second connection, the wait :meth:`start` is there to spare it."""
+        ping = self._pings.get(url)
+        if ping is not None:
+            await asyncio.wait({ping}, timeout=self.config.connect_timeout_s)
 
     async def aclose(self) -> None:
         """Stop the keep-alive and close the dedicated session (the shared one belongs to the pool)."""
@@ -188,11 +208,19 @@ class AdminClient:
         return headers
 
     async def _call(self, url: str, path: str, body: dict, tid: str) -> AdminResult:
+        self._busy[url] += 1
+        try:
+            return await self._attempts(url, path, body, tid)
+        finally:
+            self._busy[url] -= 1
+
+    async def _attempts(self, url: str, path: str, body: dict, tid: str) -> AdminResult:
         attempts = 0
         while True:
             attempts += 1
             start = now()
             log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts)
+            await self._after_ping(url)  # inside wall_ms: the update waited for it
             try:
                 reply = await request_json(
                     self.session, "POST", f"{url}{path}", url, body, self._headers(tid), self._timeout

@@ -187,6 +187,33 @@ def test_start_opens_a_connection_early_and_the_update_goes_out_on_it(servers):
         assert len(pings) >= 3 and set(pings) == {update_port}  # one connection, kept open, reused
 
 
+def test_an_update_sent_while_a_keepalive_request_is_in_flight_waits_for_its_connection(servers):
+    """The race CI hit: sent beside a keep-alive request, the update opened a second connection
+    (the wait start() is there to spare it). Nor may a keep-alive request go out beside the update."""
+    a, b = servers
+    for server in servers:
+        server.state.health_delay_s = 0.3  # every keep-alive request is in flight a while
+        server.state.rpc_ms = 400.0  # and the update too: keep-alive rounds fall inside it
+
+    def pinged(server) -> int:
+        return sum(path == "/health" for path, _ in server.state.peers)
+
+    async def scenario(admin: AdminClient):
+        await admin.start()  # the first round, answered
+        deadline = time.monotonic() + 30
+        while min(pinged(a), pinged(b)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # the second round has arrived: in flight for 0.3 s
+        assert min(pinged(a), pinged(b)) == 2
+        return await admin.update_weights("/w/step_1")
+
+    results = asyncio.run(with_admin(config(a, b, keepalive_s=0.05), scenario))
+    for server in servers:
+        ports = {port for _, port in server.state.peers}
+        assert len(ports) == 1, server.state.peers  # one connection: pings and the update on it
+    for r in results:  # the wait for the keep-alive request is part of the update's wall time
+        assert r.wall_ms >= 400.0 and r.queue_ms == pytest.approx(r.wall_ms - r.rpc_ms)
+
+
 def test_start_is_harmless_when_a_server_is_down_and_off_when_keepalive_is_zero(servers):
     from prime_rl.dev.server import free_port
 
