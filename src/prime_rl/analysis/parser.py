@@ -242,9 +242,9 @@ def _scan_paths(
             stats.lines += found.lines
             lines_before += found.lines
             if pending.rows >= BATCH_ROWS:
-                yield _batch(pending, label, path, stats, read)
+                yield from _batch(pending, label, path, stats, read)
         if pending.rows:
-            yield _batch(pending, label, path, stats, read)
+            yield from _batch(pending, label, path, stats, read)
         pending.count_bad()  # malformed lines after the last batch
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
@@ -253,12 +253,15 @@ def _scan_paths(
 
 def _batch(
     pending: _Pending, label: str, path: Path, stats: ParseStats, read: dict[str, tuple[str, ...]] | None
-) -> TaggedLines:
-    """The pending lines as a batch, each tag's lines given the fields the C scan read."""
+) -> Iterator[TaggedLines]:
+    """The pending lines as a batch, each tag's lines given the fields the C scan read; none when
+    every pending line was malformed (an empty batch has no last line to name)."""
     lines = TaggedLines(pending.flush(), label, path, None, stats)
+    if not len(lines):
+        return
     if read:
         lines.take_read(read)
-    return lines
+    yield lines
 
 
 def _scanned(

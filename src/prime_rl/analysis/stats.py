@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import Bars
+from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
@@ -389,91 +390,80 @@ class _Collector:
 
     def ckpt(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["ckpt"])
-        events, ts, number = b.column("event"), b.column("ts"), b.column("line")
-        target_s, step_s = b.text_series("target_step"), b.text_series("step")
-        wait_s, write_s = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-        self._per_step("ckpt_wait_ms", b, "target_step", wait_s)
-        self._per_step("write_ms", b, "step", write_s)
-        target, step, wait_ms, write_ms = (
-            target_s.to_list(),
-            step_s.to_list(),
-            wait_s.to_list(),
-            write_s.to_list(),
+        frame = b.frame
+        event, ts = frame.get_column("event"), frame.get_column("ts")
+        target, step = b.text_series("target_step"), b.text_series("step")
+        wait, write = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
+        self._per_step("ckpt_wait_ms", b, "target_step", wait)
+        self._per_step("write_ms", b, "step", write)
+        starts, dones = (event == "wait.start").fill_null(False), (event == "wait.done").fill_null(False)
+        key = pl.select(or_unknown(target)).to_series()
+        t = ts.to_numpy()
+        rows, found, took = pair(
+            key, starts & ts.is_not_null(), dones & wait.is_not_null(), t, self.open_wait
         )
-        background = b.text("background")
-        waits, writes = _Rows("wait_ms"), _Rows()
-        add_wait, add_write, open_wait = waits.add, writes.add, self.open_wait
-        last_wait = last_write = -1  # the last wait.start or wait.done row; the last write.done with write_ms
-        in_background = 0
-        rows = zip(events, ts, target, step, wait_ms, write_ms, background, strict=True)
-        for i, (e, t, tgt, st, wait, write, bg) in enumerate(rows):
-            if e == "wait.start":
-                if t is not None:
-                    open_wait[tgt or "?"] = t
-                last_wait = i
-            elif e == "wait.done":
-                last_wait = i
-                if wait is not None:
-                    end = t or 0.0
-                    add_wait((open_wait.pop(tgt or "?", end - wait / 1000.0), end, tgt, wait))
-            elif e == "write.done" and write is not None:
-                last_write = i
-                in_background += bg == "true"  # written beside the next step, off its critical path
-                if t is not None:
-                    add_write((t - write / 1000.0, t, st))
-        if last_wait >= 0:  # an open wait is the last wait.start with no wait.done after it
-            i = last_wait
-            self.last_wait = ((seq, number[i]), b, i, target[i] or "?") if events[i] == "wait.start" else None
-        if last_write >= 0:
-            self.last_write = (b, last_write)
-        if in_background:
-            self.counts["write.background"] += in_background
-        waits.to(self.spans, "ckpt_wait", "wait for weights step {}")
-        writes.to(self.spans, "ckpt_write", "write weights step {}")
+        if len(rows):  # a wait.done with its wait_ms: the wait since its wait.start (or wait_ms before it)
+            end = or_zero(t[rows])
+            waited = wait.gather(rows)
+            start = np.where(found, took, end - waited.to_numpy() / 1000.0)
+            spans = pl.DataFrame({"start": start, "end": end, "arg": target.gather(rows), "wait_ms": waited})
+            self.spans.add_frame("ckpt_wait", "wait for weights step {}", spans, ("wait_ms",))
+        written = (event == "write.done").fill_null(False) & write.is_not_null()
+        if written.any():
+            self.last_write = (b, int(written.arg_true()[-1]))
+            # written beside the next step, off its critical path
+            background = int(((b.text_series("background") == "true").fill_null(False) & written).sum())
+            if background:
+                self.counts["write.background"] += background
+            timed = (written & ts.is_not_null()).arg_true()
+            end, took_ms = ts.gather(timed), write.gather(timed)
+            spans = pl.DataFrame({"start": end - took_ms / 1000.0, "end": end, "arg": step.gather(timed)})
+            self.spans.add_frame("ckpt_write", "write weights step {}", spans)
+        marks = (starts | dones).arg_true()
+        if len(marks):  # an open wait is the last wait.start with no wait.done after it
+            i = int(marks[-1])
+            self.last_wait = ((seq, frame.item(i, "line")), b, i, key[i]) if starts[i] else None
 
     def gen(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["gen"])
-        events, ts, number = b.column("event"), b.column("ts"), b.column("line")
-        step_s, dur_s = b.text_series("step"), b.num_series("dur_ms", ("batch.done",))
-        self._per_step("gen_dur_ms", b, "step", dur_s)
-        step, dur, completions = step_s.to_list(), dur_s.to_list(), b.text("completions")
-        done_completions = b.num("completions", ("batch.done",))
-        retries, drops = [], []
-        spans = _Rows("completions", "dur_ms")
-        add, open_gen, started = spans.add, self.open_gen, self.batches_started
-        last = -1  # the last batch.start or batch.done row
-        completed, dones = 0, False
-        rows = zip(events, ts, step, dur, completions, done_completions, strict=True)
-        for i, (e, t, st, ms, n, done_n) in enumerate(rows):
-            if e == "batch.start":
-                started += 1
-                last = i
-                if t is not None:  # no step= on the line: batches are paired by their count
-                    open_gen[str(started) if st is None else st] = t
-            elif e == "batch.done":
-                last = i
-                if ms is not None:
-                    end = t or 0.0
-                    start = open_gen.pop(str(started) if st is None else st, end - ms / 1000.0)
-                    add((start, end, st or "?", n, ms))
-                completed += int(done_n or 0)
-                dones = True
-            elif e == "request.retry":
-                retries.append(i)
-            elif e == "group.drop":
-                drops.append(i)
-        self.batches_started = started
-        if dones:
-            self.counts["completions"] += completed
-        if last >= 0:  # an open batch is the last batch.start with no batch.done after it
-            self.last_start = ((seq, number[last]), b, last) if events[last] == "batch.start" else None
-        spans.to(self.spans, "gen", "generate step {}")
-        if drops:
-            reason = b.text("reason")  # the column once, not once per dropped group
-            for i in drops:
-                self.counts[f"drop.{reason[i] or '?'}"] += 1
-        if retries:
-            self._retry(b, retries)
+        frame = b.frame
+        event, ts = frame.get_column("event"), frame.get_column("ts")
+        step, dur = b.text_series("step"), b.num_series("dur_ms", ("batch.done",))
+        self._per_step("gen_dur_ms", b, "step", dur)
+        starts, dones = (event == "batch.start").fill_null(False), (event == "batch.done").fill_null(False)
+        # no step= on the line: batches are paired by their count (the starts so far, this one included)
+        started = starts.cast(pl.Int64).cum_sum() + self.batches_started
+        key = pl.select(pl.when(step.is_null()).then(started.cast(pl.String)).otherwise(step)).to_series()
+        t = ts.to_numpy()
+        rows, found, took = pair(key, starts & ts.is_not_null(), dones & dur.is_not_null(), t, self.open_gen)
+        if len(rows):
+            end = or_zero(t[rows])
+            ms = dur.gather(rows)
+            spans = pl.DataFrame(
+                {
+                    "start": np.where(found, took, end - ms.to_numpy() / 1000.0),
+                    "end": end,
+                    "arg": pl.select(or_unknown(step.gather(rows))).to_series(),
+                    "completions": b.text_series("completions").gather(rows),
+                    "dur_ms": ms,
+                }
+            )
+            self.spans.add_frame("gen", "generate step {}", spans, ("completions", "dur_ms"))
+        self.batches_started += int(starts.sum())
+        if dones.any():
+            done_completions = b.num_series("completions", ("batch.done",)).filter(dones).drop_nulls()
+            self.counts["completions"] += sum(map(int, done_completions.to_list()))
+        marks = (starts | dones).arg_true()
+        if len(marks):  # an open batch is the last batch.start with no batch.done after it
+            i = int(marks[-1])
+            self.last_start = ((seq, frame.item(i, "line")), b, i) if starts[i] else None
+        drops = (event == "group.drop").fill_null(False)
+        if drops.any():
+            for reason in b.text_series("reason").filter(drops).to_list():
+                self.counts[f"drop.{reason or '?'}"] += 1
+        retries = (event == "request.retry").fill_null(False)
+        if retries.any():
+            self._retry(b, retries.arg_true().to_list())
 
     def rollout(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["rollout"])
@@ -515,44 +505,68 @@ class _Collector:
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
         self._per_step("publish_ms", b, "step", only(done, write_s))
-        events, ts, step = b.column("event"), b.column("ts"), step_s.to_list()
-        wait, train, write = wait_s.to_list(), train_s.to_list(), write_s.to_list()
-        fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
-        spans = _TrainSpans()
-        add_train, add_fwd, add_opt, add_wait = (
-            spans.train.add,
-            spans.fwd_bwd.add,
-            spans.optim.add,
-            spans.wait.add,
+        self._train_spans(b, step_s, wait_s, train_s, write_s)
+
+    def _train_spans(
+        self, b: TaggedLines, step: pl.Series, wait: pl.Series, train: pl.Series, write: pl.Series
+    ) -> None:
+        """The trainer's spans: each step's compute (a compute.done line ends it: forward/backward,
+        then the optimizer; from a trainer that writes none, the step.done line's train_ms ended
+        write_ms before it) and its wait for rollouts before the compute."""
+        frame = b.frame
+        event, ts = frame.get_column("event"), frame.get_column("ts")
+        steps, computes = (event == "step.done").fill_null(False), (event == "compute.done").fill_null(False)
+        # step 0's wait is start-up (not a steady-state wait): counted apart, the last one's
+        startup = (steps & (step == "0").fill_null(False)).arg_true()
+        if len(startup):
+            self.counts["train_startup_wait_ms"] = int(wait[int(startup[-1])] or 0)
+        timed = ts.is_not_null() & train.is_not_null()
+        key = pl.select(
+            pl.when(computes).then(or_unknown(step)).otherwise(step.fill_null("None"))
+        ).to_series()
+        t, took_ms = ts.to_numpy(), train.to_numpy()
+        compute_start = t - took_ms / 1000.0  # where a compute.done line's compute started
+        rows, found, took = pair(key, computes & timed, steps & timed, compute_start, self.compute_start)
+        end = t[rows] - write.fill_null(0.0).to_numpy()[rows] / 1000.0
+        start = np.where(found, took, end - took_ms[rows] / 1000.0)
+        computed = (computes & timed).arg_true().to_numpy()
+        alone = rows[~found]  # a step.done with no compute.done before it: its compute from its own line
+        at = np.concatenate([computed, alone])
+        order = np.argsort(at, kind="stable")
+        at = at[order]
+        spans = pl.DataFrame(
+            {
+                "start": np.concatenate([compute_start[computed], start[~found]])[order],
+                "end": np.concatenate([t[computed], end[~found]])[order],
+                "arg": key.gather(at),
+                "train_ms": train.gather(at),
+            }
         )
-        compute_start = self.compute_start
-        for e, t, st, w, tr, wr, f, o in zip(events, ts, step, wait, train, write, fwd, opt, strict=True):
-            if e == "step.done":
-                if st == "0":
-                    self.counts["train_startup_wait_ms"] = int(w or 0)
-                if t is None or tr is None:
-                    continue
-                # the step's wait for rollouts (before its compute) and, from a trainer that writes
-                # no compute.done line, the compute itself: it ended write_ms before this line
-                key = str(st)
-                start = compute_start.pop(key, None)
-                if start is None:
-                    end = t - (wr or 0.0) / 1000.0
-                    start = end - tr / 1000.0
-                    add_train((start, end, key, tr))
-                if w:
-                    add_wait((start - w / 1000.0, start, key))
-            elif e == "compute.done" and t is not None and tr is not None:
-                # the line ends the compute: forward/backward, then the optimizer
-                key = st or "?"
-                start = t - tr / 1000.0
-                add_train((start, t, key, tr))
-                if f:
-                    add_fwd((start, start + f / 1000.0, key))
-                if o:
-                    add_opt((t - o / 1000.0, t, key))
-                compute_start[key] = start
-        spans.to(self.spans)
+        self.spans.add_frame("train", "train step {}", spans, ("train_ms",))
+        part = self.spans.add_frame
+        fwd = b.num_series("fwd_bwd_ms", ("compute.done",)).to_numpy()[computed]
+        optim = b.num_series("optim_ms", ("compute.done",)).to_numpy()[computed]
+        begun, ended = compute_start[computed], t[computed]
+        some = (fwd != 0) & ~np.isnan(fwd)
+        args = key.gather(computed)
+        if some.any():
+            spans = pl.DataFrame(
+                {"start": begun[some], "end": (begun + fwd / 1000.0)[some], "arg": args.filter(some)}
+            )
+            part("train_fwd_bwd", "forward/backward {}", spans)
+        some = (optim != 0) & ~np.isnan(optim)
+        if some.any():
+            spans = pl.DataFrame(
+                {"start": (ended - optim / 1000.0)[some], "end": ended[some], "arg": args.filter(some)}
+            )
+            part("train_optim", "optimizer {}", spans)
+        waited = wait.to_numpy()[rows]
+        some = (waited != 0) & ~np.isnan(waited)
+        if some.any():
+            spans = pl.DataFrame(
+                {"start": (start - waited / 1000.0)[some], "end": start[some], "arg": key.gather(rows[some])}
+            )
+            part("train_wait", "wait for rollouts {}", spans)
 
     def collect(self, seq: int, b: TaggedLines) -> None:
         """The offline collector: one rollout.done per sample (column-wise; every value, count and
@@ -807,41 +821,6 @@ class _PerStep:
         out.extend(self.other.values())
 
 
-class _Rows:
-    """Spans of one kind made by one handler call, one tuple each: start, end, the label's
-    argument and the values of the info keys."""
-
-    __slots__ = ("rows", "add", "info")
-
-    def __init__(self, *info: str) -> None:
-        self.rows: list[tuple] = []
-        self.add = self.rows.append
-        """Add one span's tuple."""
-        self.info = info
-
-    def to(self, spans: _Spans, kind: str, label: str) -> None:
-        """Hand the rows to ``spans`` as ``kind`` spans labelled ``label.format(arg)``."""
-        if not self.rows:
-            return
-        start, end, args, *info = zip(*self.rows, strict=True)
-        spans.extend(kind, start, end, label, args, dict(zip(self.info, info, strict=True)) or None)
-
-
-class _TrainSpans:
-    """The trainer's spans of one handler call."""
-
-    __slots__ = ("train", "fwd_bwd", "optim", "wait")
-
-    def __init__(self) -> None:
-        self.train, self.fwd_bwd, self.optim, self.wait = _Rows("train_ms"), _Rows(), _Rows(), _Rows()
-
-    def to(self, spans: _Spans) -> None:
-        self.train.to(spans, "train", "train step {}")
-        self.fwd_bwd.to(spans, "train_fwd_bwd", "forward/backward {}")
-        self.optim.to(spans, "train_optim", "optimizer {}")
-        self.wait.to(spans, "train_wait", "wait for rollouts {}")
-
-
 class _Spans:
     """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted.
     Spans come in blocks of columns; the kept rows become :class:`Span` objects only when a report
@@ -880,6 +859,16 @@ class _Spans:
             if not barred:
                 self.bars_of(kind).add(start, end)
             self.add(kind, SpanBlock(start, end, label, args, info))
+
+    def add_frame(self, kind: str, label: str, frame: pl.DataFrame, info: tuple[str, ...] = ()) -> None:
+        """Spans of ``kind`` as a frame's columns ``start``, ``end``, ``arg`` (the label's) and the
+        ``info`` keys': every one to the bars, the kept ones (:meth:`rows_kept`) as lists."""
+        if not frame.height:
+            return
+        self.bars_of(kind).add(frame.get_column("start").to_numpy(), frame.get_column("end").to_numpy())
+        kept = self.rows_kept(kind, frame)
+        start, end, args, *values = (kept.get_column(c).to_list() for c in ("start", "end", "arg", *info))
+        self.extend(kind, start, end, label, args, dict(zip(info, values, strict=True)) or None, barred=True)
 
     def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:
         """Of ``frame``'s rows, spans of ``kind`` about to be added as one block, the ones that would be

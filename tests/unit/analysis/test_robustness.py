@@ -44,6 +44,16 @@ def test_unknown_tags_are_counted_and_reported(tmp_path, analyze):
     assert "3 with unknown tags" in md
 
 
+def test_a_log_whose_every_tagged_line_is_malformed_is_reported(tmp_path, analyze):
+    """Every tag-like line of the file malformed: its batch had no line, and the analyzer crashed
+    naming the file's last line (index -1 of nothing)."""
+    log = tmp_path / "orchestrator.log"
+    log.write_text(PREFIX.format(1) + "[gen]\n" + PREFIX.format(2) + "[ckpt]\nplain text\n")
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["parse"]["lines"] == 3 and summary["parse"]["malformed"] == 2
+    assert "2 malformed" in md and f"{log}:1: " in md
+
+
 def test_a_value_that_is_no_number_names_its_file_and_line(tmp_path):
     log = tmp_path / "trainer.log"
     log.write_text(
