@@ -780,22 +780,23 @@ class _PerStep:
         steps = pl.Series("step", steps, dtype=pl.String) if isinstance(steps, list) else steps
         values = pl.Series("value", values, dtype=pl.Float64) if isinstance(values, list) else values
         numbers = step_numbers(steps) if numbers is None else numbers
-        keep = values.is_not_null()
+        value = values.to_numpy()  # null: NaN (the values are finite)
+        keep = ~np.isnan(value)
         if not keep.any():
             return 0, []
-        has_step = steps.is_not_null()
-        loose = values.filter(keep & ~has_step).to_list()
-        numbered = keep & (numbers < self.size + 100_000).fill_null(False)
+        has_step = steps.is_not_null().to_numpy()
+        loose = value[keep & ~has_step].tolist()
+        number = numbers.to_numpy()  # null: NaN
+        with np.errstate(invalid="ignore"):
+            numbered = keep & (number < self.size + 100_000)
         named = keep & has_step & ~numbered
         again = 0
         if named.any():
-            for name, v in zip(steps.filter(named).to_list(), values.filter(named).to_list(), strict=True):
+            for name, v in zip(steps.filter(pl.Series(named)).to_list(), value[named].tolist(), strict=True):
                 again += name in self.other
                 self.other[name] = v
         if numbered.any():
-            again += self._set_numbered(
-                numbers.filter(numbered).to_numpy(), values.filter(numbered).to_numpy()
-            )
+            again += self._set_numbered(number[numbered].astype(np.int64), value[numbered])
         return again, loose
 
     def _set_numbered(self, idx: np.ndarray, values: np.ndarray) -> int:

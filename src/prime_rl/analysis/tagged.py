@@ -250,10 +250,14 @@ def read_fields(rest: pl.Series, keys: Sequence[str]) -> pl.DataFrame:
     return values
 
 
-def _values_read(part: pl.DataFrame, keys: Sequence[str]) -> dict[str, pl.Series]:
+KEPT_TAGS = frozenset({"weights"})
+"""Tags whose field columns outlive their batch: the weight-update join keeps them to the end."""
+
+
+def _values_read(part: pl.DataFrame, keys: Sequence[str], kept: bool) -> dict[str, pl.Series]:
     """The fields ``keys`` of one tag's lines (``part``: their rest, :data:`READ` and the
     :data:`VALUE` columns in the order of ``keys``) as :func:`read_fields` reads them: the C scan's
-    values, and the lines it did not take apart read here."""
+    values, and the lines it did not take apart read here (``kept``: copied, see below)."""
     rows = part.get_column(READ).is_null().arg_true()
     other = read_fields(part.get_column("rest").gather(rows), list(keys)) if len(rows) else None
     out = {}
@@ -261,9 +265,9 @@ def _values_read(part: pl.DataFrame, keys: Sequence[str]) -> dict[str, pl.Series
         value = part.get_column(f"{VALUE}{j}")
         if other is not None:
             value = value.scatter(rows, other.get_column(key))
-        # new strings: the rows point into the whole batch's buffer, which the ones kept (weight-update
-        # lines, until the join) would keep alive (+0.2 GB at 10M tagged lines)
-        out[key] = value.str.slice(0).rename(key)
+        # kept: new strings, the rows point into the whole batch's buffer, which the ones kept
+        # (weight-update lines, until the join) would keep alive (+0.2 GB at 10M tagged lines)
+        out[key] = (value.str.slice(0) if kept else value).rename(key)
     return out
 
 
@@ -423,7 +427,7 @@ class TaggedLines:
             if keys:
                 columns = ["rest", READ, *(f"{VALUE}{j}" for j in range(len(keys)))]
                 part = frame.select(columns) if one else frame.select(columns).filter(tags == tag)
-                taken[tag] = _values_read(part, keys)
+                taken[tag] = _values_read(part, keys, tag in KEPT_TAGS)
         for tag, lines in self.by_tag():
             lines._raws.update(taken.get(tag, {}))
 
