@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import gc
-import json
-import sys
-from datetime import datetime
-from pathlib import Path
+import os
 
-from prime_rl.analysis import stats as collection
-from prime_rl.analysis.analyze import analyze
-from prime_rl.analysis.compare import write_compare
-from prime_rl.analysis.parser import ParseStats, discover, scan_files
-from prime_rl.analysis.read_ahead import read_ahead
-from prime_rl.analysis.report import write_report
-from prime_rl.analysis.stats import FIELDS, prepared
-from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.timeline_plot import PlotProcess
-from prime_rl.analysis.trace import left_out, write_trace
+# before numpy is imported: the analyzer does no linear algebra, and OpenBLAS's idle threads (one per
+# core but one, here and in the plot's child) took 3% of the CPU of a 3M-line analysis, beside it
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from datetime import datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from prime_rl.analysis import stats as collection  # noqa: E402
+from prime_rl.analysis.analyze import analyze  # noqa: E402
+from prime_rl.analysis.compare import write_compare  # noqa: E402
+from prime_rl.analysis.parser import ParseStats, discover, scan_files  # noqa: E402
+from prime_rl.analysis.read_ahead import read_ahead  # noqa: E402
+from prime_rl.analysis.report import write_report  # noqa: E402
+from prime_rl.analysis.stats import FIELDS, prepared  # noqa: E402
+from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
+from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
+from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
 
 PLOT_CHILD_BYTES = 64 << 20
 """Logs of this many bytes or more (together) have timeline.png drawn by a child process: 0.4-0.5 s

@@ -6,8 +6,8 @@ opening line sets ``open[key] = value``, a closing line takes ``open.pop(key)`` 
 is not open). :func:`pair` does the same for a whole batch at once: a closing line takes the value of
 the line before it with the same key when that line opens, and the value carried over from the
 batches before when it is its key's first line in the batch; ``carried`` is left as the dict would
-be after the batch. No Python object per line: the keys are sorted as numbers (polars' categorical
-codes), and only the keys still open at the end of the batch, or closed while carried, are read.
+be after the batch. No Python object per line: the keys are sorted as numbers (steps, or their rank),
+and only the keys still open at the end of the batch, or closed while carried, are read.
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ def pair(
         return rows, np.zeros(0, dtype=bool), np.zeros(0)
     opening = opens.to_numpy()[rows]
     ops = keys.gather(rows)
-    codes = ops.cast(pl.Categorical).to_physical().to_numpy()
-    order = np.argsort(codes, kind="stable")  # by key, each key's lines in row order
-    sorted_codes, sorted_opening = codes[order], opening[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = sorted_codes[1:] != sorted_codes[:-1]
+    order, first = _by_key(ops)
+    sorted_opening = opening[order]
     last = np.ones(n, dtype=bool)
     last[:-1] = first[1:]
     found = np.zeros(n, dtype=bool)
@@ -60,6 +57,22 @@ def pair(
         carried.update(zip(ops.gather(still_open).to_list(), values[rows[still_open]].tolist(), strict=True))
     closing = ~opening
     return rows[closing], found[closing], took[closing]
+
+
+def _by_key(keys: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ordered by key, each key's rows in row order, and where each key's rows begin
+    (``first[i]``: row ``order[i]`` is its key's first). Keys that are all integers written the one
+    way (steps, counts) are sorted as those; others by their rank (a sort of the strings)."""
+    number = keys.cast(pl.Int64, strict=False)
+    if number.null_count() == 0 and (number.cast(pl.String) == keys).all():
+        codes = number.to_numpy()  # "7" and "007" are two keys: only one of them is written the one way
+    else:
+        codes = keys.rank("dense").to_numpy()
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return order, first
 
 
 def or_zero(values: np.ndarray) -> np.ndarray:

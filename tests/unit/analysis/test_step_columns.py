@@ -307,12 +307,23 @@ def test_what_is_open_at_the_end_of_a_batch_is_closed_in_the_next(tmp_path, monk
     assert dict(columns["counts"])["completions"] == 8
 
 
-@given(
-    ops=hs.lists(hs.tuples(hs.booleans(), hs.sampled_from("abcd"), hs.floats(-10, 10)), max_size=30),
-    carried=hs.dictionaries(hs.sampled_from("abcde"), hs.floats(-10, 10), max_size=3),
-)
-def test_pair_pops_what_a_dict_of_open_starts_would(ops, carried):
+# steps (sorted as integers); integers written several ways ("7", "007", "+7": one number, three keys);
+# keys that are no integers (sorted as text)
+KEY_SETS = [
+    ["0", "1", "2", "10", "123456789012"],
+    ["7", "007", "+7", "-7", "0", "00"],
+    ["a", "7", " 7", "7.0", "", "?"],
+]
+
+
+@pytest.mark.parametrize("names", KEY_SETS, ids=["steps", "integers", "text"])
+@given(data=hs.data())
+def test_pair_pops_what_a_dict_of_open_starts_would(names, data):
     from prime_rl.analysis.pairing import pair
+
+    key = hs.sampled_from(names)
+    ops = data.draw(hs.lists(hs.tuples(hs.booleans(), key, hs.floats(-10, 10)), max_size=30))
+    carried = data.draw(hs.dictionaries(key, hs.floats(-10, 10), max_size=3))
 
     expected, state = [], dict(carried)
     for opens, key, value in ops:
