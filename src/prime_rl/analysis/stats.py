@@ -276,9 +276,7 @@ def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:
                 keys = FIELDS.get(tag)
                 if keys:
                     lines.fields(*keys)
-                    lines.numbers(*NUMBERS.get(tag, ()))
-                    for key in STEPS.get(tag, ()):
-                        lines.step_numbers(key)
+                    lines.numbers(*NUMBERS.get(tag, ()), steps=STEPS.get(tag, ()))
             yield b
     finally:
         close = getattr(batches, "close", None)

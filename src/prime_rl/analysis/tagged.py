@@ -483,29 +483,47 @@ class TaggedLines:
             out = self._steps[key] = step_numbers(self.text_series(key))
         return out
 
-    def numbers(self, *wanted: tuple[str, tuple[str, ...] | None]) -> None:
-        """Convert the fields ``(key, events)`` now (polars, without the GIL: the parse's thread does
-        it ahead); the next :meth:`num_series` of each takes its column, and counts its bad values."""
+    def numbers(self, *wanted: tuple[str, tuple[str, ...] | None], steps: Sequence[str] = ()) -> None:
+        """Convert the fields ``(key, events)`` and the step numbers of ``steps`` now, in one polars
+        query (without the GIL: the parse's thread does it ahead); the next :meth:`num_series` of
+        each takes its column, and counts its bad values, and :meth:`step_numbers` finds them made."""
         if self.events is None:
-            for key, events in wanted:
-                self._nums[key, events] = self._number(key, events)
+            steps = [key for key in steps if key not in self._steps]
+            numbers, made = self._convert(wanted, steps)
+            self._nums.update(numbers)
+            self._steps.update(made)
 
     def _number(self, key: str, events: tuple[str, ...] | None) -> _Number:
-        raw = self._raw(key)
-        if events is not None:
-            raw = pl.select(
-                pl.when(self.frame.get_column("event").is_in(list(events))).then(raw).otherwise(None)
-            ).to_series()
-        if raw.null_count() == len(raw):
-            return _Number(pl.Series(key, [None] * len(raw), dtype=pl.Float64), raw, None)
-        value = raw.cast(pl.Float64, strict=False)
-        finite = value.is_finite().fill_null(False)
-        bad = raw.is_not_null() & ~finite
-        if not bad.any():
-            return _Number(value.rename(key), raw, None)
-        return _Number(
-            pl.select(pl.when(finite).then(value).otherwise(None)).to_series().rename(key), raw, bad
+        return self._convert([(key, events)], ())[0][key, events]
+
+    def _convert(
+        self, wanted: Sequence[tuple[str, tuple[str, ...] | None]], steps: Sequence[str]
+    ) -> tuple[dict[tuple[str, tuple[str, ...] | None], _Number], dict[str, pl.Series]]:
+        """Fields ``(key, events)`` as finite floats, only on the lines of ``events`` (all: None;
+        bad: a value there that is no finite number), and the step numbers of ``steps``."""
+        raws = {key: self._raw(key) for key in dict.fromkeys([k for k, _ in wanted] + list(steps))}
+        names = {key: f"r{i}" for i, key in enumerate(raws)}
+        exprs: list[pl.Expr] = []
+        for j, (key, events) in enumerate(wanted):
+            raw = pl.col(names[key])
+            there = raw.is_not_null()
+            if events is not None:
+                there = there & pl.col("event").is_in(list(events))
+            value = raw.cast(pl.Float64, strict=False)
+            finite = there & value.is_finite().fill_null(False)
+            exprs += [pl.when(finite).then(value).alias(f"v{j}"), (there & ~finite).alias(f"b{j}")]
+        exprs += [step_number_expr(pl.col(names[key])).alias(f"s{j}") for j, key in enumerate(steps)]
+        frame = pl.DataFrame(
+            {"event": self.frame.get_column("event"), **{names[k]: v for k, v in raws.items()}}
         )
+        out = frame.select_seq(exprs)  # one thread: the other core has the scan and the collector
+        numbers = {}
+        for j, (key, events) in enumerate(wanted):
+            bad = out.get_column(f"b{j}")
+            value = out.get_column(f"v{j}").rename(key)
+            numbers[key, events] = _Number(value, raws[key], bad if bad.any() else None)
+        made = {key: out.get_column(f"s{j}").rename("number") for j, key in enumerate(steps)}
+        return numbers, made
 
     def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
         stats = self.stats
@@ -522,6 +540,11 @@ class TaggedLines:
 def step_numbers(steps: pl.Series) -> pl.Series:
     """The steps that are 1-8 ASCII digits as integers, else null (an integer cast reads a sign too:
     those are left out; no regex, which took 3x the time)."""
+    return pl.select(step_number_expr(pl.lit(steps))).to_series().rename("number")
+
+
+def step_number_expr(steps: pl.Expr) -> pl.Expr:
+    """:func:`step_numbers` as an expression."""
     number = steps.cast(pl.Int64, strict=False)
     digits = (
         number.is_not_null()
@@ -529,7 +552,7 @@ def step_numbers(steps: pl.Series) -> pl.Series:
         & ~steps.str.starts_with("+")
         & ~steps.str.starts_with("-")
     )
-    return pl.select(pl.when(digits).then(number)).to_series().rename("number")
+    return pl.when(digits).then(number)
 
 
 def batches_from_events(events: Iterable[Event], stats: ParseStats | None = None, size: int = 4096):

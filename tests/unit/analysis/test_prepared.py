@@ -58,17 +58,18 @@ def test_every_number_and_step_a_handler_reads_was_converted_ahead(tmp_path, mon
     thread (correct, but slower): the tables and the handlers must agree."""
     files = _logs(tmp_path)
     made: list[tuple[str, str, tuple | None]] = []
-    number, step_numbers = TaggedLines._number, tagged.step_numbers
+    convert, step_numbers = TaggedLines._convert, tagged.step_numbers
 
-    def recorded(self, key, events):
-        made.append((self.frame.get_column("tag")[0], key, events))
-        return number(self, key, events)
+    def recorded(self, wanted, steps):
+        made.extend((self.frame.get_column("tag")[0], key, events) for key, events in wanted)
+        made.extend(("step", key, None) for key in steps)
+        return convert(self, wanted, steps)
 
     def recorded_steps(steps):
         made.append(("step", steps.name, None))
         return step_numbers(steps)
 
-    monkeypatch.setattr(TaggedLines, "_number", recorded)
+    monkeypatch.setattr(TaggedLines, "_convert", recorded)
     monkeypatch.setattr(tagged, "step_numbers", recorded_steps)
     parse = ParseStats()
     batches = list(stats.prepared(scan_files(files, parse)))
