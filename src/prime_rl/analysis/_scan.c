@@ -14,7 +14,10 @@
  * (digits, separators and a level of A-Z and spaces where they belong) and the marker at byte 36; no tab, CR, VT or FF in the message; the
  * head "[tag]" or "[tag][trace id]" (1-64 of A-Za-z0-9_.-) followed by one space and a first word
  * that is an event name or a key=value; the rest after the next space, if any. Every other kept
- * line (malformed ones among them) is left to the caller.
+ * line (malformed ones among them) is left to the caller. A clean line's event is its first word,
+ * or "" when that word is a key=value (an event-less line); its fields part is the rest ("" when
+ * none) or, on an event-less line, the first word, a space and the rest (what the parser's _finish
+ * makes of them).
  *
  * `fields` (one tuple of keys as bytes per head, at most MAX_FIELDS each) names the fields read from
  * a clean line of that head as it is taken apart: each key's value is that of its last token
@@ -27,11 +30,12 @@
  *   candidates  int64 bytes: the candidates' positions;
  *   rows        int64 bytes, 4 a kept line that is not clean: line, start, end, marker;
  *   texts       those lines decoded as bytes.decode("utf-8", "replace") decodes them (no newline);
- *   clean       None, or (lines, dates, times, tags, tid, first, rest, values) of the clean lines:
+ *   clean       None, or (lines, dates, times, tags, tid, event, rest, values) of the clean lines:
  *               lines int64 bytes; dates int32 bytes (YYYYMMDD); times int32 bytes, 4 a line (hour,
  *               minute, second, millisecond); tags uint8 bytes (the index of the head in `heads`);
- *               tid, first and rest each an Arrow large-string column as a pair of PyCapsules
- *               ("arrow_schema", "arrow_array": the Arrow C data interface; tid and rest nullable);
+ *               tid, event and rest (the fields part) each an Arrow large-string column as a pair
+ *               of PyCapsules ("arrow_schema", "arrow_array": the Arrow C data interface; tid
+ *               nullable);
  *               values a list of such nullable columns, the i-th holding each line's i-th key's
  *               value (as many as the most keys of a head).
  */
@@ -127,6 +131,21 @@ static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) {
         if (c->nullable)
             c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
     }
+    c->length++;
+    return put_i64(&c->offsets, (int64_t)c->data.len);
+}
+
+/* append s1[0:n1] + s2[0:n2] (not null) */
+static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2, Py_ssize_t n2) {
+    if (c->nullable && c->length % 8 == 0) {
+        char zero = 0;
+        if (buf_put(&c->validity, &zero, 1))
+            return -1;
+    }
+    if (buf_put(&c->data, s1, (size_t)n1) || buf_put(&c->data, s2, (size_t)n2))
+        return -1;
+    if (c->nullable)
+        c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
     c->length++;
     return put_i64(&c->offsets, (int64_t)c->data.len);
 }
@@ -267,6 +286,32 @@ typedef struct {
 
 static int two(const char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
 
+/* Whether s[i:e] is ASCII with no \t \r \v \f from p on, byte by byte. */
+static int bytes_ok(const char *s, Py_ssize_t i, Py_ssize_t e, Py_ssize_t p) {
+    for (; i < e; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 || (i >= p && (c == '\t' || c == '\r' || c == '\v' || c == '\f')))
+            return 0;
+    }
+    return 1;
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* bytes_ok(s, a, e, p), eight bytes at a time: a word with no byte >= 0x80 and none below 0x0e (the
+ * control characters, \t \r \v \f among them) is fine; the rare other word is read byte by byte. */
+static int text_ok(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p) {
+    Py_ssize_t i = a;
+    for (; i + 8 <= e; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (((w | ((w - 0x0e * ONES) & ~w)) & HIGHS) && !bytes_ok(s, i, i + 8, p))
+            return 0;
+    }
+    return bytes_ok(s, i, e, p);
+}
+
 /* Whether line s[a:e] with its marker (head_len bytes) at p is clean (see the module's comment);
  * its parts in *out. */
 static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, Py_ssize_t head_len, Clean *out) {
@@ -285,11 +330,8 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
     for (int i = 26; i < 34; i++)
         if (!((l[i] >= 'A' && l[i] <= 'Z') || l[i] == ' '))
             return 0;
-    for (Py_ssize_t i = a; i < e; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x80 || (i >= p && (c == '\t' || c == '\r' || c == '\v' || c == '\f')))
-            return 0;
-    }
+    if (!text_ok(s, a, e, p))
+        return 0;
     out->date = (int32_t)(two(l) * 1000000 + two(l + 2) * 10000 + two(l + 5) * 100 + two(l + 8));
     out->h = two(l + 11);
     out->m = two(l + 14);
@@ -329,7 +371,7 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
 
 typedef struct {
     Buf lines, dates, times, tags;
-    StrCol tid, first, rest;
+    StrCol tid, event, rest;
     StrCol values[MAX_FIELDS];
     int nvalues;
     Py_ssize_t n;
@@ -347,12 +389,13 @@ static int add_values(CleanCols *c, const char *s, Py_ssize_t a, Py_ssize_t e, c
     for (int j = 0; j < c->nvalues; j++)
         n[j] = -1;
     for (Py_ssize_t t = a; a >= 0 && t <= e;) {
-        const char *space = memchr(s + t, ' ', (size_t)(e - t));
-        Py_ssize_t u = space ? space - s : e; /* the token s[t:u] */
-        for (int j = 0; j < k->n; j++) {
-            Py_ssize_t kl = k->len[j];
-            if (u - t > kl && s[t + kl] == '=' && memcmp(s + t, k->key[j], (size_t)kl) == 0) {
-                at[j] = t + kl + 1;
+        Py_ssize_t u = t, eq = -1; /* the token s[t:u] (up to a space), its first '=' */
+        for (; u < e && s[u] != ' '; u++)
+            if (eq < 0 && s[u] == '=')
+                eq = u;
+        for (int j = 0; eq > t && j < k->n; j++) { /* a key=value token: its key is s[t:eq] (keys hold no '=') */
+            if (k->len[j] == eq - t && memcmp(s + t, k->key[j], (size_t)(eq - t)) == 0) {
+                at[j] = eq + 1;
                 n[j] = u - at[j];
             }
         }
@@ -373,8 +416,11 @@ static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, con
     return put_i64(&c->lines, line) || put_i32(&c->dates, x->date) || put_i32(&c->times, x->h) ||
            put_i32(&c->times, x->m) || put_i32(&c->times, x->s) || put_i32(&c->times, x->ms) ||
            buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, x->tid_n >= 0 ? s + x->tid : NULL, x->tid_n) ||
-           strcol_add(&c->first, s + x->first, x->first_n) ||
-           strcol_add(&c->rest, x->rest_n >= 0 ? s + x->rest : NULL, x->rest_n) ||
+           strcol_add(&c->event, s + x->first, eventless ? 0 : x->first_n) ||
+           (eventless && x->rest_n < 0 ? strcol_add2(&c->rest, s + x->first, x->first_n, " ", 1)
+            : eventless                ? strcol_add(&c->rest, s + x->first, to - x->first)
+            : x->rest_n >= 0           ? strcol_add(&c->rest, s + x->rest, x->rest_n)
+                                       : strcol_add(&c->rest, s, 0)) ||
            add_values(c, s, from, to, k);
 }
 
@@ -384,7 +430,7 @@ static void clean_free(CleanCols *c) {
     free(c->times.data);
     free(c->tags.data);
     strcol_free(&c->tid);
-    strcol_free(&c->first);
+    strcol_free(&c->event);
     strcol_free(&c->rest);
     for (int j = 0; j < c->nvalues; j++)
         strcol_free(&c->values[j]);
@@ -396,8 +442,8 @@ static PyObject *clean_export(CleanCols *c) {
     if (c->n == 0)
         Py_RETURN_NONE;
     PyObject *tid = strcol_export(&c->tid);
-    PyObject *first = tid ? strcol_export(&c->first) : NULL;
-    PyObject *rest = first ? strcol_export(&c->rest) : NULL;
+    PyObject *event = tid ? strcol_export(&c->event) : NULL;
+    PyObject *rest = event ? strcol_export(&c->rest) : NULL;
     PyObject *values = rest ? PyList_New(c->nvalues) : NULL;
     for (int j = 0; values != NULL && j < c->nvalues; j++) {
         PyObject *v = strcol_export(&c->values[j]);
@@ -408,12 +454,12 @@ static PyObject *clean_export(CleanCols *c) {
     }
     if (values == NULL) {
         Py_XDECREF(tid);
-        Py_XDECREF(first);
+        Py_XDECREF(event);
         Py_XDECREF(rest);
         return NULL;
     }
     return Py_BuildValue("NNNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times), bytes_of(&c->tags),
-                         tid, first, rest, values);
+                         tid, event, rest, values);
 }
 
 #define MAX_HEADS 32
@@ -462,9 +508,11 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         keys[k].n = (int)PyTuple_GET_SIZE(t);
         for (int j = 0; j < keys[k].n; j++) {
             PyObject *key = PyTuple_GET_ITEM(t, j);
-            if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 1) {
+            if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 1 ||
+                memchr(PyBytes_AS_STRING(key), '=', (size_t)PyBytes_GET_SIZE(key)) != NULL ||
+                memchr(PyBytes_AS_STRING(key), ' ', (size_t)PyBytes_GET_SIZE(key)) != NULL) {
                 PyBuffer_Release(&view);
-                PyErr_SetString(PyExc_TypeError, "scan: field keys must be non-empty bytes");
+                PyErr_SetString(PyExc_TypeError, "scan: field keys must be non-empty bytes without '=' or ' '");
                 return NULL;
             }
             keys[k].key[j] = PyBytes_AS_STRING(key);
@@ -477,7 +525,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Buf rows = {0}, cands = {0};
     CleanCols clean;
     memset(&clean, 0, sizeof clean);
-    int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.first, 0) || strcol_init(&clean.rest, 1);
+    int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.event, 0) || strcol_init(&clean.rest, 0);
     clean.nvalues = nvalues;
     for (int j = 0; j < nvalues; j++)
         failed = failed || strcol_init(&clean.values[j], 1);
@@ -578,7 +626,7 @@ static struct PyModuleDef module = {
 
 /* What scan takes and gives, numbered: the parser uses a build of another version as none (a stale
  * build in a source tree after a checkout). */
-#define SCAN_VERSION 3
+#define SCAN_VERSION 4
 
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);

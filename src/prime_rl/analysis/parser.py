@@ -44,7 +44,7 @@ import polars as pl
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, READ, VALUE, Event, ParseStats, TaggedLines
 
-_SCAN_VERSION = 3
+_SCAN_VERSION = 4
 """The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
 try:  # the chunk scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
@@ -338,7 +338,7 @@ class _Pending:
 
     def add_parsed(self, head: pl.DataFrame) -> None:
         """Lines in loguru's file format the C scan took apart (:func:`_clean_lines`: the columns
-        :func:`_finish` takes), finished with the batch."""
+        :func:`_finish` makes, and the fields the scan read)."""
         self.parsed.append(head)
         self.rows += head.height
 
@@ -351,12 +351,8 @@ class _Pending:
             frame, malformed = _loguru_lines(lines, numbers, self.clock, self.events_seen)
             self._add_bad([(numbers[i], lines[i]) for i in malformed])
             frames = [frame, *frames]
-        if self.parsed:  # one _finish a batch (the C scan left the malformed lines to the others)
-            head = self.parsed[0] if len(self.parsed) == 1 else pl.concat(self.parsed)
-            frame, malformed = _finish(head, self.events_seen)
-            line = head.get_column("line")
-            self._add_bad([(line[i], _message(head.row(i, named=True))) for i in malformed])
-            frames = [frame, *frames]
+        if self.parsed:  # finished by the C scan (which left the malformed lines to the others)
+            frames = [self.parsed[0] if len(self.parsed) == 1 else pl.concat(self.parsed), *frames]
         # the lines the C scan took apart have the fields it read; the others null there
         frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("line")
         self.stats.tagged += frame.height
@@ -575,19 +571,12 @@ def _midnight(date: int) -> float:
     return math.nan if value is None else value
 
 
-def _message(row: dict) -> str:
-    """A taken-apart line's message, as written."""
-    tid = f"[{row['tid']}]" if row["tid"] is not None else ""
-    rest = f" {row['rest']}" if row["rest"] is not None else ""
-    return f"[{row['tag']}]{tid} {row['first']}{rest}"
-
-
 def _clean_lines(clean: tuple, found: _Found) -> None:
-    """The lines the C scan took apart, as :func:`_loguru_lines` takes them apart before
-    :func:`_finish` (the timestamp is the same sum, in the same order, of local midnight and the time
-    of day); :meth:`_Pending.flush` finishes them a batch at a time. None of them is malformed: the C
-    scan leaves those to :func:`_marked_lines`."""
-    lines, dates, times, tags, tid, first, rest, values = clean
+    """The lines the C scan took apart, as :func:`_loguru_lines` and :func:`_finish` take them apart
+    (the timestamp is the same sum, in the same order, of local midnight and the time of day; the
+    event and the fields part made in C as :func:`_finish` makes them). None of them is malformed: the
+    C scan leaves those to :func:`_marked_lines`."""
+    lines, dates, times, tags, tid, event, rest, values = clean
     date = np.frombuffer(dates, np.int32)
     h, m, sec, ms = np.frombuffer(times, np.int32).reshape(-1, 4).T.astype(np.int64)
     keys, inverse = np.unique(date, return_inverse=True)
@@ -601,7 +590,7 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
                 "ts": pl.Series("ts", ts, nan_to_null=True),
                 "tag": _TAG_SERIES.gather(np.frombuffer(tags, np.uint8)),
                 "tid": pl.Series(_ArrowColumn(tid)),
-                "first": pl.Series(_ArrowColumn(first)),
+                "event": pl.Series(_ArrowColumn(event)),
                 "rest": pl.Series(_ArrowColumn(rest)),
                 **({READ: pl.repeat(True, len(ts), eager=True)} if values else {}),
                 **{f"{VALUE}{j}": pl.Series(_ArrowColumn(v)) for j, v in enumerate(values)},
