@@ -136,14 +136,13 @@ class AdminClient:
         await asyncio.gather(*(self._ping(url) for url in self.base_urls))
 
     async def _ping(self, url: str) -> None:
-        if self._busy[url]:
-            return  # an update is on this server's connection now, and keeps it open
+        if self._busy[url] or url in self._pings:
+            return  # an update (or a keep-alive request: a URL listed twice) keeps the connection open
         ended = asyncio.get_running_loop().create_future()
         self._pings[url] = ended
         headers = self._headers(new_trace_id())
-        timeout = aiohttp.ClientTimeout(total=self.config.connect_timeout_s)
         try:
-            async with self.session.get(f"{url}/health", headers=headers, timeout=timeout) as resp:
+            async with self.session.get(f"{url}/health", headers=headers) as resp:
                 await resp.read()
         except TRANSPORT_EXCEPTIONS:
             pass
