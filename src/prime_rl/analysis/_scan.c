@@ -116,17 +116,17 @@ static int strcol_init(StrCol *c, int nullable) {
     return put_i64(&c->offsets, 0);
 }
 
-/* append s[0:n]; n < 0: a null */
-static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) {
+/* append s1[0:n1] + s2[0:n2]; n1 < 0: a null */
+static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2, Py_ssize_t n2) {
     if (c->nullable && c->length % 8 == 0) {
         char zero = 0;
         if (buf_put(&c->validity, &zero, 1))
             return -1;
     }
-    if (n < 0) {
+    if (n1 < 0) {
         c->nulls++;
     } else {
-        if (buf_put(&c->data, s, (size_t)n))
+        if (buf_put(&c->data, s1, (size_t)n1) || buf_put(&c->data, s2, (size_t)n2))
             return -1;
         if (c->nullable)
             c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
@@ -135,20 +135,8 @@ static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) {
     return put_i64(&c->offsets, (int64_t)c->data.len);
 }
 
-/* append s1[0:n1] + s2[0:n2] (not null) */
-static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2, Py_ssize_t n2) {
-    if (c->nullable && c->length % 8 == 0) {
-        char zero = 0;
-        if (buf_put(&c->validity, &zero, 1))
-            return -1;
-    }
-    if (buf_put(&c->data, s1, (size_t)n1) || buf_put(&c->data, s2, (size_t)n2))
-        return -1;
-    if (c->nullable)
-        c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
-    c->length++;
-    return put_i64(&c->offsets, (int64_t)c->data.len);
-}
+/* append s[0:n]; n < 0: a null */
+static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) { return strcol_add2(c, s, n, "", 0); }
 
 static void strcol_free(StrCol *c) {
     free(c->offsets.data);
@@ -413,14 +401,15 @@ static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, con
     int eventless = memchr(s + x->first, '=', (size_t)x->first_n) != NULL;
     Py_ssize_t from = eventless ? x->first : (x->rest_n >= 0 ? x->rest : -1);
     Py_ssize_t to = x->rest_n >= 0 ? x->rest + x->rest_n : x->first + x->first_n;
+    /* as the parser's _finish writes it: "" for an event line with no rest, and a space after the
+     * first word of an event-less line with no rest */
+    Py_ssize_t fields_n = from >= 0 ? to - from : 0;
+    int space = eventless && x->rest_n < 0;
     return put_i64(&c->lines, line) || put_i32(&c->dates, x->date) || put_i32(&c->times, x->h) ||
            put_i32(&c->times, x->m) || put_i32(&c->times, x->s) || put_i32(&c->times, x->ms) ||
            buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, x->tid_n >= 0 ? s + x->tid : NULL, x->tid_n) ||
            strcol_add(&c->event, s + x->first, eventless ? 0 : x->first_n) ||
-           (eventless && x->rest_n < 0 ? strcol_add2(&c->rest, s + x->first, x->first_n, " ", 1)
-            : eventless                ? strcol_add(&c->rest, s + x->first, to - x->first)
-            : x->rest_n >= 0           ? strcol_add(&c->rest, s + x->rest, x->rest_n)
-                                       : strcol_add(&c->rest, s, 0)) ||
+           strcol_add2(&c->rest, s + (from >= 0 ? from : 0), fields_n, " ", space) ||
            add_values(c, s, from, to, k);
 }
 

@@ -639,19 +639,13 @@ class _Collector:
         for key, column in zip(UPDATE_SERIES, _UPDATE_COLUMNS, strict=True):
             _extend(self.series[key], frame.get_column(column))
         timed = frame.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
-        self.spans.bars_of("update").add(
-            timed.get_column("start").to_numpy(), timed.get_column("end").to_numpy()
-        )
-        timed = self.spans.rows_kept("update", timed)
+        info = {"queue": "queue_ms", "rpc": "rpc_ms", "send_to_recv": "send_to_recv_ms"}
         label = pl.when(pl.col("url").is_not_null() & (pl.col("url") != "")).then(
             pl.concat_str("tid", pl.lit(" "), "url")
         )
-        columns = timed.select(
-            "start", "end", label.otherwise("tid").alias("label"), "queue", "rpc", "send_to_recv"
-        ).get_columns()
-        start, end, args, queue, rpc, gap = (c.to_list() for c in columns)
-        info = {"queue_ms": queue, "rpc_ms": rpc, "send_to_recv_ms": gap}
-        self.spans.extend("update", start, end, "update {}", args, info, barred=True)
+        self.spans.add_frame(
+            "update", "update {}", timed.rename(info), tuple(info.values()), label.otherwise("tid")
+        )
 
     def open_wait_event(self) -> tuple[str, float | None, Event] | None:
         if self.last_wait is None or self.last_wait[0] < self.restarted:
@@ -859,14 +853,22 @@ class _Spans:
                 self.bars_of(kind).add(start, end)
             self.add(kind, SpanBlock(start, end, label, args, info))
 
-    def add_frame(self, kind: str, label: str, frame: pl.DataFrame, info: tuple[str, ...] = ()) -> None:
-        """Spans of ``kind`` as a frame's columns ``start``, ``end``, ``arg`` (the label's) and the
-        ``info`` keys': every one to the bars, the kept ones (:meth:`rows_kept`) as lists."""
+    def add_frame(
+        self,
+        kind: str,
+        label: str,
+        frame: pl.DataFrame,
+        info: tuple[str, ...] = (),
+        arg: pl.Expr | str = "arg",
+    ) -> None:
+        """Spans of ``kind`` as a frame's columns ``start``, ``end`` and the ``info`` keys', with the
+        label's argument ``arg`` (a column, or an expression made for the kept rows only): every one
+        to the bars, the kept ones (:meth:`rows_kept`) as lists."""
         if not frame.height:
             return
         self.bars_of(kind).add(frame.get_column("start").to_numpy(), frame.get_column("end").to_numpy())
-        kept = self.rows_kept(kind, frame)
-        start, end, args, *values = (kept.get_column(c).to_list() for c in ("start", "end", "arg", *info))
+        kept = self.rows_kept(kind, frame).select("start", "end", arg, *info)
+        start, end, args, *values = (c.to_list() for c in kept.get_columns())
         self.extend(kind, start, end, label, args, dict(zip(info, values, strict=True)) or None, barred=True)
 
     def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:

@@ -135,21 +135,8 @@ def reference_gen(self, seq: int, b: TaggedLines) -> None:
         self._retry(b, retries)
 
 
-def reference_train(self, seq: int, b: TaggedLines) -> None:
-    lines = ("step.done", "compute.done")
-    b.fields(*FIELDS["train"])
-    step_s = b.text_series("step")
-    wait_s = b.num_series("wait_ms", ("step.done",))
-    train_s, write_s = b.num_series("train_ms", lines), b.num_series("write_ms", lines)
-    done = b.frame.get_column("event") == "step.done"
-    only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
-    # step 0's wait is start-up (the servers start, the first batch is generated with nothing
-    # to overlap it), not the steady state a bottleneck is judged on
-    self._per_step("train_wait_ms", b, "step", only((step_s != "0").fill_null(True), wait_s))
-    self._per_step("train_ms", b, "step", only(done, train_s))
-    # step.done write_ms: what publishing cost the step itself (with background writes: the
-    # copy to host memory and any wait for the previous write; else the whole write)
-    self._per_step("publish_ms", b, "step", only(done, write_s))
+def reference_train_spans(self, b: TaggedLines, step_s, wait_s, train_s, write_s) -> None:
+    """The [train] handler's span loop (its per-step values were and are column-wise)."""
     events, ts, step = b.column("event"), b.column("ts"), step_s.to_list()
     wait, train, write = wait_s.to_list(), train_s.to_list(), write_s.to_list()
     fwd, opt = b.num("fwd_bwd_ms", ("compute.done",)), b.num("optim_ms", ("compute.done",))
@@ -259,7 +246,11 @@ def _both(read, monkeypatch) -> tuple[dict, dict]:
     stats = ParseStats()
     columns = _view(collect(read(stats), stats))
     with monkeypatch.context() as m:
-        for name, fn in (("ckpt", reference_ckpt), ("gen", reference_gen), ("train", reference_train)):
+        for name, fn in (
+            ("ckpt", reference_ckpt),
+            ("gen", reference_gen),
+            ("_train_spans", reference_train_spans),
+        ):
             m.setattr(_Collector, name, fn)
         stats = ParseStats()
         lines = _view(collect(read(stats), stats))
