@@ -44,7 +44,7 @@ import polars as pl
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, READ, VALUE, Event, ParseStats, TaggedLines
 
-_SCAN_VERSION = 4
+_SCAN_VERSION = 5
 """The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
 try:  # the chunk scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
@@ -618,6 +618,10 @@ def _marked_lines(
         ok = (data[s + 34] == 124) & (data[s + 35] == 32) & (data[s + 4] == 45) & (data[s + 19] == 46)
         for k in (20, 21, 22):
             ok &= (data[s + k] >= 48) & (data[s + k] <= 57)
+        # a level of A-Z and spaces, as the dense scan's pattern has it (a line with another level
+        # is taken apart by _other_lines, which splits on any whitespace)
+        level = data[s[:, None] + np.arange(26, 34)]
+        ok &= (((level >= 65) & (level <= 90)) | (level == 32)).all(axis=1)
         # an ASCII prefix: _loguru_lines cuts the message at the 36th character, which is then the
         # 36th byte (a level like "INFÖ" put the marker at character 35, and the line was malformed)
         ok &= (data[s[:, None] + np.arange(_LOGURU_LEN)] < 128).all(axis=1)
