@@ -79,18 +79,24 @@ def format_stats(title: str, stats: dict) -> str:
 def _clock(ts: float | None) -> str:
     """``HH:MM:SS.mmm`` of a local time (what ``datetime.fromtimestamp(ts)`` shows, to the
     microsecond, cut to the millisecond); each second is formatted once."""
-    if ts is None:
+    if ts is None or not math.isfinite(ts):
         return "?"
     whole = math.floor(ts)
     micro = round((ts - whole) * 1e6)
     if micro >= 1_000_000:
         whole, micro = whole + 1, micro - 1_000_000
-    return f"{_second(whole)}.{micro // 1000:03d}"
+    second = _second(whole)
+    return "?" if second is None else f"{second}.{micro // 1000:03d}"
 
 
 @lru_cache(maxsize=4096)
-def _second(whole: int) -> str:
-    return datetime.fromtimestamp(whole).strftime("%H:%M:%S")
+def _second(whole: int) -> str | None:
+    """``HH:MM:SS`` of a local time; None for one no date holds (a span started from a hostile
+    ``dur_ms=1e20`` lies that far before its end)."""
+    try:
+        return datetime.fromtimestamp(whole).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
