@@ -18,6 +18,7 @@
  * or "" when that word is a key=value (an event-less line); its fields part is the rest ("" when
  * none) or, on an event-less line, the first word, a space and the rest (what the parser's _finish
  * makes of them).
+ * A chunk of more than MAX_SPLIT bytes (one line longer than 1 GiB) is scanned as without `split`.
  *
  * `fields` (one tuple of keys as bytes per head, at most MAX_FIELDS each) names the fields read from
  * a clean line of that head as it is taken apart: each key's value is that of its last token
@@ -33,7 +34,7 @@
  *   clean       None, or (lines, dates, times, tags, tid, event, rest, values) of the clean lines:
  *               lines int64 bytes; dates int32 bytes (YYYYMMDD); times int32 bytes, 4 a line (hour,
  *               minute, second, millisecond); tags uint8 bytes (the index of the head in `heads`);
- *               tid, event and rest (the fields part) each an Arrow large-string column as a pair
+ *               tid, event and rest (the fields part) each an Arrow string-view column as a pair
  *               of PyCapsules ("arrow_schema", "arrow_array": the Arrow C data interface; tid
  *               nullable);
  *               values a list of such nullable columns, the i-th holding each line's i-th key's
@@ -102,22 +103,29 @@ struct ArrowArray {
     void *private_data;
 };
 
-/* A large-string column being built: offsets (int64, one more than the rows), the bytes, and the
- * validity bitmap (bit i set: row i has a value) when it may hold nulls. */
+/* A string-view column being built (Arrow's Utf8View, what polars keeps strings as: no conversion
+ * when polars takes it): 16 bytes a row (the length, then the string itself when it has at most 12
+ * bytes, else its first 4 bytes, buffer 0 and its offset in the data), the longer strings' bytes,
+ * and the validity bitmap (bit i set: row i has a value) when it may hold nulls. The data stays
+ * under 2 GiB: scan takes apart no line of a chunk over MAX_SPLIT bytes. */
 typedef struct {
-    Buf offsets, data, validity;
+    Buf views, data, validity;
     int64_t length, nulls;
     int nullable;
 } StrCol;
 
+#define VIEW_INLINE 12
+#define MAX_SPLIT ((Py_ssize_t)1 << 30)
+
 static int strcol_init(StrCol *c, int nullable) {
     memset(c, 0, sizeof *c);
     c->nullable = nullable;
-    return put_i64(&c->offsets, 0);
+    return 0;
 }
 
 /* append s1[0:n1] + s2[0:n2]; n1 < 0: a null */
 static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2, Py_ssize_t n2) {
+    unsigned char view[16] = {0};
     if (c->nullable && c->length % 8 == 0) {
         char zero = 0;
         if (buf_put(&c->validity, &zero, 1))
@@ -126,20 +134,30 @@ static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2,
     if (n1 < 0) {
         c->nulls++;
     } else {
-        if (buf_put(&c->data, s1, (size_t)n1) || buf_put(&c->data, s2, (size_t)n2))
-            return -1;
+        int32_t n = (int32_t)(n1 + n2), offset = (int32_t)c->data.len, buffer = 0;
+        memcpy(view, &n, 4);
+        if (n <= VIEW_INLINE) {
+            memcpy(view + 4, s1, (size_t)n1);
+            memcpy(view + 4 + n1, s2, (size_t)n2);
+        } else {
+            if (buf_put(&c->data, s1, (size_t)n1) || buf_put(&c->data, s2, (size_t)n2))
+                return -1;
+            memcpy(view + 4, c->data.data + offset, 4);
+            memcpy(view + 8, &buffer, 4);
+            memcpy(view + 12, &offset, 4);
+        }
         if (c->nullable)
             c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
     }
     c->length++;
-    return put_i64(&c->offsets, (int64_t)c->data.len);
+    return buf_put(&c->views, view, sizeof view);
 }
 
 /* append s[0:n]; n < 0: a null */
 static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) { return strcol_add2(c, s, n, "", 0); }
 
 static void strcol_free(StrCol *c) {
-    free(c->offsets.data);
+    free(c->views.data);
     free(c->data.data);
     free(c->validity.data);
     memset(c, 0, sizeof *c);
@@ -148,7 +166,7 @@ static void strcol_free(StrCol *c) {
 static void release_schema(struct ArrowSchema *s) { s->release = NULL; }
 
 static void release_array(struct ArrowArray *a) {
-    for (int i = 0; i < 3; i++)
+    for (int64_t i = 0; i < a->n_buffers; i++)
         free((void *)a->buffers[i]);
     free(a->buffers);
     a->release = NULL;
@@ -180,14 +198,22 @@ static void array_capsule_free(PyObject *capsule) {
 static PyObject *strcol_export(StrCol *c) {
     struct ArrowSchema *s = calloc(1, sizeof *s);
     struct ArrowArray *a = calloc(1, sizeof *a);
-    const void **buffers = calloc(3, sizeof(void *));
-    if (s == NULL || a == NULL || buffers == NULL) {
+    const void **buffers = calloc(4, sizeof(void *));
+    int64_t *sizes = malloc(sizeof(int64_t));
+    /* valid pointers even when empty */
+    void *views = c->views.data ? c->views.data : malloc(1), *data = c->data.data ? c->data.data : malloc(1);
+    if (s == NULL || a == NULL || buffers == NULL || sizes == NULL || views == NULL || data == NULL) {
         free(s);
         free(a);
         free(buffers);
+        free(sizes);
+        if (views != c->views.data)
+            free(views);
+        if (data != c->data.data)
+            free(data);
         return PyErr_NoMemory();
     }
-    s->format = "U";
+    s->format = "vu";
     s->name = "";
     s->flags = c->nullable ? ARROW_FLAG_NULLABLE : 0;
     s->release = release_schema;
@@ -195,18 +221,15 @@ static PyObject *strcol_export(StrCol *c) {
         free(c->validity.data);
         c->validity.data = NULL;
     }
+    /* validity, views, one data buffer, then the data buffers' sizes */
+    *sizes = (int64_t)c->data.len;
     buffers[0] = c->validity.data;
-    buffers[1] = c->offsets.data;
-    buffers[2] = c->data.data ? c->data.data : malloc(1); /* a valid pointer even when empty */
-    if (buffers[2] == NULL) {
-        free(s);
-        free(a);
-        free(buffers);
-        return PyErr_NoMemory();
-    }
+    buffers[1] = views;
+    buffers[2] = data;
+    buffers[3] = sizes;
     a->length = c->length;
     a->null_count = c->nulls;
-    a->n_buffers = 3;
+    a->n_buffers = 4;
     a->buffers = buffers;
     a->release = release_array;
     memset(c, 0, sizeof *c); /* the array owns the buffers now */
@@ -462,6 +485,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                           &fields_obj))
         return NULL;
     Py_ssize_t nheads = PyTuple_GET_SIZE(heads_obj);
+    if (size > MAX_SPLIT)
+        split = 0; /* a string view's offset is 32 bits */
     if (size < 0 || size > view.len || nheads > MAX_HEADS) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "scan: size out of range or too many heads");
@@ -615,7 +640,7 @@ static struct PyModuleDef module = {
 
 /* What scan takes and gives, numbered: the parser uses a build of another version as none (a stale
  * build in a source tree after a checkout). */
-#define SCAN_VERSION 4
+#define SCAN_VERSION 5
 
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);
