@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -51,6 +52,8 @@ class Spill:
         """Bytes of the files written so far (those read back and removed since included)."""
         self.files = 0
         """Files handed to the writer so far."""
+        self._lock = threading.RLock()
+        """Held while the bookkeeping changes: one thread may read while another writes."""
 
     @property
     def directory(self) -> Path | None:
@@ -60,6 +63,10 @@ class Spill:
     def write(self, frame: pl.DataFrame) -> Path | None:
         """``frame`` to be written to a file of its own, whose path is returned at once; None when
         writing has failed before (the frame stays the caller's to keep: see :attr:`failed`)."""
+        with self._lock:
+            return self._write(frame)
+
+    def _write(self, frame: pl.DataFrame) -> Path | None:
         self._settle(PENDING_BYTES)
         if self.failed is not None:
             return None
@@ -84,11 +91,12 @@ class Spill:
         """The frame written to ``path`` (only ``columns`` when given), read into memory once its
         write is done (the frame itself when the write failed); the file is removed unless not
         ``remove``."""
-        self._settle(0, until=path)
-        kept = self._kept.get(path)
-        if kept is not None:
-            if remove:
+        with self._lock:
+            self._settle(0, until=path)
+            kept = self._kept.get(path)
+            if kept is not None and remove:
                 del self._kept[path]
+        if kept is not None:
             return kept if columns is None else kept.select(columns)
         frame = pl.read_ipc(path, columns=columns)
         if remove:
@@ -97,13 +105,15 @@ class Spill:
 
     def remove(self, path: Path) -> None:
         """Let go of ``path``'s file (or kept frame) without reading it."""
-        self._settle(0, until=path)
-        self._kept.pop(path, None)
+        with self._lock:
+            self._settle(0, until=path)
+            self._kept.pop(path, None)
         path.unlink(missing_ok=True)
 
     def wait(self) -> None:
         """Wait for every write handed over so far."""
-        self._settle(-1)
+        with self._lock:
+            self._settle(-1)
 
     def close(self) -> None:
         """Wait for the writes, then remove the directory and every file left in it."""

@@ -4,6 +4,8 @@ in memory, and the temporary directory is gone afterwards."""
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import astuple
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import polars as pl
 import pytest
 from tests.support.weight_lines import add_by_file, usual_update_events
 
+import prime_rl.analysis.spill as spill_module
 from prime_rl.analysis.spill import PREFIX, Spill
 from prime_rl.analysis.updates import UpdateJoin
 
@@ -102,4 +105,41 @@ def test_a_read_waits_for_its_write_and_the_writes_waiting_stay_bounded(tmp_path
         assert spill._pending_bytes <= 4 * size  # the bound and the frame just handed over
     assert spill.read(paths[-1]).equals(frames[-1])  # the last one, read as soon as it is written
     assert [spill.read(p).equals(f) for p, f in zip(paths[:-1], frames[:-1], strict=True)] == [True] * 19
+    spill.close()
+
+
+@pytest.mark.parametrize("round_", range(4))
+def test_files_read_in_threads_while_others_are_written_come_back_whole(tmp_path, monkeypatch, round_):
+    """The join reads parts back in threads of its own while the caller writes more: every frame
+    comes back as written, and every file goes (threads switching every microsecond, so that a race
+    in the bookkeeping shows: without the store's lock, about one round in four failed)."""
+    monkeypatch.setattr(spill_module, "PENDING_BYTES", 1)  # every write waits for the ones before it
+    spill = Spill(tmp_path)
+    frames = [pl.DataFrame({"k": [k] * 50, "v": list(range(50))}) for k in range(300)]
+    first = [spill.write(f) for f in frames[:200]]
+    got: dict[int, pl.DataFrame] = {}
+    errors: list[BaseException] = []
+
+    def read(ks: range) -> None:
+        try:
+            for k in ks:
+                got[k] = spill.read(first[k])
+        except BaseException as e:  # noqa: BLE001  # raised below, in the test's thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        readers = [threading.Thread(target=read, args=(range(k, 200, 2),)) for k in (0, 1)]
+        for t in readers:
+            t.start()
+        later = [spill.write(f) for f in frames[200:]]  # while the readers read
+        for t in readers:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert all(got[k].equals(frames[k]) for k in range(200))
+    assert all(spill.read(p).equals(f) for p, f in zip(later, frames[200:], strict=True))
+    assert not list(spill.directory.iterdir())
     spill.close()
