@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
@@ -65,12 +66,14 @@ def _update_critical(d: Collected) -> tuple[float, float, float]:
         slowest = slowest.group_by("tid", "window", maintain_order=True).agg(
             pl.col("ms", "rpc", "queue").sort_by("ms", "i", descending=[True, False]).first()
         )
-    wall = rpc = queue = 0.0  # summed in order, as one update after another
-    for ms, r, q in slowest.select("ms", "rpc", "queue").iter_rows():
-        wall += ms
-        rpc += r
-        queue += q
+    # summed in order, as one update after another (a cumulative sum adds left to right, as a loop
+    # would: the same float; a pairwise sum could differ in the last digits)
+    wall, rpc, queue = (_in_order_sum(slowest.get_column(c)) for c in ("ms", "rpc", "queue"))
     return wall, rpc, queue
+
+
+def _in_order_sum(values: pl.Series) -> float:
+    return float(np.cumsum(values.to_numpy())[-1]) if len(values) else 0.0
 
 
 def verify_wall_ms(d: Collected) -> tuple[float, str]:
