@@ -599,6 +599,13 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
     )
 
 
+_PREFIX_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
+"""Where loguru's prefix ``YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | `` has digits, and its other bytes
+but the level's (:data:`_PREFIX_SIGN_BYTES`)."""
+_PREFIX_SIGNS = [4, 7, 10, 13, 16, 19, 23, 24, 25, 34, 35]
+_PREFIX_SIGN_BYTES = np.frombuffer(b"-- ::. | | ", np.uint8)
+
+
 def _marked_lines(
     chunk: bytes | bytearray,
     size: int,
@@ -614,17 +621,16 @@ def _marked_lines(
     data = np.frombuffer(chunk, np.uint8, size)
     fast = (pos - starts) == _LOGURU_LEN
     if fast.any():  # "YYYY-MM-DD HH:MM:SS.mmm | LEVEL   | [tag]"
-        s = starts[fast]
-        ok = (data[s + 34] == 124) & (data[s + 35] == 32) & (data[s + 4] == 45) & (data[s + 19] == 46)
-        for k in (20, 21, 22):
-            ok &= (data[s + k] >= 48) & (data[s + k] <= 57)
-        # a level of A-Z and spaces, as the dense scan's pattern has it (a line with another level
-        # is taken apart by _other_lines, which splits on any whitespace)
-        level = data[s[:, None] + np.arange(26, 34)]
+        # the prefix the dense scan's pattern (_LOGURU_TAGGED) takes, byte by byte: any other line
+        # is taken apart by _other_lines (which splits on any whitespace) in every scan. ASCII too:
+        # _loguru_lines cuts the message at the 36th character, which is then the 36th byte (a
+        # level like "INFÖ" put the marker at character 35, and the line was malformed)
+        head = data[starts[fast][:, None] + np.arange(_LOGURU_LEN)]
+        ok = (head < 128).all(axis=1)
+        ok &= ((head[:, _PREFIX_DIGITS] >= 48) & (head[:, _PREFIX_DIGITS] <= 57)).all(axis=1)
+        ok &= (head[:, _PREFIX_SIGNS] == _PREFIX_SIGN_BYTES).all(axis=1)
+        level = head[:, 26:34]
         ok &= (((level >= 65) & (level <= 90)) | (level == 32)).all(axis=1)
-        # an ASCII prefix: _loguru_lines cuts the message at the 36th character, which is then the
-        # 36th byte (a level like "INFÖ" put the marker at character 35, and the line was malformed)
-        ok &= (data[s[:, None] + np.arange(_LOGURU_LEN)] < 128).all(axis=1)
         fast[np.flatnonzero(fast)[~ok]] = False
     if fast.all():
         found.add_loguru(pl.Series(texts, dtype=pl.String), numbers)

@@ -99,6 +99,12 @@ def _parsed(log, scan) -> tuple:
 )
 @example(lines=[PREFIX + "[gen] 9bad s=1", "x", PREFIX + "[ckpt] =3", "[zzz] e k=1"], end="\n", small=False)
 @example(lines=["2026-01-01 12:00:00.000 | INFO | ok [gen] batch.done step=3"] * 3, end="\n", small=False)
+# a "T" between date and time: split on any whitespace too (no space before the fields part)
+@example(
+    lines=[PREFIX + "[gen] batch.done", "2026-01-01T12:00:00.123 | INFO    | [gen] batch.done  a=1"],
+    end="\n",
+    small=False,
+)
 # a level that is not A-Z: split on any whitespace (a \x1c after the event is no fields part)
 @example(
     lines=[PREFIX + "[gen] batch.done", PREFIX.replace("INFO", "info") + "[gen] batch.done \x1c"],
