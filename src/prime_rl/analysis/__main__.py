@@ -22,7 +22,7 @@ from prime_rl.analysis.compare import write_compare  # noqa: E402
 from prime_rl.analysis.parser import ParseStats, discover, scan_files  # noqa: E402
 from prime_rl.analysis.read_ahead import read_ahead  # noqa: E402
 from prime_rl.analysis.report import write_report  # noqa: E402
-from prime_rl.analysis.stats import FIELDS, prepared  # noqa: E402
+from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared  # noqa: E402
 from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
 from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
 from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
@@ -143,7 +143,7 @@ def _run(
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
     # two threads ahead of the collection: one parses, the next reads each tag's fields
-    batches = read_ahead(prepared(read_ahead(scan_files(files, stats, FIELDS))))
+    batches = read_ahead(prepared(read_ahead(scan_files(files, stats, FIELDS, FIELD_KINDS))))
     spill_dir = args.tmp_dir or out
     try:
         spill_dir.mkdir(parents=True, exist_ok=True)

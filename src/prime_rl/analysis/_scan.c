@@ -27,18 +27,24 @@
  * where no token has the key. That is what the parser's read_fields finds in ASCII text with no
  * whitespace but spaces, which clean lines are.
  *
+ * `kinds` (with `fields`: one bytes per head, a byte a key) says which values are also read as
+ * numbers: KIND_NUMBER, a float64 where the value is a plain decimal (plain_decimal), null elsewhere
+ * (other text is left to the caller); KIND_STEP, an int64 where it is 1-8 digits, null elsewhere.
+ *
  * Returns (newlines, candidates, rows, texts, clean):
  *   candidates  int64 bytes: the candidates' positions;
  *   rows        int64 bytes, 4 a kept line that is not clean: line, start, end, marker;
  *   texts       those lines decoded as bytes.decode("utf-8", "replace") decodes them (no newline);
- *   clean       None, or (lines, dates, times, tags, tid, event, rest, values) of the clean lines:
+ *   clean       None, or (lines, dates, times, tags, tid, event, rest, values, nums, steps) of the clean lines:
  *               lines int64 bytes; dates int32 bytes (YYYYMMDD); times int32 bytes, 4 a line (hour,
  *               minute, second, millisecond); tags uint8 bytes (the index of the head in `heads`);
  *               tid, event and rest (the fields part) each an Arrow string-view column as a pair
  *               of PyCapsules ("arrow_schema", "arrow_array": the Arrow C data interface; tid
  *               nullable);
  *               values a list of such nullable columns, the i-th holding each line's i-th key's
- *               value (as many as the most keys of a head).
+ *               value (as many as the most keys of a head); nums and steps lists as long, the
+ *               i-th the i-th value as a number (an Arrow float64 column) and as a step (int64),
+ *               each None when no head's kinds ask for it (null on the lines of other heads).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -156,6 +162,76 @@ static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2,
 /* append s[0:n]; n < 0: a null */
 static int strcol_add(StrCol *c, const char *s, Py_ssize_t n) { return strcol_add2(c, s, n, "", 0); }
 
+/* A column of 8-byte numbers being built (float64 or int64), nullable: the values and the validity
+ * bitmap (bit i set: row i has a value). */
+typedef struct {
+    Buf data, validity;
+    int64_t length, nulls;
+} NumCol;
+
+/* append the 8 bytes at v; NULL: a null */
+static int numcol_add(NumCol *c, const void *v) {
+    static const char zeros[8] = {0};
+    if (c->length % 8 == 0) {
+        char zero = 0;
+        if (buf_put(&c->validity, &zero, 1))
+            return -1;
+    }
+    if (v == NULL)
+        c->nulls++;
+    else
+        c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
+    c->length++;
+    return buf_put(&c->data, v ? v : zeros, 8);
+}
+
+static void numcol_free(NumCol *c) {
+    free(c->data.data);
+    free(c->validity.data);
+    memset(c, 0, sizeof *c);
+}
+
+/* The number a field's value is when it is written as a plain decimal, -?[0-9]+(.[0-9]+)?, with
+ * at most 15 digits: the digits as an integer (exact in a double) over a power of ten (exact too),
+ * one correctly rounded division, so the same double as any correctly rounding parser (polars'
+ * cast among them). 0: some other text (the caller's polars cast reads it). */
+static int plain_decimal(const char *v, Py_ssize_t n, double *out) {
+    static const double tens[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    Py_ssize_t i = (n > 0 && v[0] == '-') ? 1 : 0, digits = 0, point = -1;
+    uint64_t m = 0;
+    if (i == n)
+        return 0;
+    for (; i < n; i++) {
+        char c = v[i];
+        if (c >= '0' && c <= '9') {
+            m = m * 10 + (uint64_t)(c - '0');
+            if (++digits > 15)
+                return 0;
+        } else if (c == '.' && point < 0 && digits > 0 && i + 1 < n) {
+            point = digits;
+        } else {
+            return 0;
+        }
+    }
+    double d = (double)m / tens[point < 0 ? 0 : digits - point];
+    *out = v[0] == '-' ? -d : d;
+    return 1;
+}
+
+/* The step a value is: 1-8 ASCII digits (what the parser's step_number_expr takes); 0: none. */
+static int step_digits(const char *v, Py_ssize_t n, int64_t *out) {
+    int64_t x = 0;
+    if (n < 1 || n > 8)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+        x = x * 10 + (v[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
 static void strcol_free(StrCol *c) {
     free(c->views.data);
     free(c->data.data);
@@ -192,6 +268,25 @@ static void array_capsule_free(PyObject *capsule) {
     if (a->release != NULL)
         a->release(a);
     free(a);
+}
+
+/* (schema capsule, array capsule) owning s and a (released on failure). */
+static PyObject *capsules(struct ArrowSchema *s, struct ArrowArray *a) {
+    PyObject *schema = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+    if (schema == NULL) {
+        release_array(a);
+        free(a);
+        free(s);
+        return NULL;
+    }
+    PyObject *array = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (array == NULL) {
+        Py_DECREF(schema);
+        release_array(a);
+        free(a);
+        return NULL;
+    }
+    return Py_BuildValue("NN", schema, array);
 }
 
 /* The column as (schema capsule, array capsule); its buffers are handed over (c is emptied). */
@@ -233,21 +328,41 @@ static PyObject *strcol_export(StrCol *c) {
     a->buffers = buffers;
     a->release = release_array;
     memset(c, 0, sizeof *c); /* the array owns the buffers now */
-    PyObject *schema = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
-    if (schema == NULL) {
-        release_array(a);
-        free(a);
+    return capsules(s, a);
+}
+
+/* The column as (schema capsule, array capsule) of Arrow format `format` ("g": float64, "l": int64);
+ * its buffers are handed over (c is emptied). */
+static PyObject *numcol_export(NumCol *c, const char *format) {
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    const void **buffers = calloc(2, sizeof(void *));
+    void *data = c->data.data ? c->data.data : malloc(1); /* a valid pointer even when empty */
+    if (s == NULL || a == NULL || buffers == NULL || data == NULL) {
         free(s);
-        return NULL;
-    }
-    PyObject *array = PyCapsule_New(a, "arrow_array", array_capsule_free);
-    if (array == NULL) {
-        Py_DECREF(schema);
-        release_array(a);
         free(a);
-        return NULL;
+        free(buffers);
+        if (data != c->data.data)
+            free(data);
+        return PyErr_NoMemory();
     }
-    return Py_BuildValue("NN", schema, array);
+    s->format = format;
+    s->name = "";
+    s->flags = ARROW_FLAG_NULLABLE;
+    s->release = release_schema;
+    if (c->nulls == 0) {
+        free(c->validity.data);
+        c->validity.data = NULL;
+    }
+    buffers[0] = c->validity.data;
+    buffers[1] = data;
+    a->length = c->length;
+    a->null_count = c->nulls;
+    a->n_buffers = 2;
+    a->buffers = buffers;
+    a->release = release_array;
+    memset(c, 0, sizeof *c);
+    return capsules(s, a);
 }
 
 /* --- the scan ------------------------------------------------------------------------------ */
@@ -384,13 +499,19 @@ typedef struct {
     Buf lines, dates, times, tags;
     StrCol tid, event, rest;
     StrCol values[MAX_FIELDS];
+    NumCol nums[MAX_FIELDS], steps[MAX_FIELDS];
     int nvalues;
+    int has_num[MAX_FIELDS], has_step[MAX_FIELDS]; /* whether some head reads the j-th value so */
     Py_ssize_t n;
 } CleanCols;
+
+#define KIND_NUMBER 1
+#define KIND_STEP 2
 
 typedef struct {
     const char *key[MAX_FIELDS];
     Py_ssize_t len[MAX_FIELDS];
+    unsigned char kind[MAX_FIELDS]; /* KIND_NUMBER | KIND_STEP: the value read as a number, a step */
     int n;
 } Keys;
 
@@ -412,9 +533,19 @@ static int add_values(CleanCols *c, const char *s, Py_ssize_t a, Py_ssize_t e, c
         }
         t = u + 1;
     }
-    for (int j = 0; j < c->nvalues; j++)
-        if (strcol_add(&c->values[j], n[j] >= 0 ? s + at[j] : NULL, n[j]))
+    for (int j = 0; j < c->nvalues; j++) {
+        const char *v = n[j] >= 0 ? s + at[j] : NULL;
+        double d;
+        int64_t x;
+        if (strcol_add(&c->values[j], v, n[j]))
             return -1;
+        if (c->has_num[j] &&
+            numcol_add(&c->nums[j], v && (k->kind[j] & KIND_NUMBER) && plain_decimal(v, n[j], &d) ? &d : NULL))
+            return -1;
+        if (c->has_step[j] &&
+            numcol_add(&c->steps[j], v && (k->kind[j] & KIND_STEP) && step_digits(v, n[j], &x) ? &x : NULL))
+            return -1;
+    }
     return 0;
 }
 
@@ -444,8 +575,11 @@ static void clean_free(CleanCols *c) {
     strcol_free(&c->tid);
     strcol_free(&c->event);
     strcol_free(&c->rest);
-    for (int j = 0; j < c->nvalues; j++)
+    for (int j = 0; j < c->nvalues; j++) {
         strcol_free(&c->values[j]);
+        numcol_free(&c->nums[j]);
+        numcol_free(&c->steps[j]);
+    }
 }
 
 static PyObject *bytes_of(const Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
@@ -457,21 +591,32 @@ static PyObject *clean_export(CleanCols *c) {
     PyObject *event = tid ? strcol_export(&c->event) : NULL;
     PyObject *rest = event ? strcol_export(&c->rest) : NULL;
     PyObject *values = rest ? PyList_New(c->nvalues) : NULL;
-    for (int j = 0; values != NULL && j < c->nvalues; j++) {
+    PyObject *nums = values ? PyList_New(c->nvalues) : NULL;
+    PyObject *steps = nums ? PyList_New(c->nvalues) : NULL;
+    for (int j = 0; steps != NULL && j < c->nvalues; j++) {
         PyObject *v = strcol_export(&c->values[j]);
-        if (v == NULL)
-            Py_CLEAR(values);
-        else
-            PyList_SET_ITEM(values, j, v);
+        PyObject *num = v == NULL ? NULL : c->has_num[j] ? numcol_export(&c->nums[j], "g") : Py_NewRef(Py_None);
+        PyObject *step = num == NULL ? NULL : c->has_step[j] ? numcol_export(&c->steps[j], "l") : Py_NewRef(Py_None);
+        if (step == NULL) {
+            Py_XDECREF(v);
+            Py_XDECREF(num);
+            Py_CLEAR(steps);
+            break;
+        }
+        PyList_SET_ITEM(values, j, v);
+        PyList_SET_ITEM(nums, j, num);
+        PyList_SET_ITEM(steps, j, step);
     }
-    if (values == NULL) {
+    if (steps == NULL) {
         Py_XDECREF(tid);
         Py_XDECREF(event);
         Py_XDECREF(rest);
+        Py_XDECREF(values);
+        Py_XDECREF(nums);
         return NULL;
     }
-    return Py_BuildValue("NNNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times), bytes_of(&c->tags),
-                         tid, event, rest, values);
+    return Py_BuildValue("NNNNNNNNNN", bytes_of(&c->lines), bytes_of(&c->dates), bytes_of(&c->times),
+                         bytes_of(&c->tags), tid, event, rest, values, nums, steps);
 }
 
 #define MAX_HEADS 32
@@ -479,10 +624,10 @@ static PyObject *clean_export(CleanCols *c) {
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t size;
-    PyObject *heads_obj, *fields_obj = NULL;
+    PyObject *heads_obj, *fields_obj = NULL, *kinds_obj = NULL;
     int split;
-    if (!PyArg_ParseTuple(args, "y*nO!p|O!", &view, &size, &PyTuple_Type, &heads_obj, &split, &PyTuple_Type,
-                          &fields_obj))
+    if (!PyArg_ParseTuple(args, "y*nO!p|O!O!", &view, &size, &PyTuple_Type, &heads_obj, &split, &PyTuple_Type,
+                          &fields_obj, &PyTuple_Type, &kinds_obj))
         return NULL;
     Py_ssize_t nheads = PyTuple_GET_SIZE(heads_obj);
     if (size > MAX_SPLIT)
@@ -535,12 +680,39 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         if (keys[k].n > nvalues)
             nvalues = keys[k].n;
     }
+    if (kinds_obj != NULL && (fields_obj == NULL || PyTuple_GET_SIZE(kinds_obj) != nheads)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan: kinds must have one bytes per head, with fields");
+        return NULL;
+    }
+    int has_num[MAX_FIELDS] = {0}, has_step[MAX_FIELDS] = {0};
+    for (Py_ssize_t k = 0; kinds_obj != NULL && k < nheads; k++) {
+        PyObject *t = PyTuple_GET_ITEM(kinds_obj, k);
+        if (!PyBytes_Check(t) || PyBytes_GET_SIZE(t) != keys[k].n) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "scan: each head's kinds must be bytes, one a key of its fields");
+            return NULL;
+        }
+        for (int j = 0; j < keys[k].n; j++) {
+            unsigned char kind = (unsigned char)PyBytes_AS_STRING(t)[j];
+            if (kind > (KIND_NUMBER | KIND_STEP)) {
+                PyBuffer_Release(&view);
+                PyErr_SetString(PyExc_ValueError, "scan: a kind is 0-3 (1: a number, 2: a step)");
+                return NULL;
+            }
+            keys[k].kind[j] = kind;
+            has_num[j] |= kind & KIND_NUMBER;
+            has_step[j] |= kind & KIND_STEP;
+        }
+    }
     const char *s = view.buf;
     Buf rows = {0}, cands = {0};
     CleanCols clean;
     memset(&clean, 0, sizeof clean);
     int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.event, 0) || strcol_init(&clean.rest, 0);
     clean.nvalues = nvalues;
+    memcpy(clean.has_num, has_num, sizeof has_num);
+    memcpy(clean.has_step, has_step, sizeof has_step);
     for (int j = 0; j < nvalues; j++)
         failed = failed || strcol_init(&clean.values[j], 1);
     Py_ssize_t newlines = 0;
@@ -629,7 +801,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(buffer, size, heads, split, fields=None) -> (newlines, candidates, rows, texts, clean): see the module's comment."},
+     "scan(buffer, size, heads, split, fields=None, kinds=None) -> (newlines, candidates, rows, texts, clean): see the "
+     "module's comment."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -640,7 +813,7 @@ static struct PyModuleDef module = {
 
 /* What scan takes and gives, numbered: the parser uses a build of another version as none (a stale
  * build in a source tree after a checkout). */
-#define SCAN_VERSION 5
+#define SCAN_VERSION 6
 
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);

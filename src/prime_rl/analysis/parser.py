@@ -42,9 +42,9 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
-from prime_rl.analysis.tagged import EXAMPLES, READ, VALUE, Event, ParseStats, TaggedLines
+from prime_rl.analysis.tagged import EXAMPLES, NUM, READ, STEP, VALUE, Event, ParseStats, TaggedLines
 
-_SCAN_VERSION = 5
+_SCAN_VERSION = 6
 """The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
 try:  # the chunk scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
@@ -205,18 +205,23 @@ def scan_files(
     paths: list[tuple[str, Path]],
     stats: ParseStats | None = None,
     fields: Mapping[str, Sequence[str]] | None = None,
+    kinds: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Iterator[TaggedLines]:
     """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order.
     ``fields``: the fields of each tag to read while the lines are taken apart, where the C scan
-    can (:meth:`~prime_rl.analysis.tagged.TaggedLines.fields` finds them read)."""
+    can (:meth:`~prime_rl.analysis.tagged.TaggedLines.fields` finds them read); ``kinds``: of those,
+    per tag, the ones also read as numbers or steps (:data:`~prime_rl.analysis.tagged.NUMBER`,
+    :data:`~prime_rl.analysis.tagged.STEP_NUMBER`; :meth:`~prime_rl.analysis.tagged.TaggedLines.numbers`
+    finds them converted)."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
     stats.ref_date = reference_date(_head(p) for _, p in paths)
     clock = Clock(stats.ref_date)
     events_seen: set[str] = set()
     read = {tag: tuple(fields.get(tag, ())) for tag in _TAG_LIST} if fields and _scan is not None else None
+    kinds = {tag: dict(kinds.get(tag, {})) for tag in _TAG_LIST} if read and kinds else None
     with ThreadPoolExecutor(SCANNERS, thread_name_prefix="analyzer-scan") as pool:
-        yield from _scan_paths(paths, stats, clock, events_seen, pool, read)
+        yield from _scan_paths(paths, stats, clock, events_seen, pool, read, kinds)
     stats.seconds += time.perf_counter() - start
 
 
@@ -227,8 +232,13 @@ def _scan_paths(
     events_seen: set[str],
     pool: ThreadPoolExecutor,
     read: dict[str, tuple[str, ...]] | None,
+    kinds: dict[str, dict[str, int]] | None,
 ) -> Iterator[TaggedLines]:
-    keys = tuple(tuple(k.encode() for k in read[tag]) for tag in _TAG_LIST) if read else None
+    keys: tuple = ()  # the C scan's fields and kinds arguments
+    if read:
+        keys = (tuple(tuple(k.encode() for k in read[tag]) for tag in _TAG_LIST),)
+        if kinds:
+            keys += (tuple(bytes(kinds[tag].get(k, 0) for k in read[tag]) for tag in _TAG_LIST),)
     for label, path in paths:
         stats.files.append(str(path))
         clock.new_file()
@@ -242,9 +252,9 @@ def _scan_paths(
             stats.lines += found.lines
             lines_before += found.lines
             if pending.rows >= BATCH_ROWS:
-                yield from _batch(pending, label, path, stats, read)
+                yield from _batch(pending, label, path, stats, read, kinds)
         if pending.rows:
-            yield from _batch(pending, label, path, stats, read)
+            yield from _batch(pending, label, path, stats, read, kinds)
         pending.count_bad()  # malformed lines after the last batch
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
@@ -252,25 +262,30 @@ def _scan_paths(
 
 
 def _batch(
-    pending: _Pending, label: str, path: Path, stats: ParseStats, read: dict[str, tuple[str, ...]] | None
+    pending: _Pending,
+    label: str,
+    path: Path,
+    stats: ParseStats,
+    read: dict[str, tuple[str, ...]] | None,
+    kinds: dict[str, dict[str, int]] | None,
 ) -> Iterator[TaggedLines]:
-    """The pending lines as a batch, each tag's lines given the fields the C scan read; none when
-    every pending line was malformed (an empty batch has no last line to name)."""
+    """The pending lines as a batch, each tag's lines given the fields (and numbers) the C scan
+    read; none when every pending line was malformed (an empty batch has no last line to name)."""
     lines = TaggedLines(pending.flush(), label, path, None, stats)
     if not len(lines):
         return
     if read:
-        lines.take_read(read)
+        lines.take_read(read, kinds)
     yield lines
 
 
 def _scanned(
     chunks: Generator[tuple[bytearray, int], None, None],
     pool: ThreadPoolExecutor,
-    keys: tuple[tuple[bytes, ...], ...] | None = None,
+    keys: tuple = (),
 ) -> Iterator[_Found]:
     """Each chunk of ``chunks`` (read into :data:`BUFFERS` buffers in turn) scanned in ``pool`` (the
-    fields ``keys`` of each tag read by the C scan), in order. At most ``BUFFERS - 1`` chunks are in
+    fields of each tag read by the C scan: ``keys``, its fields and kinds arguments), in order. At most ``BUFFERS - 1`` chunks are in
     the pool when the next is read, so the buffer it is read into is no longer scanned. When the caller stops early, the scans still running are waited
     for and the file is closed."""
     waiting: deque[Future] = deque()
@@ -443,9 +458,7 @@ class _Found:
             pending.stats.unknown_tags.update(self.unknown)
 
 
-def _scan_chunk(
-    chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], ...] | None = None
-) -> _Found:
+def _scan_chunk(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found:
     """The tagged lines of one chunk, the first ``size`` bytes of ``chunk``, its number of lines,
     its last line and its unknown tags counted (the buffer's bytes after them are not the chunk's).
     A chunk dense with tagged lines is split into lines by polars' reader (one column, no quoting);
@@ -527,15 +540,14 @@ def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
     return _marked_lines(chunk, size, line_no, starts, pos, texts, found)
 
 
-def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple[tuple[bytes, ...], ...] | None = None) -> _Found:
+def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found:
     """:func:`_scan_chunk` by the C scan (``_scan.scan``): one pass without the GIL counts the
     lines, finds the markers and the unknown-tag candidates, and takes apart the lines in the shape
     ``format_tagged`` writes through loguru's file sink (nearly all; :func:`_clean_lines`), reading
-    each tag's fields ``keys``; the other lines with a marker go the way the Python scan sends them
-    (:func:`_marked_lines`)."""
+    each tag's fields (``keys``: the scan's fields and kinds arguments, or none); the other lines with
+    a marker go the way the Python scan sends them (:func:`_marked_lines`)."""
     found = _Found(_last_line_of(chunk, size))
-    fields = () if keys is None else (keys,)
-    found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, *fields)
+    found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, *keys)
     for p in np.frombuffer(candidates, np.int64).tolist():
         m = _UNKNOWN_AT.match(chunk, p, size)
         if m:
@@ -576,7 +588,7 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
     (the timestamp is the same sum, in the same order, of local midnight and the time of day; the
     event and the fields part made in C as :func:`_finish` makes them). None of them is malformed: the
     C scan leaves those to :func:`_marked_lines`."""
-    lines, dates, times, tags, tid, event, rest, values = clean
+    lines, dates, times, tags, tid, event, rest, values, nums, steps = clean
     date = np.frombuffer(dates, np.int32)
     h, m, sec, ms = np.frombuffer(times, np.int32).reshape(-1, 4).T.astype(np.int64)
     keys, inverse = np.unique(date, return_inverse=True)
@@ -594,6 +606,8 @@ def _clean_lines(clean: tuple, found: _Found) -> None:
                 "rest": pl.Series(_ArrowColumn(rest)),
                 **({READ: pl.repeat(True, len(ts), eager=True)} if values else {}),
                 **{f"{VALUE}{j}": pl.Series(_ArrowColumn(v)) for j, v in enumerate(values)},
+                **{f"{NUM}{j}": pl.Series(_ArrowColumn(v)) for j, v in enumerate(nums) if v is not None},
+                **{f"{STEP}{j}": pl.Series(_ArrowColumn(v)) for j, v in enumerate(steps) if v is not None},
             }
         )
     )

@@ -31,6 +31,8 @@ from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.tagged import (
     EXAMPLES,
+    NUMBER,
+    STEP_NUMBER,
     Event,
     ParseStats,
     TaggedLines,
@@ -251,6 +253,11 @@ NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
         ("fwd_bwd_ms", ("compute.done",)),
         ("optim_ms", ("compute.done",)),
     ),
+    "collect": (
+        ("queue_ms", ("rollout.done",)),
+        ("gen_ms", ("rollout.done",)),
+        ("verify_ms", ("rollout.done",)),
+    ),
 }
 """The numbers (field, the events whose lines are read) each tag's handler reads, converted ahead
 by :func:`prepared`: each is one of the handler's own :meth:`~TaggedLines.num_series` calls."""
@@ -264,6 +271,25 @@ STEPS: dict[str, tuple[str, ...]] = {
 }
 """The fields each tag's handler keeps per-step values by (:meth:`~TaggedLines.step_numbers`, made
 ahead by :func:`prepared`)."""
+
+_MORE_NUMBERS = {"collect": ("dur_ms",)}
+"""Fields a handler converts on lines known from its batch alone (not in :data:`NUMBERS`)."""
+
+FIELD_KINDS: dict[str, dict[str, int]] = {
+    tag: {
+        key: (
+            NUMBER
+            if any(k == key for k, _ in NUMBERS.get(tag, ())) or key in _MORE_NUMBERS.get(tag, ())
+            else 0
+        )
+        | (STEP_NUMBER if key in STEPS.get(tag, ()) else 0)
+        for key in keys
+    }
+    for tag, keys in FIELDS.items()
+}
+"""Which of :data:`FIELDS` are numbers (:data:`NUMBERS` and the like) and :data:`STEPS`: the C scan reads those as numbers
+too (a plain decimal's number, or a step's digits), and the conversion by polars is left for the
+other values."""
 
 
 def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:

@@ -125,6 +125,15 @@ READ = "_read"
 """A frame column: true on the lines whose fields the C scan read as it took them apart (null on
 the others); their values are in the columns :data:`VALUE` 0, 1, ... in the order of the tag's keys."""
 VALUE = "_value"
+NUM = "_num"
+"""Frame columns :data:`NUM` 0, 1, ...: the C scan's :data:`VALUE` columns read as numbers where the
+tag's kinds ask for it (null: no plain decimal there, or a line the scan did not take apart)."""
+STEP = "_step"
+"""Frame columns :data:`STEP` 0, 1, ...: the same values read as steps (1-8 digits, else null)."""
+NUMBER = 1
+"""A field's kind (``scan_files``' ``kinds``): read as a number by the C scan as well."""
+STEP_NUMBER = 2
+"""A field's kind: read as a step by the C scan as well."""
 
 SCHEMA = {
     "line": pl.Int64,
@@ -297,6 +306,7 @@ class TaggedLines:
         "_raws",
         "_parts",
         "_nums",
+        "_read_numbers",
         "_steps",
     )
 
@@ -320,6 +330,8 @@ class TaggedLines:
         self._raws: dict[str, pl.Series] = {}
         self._parts: list[tuple[str, TaggedLines]] | None = None
         self._nums: dict[tuple[str, tuple[str, ...] | None], _Number] = {}
+        self._read_numbers: dict[str, pl.Series] = {}
+        """Fields the C scan read as numbers (Float64; null where absent or not a plain decimal)."""
         self._steps: dict[str, pl.Series] = {}
 
     @classmethod
@@ -410,26 +422,45 @@ class TaggedLines:
         for key in missing:
             self._raws[key] = values.get_column(key)
 
-    def take_read(self, read: Mapping[str, tuple[str, ...]]) -> None:
+    def take_read(
+        self, read: Mapping[str, tuple[str, ...]], kinds: Mapping[str, Mapping[str, int]] | None = None
+    ) -> None:
         """Give each tag's lines the fields the C scan read (``read``: the keys of each tag, in the
-        order of the :data:`VALUE` columns; :meth:`fields` then finds them), and let go of the columns
-        they came in before the batch is split by tag: carried with it, the columns of every key of
-        every tag raised the peak memory by 0.3 GB at 10M tagged lines."""
+        order of the :data:`VALUE` columns; :meth:`fields` then finds them) and the numbers and steps
+        it read (``kinds``: which, per tag; :meth:`numbers` and :meth:`step_numbers` take them when it
+        took apart every line of the tag), and let go of the columns they came in before the batch is
+        split by tag: carried with it, the columns of every key of every tag raised the peak memory
+        by 0.3 GB at 10M tagged lines."""
         frame = self.frame
         if READ not in frame.columns:
             return
         self.frame = frame.select(c for c in frame.columns if not c.startswith("_"))
         tags = frame.get_column("tag")
         one = tags.n_unique() == 1
-        taken = {}
+        taken, numbers, steps = {}, {}, {}
         for tag in tags.unique(maintain_order=True).to_list():
             keys = read.get(tag)
-            if keys:
-                columns = ["rest", READ, *(f"{VALUE}{j}" for j in range(len(keys)))]
-                part = frame.select(columns) if one else frame.select(columns).filter(tags == tag)
-                taken[tag] = _values_read(part, keys, tag in KEPT_TAGS)
+            if not keys:
+                continue
+            kind = (kinds or {}).get(tag, {})
+            made = {
+                name: key
+                for j, key in enumerate(keys)
+                for name, bit in ((f"{NUM}{j}", NUMBER), (f"{STEP}{j}", STEP_NUMBER))
+                if kind.get(key, 0) & bit and name in frame.columns
+            }
+            columns = ["rest", READ, *(f"{VALUE}{j}" for j in range(len(keys))), *made]
+            part = frame.select(columns) if one else frame.select(columns).filter(tags == tag)
+            taken[tag] = _values_read(part, keys, tag in KEPT_TAGS)
+            if part.get_column(READ).null_count() == 0:  # every line's numbers read by the scan
+                numbers[tag] = {key: part.get_column(n) for n, key in made.items() if n.startswith(NUM)}
+                steps[tag] = {
+                    key: part.get_column(n).rename("number") for n, key in made.items() if n.startswith(STEP)
+                }
         for tag, lines in self.by_tag():
             lines._raws.update(taken.get(tag, {}))
+            lines._read_numbers.update(numbers.get(tag, {}))
+            lines._steps.update(steps.get(tag, {}))
 
     def text(self, key: str) -> list[str | None]:
         """Field ``key`` of every row (None where the line has none)."""
@@ -503,18 +534,32 @@ class TaggedLines:
         bad: a value there that is no finite number), and the step numbers of ``steps``."""
         raws = {key: self._raw(key) for key in dict.fromkeys([k for k, _ in wanted] + list(steps))}
         names = {key: f"r{i}" for i, key in enumerate(raws)}
+        # the C scan's numbers, where it read every value there is as one (the nulls of the text are
+        # all of the numbers': no value was left to the cast), are the cast's (finite, never bad)
+        read = {
+            key: f"n{i}"
+            for i, (key, number) in enumerate(self._read_numbers.items())
+            if key in raws and number.null_count() == raws[key].null_count()
+        }
         exprs: list[pl.Expr] = []
         for j, (key, events) in enumerate(wanted):
             raw = pl.col(names[key])
             there = raw.is_not_null()
             if events is not None:
                 there = there & pl.col("event").is_in(list(events))
+            if key in read:
+                exprs += [pl.when(there).then(pl.col(read[key])).alias(f"v{j}"), pl.lit(False).alias(f"b{j}")]
+                continue
             value = raw.cast(pl.Float64, strict=False)
             finite = there & value.is_finite().fill_null(False)
             exprs += [pl.when(finite).then(value).alias(f"v{j}"), (there & ~finite).alias(f"b{j}")]
         exprs += [step_number_expr(pl.col(names[key])).alias(f"s{j}") for j, key in enumerate(steps)]
         frame = pl.DataFrame(
-            {"event": self.frame.get_column("event"), **{names[k]: v for k, v in raws.items()}}
+            {
+                "event": self.frame.get_column("event"),
+                **{names[k]: v for k, v in raws.items()},
+                **{name: self._read_numbers[k] for k, name in read.items()},
+            }
         )
         out = frame.select_seq(exprs)  # one thread: the other core has the scan and the collector
         numbers = {}

@@ -280,3 +280,78 @@ def test_malformed_lines_waiting_to_be_counted_are_bounded(tmp_path):
     assert stats.malformed == 1000 and len(stats.malformed_examples) == EXAMPLES
     assert [e.split(":")[1] for e in stats.malformed_examples] == [str(n) for n in range(100, 100 + EXAMPLES)]
     assert all(len(e.split(": ", 1)[1]) == 200 for e in stats.malformed_examples)
+
+
+NUMBER_TEXT = st.one_of(
+    st.sampled_from(
+        ["0", "-0", "-0.0", "007", "1.5", "-2.25", "1.", ".5", "+1", "1e3", "inf", "nan", "-", ""]
+    ),
+    st.sampled_from(
+        ["123456789012345", "1234567890123456", "0.1", "99999999", "123456789", "3.14159265358979"]
+    ),
+    st.text(alphabet="0123456789.-+eE", max_size=18),
+)
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(NUMBER_TEXT, min_size=1, max_size=8))
+@example(values=["0.1", "-0", "1234567890123456", "1e3"])
+def test_numbers_and_steps_read_by_the_c_scan_are_what_polars_casts(values, tmp_path_factory):
+    """The C scan's numbers (a plain decimal of at most 15 digits; null elsewhere) are polars' casts
+    of the same text to the bit (-0.0 included), its steps those of ``step_numbers``; and a batch's
+    numbers, steps and bad values come out the same whether the scan read the numbers or not."""
+    import polars as pl
+
+    from prime_rl.analysis import stats as collection
+    from prime_rl.analysis.tagged import step_numbers
+
+    log = tmp_path_factory.mktemp("n") / "o.log"
+    lines = [f"{PREFIX}[gen] batch.done step={v} dur_ms={v} completions={v}" for v in values]
+    log.write_bytes(("\n".join(lines) + "\n").encode())
+    text = pl.Series(values, dtype=pl.String)
+    head = (b"[gen]",)
+    chunk = log.read_bytes()
+    clean = parser._scan.scan(chunk, len(chunk), head, True, ((b"step", b"dur_ms"),), (bytes([2, 1]),))[4]
+    number = pl.Series(parser._ArrowColumn(clean[8][1]))
+    step = pl.Series(parser._ArrowColumn(clean[9][0]))
+    assert clean[8][0] is None and clean[9][1] is None  # only what the kinds ask for
+    cast = text.cast(pl.Float64, strict=False)
+    read = number.is_not_null()
+    assert (cast.filter(read).to_numpy().view("u8") == number.filter(read).to_numpy().view("u8")).all()
+    plain = text.str.contains(r"^-?[0-9]+(\.[0-9]+)?$") & (
+        text.str.replace_all(r"[-.]", "").str.len_bytes() <= 15
+    )
+    assert (
+        read.to_list() == plain.to_list()
+    )  # read wherever the text is a plain decimal, else left to the cast
+    assert step.to_list() == step_numbers(text).to_list()
+
+    def numbers(kinds):
+        stats = ParseStats()
+        out = []
+        for batch in collection.prepared(
+            parser.scan_files([("orchestrator", log)], stats, collection.FIELDS, kinds)
+        ):
+            for _, part in batch.by_tag():
+                out.append(
+                    (
+                        part.num_series("dur_ms", ("batch.done",)).to_numpy().view("u8").tolist(),
+                        part.num_series("completions", ("batch.done",)).to_list(),
+                        part.step_numbers("step").to_list(),
+                    )
+                )
+        return out, stats.bad_values, stats.bad_value_examples
+
+    assert numbers(collection.FIELD_KINDS) == numbers(None)
+
+
+@built
+def test_the_c_scan_refuses_kinds_that_do_not_fit_its_fields():
+    head, keys = (b"[gen]",), ((b"step", b"dur_ms"),)
+    with pytest.raises(ValueError, match="one bytes per head, with fields"):
+        parser._scan.scan(b"[gen] x\n", 8, head, True, keys, ())
+    with pytest.raises(TypeError, match="one a key"):
+        parser._scan.scan(b"[gen] x\n", 8, head, True, keys, (b"\x01",))
+    with pytest.raises(ValueError, match="0-3"):
+        parser._scan.scan(b"[gen] x\n", 8, head, True, keys, (b"\x01\x04",))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_rl.analysis.parser import ParseStats, parse_files, scan_files
-from prime_rl.analysis.stats import FIELDS, Collected, TaggedLines, _Collector, collect
+from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, Collected, TaggedLines, _Collector, collect, prepared
 
 
 def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
@@ -90,9 +90,18 @@ def test_collect_lines_fold_column_wise_as_line_by_line(tmp_path_factory, monkey
     path = tmp_path_factory.mktemp("collect") / "collector.log"
     prefix = "2026-01-01 12:00:{:02d}.250 | INFO    | "
     path.write_text("".join(prefix.format(i % 60) + m + "\n" for i, m in enumerate(messages)))
-    for read in (scan_files, parse_files):  # batches of columns, and of events
+    views = []
+    for read in (scan_files, parse_files, _as_the_cli_reads):  # batches of columns, of events, and the CLI's
         columns, lines = _both(path, read, monkeypatch)
         assert columns == lines
+        views.append(columns)
+    assert views[2] == views[0]  # the numbers the C scan read are the ones polars casts
+
+
+def _as_the_cli_reads(files, stats: ParseStats):
+    """Batches as ``analyze-logs`` reads them: the fields and numbers read by the C scan where it is
+    built, the rest converted ahead."""
+    return prepared(scan_files(files, stats, FIELDS, FIELD_KINDS))
 
 
 def test_counts_and_servers_keep_the_order_the_lines_give_them(tmp_path, monkeypatch):

@@ -74,10 +74,41 @@ def test_every_number_and_step_a_handler_reads_was_converted_ahead(tmp_path, mon
     parse = ParseStats()
     batches = list(stats.prepared(scan_files(files, parse)))
     ahead = set(made)
-    assert {tag for tag, _, _ in ahead} == {*stats.NUMBERS, "step"}  # every tag of the table is in the logs
+    # every tag of the table is in the logs but the collector's (its own test below)
+    assert {tag for tag, _, _ in ahead} == {*stats.NUMBERS, "step"} - {"collect"}
     assert {key for tag, key, _ in ahead if tag == "step"} == {
         k for keys in stats.STEPS.values() for k in keys
     }
     made.clear()
     stats.collect(batches, parse, 1)
     assert made == []
+
+
+def test_a_collector_log_converts_only_its_durations_on_the_collectors_thread(tmp_path, monkeypatch):
+    """The collector's numbers are converted ahead but ``dur_ms``, whose lines (every event but
+    request.retry) are known from the batch alone (the C scan reads it as a number all the same),
+    and the retries' ``wait_ms``, read from their lines alone."""
+    log = tmp_path / "collector.log"
+    log.write_text(
+        "".join(
+            f"2026-01-01 12:00:0{i}.250 | INFO    | [collect][c{i}] {event} url=http://a:1 dur_ms=5 "
+            "queue_ms=1 gen_ms=2 verify_ms=1\n"
+            for i, event in enumerate(["rollout.done", "rollout.failed", "request.retry", "rollout.done"])
+        )
+    )
+    made: list[tuple[str, tuple | None]] = []
+    convert = TaggedLines._convert
+
+    def recorded(self, wanted, steps):
+        made.extend(wanted)
+        return convert(self, wanted, steps)
+
+    monkeypatch.setattr(TaggedLines, "_convert", recorded)
+    parse = ParseStats()
+    batches = list(stats.prepared(scan_files([("collector", log)], parse, stats.FIELDS, stats.FIELD_KINDS)))
+    assert {key for key, _ in made} == {key for key, _ in stats.NUMBERS["collect"]}
+    made.clear()
+    collected = stats.collect(batches, parse)
+    assert [key for key, _ in made] == ["dur_ms", "wait_ms"]
+    assert stats.FIELD_KINDS["collect"]["dur_ms"] == tagged.NUMBER
+    assert list(collected.series["collect_ms"]) == [5.0, 5.0, 5.0]
