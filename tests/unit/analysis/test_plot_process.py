@@ -66,3 +66,19 @@ def test_a_plot_process_given_nothing_exits_by_itself_when_closed():
         assert not p.result()  # nothing was sent: nothing drawn
         p.close(wait=120)  # a first import of matplotlib may build its font cache
     assert child.returncode == 0  # it read the end of its pipe and exited, it was not killed
+
+
+def test_the_plot_process_runs_below_the_analyzers_priority():
+    """Its import of matplotlib takes what the parse leaves of the cores, not the parse's share."""
+    import os
+    import time
+
+    from prime_rl.analysis.timeline_plot import NICE
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with PlotProcess() as p:
+        pid = p._proc.pid
+        deadline = time.monotonic() + 60
+        while os.getpriority(os.PRIO_PROCESS, pid) == own and time.monotonic() < deadline:
+            time.sleep(0.01)  # the child lowers its own priority as it starts
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(own + NICE, 19)
