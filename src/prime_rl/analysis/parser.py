@@ -636,12 +636,11 @@ def _marked_lines(
     fast = (pos - starts) == _LOGURU_LEN
     if fast.any():  # "YYYY-MM-DD HH:MM:SS.mmm | LEVEL   | [tag]"
         # the prefix the dense scan's pattern (_LOGURU_TAGGED) takes, byte by byte: any other line
-        # is taken apart by _other_lines (which splits on any whitespace) in every scan. ASCII too:
-        # _loguru_lines cuts the message at the 36th character, which is then the 36th byte (a
-        # level like "INFÖ" put the marker at character 35, and the line was malformed)
+        # is taken apart by _other_lines (which splits on any whitespace) in every scan. Such a
+        # prefix is ASCII: _loguru_lines cuts the message at the 36th character, which is then the
+        # 36th byte (a level like "INFÖ" put the marker at character 35, and the line was malformed)
         head = data[starts[fast][:, None] + np.arange(_LOGURU_LEN)]
-        ok = (head < 128).all(axis=1)
-        ok &= ((head[:, _PREFIX_DIGITS] >= 48) & (head[:, _PREFIX_DIGITS] <= 57)).all(axis=1)
+        ok = ((head[:, _PREFIX_DIGITS] >= 48) & (head[:, _PREFIX_DIGITS] <= 57)).all(axis=1)
         ok &= (head[:, _PREFIX_SIGNS] == _PREFIX_SIGN_BYTES).all(axis=1)
         level = head[:, 26:34]
         ok &= (((level >= 65) & (level <= 90)) | (level == 32)).all(axis=1)

@@ -91,8 +91,8 @@ class Spill:
         """The frame written to ``path`` (only ``columns`` when given), read into memory once its
         write is done (the frame itself when the write failed); the file is removed unless not
         ``remove``."""
-        with self._lock:
-            self._settle(0, until=path)
+        with self._lock:  # its write done (not the later ones: they are written in order)
+            self._settle(PENDING_BYTES, until=path)
             kept = self._kept.get(path)
             if kept is not None and remove:
                 del self._kept[path]
@@ -106,7 +106,7 @@ class Spill:
     def remove(self, path: Path) -> None:
         """Let go of ``path``'s file (or kept frame) without reading it."""
         with self._lock:
-            self._settle(0, until=path)
+            self._settle(PENDING_BYTES, until=path)
             self._kept.pop(path, None)
         path.unlink(missing_ok=True)
 

@@ -73,7 +73,9 @@ def _update_critical(d: Collected) -> tuple[float, float, float]:
 
 
 def _in_order_sum(values: pl.Series) -> float:
-    return float(np.cumsum(values.to_numpy())[-1]) if len(values) else 0.0
+    """``0.0 + values[0] + values[1] + ...``, left to right (+ 0.0 last: the loop's sum of zeros is 0.0,
+    never -0.0)."""
+    return float(np.cumsum(values.to_numpy())[-1]) + 0.0 if len(values) else 0.0
 
 
 def verify_wall_ms(d: Collected) -> tuple[float, str]:

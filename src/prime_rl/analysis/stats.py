@@ -287,9 +287,10 @@ FIELD_KINDS: dict[str, dict[str, int]] = {
     }
     for tag, keys in FIELDS.items()
 }
-"""Which of :data:`FIELDS` are numbers (:data:`NUMBERS` and the like) and :data:`STEPS`: the C scan reads those as numbers
-too (a plain decimal's number, or a step's digits), and the conversion by polars is left for the
-other values."""
+"""Which of :data:`FIELDS` are numbers (:data:`NUMBERS` and the like) and :data:`STEPS`: the C scan
+reads those as numbers too (a plain decimal's number, or a step's digits); polars still casts a
+tag's column of a batch where any of its values is other text, or a line was not taken apart by the
+scan."""
 
 
 def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:

@@ -148,12 +148,12 @@ class UpdateJoin:
             taken = [ahead.submit(self._take, part) for part in range(min(JOIN_THREADS, parts))]
             for part in range(parts):  # the parts' line-by-line rest in order, here
                 clients, servers, usual = taken.pop(0).result()
-                if part + JOIN_THREADS < parts:
-                    taken.append(ahead.submit(self._take, part + JOIN_THREADS))
                 others = pl.col("tid").is_in(usual.others.implode())
                 lines.add_clients(*_lists(clients.filter(others), "i", *CLIENT_SCHEMA))
                 lines.add_servers(*_lists(servers.filter(others), "j", *SERVER_SCHEMA))
-                del clients, servers  # the lines' columns, let go before the next part's
+                del clients, servers  # the lines' columns, let go before the next part's are read
+                if part + JOIN_THREADS < parts:
+                    taken.append(ahead.submit(self._take, part + JOIN_THREADS))
                 for source, counter in usual.votes.items():
                     votes.setdefault(source, Counter()).update(counter)
                 keyed = _keyed(usual.clients, 0, usual.clients.get_column("i"))
@@ -229,7 +229,8 @@ def _keyed(
 JOIN_THREADS = 2
 """Parts whose column work (:meth:`UpdateJoin._take`) runs at once, each in a thread: one part's
 queries kept about 1.3 of the two cores busy, two keep both (the 10M-line all-tagged benchmark's
-join: 2.0-2.4 s -> 1.5-1.65 s); one more part's lines are in memory meanwhile."""
+join: 2.0-2.4 s -> 1.5-1.65 s); one more part's lines are in memory meanwhile (a part's are let go
+before the next is read)."""
 SPLIT_ROWS = 1 << 20
 """Kept lines (client and server) per part past which the parts are split :data:`PARTS` ways again
 (one part; 8 past 1M lines, 64 past 8M, ...): each part's join costs the same few dozen queries

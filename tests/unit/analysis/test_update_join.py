@@ -453,3 +453,18 @@ def test_a_split_join_counts_every_part_s_votes_for_a_server_file_s_url():
         (lone,) = [u for u in join.updates() if u.tid == "lone"]
         assert lone.url == "http://h:1" and lone.server == "s1.log", split
     _check_against_the_reference(lines, [], True, split=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 1e-300])), max_size=50))
+def test_the_critical_sums_are_the_loops_to_the_bit(values):
+    """Summed column-wise as one update after another: the Python loop's float, -0.0 included."""
+    import math
+
+    from prime_rl.analysis.stages import _in_order_sum
+
+    total = 0.0
+    for v in values:
+        total += v
+    got = _in_order_sum(pl.Series(values, dtype=pl.Float64))
+    assert got == total and math.copysign(1.0, got) == math.copysign(1.0, total)
