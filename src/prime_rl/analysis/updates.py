@@ -179,19 +179,30 @@ class UpdateJoin:
 def _in_order(parts: list[pl.DataFrame | Path], spill: Spill) -> pl.DataFrame:
     """The parts' updates (weight updates only: other admin paths left out) ordered by their key:
     client parts by their first row, then server parts alone by (first row, place); each key is one
-    update's. A part is a frame, or a file of one (removed here). Gathered a column at a time, each
-    let go once gathered (``parts`` is emptied): a sort of the whole frame would hold every column
-    twice (200 MB more at 714k updates), and the parts on disk are read a column at a time."""
+    update's. A part is a frame, or a file of one (removed here). Gathered a few columns at a time
+    (:data:`JOIN_THREADS`, each in a thread), each let go once gathered (``parts`` is emptied): a
+    sort of the whole frame would hold every column twice (200 MB more at 714k updates), and the
+    parts on disk are read a column at a time."""
     keys = ("_group", "_row", "_place", "path")
     path = pl.col("path")
     rows = (
-        pl.DataFrame([_column(parts, spill, name, drop=False) for name in keys])
+        pl.DataFrame([_column(parts, spill, name) for name in keys])
         .with_row_index("k")
         .filter(path.is_null() | path.is_in([p for p in UPDATE_PATHS if p is not None]))
         .sort("_group", "_row", "_place", maintain_order=True)
         .get_column("k")
     )
-    columns = [_column(parts, spill, name, drop=True).gather(rows) for name in UPDATE_SCHEMA]
+    columns = []
+    names = list(UPDATE_SCHEMA)
+    with ThreadPoolExecutor(JOIN_THREADS, thread_name_prefix="analysis-join") as pool:
+        # JOIN_THREADS columns at a time (reading the files and gathering run without the GIL),
+        # each let go from the parts in memory once gathered
+        for at in range(0, len(names), JOIN_THREADS):
+            some = names[at : at + JOIN_THREADS]
+            columns += pool.map(lambda name: _column(parts, spill, name).gather(rows), some)
+            for k, part in enumerate(parts):
+                if isinstance(part, pl.DataFrame):
+                    parts[k] = part.drop(some)
     for part in parts:
         if isinstance(part, Path):
             spill.remove(part)
@@ -199,17 +210,14 @@ def _in_order(parts: list[pl.DataFrame | Path], spill: Spill) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def _column(parts: list[pl.DataFrame | Path], spill: Spill, name: str, drop: bool) -> pl.Series:
-    """Column ``name`` of every part, in order: read from the files alone, and dropped from the
-    frames when ``drop``."""
+def _column(parts: list[pl.DataFrame | Path], spill: Spill, name: str) -> pl.Series:
+    """Column ``name`` of every part, in order (read from the files alone)."""
     pieces = []
-    for k, part in enumerate(parts):
+    for part in parts:
         if isinstance(part, Path):
             pieces.append(spill.read(part, [name], remove=False).get_column(name))
         else:
             pieces.append(part.get_column(name))
-            if drop:
-                parts[k] = part.drop(name)
     return pl.concat(pieces, rechunk=False)
 
 
