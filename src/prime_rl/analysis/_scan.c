@@ -123,20 +123,28 @@ typedef struct {
 #define VIEW_INLINE 12
 #define MAX_SPLIT ((Py_ssize_t)1 << 30)
 
-static int strcol_init(StrCol *c, int nullable) {
+static void strcol_init(StrCol *c, int nullable) {
     memset(c, 0, sizeof *c);
     c->nullable = nullable;
+}
+
+/* the validity bit of row `row` (the next one) appended to the bitmap: set when `valid` */
+static int validity_add(Buf *validity, int64_t row, int valid) {
+    if (row % 8 == 0) {
+        char zero = 0;
+        if (buf_put(validity, &zero, 1))
+            return -1;
+    }
+    if (valid)
+        validity->data[row / 8] |= (char)(1 << (row % 8));
     return 0;
 }
 
 /* append s1[0:n1] + s2[0:n2]; n1 < 0: a null */
 static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2, Py_ssize_t n2) {
     unsigned char view[16] = {0};
-    if (c->nullable && c->length % 8 == 0) {
-        char zero = 0;
-        if (buf_put(&c->validity, &zero, 1))
-            return -1;
-    }
+    if (c->nullable && validity_add(&c->validity, c->length, n1 >= 0))
+        return -1;
     if (n1 < 0) {
         c->nulls++;
     } else {
@@ -152,8 +160,6 @@ static int strcol_add2(StrCol *c, const char *s1, Py_ssize_t n1, const char *s2,
             memcpy(view + 8, &buffer, 4);
             memcpy(view + 12, &offset, 4);
         }
-        if (c->nullable)
-            c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
     }
     c->length++;
     return buf_put(&c->views, view, sizeof view);
@@ -172,15 +178,10 @@ typedef struct {
 /* append the 8 bytes at v; NULL: a null */
 static int numcol_add(NumCol *c, const void *v) {
     static const char zeros[8] = {0};
-    if (c->length % 8 == 0) {
-        char zero = 0;
-        if (buf_put(&c->validity, &zero, 1))
-            return -1;
-    }
+    if (validity_add(&c->validity, c->length, v != NULL))
+        return -1;
     if (v == NULL)
         c->nulls++;
-    else
-        c->validity.data[c->length / 8] |= (char)(1 << (c->length % 8));
     c->length++;
     return buf_put(&c->data, v ? v : zeros, 8);
 }
@@ -709,19 +710,22 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Buf rows = {0}, cands = {0};
     CleanCols clean;
     memset(&clean, 0, sizeof clean);
-    int failed = strcol_init(&clean.tid, 1) || strcol_init(&clean.event, 0) || strcol_init(&clean.rest, 0);
+    strcol_init(&clean.tid, 1);
+    strcol_init(&clean.event, 0);
+    strcol_init(&clean.rest, 0);
     clean.nvalues = nvalues;
     memcpy(clean.has_num, has_num, sizeof has_num);
     memcpy(clean.has_step, has_step, sizeof has_step);
     for (int j = 0; j < nvalues; j++)
-        failed = failed || strcol_init(&clean.values[j], 1);
+        strcol_init(&clean.values[j], 1);
+    int failed = 0;
     Py_ssize_t newlines = 0;
 
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t counted = 0;    /* newlines are counted in s[0:counted] */
     Py_ssize_t line_start = 0; /* the start of the line holding s[counted - 1] (or 0) */
     int64_t kept_line = -1;    /* the last line a marker was kept for */
-    const char *p = failed ? NULL : memchr(s, '[', (size_t)size);
+    const char *p = memchr(s, '[', (size_t)size);
     while (p != NULL) {
         Py_ssize_t at = p - s;
         Py_ssize_t gap = at - counted;
