@@ -87,10 +87,17 @@ class _Worker:
     minimum: int = 1
     window: int = 16
     scrapes: tuple[str, ...] = ()
+    orders: int = 0
+    """Orders (share, scrape) sent so far: each carries its number, the worker applies the latest."""
     outstanding: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
     alive: bool = True
     consumer: asyncio.Task | None = None
+
+    def order(self) -> int:
+        """The next order's sequence number (Ray may run a worker's calls out of order)."""
+        self.orders += 1
+        return self.orders
 
     def where(self) -> str:
         return f"worker {self.name} (pid {self.pid}, node {self.node.ip} {self.node.id[:8]})"
@@ -325,7 +332,7 @@ class RayCollector(Collector):
                 w.window = cfg.ray.window or 2 * share + 2 * cfg.verify.workers + 16
                 if (share, minimum) != (w.share, w.minimum) or not w.stats:
                     w.share, w.minimum = share, minimum
-                    w.handle.set_share.remote(share, minimum)
+                    w.handle.set_share.remote(share, minimum, w.order())
         # each server's /metrics is scraped by one worker (the oldest that sends to it)
         scrapers: dict[str, _Worker] = {}
         for w in sorted(self.workers.values(), key=lambda w: int(w.name[1:])):
@@ -335,7 +342,7 @@ class RayCollector(Collector):
             mine = tuple(url for url, s in scrapers.items() if s is w)
             if mine != w.scrapes:
                 w.scrapes = mine
-                w.handle.scrape.remote(list(mine))
+                w.handle.scrape.remote(list(mine), w.order())
 
     def _kill(self, handle: Any) -> None:
         with contextlib.suppress(Exception):

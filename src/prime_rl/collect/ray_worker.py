@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -164,7 +165,13 @@ def set_share(limiter, share: int, minimum: int) -> None:
 
 class CollectWorker:
     """One worker: ``start`` once, then ``submit`` pairs while one ``stream`` call returns
-    batches; ``set_share`` and ``pause`` come from the driver; ``close`` at the end."""
+    batches; ``set_share``, ``scrape`` and ``pause`` come from the driver; ``close`` at the end.
+
+    Ray runs an async actor's calls in no guaranteed order, even calls from one caller. A
+    ``set_share`` or ``scrape`` therefore carries the driver's sequence number for this worker,
+    and one that arrives after a later one of its kind is dropped: otherwise a worker could keep
+    a share the driver had already cut, and the workers of one server exceed the parallelism.
+    (``pause`` needs none: it only ever extends the pause.)"""
 
     def __init__(self, cfg: CollectConfig, name: str, base_urls: list[str], own_logs: bool = True):
         self.name = name
@@ -184,6 +191,15 @@ class CollectWorker:
         self._dispatcher: asyncio.Task | None = None
         self._api_key: str | None = None
         self._scraper: ServerMetricsScraper | None = None
+        self._latest: dict[str, int] = {}
+
+    def _latest_order(self, kind: str, seq: int) -> bool:
+        """Whether the driver's order ``seq`` of this kind is newer than every one applied so far
+        (then it is recorded as the latest)."""
+        if seq <= self._latest.get(kind, -1):
+            return False
+        self._latest[kind] = seq
+        return True
 
     def _capture_logs(self) -> int:
         """Every log line of this process goes to the driver (which writes it to the run's log file
@@ -231,16 +247,22 @@ class CollectWorker:
         self.queue.extend(pairs)
         self.has_work.set()
 
-    async def set_share(self, share: int, minimum: int) -> None:
-        set_share(self.c.limiter, share, minimum)
+    async def set_share(self, share: int, minimum: int, seq: int) -> None:
+        """Take this share of the parallelism, unless a later order (``seq``) came first."""
+        if self._latest_order("share", seq):
+            set_share(self.c.limiter, share, minimum)
 
-    async def scrape(self, urls: list[str]) -> None:
+    async def scrape(self, urls: list[str], seq: int) -> None:
         """Scrape these servers' /metrics into ``[server]`` lines (the driver gives each server to
-        one worker); an empty list stops scraping."""
+        one worker); an empty list stops scraping. An order older than one applied is dropped."""
+        if self._latest_order("scrape", seq):
+            await self._scrape(urls, seq)
+
+    async def _scrape(self, urls: list[str], seq: int) -> None:
         if self._scraper is not None:
             scraper, self._scraper = self._scraper, None
             await scraper.aclose()
-        if urls:
+        if urls and self._latest["scrape"] == seq:  # no later order came while the old one closed
             auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             self._scraper = ServerMetricsScraper(urls, self.cfg.server_metrics, auth)
             self._scraper.start()
@@ -313,7 +335,8 @@ class CollectWorker:
 
     async def close(self) -> None:
         """Cancel what is in flight, stop the verifiers, close the connections."""
-        await self.scrape([])
+        self._latest_order("scrape", sys.maxsize)  # the last order: no scraping after this
+        await self._scrape([], sys.maxsize)
         if self._dispatcher is not None:
             self._dispatcher.cancel()
         for task in list(self.pending):

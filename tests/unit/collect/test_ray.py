@@ -264,19 +264,72 @@ def test_workers_of_one_set_of_servers_split_the_parallelism_and_share_pauses(tm
     c = worker(d, "w2", urls=("http://c",), node="n1")
     d._rebalance()
     assert (a.share, b.share, c.share) == (3, 2, 5)
-    assert a.handle.set_share.calls[-1] == (3, 1) and c.handle.set_share.calls[-1] == (5, 1)
+    assert a.handle.set_share.calls[-1][:2] == (3, 1) and c.handle.set_share.calls[-1][:2] == (5, 1)
     assert a.window == 2 * 3 + 2 * 0 + 16  # verify.workers 0
     d._apply(a, batch(pauses=[(2.0, 429)]))
     assert b.handle.pause.calls == [(2.0,)] and not a.handle.pause.calls and not c.handle.pause.calls
     # each server's /metrics is scraped by one worker
     assert (a.scrapes, b.scrapes, c.scrapes) == (("http://a",), (), ("http://c",))
     d._lost(b, "gone")
-    assert a.share == 5 and a.handle.set_share.calls[-1] == (5, 1)
+    assert a.share == 5 and a.handle.set_share.calls[-1][:2] == (5, 1)
     d._lost(a, "gone")
     assert not d.workers["w2"].handle.pause.calls and c.scrapes == ("http://c",)
     e = worker(d, "w3")
     d._rebalance()
-    assert e.scrapes == ("http://a",) and e.handle.scrape.calls == [(["http://a"],)]
+    assert e.scrapes == ("http://a",) and [c[0] for c in e.handle.scrape.calls] == [["http://a"]]
+
+
+class _Scraper:
+    """Stands in for the /metrics scraper: records what it scrapes; closing takes a while."""
+
+    running: list[_Scraper] = []
+
+    def __init__(self, urls, cfg, headers) -> None:
+        self.urls = list(urls)
+
+    def start(self) -> None:
+        _Scraper.running.append(self)
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(0.05)
+        _Scraper.running.remove(self)
+
+
+def test_the_drivers_latest_share_and_scrape_win_in_whatever_order_ray_runs_them(tmp_path, monkeypatch):
+    # Ray runs an async actor's calls in no set order: a CI run saw two workers of one server keep
+    # 9 requests in flight with --parallel 6, as if one kept the whole share it had alone
+    monkeypatch.setattr("prime_rl.collect.ray_worker.ServerMetricsScraper", _Scraper)
+    monkeypatch.setattr(_Scraper, "running", [])
+    d = driver(tmp_path, "--parallel", "6")
+    a = worker(d, "w1")
+    d._rebalance()  # alone: all 6, and a scrapes the server
+    worker(d, "w0")
+    d._rebalance()  # the older w0 joins: 3 each, and w0 scrapes
+    shares, scrapes = a.handle.set_share.calls, a.handle.scrape.calls
+    assert [c[:2] for c in shares] == [(6, 1), (3, 1)]
+    assert [c[0] for c in scrapes] == [["http://a"], []]
+
+    async def go() -> tuple[int, list[list[str]], list[list[str]]]:
+        backwards, overlapped = (CollectWorker(d.cfg, a.name, ["http://a"], own_logs=False) for _ in "ab")
+        try:
+            for call in reversed(shares):  # the newest runs first
+                await backwards.set_share(*call)
+            for call in reversed(scrapes):
+                await backwards.scrape(*call)
+            # in order, but the second runs while the first closes the scraper before it
+            await overlapped.scrape(["http://old"], 0)
+            await asyncio.gather(*(overlapped.scrape(*call) for call in scrapes))
+            after_both = [s.urls for s in _Scraper.running]
+            await overlapped.scrape(["http://a"], scrapes[-1][1] + 1)  # a newer order still counts
+            return backwards.c.limiter.maximum, after_both, [s.urls for s in _Scraper.running]
+        finally:
+            await backwards.close()
+            await overlapped.close()
+
+    share, after_both, after_newer = asyncio.run(go())
+    assert share == 3
+    assert after_both == [] and after_newer == [["http://a"]]
+    assert not _Scraper.running  # closing the worker stops it
 
 
 def test_a_worker_bug_stops_the_run(tmp_path):
