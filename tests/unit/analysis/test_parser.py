@@ -460,3 +460,45 @@ def test_a_parse_stopped_early_or_failing_leaves_no_scan_running_and_the_file_cl
     with pytest.raises(RuntimeError, match="the sixth scan failed"):
         list(parser.scan_files([("orchestrator", log)], ParseStats()))
     assert not _scans_running() and not _open(log)
+
+
+def test_a_small_file_gets_buffers_of_its_size_and_lines_written_while_it_is_read_are_read(
+    tmp_path, monkeypatch
+):
+    """A file smaller than a chunk is read into buffers of its size (zeroing three 8 MB buffers
+    was a quarter of a short log's analysis), never less than MIN_BUFFER; one that grows after it
+    was opened is read on, whole lines in order."""
+    from prime_rl.analysis import parser
+
+    line = b"2026-01-01 12:00:00.250 | INFO    | [gen] batch.done dur_ms=5\n"
+    small = tmp_path / "small.log"
+    small.write_bytes(line * 3)
+    with open(small, "rb") as f:
+        assert parser._buffer_size(f) == parser.MIN_BUFFER
+    big = tmp_path / "big.log"
+    big.write_bytes(line * (2 * parser.MIN_BUFFER // len(line)))
+    with open(big, "rb") as f:
+        assert parser._buffer_size(f) == big.stat().st_size + 1
+    monkeypatch.setattr(parser, "CHUNK", 4096)
+    with open(big, "rb") as f:
+        assert parser._buffer_size(f) == 4096
+    gz = tmp_path / "small.log.gz"
+    gz.write_bytes(gzip.compress(line))
+    with parser.open_log(gz) as f:
+        assert parser._buffer_size(f) == 4096  # its size on disk says nothing of what it holds
+
+    monkeypatch.setattr(parser, "MIN_BUFFER", 256)
+    growing = tmp_path / "growing.log"
+    growing.write_bytes(line)
+    sized = parser._buffer_size
+
+    def then_written(f) -> int:  # the log grows once its size was taken
+        n = sized(f)
+        with open(growing, "ab") as more:
+            more.write(b"".join(line.replace(b"dur_ms=5", f"dur_ms={k}".encode()) for k in range(100)))
+        return n
+
+    monkeypatch.setattr(parser, "_buffer_size", then_written)
+    got = [bytes(buf[:size]) for buf, size in parser._chunks(growing, [], 1)]
+    assert b"".join(got) == growing.read_bytes() and growing.stat().st_size > 100 * len(line)
+    assert len(got) > 20  # read on in chunks of the buffer's size (256 bytes)
