@@ -136,6 +136,13 @@ class UpdateJoin:
         return clients, servers, usual_updates(clients, servers)
 
     def _join(self) -> UpdateTable:
+        if not self._client.rows and not self._server.rows:
+            # no [weights] line (a collector's log, a run without updates): no update, without the
+            # dozens of queries on empty frames the join would make (most of a short log's analysis)
+            return UpdateTable(pl.DataFrame(schema=UPDATE_SCHEMA))
+        return self._join_parts()
+
+    def _join_parts(self) -> UpdateTable:
         lines = LineJoin()
         votes: Votes = {}
         order: list[pl.DataFrame | Path] = []  # the usual updates' client parts, with their row i
