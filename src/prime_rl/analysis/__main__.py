@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
+
+# the imports below make some 0.5M objects and no garbage cycles: their collections took 60 ms of each
+# run (turned back on after them, for a program that imports this module)
+_GC_WAS_ON = gc.isenabled()
+gc.disable()
 
 # before numpy is imported: the analyzer does no linear algebra, and OpenBLAS's idle threads (one per
 # core but one, here and in the plot's child) took 3% of the CPU of a 3M-line analysis, beside it
@@ -10,7 +16,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import gc  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from datetime import datetime  # noqa: E402
@@ -26,6 +31,9 @@ from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared  # noqa: E402
 from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
 from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
 from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
+
+if _GC_WAS_ON:
+    gc.enable()
 
 PLOT_CHILD_BYTES = 64 << 20
 """Logs of this many bytes or more (together) have timeline.png drawn by a child process: 0.4-0.5 s
