@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 import prime_rl.analysis.stats as collection
@@ -87,6 +88,57 @@ def _clock(ts: float | None) -> str:
         whole, micro = whole + 1, micro - 1_000_000
     second = _second(whole)
     return "?" if second is None else f"{second}.{micro // 1000:03d}"
+
+
+EPOCH = datetime(1970, 1, 1)
+CLOCKS_AT_ONCE = 2.0**40
+"""Times (seconds, either side of 1970: some 35,000 years) that :func:`_clocks` formats together;
+any other goes to :func:`_clock` alone."""
+
+
+def _clocks(times: list[float | None]) -> list[str]:
+    """:func:`_clock` of each time, all at once: the same arithmetic by numpy (IEEE operations,
+    rounding half to even as ``round``), each UTC minute's offset to local time asked once
+    (:func:`_offset`) and the text made by polars (timeline.txt's 85k clocks took 0.14 s one by one).
+    A time that is None, not finite or too far out, or in a minute whose offset changes, goes to
+    :func:`_clock` alone."""
+    ts = np.array([math.nan if t is None else t for t in times], dtype=np.float64)
+    together = np.isfinite(ts) & (np.abs(ts) < CLOCKS_AT_ONCE)
+    safe = np.where(together, ts, 0.0)
+    whole = np.floor(safe)
+    micro = np.rint((safe - whole) * 1e6)
+    carry = micro >= 1e6
+    millis = ((micro - carry * 1e6) // 1000).astype(np.int64)
+    seconds = whole.astype(np.int64) + carry
+    minutes, at = np.unique(seconds - seconds % 60, return_inverse=True)
+    offsets = np.array([_offset(m) for m in minutes.tolist()], dtype=np.float64)[at.reshape(-1)]
+    together &= ~np.isnan(offsets)
+    day = (seconds + np.where(together, offsets, 0.0).astype(np.int64)) % 86400
+    parts = {"h": day // 3600, "m": day // 60 % 60, "s": day % 60, "ms": millis}
+    two = [pl.col(name).cast(pl.String).str.zfill(2) for name in ("h", "m", "s")]
+    out = (
+        pl.DataFrame(parts)
+        .select(pl.format("{}:{}:{}.{}", *two, pl.col("ms").cast(pl.String).str.zfill(3)))
+        .to_series()
+        .to_list()
+    )
+    for k in np.flatnonzero(~together).tolist():
+        out[k] = _clock(times[k])
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _offset(minute: int) -> int | None:
+    """Seconds from UTC to local time (what ``datetime.fromtimestamp`` shows) through the UTC minute
+    that starts at ``minute``; None when the offset changes inside it or no date holds it."""
+    try:
+        first, last = datetime.fromtimestamp(minute), datetime.fromtimestamp(minute + 59)
+    except (OverflowError, OSError, ValueError):
+        return None
+    if (last - first).total_seconds() != 59:
+        return None
+    since = first - EPOCH
+    return since.days * 86400 + since.seconds - minute
 
 
 @lru_cache(maxsize=4096)
@@ -168,10 +220,10 @@ def timeline(d: Collected) -> str:
         "",
     ]
     gens = _gen_overlaps(d)
-    for s in first_spans(d.spans, TIMELINE_LINES):
-        line = (
-            f"{_clock(s.start)} -> {_clock(s.end)} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
-        )
+    spans = first_spans(d.spans, TIMELINE_LINES)
+    starts, ends = _clocks([s.start for s in spans]), _clocks([s.end for s in spans])
+    for s, start, end in zip(spans, starts, ends, strict=True):
+        line = f"{start} -> {end} {(s.end - s.start) * 1000:9.1f} ms  {s.kind:10} {s.label}"
         if s.kind == "update":
             over = gens.labels(s.start, s.end)
             gap = s.info.get("send_to_recv_ms")

@@ -1,18 +1,22 @@
-"""The report's numbers computed fast: statistics with numpy, clock times formatted once a second,
-summary.json through json's C encoder; each equal to the plain computation it replaced."""
+"""The report's numbers computed fast: statistics with numpy, clock times formatted once a second
+(timeline.txt's all at once), summary.json through json's C encoder; each equal to the plain
+computation it replaced."""
 
 from __future__ import annotations
 
 import json
 import math
 import statistics
+import time
 from array import array
 from datetime import datetime
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from prime_rl.analysis.report import _clock, _json_top_level_lines
+from prime_rl.analysis import report
+from prime_rl.analysis.report import _clock, _clocks, _json_top_level_lines
 from prime_rl.analysis.stats import describe
 
 
@@ -57,6 +61,44 @@ def test_describe_equals_the_plain_computation(values, as_array):
 @given(st.floats(0, 4e9, allow_nan=False))
 def test_clock_shows_what_datetime_shows(ts):
     assert _clock(ts) == datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3]
+
+
+# zones with daylight saving time, half and quarter hours, a half-hour DST (Lord Howe) and, before
+# 1937, Amsterdam's offset of 19 minutes 32 seconds
+ZONES = ["UTC", "Europe/Amsterdam", "America/St_Johns", "Asia/Kathmandu", "Australia/Lord_Howe"]
+AMSTERDAM_1935 = -1092953972.0
+DST_2026 = 1793494800.0  # 2026-10-25 01:00 UTC: Amsterdam's clocks go back, 03:00 -> 02:00
+times = st.one_of(
+    st.floats(-3e9, 4e9, allow_nan=False),
+    st.floats(DST_2026 - 7200, DST_2026 + 7200),
+    st.integers(-(2**41), 2**41).map(float),  # far out: formatted alone, or "?"
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e22, 0.9999995, 59.9999996, -0.0000004]),
+    st.none(),
+)
+
+
+@pytest.fixture(params=ZONES)
+def zone(request, monkeypatch):
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    report._second.cache_clear()
+    report._offset.cache_clear()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+    report._second.cache_clear()
+    report._offset.cache_clear()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(ts=[DST_2026 - 3600.5, DST_2026 - 0.25, DST_2026 + 0.25, DST_2026 + 3599.75])
+@example(ts=[-2e9, 0.0, None, 0.9999996])  # 1906 (Amsterdam: +00:19:32), 1970, a second carried
+# Amsterdam's summer time began at 1935-05-15 01:40:28 UTC (+00:19:32 -> +01:19:32): inside a minute
+@example(ts=[AMSTERDAM_1935 - 20.5, AMSTERDAM_1935 - 0.25, AMSTERDAM_1935 + 0.25, AMSTERDAM_1935 + 20.5])
+@example(ts=[])
+@given(ts=st.lists(times, max_size=40))
+def test_the_clocks_made_together_are_each_ones_clock(zone, ts):
+    assert _clocks(ts) == [_clock(t) for t in ts]
 
 
 def test_summary_json_has_one_top_level_key_a_line_and_loads_back():
