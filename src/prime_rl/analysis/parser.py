@@ -30,6 +30,7 @@ import gzip
 import math
 import os
 import re
+import stat
 import time
 import warnings
 import zlib
@@ -135,7 +136,10 @@ def _buffer_size(f) -> int:
     analysis of a log of a few lines."""
     if isinstance(f, gzip.GzipFile):  # its size says nothing of what it holds
         return CHUNK
-    return min(CHUNK, max(MIN_BUFFER, os.fstat(f.fileno()).st_size + 1))
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):  # a pipe (<(zcat log)), a device: no size to go by
+        return CHUNK
+    return min(CHUNK, max(MIN_BUFFER, st.st_size + 1))
 
 
 def _chunks(path: Path, cut: list[str], buffers: int = 1) -> Generator[tuple[bytearray, int], None, None]:

@@ -486,6 +486,9 @@ def test_a_small_file_gets_buffers_of_its_size_and_lines_written_while_it_is_rea
     gz.write_bytes(gzip.compress(line))
     with parser.open_log(gz) as f:
         assert parser._buffer_size(f) == 4096  # its size on disk says nothing of what it holds
+    read, write = os.pipe()  # a pipe (<(zcat log)) has no size either
+    with open(read, "rb") as f, open(write, "wb"):
+        assert parser._buffer_size(f) == 4096
 
     monkeypatch.setattr(parser, "MIN_BUFFER", 256)
     growing = tmp_path / "growing.log"
