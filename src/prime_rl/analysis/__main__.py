@@ -14,26 +14,27 @@ gc.disable()
 # core but one, here and in the plot's child) took 3% of the CPU of a 3M-line analysis, beside it
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-from datetime import datetime  # noqa: E402
-from pathlib import Path  # noqa: E402
+try:
+    import argparse  # noqa: E402
+    import contextlib  # noqa: E402
+    import json  # noqa: E402
+    import sys  # noqa: E402
+    from datetime import datetime  # noqa: E402
+    from pathlib import Path  # noqa: E402
 
-from prime_rl.analysis import stats as collection  # noqa: E402
-from prime_rl.analysis.analyze import analyze  # noqa: E402
-from prime_rl.analysis.compare import write_compare  # noqa: E402
-from prime_rl.analysis.parser import ParseStats, discover, scan_files  # noqa: E402
-from prime_rl.analysis.read_ahead import read_ahead  # noqa: E402
-from prime_rl.analysis.report import write_report  # noqa: E402
-from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared  # noqa: E402
-from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
-from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
-from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
-
-if _GC_WAS_ON:
-    gc.enable()
+    from prime_rl.analysis import stats as collection  # noqa: E402
+    from prime_rl.analysis.analyze import analyze  # noqa: E402
+    from prime_rl.analysis.compare import write_compare  # noqa: E402
+    from prime_rl.analysis.parser import ParseStats, discover, scan_files  # noqa: E402
+    from prime_rl.analysis.read_ahead import read_ahead  # noqa: E402
+    from prime_rl.analysis.report import write_report  # noqa: E402
+    from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared  # noqa: E402
+    from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
+    from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
+    from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
+finally:  # an import that fails leaves the collector as it was too
+    if _GC_WAS_ON:
+        gc.enable()
 
 PLOT_CHILD_BYTES = 64 << 20
 """Logs of this many bytes or more (together) have timeline.png drawn by a child process: 0.4-0.5 s

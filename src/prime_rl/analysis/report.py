@@ -99,7 +99,8 @@ any other goes to :func:`_clock` alone."""
 def _clocks(times: list[float | None]) -> list[str]:
     """:func:`_clock` of each time, all at once: the same arithmetic by numpy (IEEE operations,
     rounding half to even as ``round``), each UTC minute's offset to local time asked once
-    (:func:`_offset`) and the text made by polars (timeline.txt's 85k clocks took 0.14 s one by one).
+    (:func:`_offset`) and the text made by polars (timeline.txt's 85k clocks: about 0.15 s one by one,
+    0.03 s together).
     A time that is None, not finite or too far out, or in a minute whose offset changes, goes to
     :func:`_clock` alone."""
     ts = np.array([math.nan if t is None else t for t in times], dtype=np.float64)

@@ -192,6 +192,8 @@ class CollectWorker:
         self._api_key: str | None = None
         self._scraper: ServerMetricsScraper | None = None
         self._latest: dict[str, int] = {}
+        self._scraping = asyncio.Lock()
+        """Held while the scraper changes: close() waits for a change under way."""
 
     def _latest_order(self, kind: str, seq: int) -> bool:
         """Whether the driver's order ``seq`` of this kind is newer than every one applied so far
@@ -259,13 +261,14 @@ class CollectWorker:
             await self._scrape(urls, seq)
 
     async def _scrape(self, urls: list[str], seq: int) -> None:
-        if self._scraper is not None:
-            scraper, self._scraper = self._scraper, None
-            await scraper.aclose()
-        if urls and self._latest["scrape"] == seq:  # no later order came while the old one closed
-            auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            self._scraper = ServerMetricsScraper(urls, self.cfg.server_metrics, auth)
-            self._scraper.start()
+        async with self._scraping:
+            if self._scraper is not None:
+                scraper, self._scraper = self._scraper, None
+                await scraper.aclose()
+            if urls and self._latest["scrape"] == seq:  # no later order came while the old one closed
+                auth = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+                self._scraper = ServerMetricsScraper(urls, self.cfg.server_metrics, auth)
+                self._scraper.start()
 
     async def pause(self, seconds: float) -> None:
         """Another worker's server asked every request to wait: hold this worker's new requests

@@ -81,18 +81,25 @@ def test_the_analyzers_imports_run_without_collections_and_leave_the_collector_a
     """The imports make some 0.5M objects and no garbage cycles: their 130 collections took 60 ms
     of each run. Left: compiling a module not compiled before, and the one collection the
     collector makes when it is turned back on. A program that imports the module finds the
-    collector as it had it."""
+    collector as it had it, also when one of the imports fails."""
     code = (
-        "import gc\n"
+        "import gc, sys\n"
         f"{'' if on else 'gc.disable()'}\n"
         "seen = []\n"
         "gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
         "import prime_rl.analysis.__main__\n"
         "print(gc.isenabled(), len(seen) // 2)\n"  # a start and a stop each
+        "del sys.modules['prime_rl.analysis.__main__']\n"
+        "sys.modules['prime_rl.analysis.trace'] = None  # the last import fails\n"
+        "try:\n"
+        "    import prime_rl.analysis.__main__\n"
+        "except ImportError:\n"
+        "    print(gc.isenabled())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    enabled, collections = done.stdout.split()
+    enabled, collections, after_failure = done.stdout.split()
     assert enabled == str(on) and int(collections) <= (2 if on else 0)
+    assert after_failure == str(on)
 
 
 def test_the_analyzer_starts_numpy_without_blas_threads_unless_told():

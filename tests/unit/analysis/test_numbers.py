@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from array import array
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -67,7 +69,7 @@ def test_clock_shows_what_datetime_shows(ts):
 # 1937, Amsterdam's offset of 19 minutes 32 seconds
 ZONES = ["UTC", "Europe/Amsterdam", "America/St_Johns", "Asia/Kathmandu", "Australia/Lord_Howe"]
 AMSTERDAM_1935 = -1092953972.0
-DST_2026 = 1793494800.0  # 2026-10-25 01:00 UTC: Amsterdam's clocks go back, 03:00 -> 02:00
+DST_2026 = 1792890000.0  # 2026-10-25 01:00 UTC: Amsterdam's clocks go back, 03:00 -> 02:00
 times = st.one_of(
     st.floats(-3e9, 4e9, allow_nan=False),
     st.floats(DST_2026 - 7200, DST_2026 + 7200),
@@ -79,6 +81,9 @@ times = st.one_of(
 
 @pytest.fixture(params=ZONES)
 def zone(request, monkeypatch):
+    # the C library reads the zone from TZDIR; one it does not find is UTC, which tests nothing
+    if not Path(os.environ.get("TZDIR", "/usr/share/zoneinfo"), request.param).is_file():
+        pytest.skip(f"the time zone {request.param} is not installed (tzdata)")
     monkeypatch.setenv("TZ", request.param)
     time.tzset()
     report._second.cache_clear()

@@ -7,6 +7,7 @@ two-node cluster: tests/integration/test_collect_ray.py and tests/faults/test_co
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from types import SimpleNamespace
 
@@ -309,25 +310,31 @@ def test_the_drivers_latest_share_and_scrape_win_in_whatever_order_ray_runs_them
     assert [c[:2] for c in shares] == [(6, 1), (3, 1)]
     assert [c[0] for c in scrapes] == [["http://a"], []]
 
-    async def go() -> tuple[int, list[list[str]], list[list[str]]]:
-        backwards, overlapped = (CollectWorker(d.cfg, a.name, ["http://a"], own_logs=False) for _ in "ab")
+    orders = [("set_share", call) for call in shares] + [("scrape", call) for call in scrapes]
+
+    async def go() -> tuple[set, list[list[str]], list[list[str]]]:
+        ends = set()
+        for ran in itertools.permutations(orders):  # every order Ray may run a's four calls in
+            w = CollectWorker(d.cfg, a.name, ["http://a"], own_logs=False)
+            try:
+                for method, call in ran:
+                    await getattr(w, method)(*call)
+                ends.add((w.c.limiter.maximum, tuple(tuple(s.urls) for s in _Scraper.running)))
+            finally:
+                await w.close()
+        overlapped = CollectWorker(d.cfg, a.name, ["http://a"], own_logs=False)
         try:
-            for call in reversed(shares):  # the newest runs first
-                await backwards.set_share(*call)
-            for call in reversed(scrapes):
-                await backwards.scrape(*call)
             # in order, but the second runs while the first closes the scraper before it
             await overlapped.scrape(["http://old"], 0)
             await asyncio.gather(*(overlapped.scrape(*call) for call in scrapes))
             after_both = [s.urls for s in _Scraper.running]
             await overlapped.scrape(["http://a"], scrapes[-1][1] + 1)  # a newer order still counts
-            return backwards.c.limiter.maximum, after_both, [s.urls for s in _Scraper.running]
+            return ends, after_both, [s.urls for s in _Scraper.running]
         finally:
-            await backwards.close()
             await overlapped.close()
 
-    share, after_both, after_newer = asyncio.run(go())
-    assert share == 3
+    ends, after_both, after_newer = asyncio.run(go())
+    assert ends == {(3, ())}  # the share of two workers, and w0 scrapes the server
     assert after_both == [] and after_newer == [["http://a"]]
     assert not _Scraper.running  # closing the worker stops it
 
