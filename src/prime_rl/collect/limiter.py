@@ -95,6 +95,12 @@ class AdaptiveLimiter:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
 
+    async def wait_pause(self) -> None:
+        """Until the server-wide pause, if any, is over: a request admitted before the pause began
+        (its slot taken, not yet sent) waits too, holding its slot."""
+        while (pause := self.paused_until - self._clock()) > 0:
+            await asyncio.sleep(pause)
+
     def release(self) -> None:
         self.inflight -= 1
         self._wake()

@@ -428,6 +428,9 @@ class Collector:
             if not tries.held:
                 await self.limiter.acquire()
                 tries.held = True
+            # admitted before a pause began (by another request's 429, or another Ray worker's,
+            # which arrives when this process next runs): it is not sent until the pause ends
+            await self.limiter.wait_pause()
             sent = time.monotonic()
             try:
                 comp: Completion = await backend.chat(body, tid)

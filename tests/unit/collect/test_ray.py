@@ -176,6 +176,32 @@ def test_a_pause_from_another_worker_holds_this_ones_requests(tmp_path):
     assert took >= 0.45
 
 
+def test_a_pause_that_comes_after_requests_were_admitted_holds_them_before_they_are_sent(tmp_path):
+    # a loaded CI host did not run a worker for 2.2 s: when it ran again, the slots freed meanwhile
+    # went to 3 requests before the pause that had arrived meanwhile was applied, and they went out
+    write_tasks(tmp_path / "tasks.jsonl", 1)
+
+    async def go(url: str) -> float:
+        cfg = collect_config(url, tmp_path)
+        worker = CollectWorker(cfg, "w1", [url], own_logs=False)
+        await worker.start(None, {"model": "m", "max_output_tokens": 6, "temperature": 1.0}, 3, 1)
+        start = asyncio.get_running_loop().time()
+        await worker.submit(pairs(3))
+        await asyncio.sleep(0)  # the dispatcher admits the three; none is sent yet
+        assert worker.c.limiter.inflight == 3
+        await worker.pause(0.5)
+        try:
+            await drain(worker, 3)
+        finally:
+            await worker.close()
+        return asyncio.get_running_loop().time() - start
+
+    with LocalTestServer() as server:
+        took = asyncio.run(go(server.base_url))
+        sent = [t for p, t, _ in server.state.seen if p.endswith("completions")]
+    assert took >= 0.45 and len(sent) == 3
+
+
 class _Method:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
