@@ -15,23 +15,23 @@ gc.disable()
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:
-    import argparse  # noqa: E402
-    import contextlib  # noqa: E402
-    import json  # noqa: E402
-    import sys  # noqa: E402
-    from datetime import datetime  # noqa: E402
-    from pathlib import Path  # noqa: E402
+    import argparse
+    import contextlib
+    import json
+    import sys
+    from datetime import datetime
+    from pathlib import Path
 
-    from prime_rl.analysis import stats as collection  # noqa: E402
-    from prime_rl.analysis.analyze import analyze  # noqa: E402
-    from prime_rl.analysis.compare import write_compare  # noqa: E402
-    from prime_rl.analysis.parser import ParseStats, discover, scan_files  # noqa: E402
-    from prime_rl.analysis.read_ahead import read_ahead  # noqa: E402
-    from prime_rl.analysis.report import write_report  # noqa: E402
-    from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared  # noqa: E402
-    from prime_rl.analysis.thresholds import Thresholds  # noqa: E402
-    from prime_rl.analysis.timeline_plot import PlotProcess  # noqa: E402
-    from prime_rl.analysis.trace import left_out, write_trace  # noqa: E402
+    from prime_rl.analysis import stats as collection
+    from prime_rl.analysis.analyze import analyze
+    from prime_rl.analysis.compare import write_compare
+    from prime_rl.analysis.parser import ParseStats, discover, scan_files
+    from prime_rl.analysis.read_ahead import read_ahead
+    from prime_rl.analysis.report import write_report
+    from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared
+    from prime_rl.analysis.thresholds import Thresholds
+    from prime_rl.analysis.timeline_plot import PlotProcess
+    from prime_rl.analysis.trace import left_out, write_trace
 finally:  # an import that fails leaves the collector as it was too
     if _GC_WAS_ON:
         gc.enable()

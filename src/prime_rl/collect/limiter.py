@@ -74,10 +74,7 @@ class AdaptiveLimiter:
 
     async def acquire(self) -> None:
         while True:
-            pause = self.paused_until - self._clock()
-            if pause > 0:
-                await asyncio.sleep(pause)
-                continue
+            await self.wait_pause()
             if self.inflight < self.current:
                 self.inflight += 1
                 return

@@ -155,13 +155,18 @@ def _concurrency(server: LocalTestServer) -> list[tuple[float, int]]:
     return out
 
 
+async def _started_worker(url: str, tmp_path, share: int) -> CollectWorker:
+    """A worker started as the driver starts a later one (the run's parameters given), with ``share``."""
+    worker = CollectWorker(collect_config(url, tmp_path), "w1", [url], own_logs=False)
+    await worker.start(None, {"model": "m", "max_output_tokens": 6, "temperature": 1.0}, share, 1)
+    return worker
+
+
 def test_a_pause_from_another_worker_holds_this_ones_requests(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 1)
 
     async def go(url: str, server: LocalTestServer) -> float:
-        cfg = collect_config(url, tmp_path)
-        worker = CollectWorker(cfg, "w1", [url], own_logs=False)
-        await worker.start(None, {"model": "m", "max_output_tokens": 6, "temperature": 1.0}, 2, 1)
+        worker = await _started_worker(url, tmp_path, share=2)
         await worker.pause(0.5)
         start = asyncio.get_running_loop().time()
         await worker.submit(pairs(2))
@@ -182,9 +187,7 @@ def test_a_pause_that_comes_after_requests_were_admitted_holds_them_before_they_
     write_tasks(tmp_path / "tasks.jsonl", 1)
 
     async def go(url: str) -> float:
-        cfg = collect_config(url, tmp_path)
-        worker = CollectWorker(cfg, "w1", [url], own_logs=False)
-        await worker.start(None, {"model": "m", "max_output_tokens": 6, "temperature": 1.0}, 3, 1)
+        worker = await _started_worker(url, tmp_path, share=3)
         start = asyncio.get_running_loop().time()
         await worker.submit(pairs(3))
         await asyncio.sleep(0)  # the dispatcher admits the three; none is sent yet
