@@ -10,7 +10,7 @@ from prime_rl.trainer.config import LossConfig
 from prime_rl.trainer.data import MicroBatch
 from prime_rl.trainer.logprobs import forward_logprobs
 from prime_rl.trainer.loss import LossStats, policy_loss
-from prime_rl.trainer.model import PAD_SAMPLE, packed_attention_mask, padded_length
+from prime_rl.trainer.model import PAD_SAMPLE, packed_attention_kwargs, padded_length
 
 
 def pad_row(mb: MicroBatch, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -50,7 +50,7 @@ def micro_batch_logprobs(
         tokens,
         entropy_grad,
         position_ids=positions[None],
-        attention_mask=packed_attention_mask(samples, attention),
+        **packed_attention_kwargs(samples, attention),
     )
 
 

@@ -6,8 +6,9 @@ the root module are wrapped with ``torch.distributed.fsdp.fully_shard``, after t
 activation checkpointing and ``torch.compile`` of each decoder layer (torchtitan's order).
 
 A micro-batch packs several samples into one row; each token attends causally within its own
-sample only. ``sdpa`` expresses that as a dense [T, T] mask, ``flex`` as FlexAttention's
-block-sparse ``BlockMask`` (:func:`packed_attention_mask`).
+sample only. ``sdpa`` runs PyTorch's scaled_dot_product_attention once per sample of the row
+(:func:`packed_sdpa_attention`), ``flex`` runs FlexAttention once over the row with a
+block-sparse ``BlockMask`` (:func:`document_block_mask`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from prime_rl.trainer.config import ModelConfig
 from prime_rl.trainer.logprobs import install_logprob_head
 
-_HF_ATTENTION = {"sdpa": "sdpa", "flex": "flex_attention"}
+PACKED_SDPA = "prime_rl_packed_sdpa"
+"""Name of :func:`packed_sdpa_attention` among transformers' attention implementations."""
+_HF_ATTENTION = {"sdpa": PACKED_SDPA, "flex": "flex_attention"}
 PAD_SAMPLE = -1
 """Sample id of the padding tokens at the end of a padded micro-batch (a sample of their own)."""
 
@@ -91,6 +95,7 @@ def load_model(cfg: ModelConfig, world: World, shard: bool | None = None) -> tor
     started process group of one rank, for tests)."""
     from transformers import AutoModelForCausalLM
 
+    register_packed_sdpa()
     dtype = resolve_dtype(cfg, world.device)
     attention = _HF_ATTENTION[resolve_attention(cfg, world.device)]
     model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, attn_implementation=attention)
@@ -115,12 +120,68 @@ def load_model(cfg: ModelConfig, world: World, shard: bool | None = None) -> tor
     return model
 
 
-def block_causal_mask(sample_ids: torch.Tensor) -> torch.Tensor:
-    """[1, 1, T, T] bool mask: causal within each packed sample, nothing across samples."""
-    t = sample_ids.numel()
-    causal = torch.ones(t, t, dtype=torch.bool, device=sample_ids.device).tril()
-    same = sample_ids[:, None] == sample_ids[None, :]
-    return (causal & same)[None, None]
+def sample_lengths_of(sample_ids: torch.Tensor) -> tuple[int, ...]:
+    """The token count of each sample of a packed row, in order (its tokens are contiguous)."""
+    return tuple(torch.unique_consecutive(sample_ids, return_counts=True)[1].tolist())
+
+
+@torch.compiler.disable  # a loop over the row's samples: a compiled layer runs it eagerly
+def packed_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    sample_lengths: tuple[int, ...] | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention function for a packed row: causal attention within each sample,
+    one ``scaled_dot_product_attention`` call per sample, so no [T, T] mask or score matrix exists
+    and the cost grows with the sum of the samples' squared lengths, not with T^2.
+
+    query [1, H, T, D], key and value [1, H_kv, T, D] (grouped-query heads are shared, as in the
+    model's own attention); returns [1, T, H, D]. ``sample_lengths`` (the model's forward passes
+    its keyword arguments down to here) must sum to T."""
+    if sample_lengths is None:
+        raise RuntimeError(
+            f"{type(module).__name__}: the packed sdpa attention got no sample_lengths; the trainer "
+            "passes them to the model's forward, and this model does not hand its forward's keyword "
+            "arguments to its attention (use model.attention=flex on a GPU)"
+        )
+    if sliding_window is not None or softcap is not None:
+        raise NotImplementedError(
+            f"{type(module).__name__}: sliding-window or soft-capped attention is not implemented by the "
+            "packed sdpa attention"
+        )
+    if sum(sample_lengths) != query.shape[2]:
+        raise ValueError(f"sample_lengths sum to {sum(sample_lengths)}, the row has {query.shape[2]} tokens")
+    gqa = query.shape[1] != key.shape[1]
+    split = (t.split(sample_lengths, 2) for t in (query, key, value))
+    parts = [
+        F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
+        )
+        for q, k, v in zip(*split, strict=True)
+    ]
+    return torch.cat(parts, 2).transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args, **kwargs) -> None:
+    """transformers' mask function for :data:`PACKED_SDPA`: the samples' bounds are the mask."""
+    return None
+
+
+def register_packed_sdpa() -> None:
+    """Make :data:`PACKED_SDPA` an attention implementation transformers can load a model with."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
+    AttentionMaskInterface.register(PACKED_SDPA, _no_mask)
 
 
 def document_block_mask(sample_ids: torch.Tensor):
@@ -138,9 +199,12 @@ def document_block_mask(sample_ids: torch.Tensor):
     )
 
 
-def packed_attention_mask(sample_ids: torch.Tensor, attention: str):
-    """The attention mask of a packed row for ``attention`` (``sdpa`` or ``flex``)."""
-    return document_block_mask(sample_ids) if attention == "flex" else block_causal_mask(sample_ids)
+def packed_attention_kwargs(sample_ids: torch.Tensor, attention: str) -> dict:
+    """The model forward's keyword arguments that keep a packed row's samples apart: the block
+    mask for ``flex``, the samples' lengths for ``sdpa``."""
+    if attention == "flex":
+        return {"attention_mask": document_block_mask(sample_ids)}
+    return {"sample_lengths": sample_lengths_of(sample_ids)}
 
 
 def padded_length(tokens: int, micro_batch_tokens: int) -> int:

@@ -1,6 +1,6 @@
-"""Packed micro-batches: each sample in a packed row gets what it gets alone (sdpa's dense mask and
-FlexAttention's block mask, padding included); activation checkpointing and compiled layers keep
-the gradients; what load_model refuses."""
+"""Packed micro-batches: each sample in a packed row gets what it gets alone (sdpa's call per sample,
+with no [T, T] tensor, and FlexAttention's block mask, padding included); activation checkpointing
+and compiled layers keep the gradients; what load_model refuses."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from prime_rl.trainer.forward import micro_batch_logprobs, pad_row
 from prime_rl.trainer.model import (
     PAD_SAMPLE,
     World,
-    block_causal_mask,
     document_block_mask,
     load_model,
+    packed_sdpa_attention,
     padded_length,
     resolve_attention,
+    sample_lengths_of,
 )
 
 CPU = torch.device("cpu")
@@ -67,7 +68,17 @@ def _first_tokens(lengths: list[int]) -> torch.Tensor:
 LENGTHS = [5, 19, 3, 11]
 
 
+def _reference(tiny_model) -> torch.nn.Module:
+    """The model with transformers' own sdpa attention, for one sample at a time."""
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa")
+    ref.config.use_cache = False
+    return ref
+
+
 def test_sdpa_packed_row_equals_each_sample_alone_with_gradients(tiny_model):
+    """The packed row through the trainer's sdpa (one call per sample, grouped-query heads: the tiny
+    model has 4 query and 2 key/value heads) against each sample alone through transformers' own
+    sdpa attention: the same logprobs, entropies and gradients."""
     model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
     mb = _packed(LENGTHS)
     logp, entropy = micro_batch_logprobs(model, mb, 0.9, "sdpa", 64, CPU)
@@ -75,17 +86,56 @@ def test_sdpa_packed_row_equals_each_sample_alone_with_gradients(tiny_model):
     keep[_first_tokens(LENGTHS)] = False
     weights = torch.linspace(-1, 1, logp.numel()) * keep
     (logp * weights).sum().backward()
-    packed_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
 
-    alone = [micro_batch_logprobs(model, one, 0.9, "sdpa", 64, CPU) for one in _alone(mb, LENGTHS)]
+    ref = _reference(tiny_model)
+    alone = [micro_batch_logprobs(ref, one, 0.9, "sdpa", 64, CPU) for one in _alone(mb, LENGTHS)]
     alone_logp = torch.cat([a[0] for a in alone])
     torch.testing.assert_close(logp[keep], alone_logp[keep], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy[keep], torch.cat([a[1] for a in alone])[keep], rtol=1e-5, atol=1e-5)
     (alone_logp * weights).sum().backward()
+    ref_grads = dict(ref.named_parameters())
     for name, p in model.named_parameters():
-        g = packed_grads[name]
+        g = ref_grads[name].grad
         torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-5 * float(g.abs().max()) + 1e-12, msg=name)
+
+
+def test_sdpa_makes_no_tensor_of_the_rows_length_squared(tiny_model):
+    """64 samples of 64 tokens in one row of 4096: no tensor of anything near 4096^2 elements is made
+    forward or backward (a dense block-causal mask or score matrix would be 16.8M; the largest
+    expected is a chunk of logits, 2048 tokens x 2048 vocabulary)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
+    mb = _packed([64] * 64)
+    with Largest():
+        logp, _ = micro_batch_logprobs(model, mb, 1.0, "sdpa", 4096, CPU)
+        logp.sum().backward()
+    assert 2048 * 2048 <= Largest.numel < 4096 * 4096 // 2, Largest.numel
+
+
+def test_sdpa_attention_names_what_it_cannot_do():
+    q = torch.zeros(1, 4, 6, 8)
+    kv = torch.zeros(1, 2, 6, 8)
+    layer = torch.nn.Linear(1, 1)
+    with pytest.raises(RuntimeError, match="Linear: the packed sdpa attention got no sample_lengths"):
+        packed_sdpa_attention(layer, q, kv, kv, None)
+    with pytest.raises(NotImplementedError, match="sliding-window"):
+        packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(6,), sliding_window=4)
+    with pytest.raises(ValueError, match="sample_lengths sum to 5, the row has 6 tokens"):
+        packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(2, 3))
+    out, weights = packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(2, 4))
+    assert out.shape == (1, 6, 4, 8) and weights is None
+    assert sample_lengths_of(torch.tensor([0, 0, 1, 2, 2, 2])) == (2, 1, 3)
 
 
 def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
@@ -104,6 +154,13 @@ def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
     keep[_first_tokens(LENGTHS)] = False
     torch.testing.assert_close(logp[keep], torch.cat([a[0] for a in alone])[keep], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy[keep], torch.cat([a[1] for a in alone])[keep], rtol=1e-5, atol=1e-5)
+
+
+def block_causal_mask(sample_ids: torch.Tensor) -> torch.Tensor:
+    """[1, 1, T, T] bool mask: causal within each packed sample, nothing across samples."""
+    t = sample_ids.numel()
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    return (causal & (sample_ids[:, None] == sample_ids[None, :]))[None, None]
 
 
 def test_the_block_mask_allows_what_the_dense_mask_allows_and_skips_other_samples_blocks():
