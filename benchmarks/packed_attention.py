@@ -64,7 +64,7 @@ def main() -> None:
     args = p.parse_args()
 
     packed = load_model(ModelConfig(name=args.model, attention="sdpa"), World(0, 1, 0, CPU))
-    dense = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa")
+    dense = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
     dense.config.use_cache = False
     install_logprob_head(dense, ModelConfig().logprob_chunk_tokens)  # the same head as the trainer's
     lo, hi = args.sample_tokens

@@ -177,4 +177,4 @@ def test_published_weights_give_transformers_the_trainers_logits(tiny_model, tmp
     model.eval()
     with torch.no_grad():
         # the published dir keeps the base checkpoint's dtypes (fp32): compare in the trainer's bf16
-        assert torch.equal(served(input_ids=ids).logits, model(input_ids=ids).logits)
+        assert torch.equal(served(input_ids=ids).logits, model(input_ids=ids, sample_lengths=(64,)).logits)

@@ -26,11 +26,11 @@ class ModelConfig(StrictModel):
     """Attention over packed micro-batches (each sample attends causally to itself only). sdpa:
     PyTorch's scaled_dot_product_attention, one call per sample of the row (no [T, T] mask: time
     and memory grow with the sum of the samples' squared lengths; a compiled layer runs it
-    eagerly; no sliding-window or soft-capped attention); flex: FlexAttention with a block-sparse
-    document mask (blocks of 128 x 128 tokens outside every sample are skipped; compiled, and
-    micro-batches are padded to micro_batch_tokens so that one compiled kernel serves every
-    step). auto: flex on a GPU, sdpa on CPU. flex on CPU is refused at start: FlexAttention has no
-    backward pass there."""
+    eagerly; a model with sliding-window layers or soft-capped attention logits is refused at
+    start); flex: FlexAttention with a block-sparse document mask (blocks of 128 x 128 tokens
+    outside every sample are skipped; compiled, and micro-batches are padded to
+    micro_batch_tokens so that one compiled kernel serves every step). auto: flex on a GPU, sdpa
+    on CPU. flex on CPU is refused at start: FlexAttention has no backward pass there."""
 
     logprob_chunk_tokens: int | None = Field(default=2048, ge=1)
     """Tokens whose logits exist at once when computing the loss's logprobs and entropies: the

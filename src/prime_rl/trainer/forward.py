@@ -42,15 +42,15 @@ def micro_batch_logprobs(
     are not computed or returned."""
     tokens = mb.input_ids.numel()
     length = padded_length(tokens, micro_batch_tokens) if attention == "flex" else tokens
-    ids, positions, samples = (t.to(device) for t in pad_row(mb, length))
+    ids, positions, samples = pad_row(mb, length)
     return forward_logprobs(
         model,
-        ids,
+        ids.to(device),
         temperature,
         tokens,
         entropy_grad,
-        position_ids=positions[None],
-        **packed_attention_kwargs(samples, attention),
+        position_ids=positions.to(device)[None],
+        **packed_attention_kwargs(samples, attention, device),
     )
 
 

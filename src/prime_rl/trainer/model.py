@@ -14,6 +14,7 @@ block-sparse ``BlockMask`` (:func:`document_block_mask`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +100,8 @@ def load_model(cfg: ModelConfig, world: World, shard: bool | None = None) -> tor
     dtype = resolve_dtype(cfg, world.device)
     attention = _HF_ATTENTION[resolve_attention(cfg, world.device)]
     model = AutoModelForCausalLM.from_pretrained(cfg.name, dtype=dtype, attn_implementation=attention)
+    if attention == PACKED_SDPA:
+        check_packed_sdpa(model.config)
     model.to(world.device)
     model.config.use_cache = False
     if cfg.activation_checkpointing:
@@ -120,9 +123,11 @@ def load_model(cfg: ModelConfig, world: World, shard: bool | None = None) -> tor
     return model
 
 
-def sample_lengths_of(sample_ids: torch.Tensor) -> tuple[int, ...]:
-    """The token count of each sample of a packed row, in order (its tokens are contiguous)."""
-    return tuple(torch.unique_consecutive(sample_ids, return_counts=True)[1].tolist())
+def sample_lengths_of(sample_ids: torch.Tensor) -> torch.Tensor:
+    """The token count of each sample of a packed row, in order (its tokens are contiguous), as an
+    int64 tensor on the CPU: a tensor, so that a compiled layer sees one input whose size changes,
+    not a tuple of ints it would be compiled again for at every new count of samples."""
+    return torch.unique_consecutive(sample_ids.cpu(), return_counts=True)[1]
 
 
 @torch.compiler.disable  # a loop over the row's samples: a compiled layer runs it eagerly
@@ -134,7 +139,7 @@ def packed_sdpa_attention(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    sample_lengths: tuple[int, ...] | None = None,
+    sample_lengths: torch.Tensor | Sequence[int] | None = None,
     sliding_window: int | None = None,
     softcap: float | None = None,
     **kwargs,
@@ -144,44 +149,58 @@ def packed_sdpa_attention(
     and the cost grows with the sum of the samples' squared lengths, not with T^2.
 
     query [1, H, T, D], key and value [1, H_kv, T, D] (grouped-query heads are shared, as in the
-    model's own attention); returns [1, T, H, D]. ``sample_lengths`` (the model's forward passes
-    its keyword arguments down to here) must sum to T."""
+    model's own attention); returns [1, T, H, D]. ``sample_lengths`` (:func:`sample_lengths_of`;
+    the model's forward hands its keyword arguments down to here) must sum to T."""
+    name = type(module).__name__
     if sample_lengths is None:
         raise RuntimeError(
-            f"{type(module).__name__}: the packed sdpa attention got no sample_lengths; the trainer "
-            "passes them to the model's forward, and this model does not hand its forward's keyword "
-            "arguments to its attention (use model.attention=flex on a GPU)"
+            f"{name}: the packed sdpa attention got no sample_lengths: pass the row's sample lengths to "
+            "the model's forward (sample_lengths=prime_rl.trainer.model.sample_lengths_of(sample_ids), as "
+            "the trainer does), to a model whose forward hands its keyword arguments to its attention"
         )
     if sliding_window is not None or softcap is not None:
         raise NotImplementedError(
-            f"{type(module).__name__}: sliding-window or soft-capped attention is not implemented by the "
-            "packed sdpa attention"
+            f"{name}: the packed sdpa attention has no sliding-window or soft-capped attention"
         )
-    if sum(sample_lengths) != query.shape[2]:
-        raise ValueError(f"sample_lengths sum to {sum(sample_lengths)}, the row has {query.shape[2]} tokens")
+    if attention_mask is not None or query.shape[0] != 1:
+        raise ValueError(
+            f"{name}: the packed sdpa attention takes one packed row and no attention mask (got a batch of "
+            f"{query.shape[0]}{' and a mask' if attention_mask is not None else ''}); the samples' lengths are its mask"
+        )
+    lengths = sample_lengths.tolist() if isinstance(sample_lengths, torch.Tensor) else list(sample_lengths)
+    if sum(lengths) != query.shape[2]:
+        raise ValueError(f"{name}: sample_lengths sum to {sum(lengths)}, the row has {query.shape[2]} tokens")
     gqa = query.shape[1] != key.shape[1]
-    split = (t.split(sample_lengths, 2) for t in (query, key, value))
+    split = (t.split(lengths, 2) for t in (query, key, value))
     parts = [
         F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
         )
         for q, k, v in zip(*split, strict=True)
     ]
-    return torch.cat(parts, 2).transpose(1, 2).contiguous(), None
-
-
-def _no_mask(*args, **kwargs) -> None:
-    """transformers' mask function for :data:`PACKED_SDPA`: the samples' bounds are the mask."""
-    return None
+    return torch.cat([part.transpose(1, 2) for part in parts], 1), None
 
 
 def register_packed_sdpa() -> None:
-    """Make :data:`PACKED_SDPA` an attention implementation transformers can load a model with."""
+    """Make :data:`PACKED_SDPA` an attention implementation transformers can load a model with
+    (with no mask function: transformers then makes no mask for it)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
-    AttentionMaskInterface.register(PACKED_SDPA, _no_mask)
+
+
+def check_packed_sdpa(config) -> None:
+    """Refuse, at load, a model whose attention the packed sdpa attention does not implement:
+    sliding-window layers or soft-capped attention logits."""
+    types = getattr(config, "layer_types", None)
+    sliding = "sliding_attention" in types if types else getattr(config, "sliding_window", None) is not None
+    softcap = getattr(config, "attn_logit_softcapping", None) is not None
+    if sliding or softcap:
+        what = "sliding-window attention layers" if sliding else "soft-capped attention logits"
+        raise ValueError(
+            f"model.attention=sdpa: {getattr(config, 'name_or_path', '') or config.model_type} has {what}, "
+            "which the trainer's packed sdpa attention does not implement (use model.attention=flex on a GPU)"
+        )
 
 
 def document_block_mask(sample_ids: torch.Tensor):
@@ -199,11 +218,11 @@ def document_block_mask(sample_ids: torch.Tensor):
     )
 
 
-def packed_attention_kwargs(sample_ids: torch.Tensor, attention: str) -> dict:
-    """The model forward's keyword arguments that keep a packed row's samples apart: the block
-    mask for ``flex``, the samples' lengths for ``sdpa``."""
+def packed_attention_kwargs(sample_ids: torch.Tensor, attention: str, device: torch.device) -> dict:
+    """The model forward's keyword arguments that keep a packed row's samples apart (``sample_ids``
+    on the CPU): the block mask for ``flex`` (on ``device``), the samples' lengths for ``sdpa``."""
     if attention == "flex":
-        return {"attention_mask": document_block_mask(sample_ids)}
+        return {"attention_mask": document_block_mask(sample_ids.to(device))}
     return {"sample_lengths": sample_lengths_of(sample_ids)}
 
 

@@ -123,19 +123,61 @@ def test_sdpa_makes_no_tensor_of_the_rows_length_squared(tiny_model):
     assert 2048 * 2048 <= Largest.numel < 4096 * 4096 // 2, Largest.numel
 
 
+def test_sdpa_attention_is_causal_attention_within_each_sample_with_the_models_scale():
+    """The function alone, on random heads (4 query heads sharing 2 key/value heads, a scale that is
+    not 1/sqrt(head_dim)), against one dense call with the block-causal mask."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(1, 4, 9, 8, generator=g),
+        torch.randn(1, 2, 9, 8, generator=g),
+        torch.randn(1, 2, 9, 8, generator=g),
+    )
+    lengths = [2, 4, 3]
+    ids = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=block_causal_mask(ids), scale=0.7
+    ).transpose(1, 2)
+    out, weights = packed_sdpa_attention(
+        torch.nn.Identity(), q, k, v, None, scaling=0.7, sample_lengths=sample_lengths_of(ids)
+    )
+    assert weights is None and out.shape == (1, 9, 4, 8)
+    torch.testing.assert_close(out, expected)
+    assert sample_lengths_of(ids).tolist() == lengths
+
+
 def test_sdpa_attention_names_what_it_cannot_do():
     q = torch.zeros(1, 4, 6, 8)
     kv = torch.zeros(1, 2, 6, 8)
     layer = torch.nn.Linear(1, 1)
     with pytest.raises(RuntimeError, match="Linear: the packed sdpa attention got no sample_lengths"):
         packed_sdpa_attention(layer, q, kv, kv, None)
-    with pytest.raises(NotImplementedError, match="sliding-window"):
+    with pytest.raises(NotImplementedError, match="no sliding-window or soft-capped"):
         packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(6,), sliding_window=4)
+    with pytest.raises(NotImplementedError, match="no sliding-window or soft-capped"):
+        packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(6,), softcap=50.0)
     with pytest.raises(ValueError, match="sample_lengths sum to 5, the row has 6 tokens"):
         packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(2, 3))
-    out, weights = packed_sdpa_attention(layer, q, kv, kv, None, sample_lengths=(2, 4))
-    assert out.shape == (1, 6, 4, 8) and weights is None
-    assert sample_lengths_of(torch.tensor([0, 0, 1, 2, 2, 2])) == (2, 1, 3)
+    with pytest.raises(ValueError, match="one packed row and no attention mask .got a batch of 1 and a mask"):
+        packed_sdpa_attention(layer, q, kv, kv, torch.ones(1, 1, 6, 6, dtype=torch.bool), sample_lengths=(6,))
+    with pytest.raises(ValueError, match="got a batch of 2\\)"):
+        packed_sdpa_attention(layer, q.expand(2, -1, -1, -1), kv, kv, None, sample_lengths=(6,))
+
+
+def test_a_model_with_sliding_window_layers_is_refused_at_load_for_sdpa(tiny_model, tmp_path):
+    import json
+    import shutil
+
+    model_dir = tmp_path / "sliding"
+    shutil.copytree(tiny_model, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config.update(
+        use_sliding_window=True, sliding_window=16, layer_types=["sliding_attention", "full_attention"]
+    )
+    (model_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError, match="model.attention=sdpa: .*sliding has sliding-window attention layers"
+    ):
+        load_model(ModelConfig(name=str(model_dir), attention="sdpa"), WORLD)
 
 
 def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
@@ -249,6 +291,30 @@ def test_compiled_layers_keep_names_and_gradients(tiny_model):
         torch.testing.assert_close(
             results[True][1][name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()), msg=name
         )
+
+
+@pytest.mark.slow
+def test_compiled_layers_are_not_compiled_again_for_each_count_of_samples(tiny_model):
+    """The samples' lengths reach the compiled layers as one tensor whose size changes: after the
+    second row (the compiler makes its size dynamic) rows of other sample counts compile nothing
+    more (with a tuple of ints, every new count compiled the layers again, up to torch's limit)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    model = load_model(ModelConfig(name=str(tiny_model), compile=True), WORLD)
+
+    def row(n: int) -> None:
+        logp, _ = micro_batch_logprobs(
+            model, _packed([7 + i for i in range(n)], seed=n), 1.0, "sdpa", 4096, CPU
+        )
+        logp.sum().backward()
+
+    row(2)
+    row(3)
+    graphs = counters["stats"]["unique_graphs"]
+    for n in (4, 5, 7, 9, 12):
+        row(n)
+    assert graphs > 0 and counters["stats"]["unique_graphs"] == graphs
 
 
 def test_a_micro_batchs_loss_carries_the_entropy_bonus_and_its_gradient(tiny_model):
