@@ -12,33 +12,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
 from prime_rl.trainer.config import ModelConfig
-from prime_rl.trainer.data import MicroBatch
 from prime_rl.trainer.forward import micro_batch_logprobs
 from prime_rl.trainer.logprobs import forward_logprobs, install_logprob_head
 from prime_rl.trainer.model import World, load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
+from tests.support.packed import packed_row  # noqa: E402
+
 CPU = torch.device("cpu")
-
-
-def packed_row(lengths: list[int], seed: int) -> MicroBatch:
-    g = torch.Generator().manual_seed(seed)
-    n = sum(lengths)
-    zeros = torch.zeros(n)
-    return MicroBatch(
-        input_ids=torch.randint(3, 2000, (n,), generator=g),
-        position_ids=torch.cat([torch.arange(k) for k in lengths]),
-        loss_mask=torch.ones(n, dtype=torch.bool),
-        advantages=zeros,
-        inference_logprobs=zeros,
-        sample_ids=torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)),
-        num_samples=len(lengths),
-    )
 
 
 def dense_mask(sample_ids: torch.Tensor) -> torch.Tensor:

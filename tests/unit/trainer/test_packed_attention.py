@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.support.packed import packed_row
 from transformers import AutoModelForCausalLM
 
 from prime_rl.trainer.config import ModelConfig
@@ -24,21 +25,6 @@ from prime_rl.trainer.model import (
 
 CPU = torch.device("cpu")
 WORLD = World(0, 1, 0, CPU)
-
-
-def _packed(lengths: list[int], seed: int = 0) -> MicroBatch:
-    g = torch.Generator().manual_seed(seed)
-    n = sum(lengths)
-    zeros = torch.zeros(n)
-    return MicroBatch(
-        input_ids=torch.randint(3, 2000, (n,), generator=g),
-        position_ids=torch.cat([torch.arange(k) for k in lengths]),
-        loss_mask=torch.ones(n, dtype=torch.bool),
-        advantages=zeros,
-        inference_logprobs=zeros,
-        sample_ids=torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)),
-        num_samples=len(lengths),
-    )
 
 
 def _alone(mb: MicroBatch, lengths: list[int]) -> list[MicroBatch]:
@@ -80,7 +66,7 @@ def test_sdpa_packed_row_equals_each_sample_alone_with_gradients(tiny_model):
     model has 4 query and 2 key/value heads) against each sample alone through transformers' own
     sdpa attention: the same logprobs, entropies and gradients."""
     model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
-    mb = _packed(LENGTHS)
+    mb = packed_row(LENGTHS)
     logp, entropy = micro_batch_logprobs(model, mb, 0.9, "sdpa", 64, CPU)
     keep = torch.ones(logp.numel(), dtype=torch.bool)
     keep[_first_tokens(LENGTHS)] = False
@@ -116,7 +102,7 @@ def test_sdpa_makes_no_tensor_of_the_rows_length_squared(tiny_model):
             return out
 
     model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
-    mb = _packed([64] * 64)
+    mb = packed_row([64] * 64)
     with Largest():
         logp, _ = micro_batch_logprobs(model, mb, 1.0, "sdpa", 4096, CPU)
         logp.sum().backward()
@@ -186,7 +172,7 @@ def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="flex_attention")
     model.config.use_cache = False
-    mb = _packed(LENGTHS, seed=3)
+    mb = packed_row(LENGTHS, seed=3)
     with torch.no_grad():
         logp, entropy = micro_batch_logprobs(model, mb, 1.0, "flex", 64, CPU)
         ref = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa")
@@ -222,7 +208,7 @@ def test_the_block_mask_allows_what_the_dense_mask_allows_and_skips_other_sample
 
 
 def test_padding_goes_after_every_real_token_as_its_own_sample():
-    mb = _packed([3, 2])
+    mb = packed_row([3, 2])
     ids, positions, samples = pad_row(mb, 8)
     assert ids.tolist()[:5] == mb.input_ids.tolist() and ids.tolist()[5:] == [0, 0, 0]
     assert positions.tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
@@ -262,7 +248,7 @@ def _grads_and_saved_bytes(model, mb):
 
 
 def test_activation_checkpointing_keeps_names_and_gradients_and_saves_less(tiny_model):
-    mb = _packed([100, 60, 90])
+    mb = packed_row([100, 60, 90])
     results, names = {}, {}
     for checkpointing in (False, True):
         torch.manual_seed(0)
@@ -280,7 +266,7 @@ def test_activation_checkpointing_keeps_names_and_gradients_and_saves_less(tiny_
 
 @pytest.mark.slow
 def test_compiled_layers_keep_names_and_gradients(tiny_model):
-    mb = _packed([40, 24])
+    mb = packed_row([40, 24])
     results = {}
     for compiled in (False, True):
         torch.manual_seed(0)
@@ -305,7 +291,7 @@ def test_compiled_layers_are_not_compiled_again_for_each_count_of_samples(tiny_m
 
     def row(n: int) -> None:
         logp, _ = micro_batch_logprobs(
-            model, _packed([7 + i for i in range(n)], seed=n), 1.0, "sdpa", 4096, CPU
+            model, packed_row([7 + i for i in range(n)], seed=n), 1.0, "sdpa", 4096, CPU
         )
         logp.sum().backward()
 
@@ -325,7 +311,7 @@ def test_a_micro_batchs_loss_carries_the_entropy_bonus_and_its_gradient(tiny_mod
     from prime_rl.trainer.forward import micro_batch_loss
 
     model = load_model(ModelConfig(name=str(tiny_model), attention="sdpa"), WORLD)
-    mb = _packed(LENGTHS)
+    mb = packed_row(LENGTHS)
     mb.loss_mask[_first_tokens(LENGTHS)] = False
     plain, stats = micro_batch_loss(model, mb, 1.0, "sdpa", 64, LossConfig(), 30.0, CPU)
     bonus, _ = micro_batch_loss(
