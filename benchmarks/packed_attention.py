@@ -25,15 +25,9 @@ from prime_rl.trainer.logprobs import forward_logprobs, install_logprob_head
 from prime_rl.trainer.model import World, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, for tests.support
-from tests.support.packed import packed_row  # noqa: E402
+from tests.support.packed import block_causal_mask, packed_row  # noqa: E402
 
 CPU = torch.device("cpu")
-
-
-def dense_mask(sample_ids: torch.Tensor) -> torch.Tensor:
-    t = sample_ids.numel()
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
-    return (causal & (sample_ids[:, None] == sample_ids[None, :]))[None, None]
 
 
 def timed(fn, *args, **kwargs) -> float:
@@ -66,7 +60,7 @@ def main() -> None:
         mb = packed_row(lengths, row)
         ids, pos = mb.input_ids, mb.position_ids[None]
         per_sample = timed(micro_batch_logprobs, packed, mb, 1.0, "sdpa", args.tokens, CPU)
-        mask = dense_mask(mb.sample_ids)
+        mask = block_causal_mask(mb.sample_ids)
         with_mask = timed(forward_logprobs, dense, ids, 1.0, position_ids=pos, attention_mask=mask)
         if row:
             times["per sample"].append(per_sample)

@@ -22,3 +22,11 @@ def packed_row(lengths: list[int], seed: int = 0) -> MicroBatch:
         sample_ids=torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)),
         num_samples=len(lengths),
     )
+
+
+def block_causal_mask(sample_ids: torch.Tensor) -> torch.Tensor:
+    """[1, 1, T, T] bool mask of a packed row: causal within each sample, nothing across samples
+    (the dense reference the trainer's attention is checked and timed against)."""
+    t = sample_ids.numel()
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    return (causal & (sample_ids[:, None] == sample_ids[None, :]))[None, None]

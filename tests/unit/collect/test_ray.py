@@ -165,7 +165,7 @@ async def _started_worker(url: str, tmp_path, share: int) -> CollectWorker:
 def test_a_pause_from_another_worker_holds_this_ones_requests(tmp_path):
     write_tasks(tmp_path / "tasks.jsonl", 1)
 
-    async def go(url: str, server: LocalTestServer) -> float:
+    async def go(url: str) -> float:
         worker = await _started_worker(url, tmp_path, share=2)
         await worker.pause(0.5)
         start = asyncio.get_running_loop().time()
@@ -177,7 +177,7 @@ def test_a_pause_from_another_worker_holds_this_ones_requests(tmp_path):
         return asyncio.get_running_loop().time() - start
 
     with LocalTestServer() as server:
-        took = asyncio.run(go(server.base_url, server))
+        took = asyncio.run(go(server.base_url))
     assert took >= 0.45
 
 

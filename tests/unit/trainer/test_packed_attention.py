@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.support.packed import packed_row
+from tests.support.packed import block_causal_mask, packed_row
 from transformers import AutoModelForCausalLM
 
 from prime_rl.trainer.config import ModelConfig
@@ -182,13 +182,6 @@ def test_flex_packed_and_padded_row_equals_each_sample_alone(tiny_model):
     keep[_first_tokens(LENGTHS)] = False
     torch.testing.assert_close(logp[keep], torch.cat([a[0] for a in alone])[keep], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy[keep], torch.cat([a[1] for a in alone])[keep], rtol=1e-5, atol=1e-5)
-
-
-def block_causal_mask(sample_ids: torch.Tensor) -> torch.Tensor:
-    """[1, 1, T, T] bool mask: causal within each packed sample, nothing across samples."""
-    t = sample_ids.numel()
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
-    return (causal & (sample_ids[:, None] == sample_ids[None, :]))[None, None]
 
 
 def test_the_block_mask_allows_what_the_dense_mask_allows_and_skips_other_samples_blocks():
