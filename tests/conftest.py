@@ -9,7 +9,9 @@ resource tracker and forkserver, which live as long as the interpreter) are not 
 
 ``make test`` runs the session on two pytest-xdist workers (``-n 2 --dist loadgroup``): most of the
 suite's time is the start of real vLLM servers and trainers, one import after another on one core,
-so two tests at once keep both cores busy. Each worker is its own subreaper and checks its own
+so two tests at once keep both cores busy. The vLLM servers each worker's tests start run their
+model on that worker's own cores (tests/support/cores.py), not all on the core vLLM would pick for
+every one of them. Each worker is its own subreaper and checks its own
 leftovers; it hands what it found to the controller, which fails the run. Tests that share one
 thing stay on one worker (``xdist_group``): everything on the session's vLLM server (one server,
 not one per worker) and everything on Ray (Ray keeps its current cluster's address in one file per
@@ -46,6 +48,9 @@ LEAK_GRACE_S = 10.0  # a process stopped by a test's last teardown may still be 
 
 def pytest_configure(config):
     if sys.platform.startswith("linux"):
+        from tests.support.cores import bind_worker_servers
+
+        bind_worker_servers()
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
