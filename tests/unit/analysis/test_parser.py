@@ -467,7 +467,7 @@ def test_a_small_file_gets_buffers_of_its_size_and_lines_written_while_it_is_rea
 ):
     """A file smaller than a chunk is read into buffers of its size (zeroing three 8 MB buffers
     was a quarter of a short log's analysis), never less than MIN_BUFFER; one that grows after it
-    was opened is read on, whole lines in order."""
+    was opened is read on, whole lines in order, in reads that double up to a chunk."""
     from prime_rl.analysis import parser
 
     line = b"2026-01-01 12:00:00.250 | INFO    | [gen] batch.done dur_ms=5\n"
@@ -498,10 +498,14 @@ def test_a_small_file_gets_buffers_of_its_size_and_lines_written_while_it_is_rea
     def then_written(f) -> int:  # the log grows once its size was taken
         n = sized(f)
         with open(growing, "ab") as more:
-            more.write(b"".join(line.replace(b"dur_ms=5", f"dur_ms={k}".encode()) for k in range(100)))
+            more.write(b"".join(line.replace(b"dur_ms=5", f"dur_ms={k}".encode()) for k in range(400)))
         return n
 
     monkeypatch.setattr(parser, "_buffer_size", then_written)
-    got = [bytes(buf[:size]) for buf, size in parser._chunks(growing, [], 1)]
-    assert b"".join(got) == growing.read_bytes() and growing.stat().st_size > 100 * len(line)
-    assert len(got) > 20  # read on in chunks of the buffer's size (256 bytes)
+    got, sizes = [], []
+    for buf, size in parser._chunks(growing, [], parser.BUFFERS):
+        got.append(bytes(buf[:size]))
+        sizes.append(len(buf))
+    assert b"".join(got) == growing.read_bytes() and growing.stat().st_size > 400 * len(line)
+    # every read that fills its buffer makes the next one twice as big, up to a chunk (4096 bytes)
+    assert sizes[:7] == [256, 512, 1024, 2048, 4096, 4096, 4096] and max(sizes) == 4096
