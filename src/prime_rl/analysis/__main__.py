@@ -103,12 +103,29 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 
 def _async_level(inputs: list[Path]) -> int | None:
-    """The run's async_level from <run>/configs/orchestrator.json, when a run directory was given."""
+    """The run's async_level from <run>/configs/orchestrator.json, when a run directory was given. A
+    config that cannot be read, or holds no usable async_level, is named on stderr and left out (the
+    staleness warning then needs ``--async-level``): the logs are still analysed."""
     async_level = None
     for p in inputs:
         cfg = Path(p) / "configs" / "orchestrator.json"
-        if cfg.is_file():
-            async_level = json.loads(cfg.read_text()).get("async_level")
+        if not cfg.is_file():
+            continue
+        try:
+            value = json.loads(cfg.read_bytes()).get("async_level")
+        except (OSError, ValueError, AttributeError) as e:  # unreadable, not JSON, not an object
+            why = "not a JSON object" if isinstance(e, AttributeError) else f"{type(e).__name__}: {e}"
+            print(f"analyze-logs: {cfg}: async_level not read ({why})", file=sys.stderr)
+            continue
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            print(
+                f"analyze-logs: {cfg}: async_level {value!r} is not a whole number >= 0; left out",
+                file=sys.stderr,
+            )
+            continue
+        async_level = value
     return async_level
 
 
@@ -179,21 +196,35 @@ def main(argv: list[str] | None = None) -> None:
             gc.enable()
 
 
+def _make_out(parser: argparse.ArgumentParser, out: Path) -> None:
+    """The output directory, made before the logs are read: a report that cannot be written is an
+    error now, not after the analysis (also when ``--tmp-dir`` puts the spill elsewhere)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"cannot make the output directory {out}: {e}")
+
+
 def _main(argv: list[str] | None) -> None:
     parser = _arg_parser()
     args = parser.parse_args(argv)
+    if bad := [t for t in args.threshold if "=" not in t]:
+        parser.error(f"--threshold {bad[0]!r}: expected NAME=VALUE")
     try:
-        overrides = dict(t.split("=", 1) for t in args.threshold)
-        thresholds = Thresholds(**overrides)
+        thresholds = Thresholds(**dict(t.split("=", 1) for t in args.threshold))
     except (ValueError, TypeError) as e:
         parser.error(f"--threshold: {e}")
     out = args.out or Path("bottleneck_logs") / f"analysis_{datetime.now().strftime('%Y%m%d_%H%M%S')}"
     if args.compare:
         if args.inputs:
             parser.error("--compare takes the two runs; give no other inputs")
+        if args.trace:
+            parser.error("--trace writes one run's trace: run it on each run without --compare")
+        runs = [(_files(parser, [p]), p) for p in args.compare]  # both found before either is read
+        _make_out(parser, out)
         (a, _), (b, _) = (
-            _run(parser, _files(parser, [p]), [p], args, thresholds, out / ab)
-            for p, ab in zip(args.compare, "ab", strict=True)
+            _run(parser, files, [p], args, thresholds, out / ab)
+            for (files, p), ab in zip(runs, "ab", strict=True)
         )
         write_report(a, out / "a")
         write_report(b, out / "b")
@@ -205,6 +236,7 @@ def _main(argv: list[str] | None) -> None:
     if not args.inputs:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
     files = _files(parser, args.inputs)
+    _make_out(parser, out)
     # a big log's timeline.png is drawn by a child that imports matplotlib while the logs are read
     # (and draws while the other files are written), off the GIL the parse and the collection share
     with _plotter(files) as plotter:
@@ -218,6 +250,12 @@ def _main(argv: list[str] | None) -> None:
             print(
                 f"  a long run: the trace holds the first and last {collection.SPANS_KEPT} of each kind; {counts} left out"
             )
+    if not stats.tagged:
+        print(
+            f"analyze-logs: no tagged timing line in {stats.lines} line(s) of {len(files)} file(s): are these the "
+            "processes' logs?",
+            file=sys.stderr,
+        )
     head = analysis.primary.title if analysis.primary else "no bottleneck found"
     print(
         f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "

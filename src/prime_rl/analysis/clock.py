@@ -97,3 +97,14 @@ class Clock:
             self._days += 1
         self._last_tod = tod
         return self._midnight + self._days * 86400.0 + tod
+
+
+def local_time(ts: float | None, fmt: str = "%H:%M:%S") -> str:
+    """``ts`` as a local time in ``fmt``; ``?`` for none, and for one no date holds (a log's
+    ``9999-12-31 23:59:60`` is a second into the year 10000)."""
+    if ts is None:
+        return "?"
+    try:
+        return datetime.fromtimestamp(ts).strftime(fmt)
+    except (OverflowError, OSError, ValueError):
+        return "?"

@@ -7,11 +7,11 @@ next to each other, with B/A ratios.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.output import dumps, write_text
 from prime_rl.analysis.report import STAT_FILES
 from prime_rl.analysis.servers import server_rows
 from prime_rl.analysis.stages import stages
@@ -134,7 +134,7 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
 def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -> Path:
     """COMPARE.md and compare.json in ``out`` (the two reports are written by the caller)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "COMPARE.md").write_text(compare_md(a, b, names))
+    write_text(out / "COMPARE.md", compare_md(a, b, names))
     data = {
         "a": names[0],
         "b": names[1],
@@ -142,5 +142,5 @@ def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -
         "b_primary": _verdict(b),
         **compare_rows(a, b),
     }
-    (out / "compare.json").write_text(json.dumps(data, indent=1, default=str))
+    write_text(out / "compare.json", dumps(data, indent=1))
     return out / "COMPARE.md"

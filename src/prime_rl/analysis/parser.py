@@ -887,18 +887,54 @@ _EXAMPLE_CHARS = 200
 """A malformed line is named with its first this many characters."""
 
 
+_LABELS = ("orchestrator", "inference", "trainer", "rank_", "collect")
+_ROTATED = re.compile(r"(.*?)\.(\d+)((?:\.gz)?)$")
+"""A rotated part's name: ``orchestrator.log.2`` or ``orchestrator.log.2.gz`` (logrotate's and
+Python's RotatingFileHandler's numbering: the higher the number, the older the part)."""
+
+
 def label_for(path: Path) -> str:
-    """'orchestrator', 'inference', 'trainer' or the file stem, from the file name."""
-    name = Path(path).name.lower()
-    for label in ("orchestrator", "inference", "trainer", "rank_", "collect"):
-        if label in name or label in str(path).lower():
-            return "trainer" if label == "rank_" else label
-    return Path(path).stem
+    """'orchestrator', 'inference', 'trainer' (also ``rank_N``) or 'collect' from the file's name,
+    else from its nearest directory that names one (``logs/trainer/part.log``), else the file's
+    stem. The name comes first: ``inference_debug/trainer.log`` is the trainer's."""
+    path = Path(path)
+    for part in (path.name, *(p.name for p in path.parents)):
+        part = part.lower()
+        for label in _LABELS:
+            if label in part:
+                return "trainer" if label == "rank_" else label
+    return path.stem
+
+
+def _rotation(path: Path) -> tuple[Path, int]:
+    """The log a file is part of and its rotation number (0: the live file, the newest part)."""
+    m = _ROTATED.fullmatch(path.name)
+    if m is None:
+        return path.with_name(path.name.removesuffix(".gz")), 0
+    return path.with_name(m.group(1)), int(m.group(2))
+
+
+def _in_order(files: list[Path]) -> list[Path]:
+    """``files`` once each (the same file given twice, or in a directory given too, would count its
+    lines twice and look like a restart), with the rotated parts of one log oldest first
+    (``o.log.2``, ``o.log.1``, ``o.log``: sorted by name the live part would come first, and its
+    steps would seem to be redone by the older parts), where the log's first part was."""
+    seen: set[Path] = set()
+    parts: dict[Path, list[tuple[int, Path]]] = {}
+    for f in files:
+        real = f.resolve()
+        if real in seen:
+            continue
+        seen.add(real)
+        log, number = _rotation(f)
+        parts.setdefault(log, []).append((number, f))
+    return [f for group in parts.values() for _, f in sorted(group, key=lambda part: -part[0])]
 
 
 def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
-    """Expand run directories (their logs/) and directories of logs into (label, file) pairs."""
-    out: list[tuple[str, Path]] = []
+    """Expand run directories (their logs/) and directories of logs into (label, file) pairs, each
+    file once, rotated parts oldest first (:func:`_in_order`)."""
+    out: list[Path] = []
     for p in inputs:
         p = Path(p)
         if p.is_dir():
@@ -908,9 +944,9 @@ def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
             )
             # the launcher's console copies (*stdout.log) and its own log repeat the processes' lines
             files = [f for f in files if "stdout" not in f.name and not f.name.startswith("rl.log")]
-            out.extend((label_for(f), f) for f in files)
+            out.extend(files)
         elif p.is_file():
-            out.append((label_for(p), p))
+            out.append(p)
         else:
             raise FileNotFoundError(f"{p}: no such log file or directory")
-    return out
+    return [(label_for(f), f) for f in _in_order(out)]

@@ -21,6 +21,7 @@ import polars as pl
 import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
+from prime_rl.analysis.output import dumps, write_text
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.servers import server_dicts
@@ -415,21 +416,21 @@ def write_report(a: Analysis, out: Path, plotter: PlotProcess | None = None) -> 
     if data is not None and plotter is not None:
         plotter.submit(data, png)
     for name, (series, title) in STAT_FILES.items():
-        (out / name).write_text(format_stats(title, a.data.describe(series)))
-    (out / "slowest_updates.txt").write_text(slowest_updates(a.data))
-    (out / "timeline.txt").write_text(timeline(a.data))
-    (out / "summary.json").write_text(_json_top_level_lines(to_json(a)))
+        write_text(out / name, format_stats(title, a.data.describe(series)))
+    write_text(out / "slowest_updates.txt", slowest_updates(a.data))
+    write_text(out / "timeline.txt", timeline(a.data))
+    write_text(out / "summary.json", _json_top_level_lines(to_json(a)))
     if data is not None and plotter is not None and not plotter.result():
         print("analyze-logs: the plot process failed; timeline.png is drawn here", file=sys.stderr)
         plotter = None
     if data is not None and plotter is None:
         draw(data, png)
-    (out / "SUMMARY.md").write_text(summary_md(a, data is not None))
+    write_text(out / "SUMMARY.md", summary_md(a, data is not None))
     return out
 
 
 def _json_top_level_lines(obj: dict[str, Any]) -> str:
     """JSON with one top-level key per line, each value compact: readable at the top, and written
     by json's C encoder (an indented dump goes through its Python one, seconds for a long run)."""
-    items = (f"{json.dumps(k)}: {json.dumps(v, default=str)}" for k, v in obj.items())
+    items = (f"{json.dumps(k)}: {dumps(v)}" for k, v in obj.items())
     return "{\n" + ",\n".join(items) + "\n}\n"

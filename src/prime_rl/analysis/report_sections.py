@@ -5,9 +5,8 @@ The rest of SUMMARY.md (key numbers, staleness, inputs) is in :mod:`~prime_rl.an
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from prime_rl.analysis.analyze import Analysis
+from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import server_load_section, server_rows
 from prime_rl.analysis.stages import run_limit, stages
@@ -28,6 +27,12 @@ def headline(a: Analysis) -> list[str]:
             "",
         ]
     d = a.data
+    if nothing_tagged(d):
+        return [
+            f"**Nothing to analyse: none of the {d.parse.lines} line(s) of the {len(d.parse.files)} file(s) given "
+            "is a tagged timing line.**",
+            "",
+        ]
     healthy = []
     if d.stat("queue_ms", "count"):
         healthy.append(
@@ -115,7 +120,7 @@ def restarts(d: Collected) -> list[str]:
         return []
     lines = ["", "## Restarts", ""]
     for r in d.restarts:
-        when = datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S") if r.ts is not None else "?"
+        when = local_time(r.ts, "%Y-%m-%d %H:%M:%S")
         down = f", after {r.down_s:.0f} s without a line" if r.down_s is not None else ""
         lines.append(
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
@@ -147,12 +152,25 @@ def findings_and_steps(a: Analysis) -> list[str]:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
     steps = [s for f in a.findings for s in f.next]
     lines += ["", "## Next steps", ""]
-    lines += (
-        [f"{i}. {s}" for i, s in enumerate(steps, 1)]
-        if steps
-        else ["Nothing to fix; re-run the analysis after changing the load."]
-    )
+    if steps:
+        lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+    elif nothing_tagged(a.data):
+        lines.append(NOTHING_TAGGED_STEP)
+    else:
+        lines.append("Nothing to fix; re-run the analysis after changing the load.")
     return lines
+
+
+NOTHING_TAGGED_STEP = (
+    "Give the processes' own logs (orchestrator, inference, trainer, collector; or the run directory): "
+    "lines such as `[gen] batch.done dur_ms=...` (the grammar of docs/design.md). The launcher's console "
+    "copy of a run holds them too."
+)
+
+
+def nothing_tagged(d: Collected) -> bool:
+    """Files were read and not one line of them is a tagged timing line (the wrong file, an empty log)."""
+    return bool(d.parse.files) and not d.parse.tagged
 
 
 def sections_after_numbers(a: Analysis) -> list[str]:

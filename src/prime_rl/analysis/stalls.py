@@ -12,10 +12,9 @@ A stall is ranked first: a run that hangs has no other bottleneck that matters a
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import polars as pl
 
+from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import label_for
 from prime_rl.analysis.stats import Collected
@@ -24,7 +23,7 @@ from prime_rl.analysis.updates import Update
 
 
 def _clock(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%H:%M:%S") if ts is not None else "?"
+    return local_time(ts)
 
 
 def logs_end(d: Collected) -> float | None:

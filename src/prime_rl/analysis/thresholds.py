@@ -6,7 +6,7 @@ Each is printed, with its description, at the end of SUMMARY.md and can be set w
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 
 class Thresholds(BaseModel):
@@ -14,7 +14,17 @@ class Thresholds(BaseModel):
     (A pydantic model of its own, not of ``prime_rl.config``: the analyzer does not load the
     processes' config machinery, a fifth of a second at every start.)"""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _not_negative(cls, v: float) -> float:
+        """Shares, ratios, times and counts: a negative one would fire (or silence) its rule always."""
+        if v < 0:
+            raise ValueError(f"must be 0 or more, not {v}")
+        return v
 
     queue_ratio: float = 3.0
     """Front-end queue saturation: mean queue_ms above this multiple of mean rpc_ms ..."""

@@ -22,7 +22,6 @@ its size and the memory it takes do not grow with the run past that.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from prime_rl.analysis import stats
+from prime_rl.analysis.output import dumps
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.update_parts import Update
 
@@ -142,10 +142,10 @@ def write_trace(d: Collected, path: Path) -> Path:
     """Write the run's trace to ``path``, an event at a time: ``{"traceEvents": [...],
     "displayTimeUnit": "ms", "otherData": {"left_out": {kind: count}}}``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    with path.open("w", encoding="utf-8", errors="backslashreplace") as f:
         f.write('{"traceEvents": [')
         for i, event in enumerate(trace_events(d)):
             f.write(", " if i else "")
-            f.write(json.dumps(event))
-        f.write(f'], "displayTimeUnit": "ms", "otherData": {json.dumps({"left_out": left_out(d)})}}}')
+            f.write(dumps(event))
+        f.write(f'], "displayTimeUnit": "ms", "otherData": {dumps({"left_out": left_out(d)})}}}')
     return path

@@ -1,0 +1,40 @@
+"""How the analysis's files are written: UTF-8 whatever the locale, and JSON that JSON readers take.
+
+A log file's name (bytes that are not UTF-8 come back from the file system as surrogates) or a
+line's text lands in the report; ``Path.write_text`` with the locale's strict encoder failed on
+either, leaving SUMMARY.md empty. A duration of 1e200 ms is a finite number, but its variance is
+not: json writes ``Infinity``/``NaN`` then, which jq, browsers and Perfetto refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` into ``path`` as UTF-8; what cannot be encoded (a surrogate) written as its escape."""
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, default=str)`` with every float that is not finite written as ``null``.
+    (The usual object has none: it is dumped as it is, and walked only when the dump refuses it.)"""
+    try:
+        return json.dumps(obj, default=str, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_finite(obj), default=str, allow_nan=False, **kwargs)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # a numpy scalar
+        return _finite(obj.item())
+    return obj

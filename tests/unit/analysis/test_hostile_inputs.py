@@ -1,0 +1,194 @@
+"""The analyzer's command line on inputs a probe found it mishandling: a bad run config, an output
+directory it cannot make, file names that are not UTF-8, dates past the year 9999, labels from
+directories, rotated parts, a file given twice, numbers too big for JSON, bad thresholds, logs with
+no tagged line, --compare's arguments. Each test failed (a traceback or a wrong report) before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.synthetic_logs import make_run
+
+from prime_rl.analysis.__main__ import main as analyze_main
+from prime_rl.analysis.parser import discover, label_for
+
+
+def _strict_json(path: Path):
+    """``path`` parsed as JSON that jq, browsers and Perfetto take: no NaN or Infinity."""
+
+    def refuse(name):
+        raise ValueError(f"{path.name} holds {name}")
+
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        (b"{bad", "JSONDecodeError"),
+        (b"[1, 2]", "not a JSON object"),
+        (b"\xff\xfe{", "UnicodeDecodeError"),
+        (b'{"async_level": "two"}', "'two' is not a whole number"),
+        (b'{"async_level": -1}', "-1 is not a whole number"),
+        (b'{"async_level": true}', "True is not a whole number"),
+    ],
+)
+def test_a_run_config_without_a_usable_async_level_is_named_and_the_logs_still_analysed(
+    tmp_path, capsys, config, why
+):
+    run = tmp_path / "run"
+    make_run("slow_reload", seed=3).write(run / "logs")
+    (run / "configs").mkdir()
+    (run / "configs" / "orchestrator.json").write_bytes(config)
+    analyze_main([str(run), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert f"{run / 'configs' / 'orchestrator.json'}: async_level" in err and why in err
+    summary = _strict_json(tmp_path / "out" / "summary.json")
+    assert summary["async_level"] is None and summary["primary"]["kind"] == "slow_reload"
+
+
+def test_an_output_directory_that_cannot_be_made_is_an_error_before_the_logs_are_read(tmp_path, capsys):
+    log = make_run("healthy").write(tmp_path / "logs")["orchestrator"]
+    taken = tmp_path / "a_file"
+    taken.write_text("not a directory")
+    for out in (taken, taken / "below"):
+        with pytest.raises(SystemExit) as exit_:  # the spill going elsewhere does not hide it
+            analyze_main([str(log), "--out", str(out), "--tmp-dir", str(tmp_path / "spill")])
+        assert exit_.value.code == 2
+        assert f"cannot make the output directory {out}" in capsys.readouterr().err
+    assert taken.read_text() == "not a directory" and not (tmp_path / "spill").exists()
+
+
+def test_a_file_name_that_is_not_utf8_under_the_c_locale_gets_its_report(tmp_path):
+    files = make_run("healthy").write(tmp_path / "logs")
+    name = os.fsdecode(b"orchestrator-\xff\xe9.log")  # bytes no UTF-8 decoder takes: surrogates
+    odd = tmp_path / "logs" / name
+    files["orchestrator"].rename(odd)
+    out = tmp_path / "out"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "prime_rl.analysis", os.fsencode(odd), files["trainer"], "--out", out],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    md = (out / "SUMMARY.md").read_text(encoding="utf-8")
+    assert "# Bottleneck analysis" in md and "orchestrator-\\udcff\\udce9.log" in md
+    assert _strict_json(out / "summary.json")["parse"]["files"]
+
+
+def test_a_date_past_the_year_9999_is_shown_as_unknown(tmp_path, analyze):
+    log = tmp_path / "y.log"
+    log.write_text(
+        "2026-01-01 12:00:00.000 | INFO    | [gen] batch.start step=0 inflight=1 target_batch=4\n"
+        "9999-12-31 23:59:60.999 | INFO    | [hang] detected silent_s=5 waits=a>b:c\n"
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    assert "# Bottleneck analysis" in md and summary["parse"]["tagged"] == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("inference_debug/trainer.log", "trainer"),
+        ("runs/inference_restart/logs/orchestrator.log.1", "orchestrator"),
+        ("collect_runs/rank_3.log", "trainer"),
+        ("logs/trainer/part.log", "trainer"),
+        ("orchestrator/inference/x.log", "inference"),
+        ("logs/other.log.gz", "other.log"),
+    ],
+)
+def test_a_log_is_named_by_its_file_before_its_directories(path, label):
+    assert label_for(Path(path)) == label
+
+
+def test_rotated_parts_are_read_oldest_first_and_a_file_given_twice_is_read_once(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("orchestrator.log", "orchestrator.log.1", "orchestrator.log.2.gz", "trainer.log"):
+        (logs / name).write_text("x\n")
+    order = [f.name for _, f in discover([tmp_path, logs / "orchestrator.log", tmp_path / "logs" / "."])]
+    assert order == ["orchestrator.log.2.gz", "orchestrator.log.1", "orchestrator.log", "trainer.log"]
+    # a user's glob (orchestrator.log*) lists the live part first too
+    given = [logs / "orchestrator.log", logs / "orchestrator.log.1"]
+    assert [f.name for _, f in discover(given)] == ["orchestrator.log.1", "orchestrator.log"]
+
+
+def test_a_log_split_into_rotated_parts_reads_as_the_whole_log(tmp_path, analyze):
+    files = make_run("healthy", steps=30, seed=5).write(tmp_path / "whole")
+    whole, _ = analyze(files.values(), tmp_path / "out_whole")
+    lines = files["orchestrator"].read_text().splitlines(keepends=True)
+    rotated = tmp_path / "rotated" / "logs"
+    rotated.mkdir(parents=True)
+    half = len(lines) // 2
+    (rotated / "orchestrator.log.1").write_text("".join(lines[:half]))  # older
+    (rotated / "orchestrator.log").write_text("".join(lines[half:]))  # newer, the live file
+    for name in ("inference", "trainer"):
+        (rotated / f"{name}.log").write_bytes(files[name].read_bytes())
+    split, md = analyze([rotated.parent, rotated / "trainer.log"], tmp_path / "out_split")
+    assert split["restarts"] == [] and "## Restarts" not in md
+    assert split["counts"] == whole["counts"] and split["parse"]["tagged"] == whole["parse"]["tagged"]
+    assert split["stats"] == whole["stats"]
+
+
+def test_numbers_too_big_for_their_statistics_leave_valid_json(tmp_path, analyze):
+    log = tmp_path / "orchestrator.log"
+    log.write_text(
+        "".join(
+            f"2026-01-01 12:00:{2 * i:02d}.000 | INFO    | [gen] batch.start step={i} inflight=1 target_batch=4\n"
+            f"2026-01-01 12:00:{2 * i + 1:02d}.000 | INFO    | [gen] batch.done step={i} completions=4 "
+            f"dur_ms={'1e200' if i % 2 else '1e308'} inflight=1\n"
+            for i in range(4)
+        )
+    )
+    analyze([log], tmp_path / "out", "--trace")
+    summary = _strict_json(tmp_path / "out" / "summary.json")
+    assert summary["stats"]["gen_dur_ms"]["count"] == 4
+    _strict_json(tmp_path / "out" / "trace.json")
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("queue_ratio=nan", "finite number"),
+        ("ckpt_wait_share=inf", "finite number"),
+        ("rpc_ms_high=1e999", "finite number"),
+        ("gen_share=-5", "must be 0 or more"),
+        ("server_min_updates=-1", "must be 0 or more"),
+        ("queue_ratio", "'queue_ratio': expected NAME=VALUE"),
+    ],
+)
+def test_a_threshold_that_is_not_a_finite_number_0_or_more_is_refused(tmp_path, capsys, given, said):
+    log = make_run("healthy").write(tmp_path / "logs")["orchestrator"]
+    with pytest.raises(SystemExit) as exit_:
+        analyze_main([str(log), "--out", str(tmp_path / "out"), "--threshold", given])
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"hello\nworld\n", bytes(range(256)) * 10])
+def test_logs_without_a_tagged_line_are_not_called_a_healthy_run(tmp_path, capsys, analyze, content):
+    log = tmp_path / "wrong.log"
+    log.write_bytes(content)
+    summary, md = analyze([log], tmp_path / "out")
+    assert "Nothing to analyse: none of the" in md and "is a tagged timing line" in md
+    assert "No bottleneck found" not in md and "Nothing to fix" not in md and "no [weights] lines" not in md
+    assert "Give the processes' own logs" in md and summary["primary"] is None
+    assert "no tagged timing line" in capsys.readouterr().err
+
+
+def test_compare_finds_both_runs_before_reading_either_and_refuses_trace(tmp_path, capsys):
+    run_a = tmp_path / "a"
+    make_run("healthy").write(run_a / "logs")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit):
+        analyze_main(["--compare", str(run_a), str(tmp_path / "missing"), "--out", str(out)])
+    assert "no such log file" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):
+        analyze_main(["--compare", str(run_a), str(run_a), "--out", str(out), "--trace"])
+    assert "--trace writes one run's trace" in capsys.readouterr().err and not out.exists()
