@@ -137,7 +137,7 @@ def _buffer_size(f) -> int:
     if isinstance(f, gzip.GzipFile):  # its size says nothing of what it holds
         return CHUNK
     st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):  # a pipe (<(zcat log)), a device: no size to go by
+    if not stat.S_ISREG(st.st_mode):  # not a file (discover refuses those): no size to go by
         return CHUNK
     return min(CHUNK, max(MIN_BUFFER, st.st_size + 1))
 
@@ -947,6 +947,10 @@ def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
             out.extend(files)
         elif p.is_file():
             out.append(p)
+        elif p.exists():  # a pipe (<(zcat log)), a device: each log is opened more than once
+            raise FileNotFoundError(
+                f"{p}: not a regular file (a pipe or a device): give the log file itself (gzip is read as it is)"
+            )
         else:
             raise FileNotFoundError(f"{p}: no such log file or directory")
     return [(label_for(f), f) for f in _in_order(out)]

@@ -111,7 +111,7 @@ def per_server(d: Collected) -> list[str]:
             str(sum(n for k, n in r.retries.items() if k != "retry.429")),
         ]
     lines = ["", "## Per server", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(row) + " |" for row in cells]
+    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in cells]
 
 
 def restarts(d: Collected) -> list[str]:

@@ -1,7 +1,7 @@
 """The analyzer's command line on inputs a probe found it mishandling: a bad run config, an output
 directory it cannot make, file names that are not UTF-8, dates past the year 9999, labels from
 directories, rotated parts, a file given twice, numbers too big for JSON, bad thresholds, logs with
-no tagged line, --compare's arguments. Each test failed (a traceback or a wrong report) before."""
+no tagged line, --compare's arguments, a pipe. Each test failed (a traceback or a wrong report) before."""
 
 from __future__ import annotations
 
@@ -192,3 +192,32 @@ def test_compare_finds_both_runs_before_reading_either_and_refuses_trace(tmp_pat
     with pytest.raises(SystemExit):
         analyze_main(["--compare", str(run_a), str(run_a), "--out", str(out), "--trace"])
     assert "--trace writes one run's trace" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_pipe_is_refused_naming_it_not_called_missing(tmp_path, capsys):
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as exit_:
+        analyze_main([str(fifo), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{fifo}: not a regular file (a pipe or a device)" in err
+
+
+def test_a_logs_control_bytes_and_table_bars_do_not_break_summary_md(tmp_path, analyze):
+    log = tmp_path / "orchestrator.log"
+    head = "2026-01-01 12:00:0{}.000 | INFO    | "
+    log.write_bytes(
+        (
+            head.format(0)
+            + "[weights][t1] client.send url=http://h|x path=/update_weights t=1.0 attempt=1\n"
+            + head.format(1)
+            + "[weights][t1] client.done url=http://h|x path=/update_weights wall_ms=1000 "
+            "rpc_ms=900 server_ms=950 queue_ms=50 attempts=1\n"
+            + head.format(2)
+            + "[gen][bad\x00id\x1b] batch.done dur_ms=5\n"
+        ).encode()
+    )
+    _, md = analyze([log], tmp_path / "out")
+    assert "\x00" not in md and "\x1b" not in md and "\\x00" in md  # the malformed line's example, escaped
+    row = next(line for line in md.splitlines() if line.startswith("| http://h"))
+    assert row.startswith("| http://h\\|x |") and row.count(" | ") == 7  # eight cells, as in its header
