@@ -45,10 +45,10 @@ from argparse import SUPPRESS, ArgumentParser, BooleanOptionalAction, Namespace
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     CliSettingsSource,
@@ -61,6 +61,40 @@ from pydantic_settings import (
 from prime_rl.paths import atomic_write_json
 
 C = TypeVar("C", bound="BaseConfig")
+
+
+def _no_file_in_the_way(path: Path) -> Path:
+    """An output directory may not exist yet, but it must not be a file or lie under one."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise ValueError(
+                    f"{part} is a file, not a directory" + ("" if part == path else f" (in {path})")
+                )
+            break
+    return path
+
+
+OutputDir = Annotated[Path, AfterValidator(_no_file_in_the_way)]
+"""A run or output directory, checked at load: not a file, not under one (it is made later)."""
+
+
+def _http_url(url: str) -> str:
+    """A server's base URL: ``http(s)://host[:port][/path]``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is no number)
+    except ValueError as e:
+        raise ValueError(f"{url!r} is not an http(s) URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL (like http://127.0.0.1:8000)")
+    return url
+
+
+BaseUrl = Annotated[str, AfterValidator(_http_url)]
+"""A server's base URL, checked at load (a typo failed every request of a run instead)."""
 
 
 class ConfigError(ValueError):

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 
 from prime_rl.clients.backoff import backoff_delay
-from prime_rl.config import StrictModel
+from prime_rl.config import BaseUrl, StrictModel
 
 
 class RetryPolicy(StrictModel):
@@ -71,7 +71,7 @@ class AdminClientConfig(RetryPolicy):
 class ClientConfig(StrictModel):
     """Inference servers and the connection pools that reach them."""
 
-    base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1)
+    base_urls: list[BaseUrl] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1)
     """Base URLs of the inference servers (without /v1)."""
 
     api_key: SecretStr | None = None

@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from prime_rl.clients.config import RetryPolicy
 from prime_rl.clients.server_metrics import ServerMetricsConfig
-from prime_rl.config import BaseConfig, StrictModel
+from prime_rl.config import BaseConfig, BaseUrl, StrictModel
 from prime_rl.envs.config import EpisodeConfig, VerifyConfig
 
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
@@ -127,7 +127,7 @@ class RayConfig(StrictModel):
     """CPUs each worker reserves on its node; nodes with fewer free get no worker (0: place a
     worker on every node, a head started with ``--num-cpus 0`` too)."""
 
-    node_base_urls: dict[str, list[str]] = {}
+    node_base_urls: dict[str, list[BaseUrl]] = {}
     """The servers nearest each node: node IP, hostname or Ray node ID -> base URLs its workers
     send to (JSON on the command line). A node not listed uses ``base_urls``."""
 
@@ -297,7 +297,7 @@ class CollectConfig(SourceConfig):
     shard: str | None = None
     """'i/n': take only tasks whose index is i modulo n, so n machines split one file."""
 
-    base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1)
+    base_urls: list[BaseUrl] = Field(default_factory=lambda: ["http://127.0.0.1:8000"], min_length=1)
     """Base URLs of OpenAI-compatible servers (with or without /v1); requests go to the least
     loaded one that is up."""
 

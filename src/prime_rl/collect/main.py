@@ -69,6 +69,11 @@ def _run(coro_or_fn) -> int:
     except OutputWriteError as e:  # a full disk: one line, nothing written before is lost
         logger.error(f"error: {e}")
         return 1
+    except OSError as e:  # an output that is a directory, under a file, in a directory not writable
+        logger.opt(exception=e).debug("the error's traceback")
+        where = f"{e.filename}: " if e.filename else ""
+        logger.error(f"error: {where}{e.strerror or e}")
+        return 2
     finally:
         interrupt.clear()
 

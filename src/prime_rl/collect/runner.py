@@ -16,6 +16,7 @@ Each rollout logs ``[collect][<trace>] rollout.done ... dur_ms= queue_ms= gen_ms
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -48,7 +49,7 @@ from prime_rl.collect.store import (
     scan_output,
     sibling,
 )
-from prime_rl.collect.tasks import Pairs, TaskSelection, check_bad_lines, iter_tasks, scan_tasks
+from prime_rl.collect.tasks import Pairs, TaskSelection, check_bad_lines, iter_tasks, row_at, scan_tasks
 from prime_rl.envs.registry import load_env
 from prime_rl.logging import log_tagged
 from prime_rl.paths import atomic_write_json
@@ -294,6 +295,21 @@ class Collector:
         self.result.bad_lines = n
         check_bad_lines(sel, cfg.max_bad_lines)
         return sel
+
+    def _check_same_tasks(self, first: dict[str, Any] | None) -> None:
+        """The output's first record was collected on the task the input holds at its index: resuming
+        an output with another task file would mix two data sets under one set of indices."""
+        if first is None:
+            return
+        ti, cfg = first["task_index"], self.cfg
+        row = row_at(cfg.input_jsonl_fpath, ti)
+        if json.dumps(row, sort_keys=True) != json.dumps(first.get("task"), sort_keys=True):
+            line = "past its end" if row is None else "another task"
+            raise CollectError(
+                f"{cfg.output_jsonl_fpath} holds records of another task file: its first record is of task_index "
+                f"{ti}, and line {ti + 1} of {cfg.input_jsonl_fpath} is {line}; resume with the task file it was "
+                "collected from, or write to another --output"
+            )
 
     def _check_same_params(self, first: dict[str, Any] | None, params: dict[str, Any]) -> None:
         if first is None or self.cfg.allow_param_change:
@@ -609,6 +625,7 @@ class Collector:
         out = cfg.output_jsonl_fpath
         sel = self._select()
         state = scan_output(out)
+        self._check_same_tasks(state.first)
         if state.duplicates:
             logger.warning(f"{out}: {state.duplicates} duplicate records (merge dedups them)")
         gave_up = read_failures(failures_path(out))

@@ -151,18 +151,38 @@ def find_torn_tail(path: Path) -> Torn | None:
 
 def repair_torn_tail(path: Path) -> int:
     """Cut a partial last line off ``path`` (it is kept in ``<stem>_torn.log`` for inspection);
-    a complete record that only lacks its newline gets the newline. Returns the bytes removed."""
+    a complete record that only lacks its newline gets the newline. Returns the bytes removed.
+    (For a side file of ours, ``_failures.jsonl``; an output is repaired by :func:`scan_output`,
+    which refuses a last line that cannot be a torn record.)"""
+    return _repair(path, strict=False)[0]
+
+
+def _repair(path: Path, strict: bool) -> tuple[int, dict[str, Any] | None]:
+    """:func:`repair_torn_tail`, and the record it completed with a newline (if it did). When
+    ``strict``, a last line that cannot be the start of a record (``{"``: how every record is
+    written), or a whole JSON line that is no record, is no torn write: it raises
+    :class:`OutputError` naming the file and line, and nothing is changed (a file of someone
+    else's, given as the output, must not lose its last line)."""
     torn = find_torn_tail(path)
     if torn is None:
-        return 0
+        return 0, None
     try:
-        record_key(json.loads(torn.data))
+        whole = json.loads(torn.data)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-        pass
-    else:  # the whole record is there, only the newline is missing
-        with open(path, "ab") as f:
+        whole = None
+        if strict and not b'{"'.startswith(torn.data[:2]):
+            _not_ours(path, torn, "its last line, without a newline, is not the start of a record")
+    if whole is not None:
+        try:
+            record_key(whole)
+        except ValueError as e:
+            if strict:
+                _not_ours(path, torn, str(e))
+            whole = None
+    if whole is not None:
+        with open(path, "ab") as f:  # the whole record is there, only the newline is missing
             f.write(b"\n")
-        return 0
+        return 0, whole
     with open(sibling(path, "_torn.log"), "ab") as f:
         f.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} offset {torn.offset}\n".encode() + torn.data + b"\n")
     with open(path, "r+b") as f:
@@ -173,7 +193,18 @@ def repair_torn_tail(path: Path) -> int:
         f"{path}: cut a partial last line ({len(torn.data)} bytes, from an interrupted write) at byte "
         f"{torn.offset}; its pair is collected again (the bytes are kept in {sibling(path, '_torn.log').name})"
     )
-    return len(torn.data)
+    return len(torn.data), None
+
+
+def _not_ours(path: Path, torn: Torn, why: str) -> None:
+    line, left = 1, torn.offset
+    with open(path, "rb") as f:
+        while left > 0 and (block := f.read(min(left, 1 << 20))):
+            line, left = line + block.count(b"\n"), left - len(block)
+    raise OutputError(
+        f"{path}:{line}: not a rollout record ({why}); it was not written by collect-rollouts (or was "
+        "edited): give another output, or fix or delete that line"
+    )
 
 
 @dataclass
@@ -187,22 +218,30 @@ class OutputState:
     first: dict[str, Any] | None = None
     """The first record (its model and params are checked against this run's)."""
 
+    def add(self, record: dict[str, Any]) -> None:
+        key = record_key(record)
+        if key in self.done:
+            self.duplicates += 1
+        self.done.add(key)
+        self.records += 1
+        if self.first is None:
+            self.first = record
+
 
 def scan_output(path: Path, repair: bool = True) -> OutputState:
-    """Read an existing output for resume (repairing a torn last line first when ``repair``)."""
+    """Read an existing output for resume (repairing a torn last line first when ``repair``). Its
+    complete lines are checked before anything is cut: a file that is not an output of ours is
+    refused (:class:`OutputError`, naming file and line) as it was found."""
     state = OutputState()
     if not path.exists():
         return state
+    records = (record for _, record in iter_records(path))  # complete lines; raises on one not a record
+    for record in records:
+        state.add(record)
     if repair:
-        state.repaired_bytes = repair_torn_tail(path)
-    for _, record in iter_records(path):
-        key = record_key(record)
-        if key in state.done:
-            state.duplicates += 1
-        state.done.add(key)
-        state.records += 1
-        if state.first is None:
-            state.first = record
+        state.repaired_bytes, completed = _repair(path, strict=True)
+        if completed is not None:
+            state.add(completed)
     return state
 
 

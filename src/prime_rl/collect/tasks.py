@@ -167,6 +167,18 @@ def scan_tasks(
     return sel
 
 
+def row_at(path: Path, index: int) -> Any:
+    """The parsed row of line ``index`` (zero-based) of the task file; None past its end or when that
+    line is no JSON."""
+    for i, raw in _lines(path):
+        if i == index:
+            try:
+                return json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None
+    return None
+
+
 def check_bad_lines(sel: TaskSelection, max_bad_lines: int | None) -> None:
     """Raise :class:`InputError` when the scan found more bad lines than ``max_bad_lines``
     (``None``: no limit): an input that broken is more likely the wrong file than a few typos."""

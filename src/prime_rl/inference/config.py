@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from prime_rl.config import BaseConfig
+from prime_rl.config import BaseConfig, OutputDir
 
 _IPV4_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
@@ -63,7 +63,7 @@ class InferenceConfig(BaseConfig):
     port: int = Field(default=8000, ge=0, le=65535)
     """TCP port of the HTTP server (0 is not allowed by vLLM; pick a free port)."""
 
-    output_dir: Path = Path("outputs")
+    output_dir: OutputDir = Path("outputs")
     """Run directory: logs go to <output_dir>/logs/inference.log, the resolved config to configs/."""
 
     weights_root: Path | None = None

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from prime_rl.config import BaseConfig, ConfigError
+from prime_rl.config import BaseConfig, ConfigError, OutputDir
 from prime_rl.inference.config import InferenceConfig
 from prime_rl.launcher.watchdog import WatchdogConfig
 from prime_rl.monitor import MonitorConfig
@@ -81,7 +81,7 @@ class RLConfig(BaseConfig):
     model: str = "models/tiny"
     """HF model directory or hub name: served, trained and requested by all three."""
 
-    output_dir: Path = Path("outputs/rl")
+    output_dir: OutputDir = Path("outputs/rl")
     """The shared run directory."""
 
     max_steps: int = Field(default=20, ge=1)

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from prime_rl.clients.config import ClientConfig, RetryPolicy
 from prime_rl.clients.fleet import FleetConfig
 from prime_rl.clients.server_metrics import ServerMetricsConfig
-from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
+from prime_rl.config import BaseConfig, OutputDir, ResumeConfig, StrictModel
 from prime_rl.envs.config import EnvConfig, EpisodeConfig, VerifyConfig
 from prime_rl.monitor import MonitorConfig
 
@@ -82,7 +82,7 @@ class OrchestratorConfig(BaseConfig):
 
     process: ClassVar[str] = "orchestrator"
 
-    output_dir: Path = Path("outputs")
+    output_dir: OutputDir = Path("outputs")
     """Run directory shared with the trainer and the inference server."""
 
     max_steps: int = Field(default=10, ge=1)

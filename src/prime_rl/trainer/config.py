@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from loguru import logger
 from pydantic import Field, model_validator
 
-from prime_rl.config import BaseConfig, ResumeConfig, StrictModel
+from prime_rl.config import BaseConfig, OutputDir, ResumeConfig, StrictModel
 from prime_rl.monitor import MonitorConfig
 
 
@@ -230,7 +230,7 @@ class TrainerConfig(BaseConfig):
 
     process: ClassVar[str] = "trainer"
 
-    output_dir: Path = Path("outputs")
+    output_dir: OutputDir = Path("outputs")
     """Run directory shared with the orchestrator and the inference server."""
 
     max_steps: int = Field(default=10, ge=1)
