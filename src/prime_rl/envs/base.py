@@ -143,8 +143,14 @@ def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:
     if not path.is_file():
         raise EnvError(f"task file {path} not found")
     tasks = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is named by its number
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM (as collect-rollouts takes it)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EnvError(f"{path}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:

@@ -44,6 +44,11 @@ def test_environment_errors_name_the_problem(tmp_path):
     bad.write_text("{oops\n")
     with pytest.raises(EnvError, match=r"bad.jsonl:1: not valid JSON"):
         load_env("math", {"path": str(bad)})
+    bad.write_bytes(b'{"question": "q", "answer": "1"}\n{"question": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(EnvError, match=r"bad.jsonl:2: not UTF-8 \(invalid continuation byte at byte 17\)"):
+        load_env("math", {"path": str(bad)})
+    bad.write_bytes(b'\xef\xbb\xbf{"question": "q", "answer": "1"}\n')  # a BOM, as collect-rollouts takes it
+    assert next(load_env("math", {"path": str(bad)}).tasks(0))["answer"] == "1"
     with pytest.raises(EnvError, match="bad options"):
         load_env("toy", {"unexpected": 1})
     with pytest.raises(EnvError, match="cannot import"):
