@@ -326,21 +326,64 @@ def _command_line(model: type[C], argv: Sequence[str]) -> tuple[CliSettingsSourc
 # --------------------------------------------------------------------------- loading
 
 
-def _format_validation_error(process: str, error: ValidationError) -> str:
-    lines = [f"invalid {process} config:"]
+def _format_validation_error(
+    model: type[BaseConfig],
+    error: ValidationError,
+    argv: Sequence[str] = (),
+    files: Sequence[tuple[Path, dict[str, Any]]] = (),
+) -> str:
+    """Every bad key with its reason and where its value came from: the command line, a ``PRIME_``
+    environment variable or a config file (several files merge, so the file is named)."""
+    lines = [f"invalid {model.process} config:"]
     for err in error.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "<root>"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _alias_hint(model, err["loc"])
         given = err.get("input")
         shown = (
             ""
             if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict)
             else f" (got {given!r})"
         )
-        lines.append(f"  {loc}: {msg}{shown}")
+        where = "" if err["type"] == "missing" else _origin(model, err["loc"], argv, files)
+        lines.append(f"  {loc}: {msg}{shown}{where}")
     return "\n".join(lines)
+
+
+def _alias_hint(model: type[BaseConfig], loc: tuple) -> str:
+    """For a config file's key that is a command-line short name (``input``): its key there."""
+    key = ".".join(str(p) for p in loc)
+    full = model.cli_aliases.get(key)
+    return f" ({key} is the command line's short name: in a config file write {full})" if full else ""
+
+
+def _origin(
+    model: type[BaseConfig], loc: tuple, argv: Sequence[str], files: Sequence[tuple[Path, dict]]
+) -> str:
+    """`` [from ...]``: where the value at ``loc`` came from, in the order they take precedence
+    (the command line, the environment, the files from the last one); empty when not found."""
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if not parts:
+        return ""
+    dotted = ".".join(parts)
+    flags = {f"--{dotted}", f"--{dotted.replace('_', '-')}"}
+    flags |= {f"--{a}" for a, k in model.cli_aliases.items() if k == dotted}
+    if any(arg.partition("=")[0] in flags for arg in argv):
+        return " [from the command line]"
+    env = "PRIME_" + "__".join(parts).upper()
+    if env in os.environ:
+        return f" [from the environment variable {env}]"
+    for path, data in reversed(files):
+        node: Any = data
+        for part in parts:
+            node = node.get(part, _NOT_THERE) if isinstance(node, dict) else _NOT_THERE
+        if node is not _NOT_THERE:
+            return f" [from {path}]"
+    return ""
+
+
+_NOT_THERE = object()
 
 
 def load_config(model: type[C], argv: Sequence[str] | None = None) -> tuple[C, list[str]]:
@@ -348,12 +391,14 @@ def load_config(model: type[C], argv: Sequence[str] | None = None) -> tuple[C, l
 
     Raises :class:`ConfigError` with every bad key and its reason.
     """
-    cli, found = _command_line(model, sys.argv[1:] if argv is None else argv)
-    loading = _LOADING.set((model, [read_config_file(p) for p in found["config_files"]]))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cli, found = _command_line(model, argv)
+    files = [(p, read_config_file(p)) for p in found["config_files"]]
+    loading = _LOADING.set((model, [data for _, data in files]))
     try:
         config = model(_cli_settings_source=cli)
     except ValidationError as e:
-        raise ConfigError(_format_validation_error(model.process, e)) from None
+        raise ConfigError(_format_validation_error(model, e, argv, files)) from None
     except SettingsError as e:  # a flag's JSON that does not parse
         raise ConfigError(f"{e}: {e.__cause__}" if e.__cause__ else str(e)) from None
     finally:

@@ -109,6 +109,39 @@ def test_bad_value_names_key_reason_and_input():
     assert "sampling.max_tokens" in str(e.value) and "integer" in str(e.value) and "'lots'" in str(e.value)
 
 
+def test_a_bad_value_names_where_it_came_from(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.toml", tmp_path / "b.yaml"
+    a.write_text("max_steps = 2\n[sampling]\nmax_tokens = 5\n")
+    b.write_text("max_steps: two\nsampling: {max_tokenz: 5}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(DemoConfig, ["--config", str(a), "--config", str(b)])
+    assert (
+        f"max_steps: Input should be a valid integer, unable to parse string as an integer (got 'two') [from {b}]"
+        in str(e.value)
+    )
+    assert f"sampling.max_tokenz: unknown key [from {b}]" in str(e.value)
+    b.write_text("sampling: {max_tokens: many}\n")  # the last file that sets it
+    with pytest.raises(ConfigError, match=rf"sampling\.max_tokens: .* \[from {b}\]"):
+        load_config(DemoConfig, ["--config", str(a), "--config", str(b)])
+    monkeypatch.setenv("PRIME_SAMPLING__MAX_TOKENS", "lots")
+    with pytest.raises(ConfigError, match=r"\[from the environment variable PRIME_SAMPLING__MAX_TOKENS\]"):
+        load_config(DemoConfig, [])
+    with pytest.raises(ConfigError, match=r"\[from the command line\]"):
+        load_config(DemoConfig, ["--config", str(a), "--sampling.max-tokens", "x"])
+
+
+def test_a_short_name_in_a_config_file_is_shown_its_key(tmp_path):
+    from prime_rl.collect.config import CollectConfig
+
+    path = tmp_path / "c.toml"
+    path.write_text('input = "t.jsonl"\n')
+    with pytest.raises(
+        ConfigError,
+        match=r"input: unknown key \(input is the command line's short name: in a config file write input_jsonl_fpath\)",
+    ):
+        load_config(CollectConfig, ["--config", str(path), "--output", "o.jsonl"])
+
+
 def test_unreadable_or_bad_files_are_named(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(DemoConfig, ["--config", str(tmp_path / "missing.yaml")])
