@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from prime_rl.config import StrictModel
 
@@ -14,7 +14,22 @@ class EnvConfig(StrictModel):
     """The environment: task source and verifier."""
 
     name: str = "toy"
-    """Registered environment name (toy, reasoning_gym, math)."""
+    """Registered environment name (toy, guess, math, math_tool, reasoning_gym, verifiers), or an import
+    path ``package.module:Class`` or ``path/to/env.py:Class``. Checked at load: a name that is
+    neither failed only once the orchestrator built it, after ``rl`` had started the server and the
+    trainer."""
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from prime_rl.envs.registry import available
+
+        if ":" not in name and name not in available():
+            raise ValueError(
+                f"unknown environment {name!r}; available: {', '.join(available())} "
+                "(or module:Class, or path/to/file.py:Class)"
+            )
+        return name
 
     options: dict[str, Any] = {}
     """Options of the environment (e.g. {"path": "data/math.jsonl"} for math)."""

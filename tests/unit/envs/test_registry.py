@@ -80,3 +80,18 @@ def test_toy_max_letters_gives_long_answers_nothing():
     assert word.score({}, "abab").reward == pytest.approx(0.5)
     with pytest.raises(EnvError, match="max_letters must be a positive integer"):
         load_env("toy", {"max_letters": 0})
+
+
+def test_an_unknown_environment_name_is_refused_when_the_config_loads(tmp_path):
+    from prime_rl.config import ConfigError, load_config
+    from prime_rl.launcher.config import RLConfig
+    from prime_rl.orchestrator.config import OrchestratorConfig
+
+    with pytest.raises(
+        ConfigError, match=r"env\.name: .*unknown environment 'nosuchenv'; available: guess, math"
+    ):
+        load_config(OrchestratorConfig, ["--env.name", "nosuchenv"])
+    with pytest.raises(ConfigError, match=r"orchestrator\.env\.name: .*unknown environment 'nosuchenv'"):
+        load_config(RLConfig, ["--model", str(tmp_path), "--orchestrator.env.name", "nosuchenv"])
+    for name in ("math", "some.module:Env", "envs/mine.py:Env"):  # import paths are resolved when built
+        assert load_config(OrchestratorConfig, ["--env.name", name])[0].env.name == name
