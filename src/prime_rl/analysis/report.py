@@ -384,6 +384,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "stats": {k: d.describe(k) for k in d.series},
         "counts": dict(d.counts),
         "run_seconds": d.run_seconds,
+        "down_seconds": d.down_seconds,
         "async_level": d.async_level,
         "staleness": {
             "histogram": {str(k): v for k, v in d.staleness_histogram().items()},

@@ -126,6 +126,12 @@ def restarts(d: Collected) -> list[str]:
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
             f"resumed at step {r.resumed}; {r.redone} step(s) redone, counted once (the later run's numbers)."
         )
+    if d.down_seconds:
+        lines += [
+            "",
+            f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
+            "crash and its resume): every share of the run is of the time it ran.",
+        ]
     return lines
 
 

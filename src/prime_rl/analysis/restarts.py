@@ -94,6 +94,41 @@ class Segments:
             self._gap[source] = gap
         return out
 
+    def down_seconds(self) -> float:
+        """Seconds in which the whole run was down: for each restart of the orchestrator, the time
+        every process with step lines was silent before its own restart at the same time (the
+        overlap of their silences, each taken to end at its restart). A process that restarted
+        alone (the trainer, while the orchestrator waited for it) leaves the run's time as it is:
+        the waiting was part of the run."""
+        processes = set(self._reached)
+        if not processes:
+            return 0.0
+        timed = [r for r in self.restarts if r.ts is not None and r.down_s is not None]
+        down, used = 0.0, set()
+        for first in (r for r in timed if r.process == min(processes)):
+            start, end, group = first.ts - first.down_s, first.ts, [id(first)]
+            for process in sorted(processes - {first.process}):
+                match = next(
+                    (
+                        r
+                        for r in timed
+                        if r.process == process
+                        and id(r) not in used
+                        and r.ts - r.down_s < end
+                        and r.ts > start
+                    ),
+                    None,
+                )
+                if match is None:
+                    break
+                start, end = max(start, match.ts - match.down_s), min(end, match.ts)
+                group.append(id(match))
+            else:
+                if end > start:
+                    down += end - start
+                    used.update(group)
+        return down
+
     def _step_lines(self, lines: TaggedLines, source: str) -> tuple[np.ndarray, np.ndarray]:
         """The rows of the batch's step lines, and the longest silence before each since the one
         before it (the last value: after the last step line); the process's last time kept."""

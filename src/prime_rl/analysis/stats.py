@@ -139,7 +139,8 @@ class Collected:
     counts: Counter
     async_level: int | None
     run_seconds: float | None = None
-    """First to last timestamped event (None with fewer than two distinct timestamps)."""
+    """First to last timestamped event, less :attr:`down_seconds` (None with fewer than two distinct
+    timestamps)."""
     staleness_by_step: StepStaleness = field(default_factory=StepStaleness)
     """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``."""
     restarts: list[Restart] = field(default_factory=list)
@@ -170,6 +171,9 @@ class Collected:
     bars: dict[str, Bars] = field(default_factory=dict, compare=False, repr=False)
     """Every span of each kind, kept or not, as merged bars (:mod:`~prime_rl.analysis.bars`): the
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
+    down_seconds: float = 0.0
+    """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`):
+    left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -744,7 +748,8 @@ def _collect(
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
-    run_s = (last_ts - first_ts) if last_ts > first_ts else None
+    down_s = c.segments.down_seconds()
+    run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -768,6 +773,7 @@ def _collect(
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
         c.spans.bars,
+        down_seconds=down_s,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -47,6 +47,7 @@ def test_json_lists_findings_as_dicts(collected):
         "stats",
         "counts",
         "run_seconds",
+        "down_seconds",
         "async_level",
         "staleness",
         "thresholds",

@@ -53,6 +53,40 @@ def _line_of(first: list[str], second: list[str]) -> int:
     return len(first) + next(i for i, x in enumerate(second) if "batch.start" in x)
 
 
+def test_the_time_between_a_crash_and_its_resume_is_not_run_time(tmp_path, analyze):
+    """A checkpoint-I/O run resumed 50 minutes after its crash: the shares of the run are of the
+    time it ran (the silence counted as run time made it look healthy, its checkpoint wait 5%)."""
+    first = make_run("checkpoint_io", steps=20)
+    second = make_run("checkpoint_io", steps=15, first_step=12, start_offset_s=3000.0, seed=1)
+    summary, md = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
+    assert 2800 < summary["down_seconds"] < 3000 and summary["run_seconds"] < 400
+    assert f"leaves out the {summary['down_seconds']:.0f} s in which no process ran" in md
+
+
+def _restart(process: str, ts: float, down_s: float) -> Restart:
+    return Restart(process, f"{process}.log:1", ts, 9, 5, down_s)
+
+
+def test_down_time_is_where_every_process_was_silent_at_once():
+    both = Segments()
+    both._reached = {"orchestrator": 9, "trainer": 9}
+    both.restarts = [_restart("orchestrator", 1000.0, 500.0), _restart("trainer", 1010.0, 490.0)]
+    assert both.down_seconds() == 480.0  # [520, 1000]: the overlap of [500, 1000] and [520, 1010]
+    alone = Segments()  # the trainer restarted while the orchestrator went on waiting for it
+    alone._reached = {"orchestrator": 9, "trainer": 9}
+    alone.restarts = [_restart("trainer", 1000.0, 500.0)]
+    assert alone.down_seconds() == 0.0
+    apart = Segments()  # both restarted, at different times: never down together
+    apart._reached = {"orchestrator": 9, "trainer": 9}
+    apart.restarts = [_restart("orchestrator", 1000.0, 100.0), _restart("trainer", 2000.0, 100.0)]
+    assert apart.down_seconds() == 0.0
+    only = Segments()  # only the orchestrator's log was given
+    only._reached = {"orchestrator": 9}
+    only.restarts = [_restart("orchestrator", 1000.0, 300.0), _restart("orchestrator", 5000.0, 200.0)]
+    assert only.down_seconds() == 500.0 and Segments().down_seconds() == 0.0
+
+
 def test_a_log_that_ends_inside_a_checkpoint_wait_names_the_stall(tmp_path, analyze):
     run = make_run("healthy", steps=12, seed=4)
     # the trainer dies after writing weights for step 6; the orchestrator waits for step 9's
