@@ -108,7 +108,10 @@ class HelpRequested(Exception):
 class StrictModel(BaseModel):
     """Base for nested config blocks: unknown keys are errors, field docstrings are descriptions."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    # no config value is infinite or NaN: `--pass_threshold nan` was taken, and no sample passed
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False
+    )
 
 
 class ResumeConfig(StrictModel):
@@ -139,6 +142,7 @@ class BaseConfig(BaseSettings):
 
     model_config = SettingsConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         use_attribute_docstrings=True,
         env_prefix="PRIME_",
         env_nested_delimiter="__",

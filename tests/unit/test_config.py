@@ -239,3 +239,13 @@ def test_none_empty_lists_bare_block_flags_and_stray_words():
     assert cfg.tags == [] and cfg.sampling.max_tokens == 5 and cfg.max_steps == -1
     with pytest.raises(ConfigError, match="unexpected argument 'stray'"):
         load_config(InferenceConfig, ["--model", "m", "--enforce-eager", "stray"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_no_config_number_is_infinite_or_nan(value):
+    from prime_rl.collect.config import CollectConfig
+
+    with pytest.raises(ConfigError, match=r"pass_threshold: Input should be a finite number"):
+        load_config(CollectConfig, ["--input", "t.jsonl", "--output", "o.jsonl", f"--pass_threshold={value}"])
+    with pytest.raises(ConfigError, match=r"sampling.temperature: Input should be a finite number"):
+        load_config(DemoConfig, [f"--sampling.temperature={value}"])
