@@ -16,17 +16,19 @@ BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 def worker_cores(worker: str, workers: int, cpus: list[int]) -> list[int]:
     """The cores of xdist worker ``worker`` (``gw0``, ``gw1``, ...) when ``workers`` share ``cpus``:
-    every ``workers``-th of them, from the worker's index. Empty when there are fewer cores than
-    workers (the worker then leaves vLLM to pick)."""
+    the worker's contiguous share of them (on hosts whose SMT siblings are numbered after the
+    cores, a share of whole cores). A worker xdist started in place of a crashed one (``gw2`` of 2)
+    takes the share of the one it replaces, by its index modulo ``workers``. Empty when there are
+    fewer cores than workers (the worker then leaves vLLM to pick)."""
     if not worker.startswith("gw") or not worker[2:].isdigit():
         raise ValueError(f"not an xdist worker id: {worker!r}")
-    index = int(worker[2:])
-    if workers < 1 or index >= workers:
-        raise ValueError(f"worker {worker!r} is not one of {workers} workers")
+    if workers < 1:
+        raise ValueError(f"{workers} workers")
     ordered = sorted(cpus)
     if len(ordered) < workers:
         return []
-    return ordered[index::workers]
+    index, size = int(worker[2:]) % workers, len(ordered) // workers
+    return ordered[index * size : (index + 1) * size]
 
 
 def bind_worker_servers(environ=os.environ) -> str | None:
