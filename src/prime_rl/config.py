@@ -66,7 +66,11 @@ C = TypeVar("C", bound="BaseConfig")
 def _no_file_in_the_way(path: Path) -> Path:
     """An output directory may not exist yet, but it must not be a file or lie under one."""
     for part in (path, *path.parents):
-        if part.exists():
+        try:
+            there = part.exists()
+        except OSError as e:  # a directory on the way that may not be read (EACCES)
+            raise ValueError(f"{part}: {e.strerror or e}") from None
+        if there:
             if not part.is_dir():
                 raise ValueError(
                     f"{part} is a file, not a directory" + ("" if part == path else f" (in {path})")

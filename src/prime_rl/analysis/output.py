@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def write_text(path: Path, text: str) -> None:
     """``text`` into ``path`` as UTF-8; what cannot be encoded (a surrogate) written as its escape."""
@@ -35,6 +37,6 @@ def _finite(obj: Any) -> Any:
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # a numpy scalar
+    if isinstance(obj, np.generic):  # a numpy scalar
         return _finite(obj.item())
     return obj

@@ -99,7 +99,10 @@ class Segments:
         every process with step lines was silent before its own restart at the same time (the
         overlap of their silences, each taken to end at its restart). A process that restarted
         alone (the trainer, while the orchestrator waited for it) leaves the run's time as it is:
-        the waiting was part of the run."""
+        the waiting was part of the run. The silence taken is each process's longest since its last
+        step line before the restart (:attr:`Restart.down_s`), placed as if it ended at the restart:
+        a silence that ended earlier (a long checkpoint write, then lines but no step line, then the
+        crash) in every process at once would be taken for down time too."""
         processes = set(self._reached)
         if not processes:
             return 0.0

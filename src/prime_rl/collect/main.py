@@ -70,9 +70,10 @@ def _run(coro_or_fn) -> int:
         logger.error(f"error: {e}")
         return 1
     except OSError as e:  # an output that is a directory, under a file, in a directory not writable
+        if e.filename is None:  # not a path's error (a connection, a pipe): not bad input
+            raise
         logger.opt(exception=e).debug("the error's traceback")
-        where = f"{e.filename}: " if e.filename else ""
-        logger.error(f"error: {where}{e.strerror or e}")
+        logger.error(f"error: {e.filename}: {e.strerror or e}")
         return 2
     finally:
         interrupt.clear()

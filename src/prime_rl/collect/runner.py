@@ -46,6 +46,7 @@ from prime_rl.collect.store import (
     iter_records,
     read_failures,
     rejects_path,
+    repair_output,
     scan_output,
     sibling,
 )
@@ -623,9 +624,12 @@ class Collector:
     async def _run(self) -> CollectResult:
         cfg, r = self.cfg, self.result
         out = cfg.output_jsonl_fpath
-        sel = self._select()
-        state = scan_output(out)
+        # the output is checked before the input's scan rewrites <out>_rejects.jsonl: an output that
+        # is refused (not ours, or of another task file) is left with every file of its run as it was
+        state = scan_output(out, repair=False)
         self._check_same_tasks(state.first)
+        sel = self._select()
+        repair_output(out, state)
         if state.duplicates:
             logger.warning(f"{out}: {state.duplicates} duplicate records (merge dedups them)")
         gave_up = read_failures(failures_path(out))

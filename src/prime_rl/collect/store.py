@@ -152,33 +152,41 @@ def find_torn_tail(path: Path) -> Torn | None:
 def repair_torn_tail(path: Path) -> int:
     """Cut a partial last line off ``path`` (it is kept in ``<stem>_torn.log`` for inspection);
     a complete record that only lacks its newline gets the newline. Returns the bytes removed.
-    (For a side file of ours, ``_failures.jsonl``; an output is repaired by :func:`scan_output`,
-    which refuses a last line that cannot be a torn record.)"""
-    return _repair(path, strict=False)[0]
+    (An output is checked by :func:`check_tail` first: see :func:`scan_output`.)"""
+    return _repair(path)[0]
 
 
-def _repair(path: Path, strict: bool) -> tuple[int, dict[str, Any] | None]:
-    """:func:`repair_torn_tail`, and the record it completed with a newline (if it did). When
-    ``strict``, a last line that cannot be the start of a record (``{"``: how every record is
-    written), or a whole JSON line that is no record, is no torn write: it raises
-    :class:`OutputError` naming the file and line, and nothing is changed (a file of someone
-    else's, given as the output, must not lose its last line)."""
+def check_tail(path: Path) -> None:
+    """Raise :class:`OutputError`, naming the file and line and changing nothing, when the last line
+    of ``path`` has no newline and cannot be a record of ours cut short: no record's start (``{"``:
+    how every record is written; NUL bytes, what a power loss can leave, are a cut write too), or a
+    whole JSON line that is no record. A file of someone else's, given as the output, must not lose
+    its last line to :func:`repair_torn_tail`."""
+    torn = find_torn_tail(path)
+    if torn is None:
+        return
+    try:
+        whole = json.loads(torn.data)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        if not (b'{"'.startswith(torn.data[:2]) or torn.data.startswith(b"\x00")):
+            _not_ours(path, torn, "its last line, without a newline, is not the start of a record")
+        return
+    try:
+        record_key(whole)
+    except ValueError as e:
+        _not_ours(path, torn, str(e))
+
+
+def _repair(path: Path) -> tuple[int, dict[str, Any] | None]:
+    """:func:`repair_torn_tail`, and the record it completed with a newline (if it did)."""
     torn = find_torn_tail(path)
     if torn is None:
         return 0, None
     try:
         whole = json.loads(torn.data)
+        record_key(whole)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
         whole = None
-        if strict and not b'{"'.startswith(torn.data[:2]):
-            _not_ours(path, torn, "its last line, without a newline, is not the start of a record")
-    if whole is not None:
-        try:
-            record_key(whole)
-        except ValueError as e:
-            if strict:
-                _not_ours(path, torn, str(e))
-            whole = None
     if whole is not None:
         with open(path, "ab") as f:  # the whole record is there, only the newline is missing
             f.write(b"\n")
@@ -229,20 +237,29 @@ class OutputState:
 
 
 def scan_output(path: Path, repair: bool = True) -> OutputState:
-    """Read an existing output for resume (repairing a torn last line first when ``repair``). Its
-    complete lines are checked before anything is cut: a file that is not an output of ours is
-    refused (:class:`OutputError`, naming file and line) as it was found."""
+    """Read an existing output for resume, and repair its torn last line when ``repair`` (else
+    :func:`repair_output` does it later). Every line is checked before anything is cut: a file that
+    is not an output of ours is refused (:class:`OutputError`, naming file and line) as it was found."""
     state = OutputState()
     if not path.exists():
         return state
     records = (record for _, record in iter_records(path))  # complete lines; raises on one not a record
     for record in records:
         state.add(record)
+    check_tail(path)
     if repair:
-        state.repaired_bytes, completed = _repair(path, strict=True)
-        if completed is not None:
-            state.add(completed)
+        repair_output(path, state)
     return state
+
+
+def repair_output(path: Path, state: OutputState) -> None:
+    """Repair the torn last line of an output :func:`scan_output` read (with ``repair=False``) into
+    ``state``; a whole record that only lacked its newline is added to it."""
+    if not path.exists():
+        return
+    state.repaired_bytes, completed = _repair(path)
+    if completed is not None:
+        state.add(completed)
 
 
 def dumps(record: dict[str, Any]) -> bytes:

@@ -71,8 +71,8 @@ def load_env(name: str, options: dict[str, Any] | None = None) -> Environment:
         )
     try:
         env = factory(**(options or {}))
-    except EnvError:  # the environment's own error (a task file's line) says what is wrong
-        raise
+    except EnvError as e:  # the environment's own error (a task file's line) says what is wrong
+        raise EnvError(f"environment {name!r}: {e}") from e
     except (TypeError, ValueError) as e:
         raise EnvError(f"environment {name!r}: bad options {options}: {e}") from e
     env.name = name

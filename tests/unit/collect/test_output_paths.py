@@ -47,6 +47,13 @@ def test_a_torn_first_record_is_still_cut(tmp_path):
     assert state.records == 0 and state.repaired_bytes > 0 and out.read_bytes() == b""
 
 
+def test_nul_bytes_a_power_loss_left_at_the_end_are_cut_as_a_torn_write(tmp_path):
+    out = tmp_path / "out.jsonl"
+    good = json.dumps(rec(0, 0, 1.0)).encode() + b"\n"
+    out.write_bytes(good + b"\x00" * 64)
+    assert scan_output(out).done == {(0, 0)} and out.read_bytes() == good
+
+
 def test_a_whole_last_record_without_its_newline_is_counted(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text(json.dumps(rec(0, 0, 1.0)) + "\n" + json.dumps(rec(1, 0, 0.5)))
@@ -86,6 +93,8 @@ def test_an_output_resumed_with_another_task_file_is_refused(tmp_path):
     with LocalTestServer() as server:
         asyncio.run(collect(collect_config(server.base_url, tmp_path)))
         before = (tmp_path / "out.jsonl").read_bytes()
+        rejects = tmp_path / "out_rejects.jsonl"  # the first run's rejected lines: not the other file's
+        rejects.write_text('{"line": 9, "problem": "blank line", "text": ""}\n')
         other = tmp_path / "other.jsonl"
         other.write_text(
             "".join(json.dumps({"id": f"q{i}", "prompt": f"Say q {i}."}) + "\n" for i in range(5))
@@ -94,7 +103,9 @@ def test_an_output_resumed_with_another_task_file_is_refused(tmp_path):
             CollectError, match=r"holds records of another task file.*line 1 of .*other.jsonl"
         ):
             asyncio.run(collect(collect_config(server.base_url, tmp_path, tasks=other)))
-        assert (tmp_path / "out.jsonl").read_bytes() == before
+        assert (tmp_path / "out.jsonl").read_bytes() == before and rejects.read_text().startswith(
+            '{"line": 9'
+        )
         empty = tmp_path / "one.jsonl"  # the first record's line is past the file's end
         empty.write_text(json.dumps({"id": "q", "prompt": "Say q."}) + "\n")
         write_tasks(tmp_path / "tasks.jsonl", 3)
