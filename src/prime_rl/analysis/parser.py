@@ -889,8 +889,10 @@ _EXAMPLE_CHARS = 200
 
 _LABELS = ("orchestrator", "inference", "trainer", "rank_", "collect")
 _ROTATED = re.compile(r"(.*?)\.(\d+)((?:\.gz)?)$")
-"""A rotated part's name: ``orchestrator.log.2`` or ``orchestrator.log.2.gz`` (logrotate's and
+"""A numbered part's name: ``orchestrator.log.2`` or ``orchestrator.log.2.gz`` (logrotate's and
 Python's RotatingFileHandler's numbering: the higher the number, the older the part)."""
+_DATED = re.compile(r"(.*?\.log)-(\d{8,10})((?:\.gz)?)$")
+"""A dated part's name (logrotate's ``dateext``): ``orchestrator.log-20260101``, older first by date."""
 
 
 def label_for(path: Path) -> str:
@@ -906,29 +908,33 @@ def label_for(path: Path) -> str:
     return path.stem
 
 
-def _rotation(path: Path) -> tuple[Path, int]:
-    """The log a file is part of and its rotation number (0: the live file, the newest part)."""
-    m = _ROTATED.fullmatch(path.name)
-    if m is None:
-        return path.with_name(path.name.removesuffix(".gz")), 0
-    return path.with_name(m.group(1)), int(m.group(2))
+def _rotation(path: Path) -> tuple[Path, tuple[int, int]]:
+    """The log a file is part of (by its directory's real path) and its place among the log's parts,
+    oldest first: numbered parts by falling number, dated parts by date, then the live file."""
+    where = path.resolve().parent
+    if m := _ROTATED.fullmatch(path.name):
+        return where / m.group(1), (0, -int(m.group(2)))
+    if m := _DATED.fullmatch(path.name):
+        return where / m.group(1), (0, int(m.group(2)))
+    return where / path.name.removesuffix(".gz"), (1, 0)
 
 
 def _in_order(files: list[Path]) -> list[Path]:
     """``files`` once each (the same file given twice, or in a directory given too, would count its
     lines twice and look like a restart), with the rotated parts of one log oldest first
-    (``o.log.2``, ``o.log.1``, ``o.log``: sorted by name the live part would come first, and its
-    steps would seem to be redone by the older parts), where the log's first part was."""
+    (``o.log.2``, ``o.log.1``, ``o.log``; ``o.log-20260101``, ``o.log-20260102``, ``o.log``: sorted
+    by name the live part would come first, and its steps would seem to be redone by the older
+    parts), where the log's first part was."""
     seen: set[Path] = set()
-    parts: dict[Path, list[tuple[int, Path]]] = {}
+    parts: dict[Path, list[tuple[tuple[int, int], Path]]] = {}
     for f in files:
         real = f.resolve()
         if real in seen:
             continue
         seen.add(real)
-        log, number = _rotation(f)
-        parts.setdefault(log, []).append((number, f))
-    return [f for group in parts.values() for _, f in sorted(group, key=lambda part: -part[0])]
+        log, place = _rotation(f)
+        parts.setdefault(log, []).append((place, f))
+    return [f for group in parts.values() for _, f in sorted(group, key=lambda part: part[0])]
 
 
 def discover(inputs: list[Path]) -> list[tuple[str, Path]]:

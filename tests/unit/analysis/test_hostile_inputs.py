@@ -118,6 +118,13 @@ def test_rotated_parts_are_read_oldest_first_and_a_file_given_twice_is_read_once
     # a user's glob (orchestrator.log*) lists the live part first too
     given = [logs / "orchestrator.log", logs / "orchestrator.log.1"]
     assert [f.name for _, f in discover(given)] == ["orchestrator.log.1", "orchestrator.log"]
+    dated = tmp_path / "dated"  # logrotate's dateext, the live file given first, by two paths
+    dated.mkdir()
+    for name in ("trainer.log", "trainer.log-20260102.gz", "trainer.log-20260101"):
+        (dated / name).write_text("x\n")
+    given = [dated / "trainer.log", tmp_path / "logs" / ".." / "dated" / "trainer.log-20260102.gz", dated]
+    order = [f.name for _, f in discover(given)]
+    assert order == ["trainer.log-20260101", "trainer.log-20260102.gz", "trainer.log"]
 
 
 def test_a_log_split_into_rotated_parts_reads_as_the_whole_log(tmp_path, analyze):
