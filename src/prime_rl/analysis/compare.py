@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.output import dumps, write_text
-from prime_rl.analysis.report import STAT_FILES
+from prime_rl.analysis.output import dumps, md_cell, write_text
+from prime_rl.analysis.report import CONTROL, STAT_FILES
 from prime_rl.analysis.servers import server_rows
 from prime_rl.analysis.stages import stages
 
@@ -125,10 +125,10 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
         ]
         for r in rows["servers"]:
             lines.append(
-                f"| {r['url']} | {_num(r['a_wall_p50'])} | {_num(r['b_wall_p50'])} | {_ratio(r['a_wall_p50'], r['b_wall_p50'])} |"
+                f"| {md_cell(r['url'])} | {_num(r['a_wall_p50'])} | {_num(r['b_wall_p50'])} | {_ratio(r['a_wall_p50'], r['b_wall_p50'])} |"
             )
     lines += ["", "Full reports: [A](a/SUMMARY.md), [B](b/SUMMARY.md)."]
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) + "\n").translate(CONTROL)
 
 
 def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -> Path:

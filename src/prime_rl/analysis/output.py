@@ -21,6 +21,11 @@ def write_text(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
+def md_cell(text: str) -> str:
+    """``text`` for a Markdown table's cell: a ``|`` in it (``url=http://h|x``) would start a column."""
+    return text.replace("|", "\\|")
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
     """``json.dumps(obj, default=str)`` with every float that is not finite written as ``null``.
     (The usual object has none: it is dumped as it is, and walked only when the dump refuses it.)"""

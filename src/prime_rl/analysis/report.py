@@ -366,11 +366,11 @@ def summary_md(a: Analysis, has_png: bool) -> str:
                 f"(the picture draws every span of the run; in timeline.txt: {_dropped_note(a.data)[1:]}",
             ]
     lines += _inputs(a)
-    return ("\n".join(lines) + "\n").translate(_CONTROL)
+    return ("\n".join(lines) + "\n").translate(CONTROL)
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(9), *range(11, 32), 127)}
-"""Control characters a log line's text may bring into SUMMARY.md (a NUL made grep call it binary),
+CONTROL = {c: f"\\x{c:02x}" for c in (*range(9), *range(11, 32), 127)}
+"""Control characters a log line's text may bring into SUMMARY.md (and COMPARE.md) (a NUL made grep call it binary),
 written as escapes; tabs and newlines stay."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.servers import server_load_section, server_rows
 from prime_rl.analysis.stages import run_limit, stages
 from prime_rl.analysis.stats import Collected
@@ -111,7 +112,7 @@ def per_server(d: Collected) -> list[str]:
             str(sum(n for k, n in r.retries.items() if k != "retry.429")),
         ]
     lines = ["", "## Per server", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in cells]
+    return lines + ["| " + " | ".join(map(md_cell, row)) + " |" for row in cells]
 
 
 def restarts(d: Collected) -> list[str]:
