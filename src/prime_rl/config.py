@@ -374,9 +374,9 @@ def _origin(
     parts = [str(p) for p in loc if not isinstance(p, int)]
     if not parts:
         return ""
-    dotted = ".".join(parts)
-    flags = {f"--{dotted}", f"--{dotted.replace('_', '-')}"}
-    flags |= {f"--{a}" for a, k in model.cli_aliases.items() if k == dotted}
+    prefixes = [".".join(parts[: n + 1]) for n in range(len(parts))]  # a block flag's JSON sets it too
+    flags = {f"--{key}" for key in prefixes} | {f"--{key.replace('_', '-')}" for key in prefixes}
+    flags |= {f"--{a}" for a, k in model.cli_aliases.items() if k in prefixes}
     if any(arg.partition("=")[0] in flags for arg in argv):
         return " [from the command line]"
     env = "PRIME_" + "__".join(parts).upper()

@@ -128,6 +128,8 @@ def test_a_bad_value_names_where_it_came_from(tmp_path, monkeypatch):
         load_config(DemoConfig, [])
     with pytest.raises(ConfigError, match=r"\[from the command line\]"):
         load_config(DemoConfig, ["--config", str(a), "--sampling.max-tokens", "x"])
+    with pytest.raises(ConfigError, match=r"sampling\.max_tokens: .* \[from the command line\]"):
+        load_config(DemoConfig, ["--config", str(a), "--sampling", '{"max_tokens": "y"}'])  # a block's JSON
 
 
 def test_a_short_name_in_a_config_file_is_shown_its_key(tmp_path):

@@ -69,6 +69,8 @@ def resolve_api_key(cfg: CollectConfig) -> str | None:
         return cfg.api_key.get_secret_value()
     if os.environ.get(cfg.api_key_env):
         return os.environ[cfg.api_key_env]
+    if cfg.env_file.exists() and not cfg.env_file.is_file():  # a directory: it was silently skipped
+        raise CollectError(f"env file {cfg.env_file}: not a file")
     if cfg.env_file.is_file():
         try:
             data = yaml.safe_load(cfg.env_file.read_text(encoding="utf-8")) or {}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from prime_rl.collect.config import CollectConfig
-from prime_rl.collect.runner import request_body, resolve_api_key
+from prime_rl.collect.runner import CollectError, request_body, resolve_api_key
 from prime_rl.config import load_config
 
 
@@ -29,6 +31,15 @@ def test_api_key_from_env_var_then_env_file(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_KEY", "sk-from-env")
     assert resolve_api_key(cfg) == "sk-from-env"
     assert "sk-" not in json.dumps(cfg.model_dump(mode="json"))
+
+
+def test_an_env_file_that_is_a_directory_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("MY_KEY", raising=False)
+    (tmp_path / "env.yaml").mkdir()
+    argv = ["--input", "t.jsonl", "--output", "o.jsonl", "--api_key_env", "MY_KEY"]
+    cfg, _ = load_config(CollectConfig, [*argv, "--env_file", str(tmp_path / "env.yaml")])
+    with pytest.raises(CollectError, match=r"env file .*env.yaml: not a file"):
+        resolve_api_key(cfg)
 
 
 def test_request_body_maps_params_and_varies_the_seed_per_sample():
