@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.output import dumps, md_cell, write_text
-from prime_rl.analysis.report import CONTROL, STAT_FILES
+from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
+from prime_rl.analysis.report import STAT_FILES
 from prime_rl.analysis.servers import server_rows
 from prime_rl.analysis.stages import stages
 
@@ -128,7 +128,7 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
                 f"| {md_cell(r['url'])} | {_num(r['a_wall_p50'])} | {_num(r['b_wall_p50'])} | {_ratio(r['a_wall_p50'], r['b_wall_p50'])} |"
             )
     lines += ["", "Full reports: [A](a/SUMMARY.md), [B](b/SUMMARY.md)."]
-    return ("\n".join(lines) + "\n").translate(CONTROL)
+    return md_text("\n".join(lines) + "\n")
 
 
 def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -> Path:

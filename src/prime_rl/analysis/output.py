@@ -11,14 +11,30 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 
+def open_text(path: Path) -> TextIO:
+    """``path`` opened to write text as UTF-8; what cannot be encoded (a surrogate) is written as its
+    escape."""
+    return open(path, "w", encoding="utf-8", errors="backslashreplace")
+
+
 def write_text(path: Path, text: str) -> None:
-    """``text`` into ``path`` as UTF-8; what cannot be encoded (a surrogate) written as its escape."""
-    path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    """``text`` into ``path`` (:func:`open_text`)."""
+    with open_text(path) as f:
+        f.write(text)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(9), *range(11, 32), 127)}
+
+
+def md_text(text: str) -> str:
+    """A Markdown file's ``text`` with the control characters a log line may bring written as escapes
+    (a NUL made grep call SUMMARY.md binary); tabs and newlines stay."""
+    return text.translate(_CONTROL)
 
 
 def md_cell(text: str) -> str:

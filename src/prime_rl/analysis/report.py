@@ -21,7 +21,7 @@ import polars as pl
 import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
-from prime_rl.analysis.output import dumps, write_text
+from prime_rl.analysis.output import dumps, md_text, write_text
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.servers import server_dicts
@@ -366,12 +366,7 @@ def summary_md(a: Analysis, has_png: bool) -> str:
                 f"(the picture draws every span of the run; in timeline.txt: {_dropped_note(a.data)[1:]}",
             ]
     lines += _inputs(a)
-    return ("\n".join(lines) + "\n").translate(CONTROL)
-
-
-CONTROL = {c: f"\\x{c:02x}" for c in (*range(9), *range(11, 32), 127)}
-"""Control characters a log line's text may bring into SUMMARY.md (and COMPARE.md) (a NUL made grep call it binary),
-written as escapes; tabs and newlines stay."""
+    return md_text("\n".join(lines) + "\n")
 
 
 def to_json(a: Analysis) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def headline(a: Analysis) -> list[str]:
             "",
         ]
     d = a.data
-    if nothing_tagged(d):
+    if d.nothing_tagged:
         return [
             f"**Nothing to analyse: none of the {d.parse.lines} line(s) of the {len(d.parse.files)} file(s) given "
             "is a tagged timing line.**",
@@ -161,7 +161,7 @@ def findings_and_steps(a: Analysis) -> list[str]:
     lines += ["", "## Next steps", ""]
     if steps:
         lines += [f"{i}. {s}" for i, s in enumerate(steps, 1)]
-    elif nothing_tagged(a.data):
+    elif a.data.nothing_tagged:
         lines.append(NOTHING_TAGGED_STEP)
     else:
         lines.append("Nothing to fix; re-run the analysis after changing the load.")
@@ -173,11 +173,6 @@ NOTHING_TAGGED_STEP = (
     "lines such as `[gen] batch.done dur_ms=...` (the grammar of docs/design.md). The launcher's console "
     "copy of a run holds them too."
 )
-
-
-def nothing_tagged(d: Collected) -> bool:
-    """Files were read and not one line of them is a tagged timing line (the wrong file, an empty log)."""
-    return bool(d.parse.files) and not d.parse.tagged
 
 
 def sections_after_numbers(a: Analysis) -> list[str]:

@@ -46,7 +46,7 @@ def truncation(d: Collected, th: Thresholds) -> str | None:
 def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
     """No weight update at all, or none with its server side (no inference log given); not for a
     collector run, which never updates weights."""
-    if d.is_collector_run or (d.parse.files and not d.parse.tagged):  # no tagged line at all: said once
+    if d.is_collector_run or d.nothing_tagged:  # no tagged line at all: the headline says so
         return None
     if not d.updates:
         return (

@@ -219,6 +219,11 @@ class Collected:
         return self.staleness_by_step.above(self.async_level)
 
     @property
+    def nothing_tagged(self) -> bool:
+        """Files were read and not one line of them is a tagged timing line (the wrong file, an empty log)."""
+        return bool(self.parse.files) and not self.parse.tagged
+
+    @property
     def is_collector_run(self) -> bool:
         """[collect] lines and none of the trio's: an offline collection, which never updates weights."""
         trio = ("gen.", "ckpt.", "train.", "weights.", "rollout.", "verify.batch")

@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from prime_rl.analysis import stats
-from prime_rl.analysis.output import dumps
+from prime_rl.analysis.output import dumps, open_text
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.update_parts import Update
 
@@ -142,7 +142,7 @@ def write_trace(d: Collected, path: Path) -> Path:
     """Write the run's trace to ``path``, an event at a time: ``{"traceEvents": [...],
     "displayTimeUnit": "ms", "otherData": {"left_out": {kind: count}}}``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", errors="backslashreplace") as f:
+    with open_text(path) as f:
         f.write('{"traceEvents": [')
         for i, event in enumerate(trace_events(d)):
             f.write(", " if i else "")
