@@ -22,14 +22,9 @@ class EnvConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
-        from prime_rl.envs.registry import available
+        from prime_rl.envs.registry import check_name  # an EnvError is a ValueError: pydantic names the field
 
-        if ":" not in name and name not in available():
-            raise ValueError(
-                f"unknown environment {name!r}; available: {', '.join(available())} "
-                "(or module:Class, or path/to/file.py:Class)"
-            )
-        return name
+        return check_name(name)
 
     options: dict[str, Any] = {}
     """Options of the environment (e.g. {"path": "data/math.jsonl"} for math)."""

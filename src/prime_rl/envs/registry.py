@@ -34,6 +34,17 @@ def available() -> list[str]:
     return sorted(BUILTIN)
 
 
+def check_name(name: str) -> str:
+    """``name`` when it is a registered name or an import path (``module:Class``, ``file.py:Class``,
+    resolved only when built); :class:`EnvError` listing the registered names otherwise."""
+    if ":" not in name and name not in BUILTIN:
+        raise EnvError(
+            f"unknown environment {name!r}; available: {', '.join(available())} "
+            "(or module:Class, or path/to/file.py:Class)"
+        )
+    return name
+
+
 def _import_factory(spec: str) -> Callable[..., Environment]:
     """The object ``module:attr`` or ``file.py:attr`` names; :class:`EnvError` when it cannot be had."""
     target, _, attr = spec.rpartition(":")
@@ -60,15 +71,8 @@ def _import_factory(spec: str) -> Callable[..., Environment]:
 def load_env(name: str, options: dict[str, Any] | None = None) -> Environment:
     """Build an environment from a registered name, an import path ``package.module:Class`` or a
     file ``path/to/env.py:Class``, with its options (errors name both)."""
-    if ":" in name:
-        factory = _import_factory(name)
-    elif name in BUILTIN:
-        factory = _import_factory(BUILTIN[name])
-    else:
-        raise EnvError(
-            f"unknown environment {name!r}; available: {', '.join(available())} "
-            "(or module:Class, or path/to/file.py:Class)"
-        )
+    check_name(name)
+    factory = _import_factory(name if ":" in name else BUILTIN[name])
     try:
         env = factory(**(options or {}))
     except EnvError as e:  # the environment's own error (a task file's line) says what is wrong
