@@ -251,3 +251,18 @@ def test_no_config_number_is_infinite_or_nan(value):
         load_config(CollectConfig, ["--input", "t.jsonl", "--output", "o.jsonl", f"--pass_threshold={value}"])
     with pytest.raises(ConfigError, match=r"sampling.temperature: Input should be a finite number"):
         load_config(DemoConfig, [f"--sampling.temperature={value}"])
+
+
+def test_a_run_directory_that_is_a_file_or_under_one_is_refused_at_load(tmp_path):
+    from prime_rl.launcher.config import RLConfig
+    from prime_rl.orchestrator.config import OrchestratorConfig
+
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    with pytest.raises(ConfigError, match=r"output_dir: .*afile is a file, not a directory"):
+        load_config(OrchestratorConfig, ["--output_dir", str(afile)])
+    with pytest.raises(ConfigError, match=r"afile is a file, not a directory \(in .*afile/run\)"):
+        load_config(RLConfig, ["--output_dir", str(afile / "run"), "--model", str(tmp_path)])
+    assert load_config(OrchestratorConfig, ["--output_dir", str(tmp_path / "new" / "run")])[
+        0
+    ].output_dir == Path(tmp_path / "new" / "run")

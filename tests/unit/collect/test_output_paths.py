@@ -1,13 +1,12 @@
 """Outputs a probe found mishandled, each test failing before: a file that is not an output of ours
 given as ``--output`` (its last line was cut, or the whole file taken over), an output path that is
 a directory or under a file (a traceback), an output resumed with another task file (two data sets
-mixed), a base URL that is no URL (every request failed), a run directory that is a file."""
+mixed), a base URL that is no URL (every request failed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 from loguru import logger
@@ -20,8 +19,6 @@ from prime_rl.collect.config import CollectConfig
 from prime_rl.collect.runner import CollectError, collect
 from prime_rl.collect.store import OutputError, scan_output
 from prime_rl.config import ConfigError, load_config
-from prime_rl.launcher.config import RLConfig
-from prime_rl.orchestrator.config import OrchestratorConfig
 
 
 @pytest.mark.parametrize(
@@ -124,15 +121,3 @@ def test_an_output_resumed_with_another_task_file_is_refused(tmp_path):
 def test_a_base_url_that_is_no_http_url_is_refused_at_load(tmp_path, url):
     with pytest.raises(ConfigError, match=r"base_urls.0.*is not an http\(s\) URL"):
         load_config(CollectConfig, ["--input", "t.jsonl", "--output", "o.jsonl", "--base_urls", url])
-
-
-def test_a_run_directory_that_is_a_file_or_under_one_is_refused_at_load(tmp_path):
-    afile = tmp_path / "afile"
-    afile.write_text("x\n")
-    with pytest.raises(ConfigError, match=r"output_dir: .*afile is a file, not a directory"):
-        load_config(OrchestratorConfig, ["--output_dir", str(afile)])
-    with pytest.raises(ConfigError, match=r"afile is a file, not a directory \(in .*afile/run\)"):
-        load_config(RLConfig, ["--output_dir", str(afile / "run"), "--model", str(tmp_path)])
-    assert load_config(OrchestratorConfig, ["--output_dir", str(tmp_path / "new" / "run")])[
-        0
-    ].output_dir == Path(tmp_path / "new" / "run")
