@@ -305,6 +305,8 @@ class TaggedLines:
         "_nums",
         "_read_numbers",
         "_steps",
+        "_steps_counted",
+        "_bad",
     )
 
     def __init__(
@@ -330,6 +332,10 @@ class TaggedLines:
         self._read_numbers: dict[str, pl.Series] = {}
         """Fields the C scan read as numbers (Float64; null where absent or not a plain decimal)."""
         self._steps: dict[str, pl.Series] = {}
+        self._steps_counted: set[str] = set()
+        self._bad: dict[str, set[int]] = {}
+        """The rows whose field (the key) was counted as a bad value (a batch made of events keeps
+        them in the events' own ``bad``)."""
 
     @classmethod
     def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
@@ -505,10 +511,17 @@ class TaggedLines:
         return number.value
 
     def step_numbers(self, key: str) -> pl.Series:
-        """:func:`step_numbers` of field ``key`` (made once)."""
+        """:func:`step_numbers` of field ``key`` (made once). A value there that is no step number
+        (``abc``, ``-1``, ``1.5``, 9 digits or more) counts as a bad value, the first time it is read."""
         out = self._steps.get(key)
         if out is None:
             out = self._steps[key] = step_numbers(self.text_series(key))
+        if key not in self._steps_counted:
+            self._steps_counted.add(key)
+            raw = self.text_series(key)
+            bad = raw.is_not_null() & out.is_null()
+            if bad.any():
+                self._count_bad(key, raw, bad)
         return out
 
     def numbers(self, *wanted: tuple[str, tuple[str, ...] | None], steps: Sequence[str] = ()) -> None:
@@ -568,10 +581,19 @@ class TaggedLines:
         return numbers, made
 
     def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
+        """Count the rows ``bad`` of field ``key`` as bad values, each row and key once."""
         stats = self.stats
         if stats is None:
             return
         rows = bad.arg_true().to_list()
+        if self.events is not None:
+            rows = [i for i in rows if key not in self.events[i].bad]
+            for i in rows:
+                self.events[i].bad += (key,)
+        else:
+            counted = self._bad.setdefault(key, set())
+            rows = [i for i in rows if i not in counted]
+            counted.update(rows)
         stats.bad_values += len(rows)
         room = EXAMPLES - len(stats.bad_value_examples)
         for i in rows[: max(room, 0)]:

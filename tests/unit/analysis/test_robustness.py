@@ -207,3 +207,35 @@ def test_a_log_that_starts_with_an_impossible_date_is_read(tmp_path, analyze):
     from prime_rl.analysis.clock import reference_date
 
     assert reference_date([log.read_bytes()]) == "2026-01-02"
+
+
+def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
+    """A step field must be a step number (1-8 ASCII digits). ``step=abc``, ``-1``, ``1.5`` or a
+    9-digit step was dropped from the step tables without a word; each is now a bad value, counted
+    once per line and field (``current_step=abc`` is no number and no step: once), named by file and line."""
+    log = tmp_path / "orchestrator.log"
+    lines = [
+        "[train] step.done step=1 wait_ms=5.0 train_ms=10.0",
+        "[train] step.done step=abc wait_ms=5.0 train_ms=10.0",
+        "[train] step.done step=-1 wait_ms=5.0 train_ms=10.0",
+        "[gen] batch.done step=123456789 completions=4 dur_ms=10.0",
+        "[ckpt] wait.done target_step=x wait_ms=3.0",
+        "[verify] batch.done step=+2 completions=4 dur_ms=1.0",
+        "[rollout] trunc_pct=0 current_step=1.5 ckpt_step=0 staleness=1",
+        "[rollout] trunc_pct=0 current_step=abc ckpt_step=0 staleness=1",
+        "[train] step.done step=00000002 wait_ms=5.0 train_ms=10.0",
+    ]
+    log.write_text("".join(PREFIX.format(i) + line + "\n" for i, line in enumerate(lines)))
+    a = _analyze(log)
+    p = a.data.parse
+    assert p.bad_values == 7
+    assert p.bad_value_examples == [
+        f"{log}:2: step=abc ([train] step.done)",
+        f"{log}:3: step=-1 ([train] step.done)",
+        f"{log}:4: step=123456789 ([gen] batch.done)",
+        f"{log}:5: target_step=x ([ckpt] wait.done)",
+        f"{log}:6: step=+2 ([verify] batch.done)",
+    ]
+    assert any("7 value(s) that are no number or no step" in w and f"{log}:2" in w for w in a.warnings)
+    # the lines' other values are kept, at no numbered step
+    assert sorted(a.data.series["train_ms"]) == [10.0, 10.0, 10.0, 10.0]
