@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
+import polars as pl
 
 
 @dataclass(slots=True)
@@ -31,7 +32,8 @@ class Span:
 
 @dataclass(slots=True)
 class SpanBlock:
-    """Spans of one kind made together, as columns: span ``i`` is made only when it is kept."""
+    """Spans of one kind made together, as columns (lists, or polars columns turned into lists when
+    the first span is made): span ``i`` is made only when it is kept."""
 
     start: Sequence[float]
     end: Sequence[float]
@@ -48,6 +50,10 @@ class SpanBlock:
 
     def spans(self, kind: str, rows: Sequence[int]) -> list[Span]:
         """The spans of ``rows`` as objects, in that order."""
+        if isinstance(self.start, pl.Series):  # a block of columns: their lists, made once
+            self.start, self.end, self.args = self.start.to_list(), self.end.to_list(), self.args.to_list()
+            if self.info:
+                self.info = {key: values.to_list() for key, values in self.info.items()}
         label = self.label.format
         start, end, args = self.start, self.end, self.args
         if not self.info:

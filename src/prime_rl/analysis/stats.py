@@ -308,6 +308,7 @@ def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:
     collector's Python folds the batch before."""
     try:
         for b in batches:
+            b.overview()
             for tag, lines in b.by_tag():
                 keys = FIELDS.get(tag)
                 if keys:
@@ -736,12 +737,11 @@ def _collect(
     first_ts, last_ts = math.inf, -math.inf
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
-        frame = b.frame
-        for tag, event, n in frame.group_by("tag", "event", maintain_order=True).len().iter_rows():
+        counts_of, first, last = b.overview()
+        for tag, event, n in counts_of:
             lines[tag, event] += n
-        ts = frame.get_column("ts")
-        if ts.null_count() < len(ts):
-            first_ts, last_ts = min(first_ts, ts.min()), max(last_ts, ts.max())  # type: ignore[type-var]
+        if first is not None and last is not None:
+            first_ts, last_ts = min(first_ts, first), max(last_ts, last)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
     for b, i, e in c.errors:
@@ -876,17 +876,17 @@ class _Spans:
     def extend(
         self,
         kind: str,
-        start: list[float],
-        end: list[float],
+        start: Sequence[float],
+        end: Sequence[float],
         label: str,
-        args: list,
-        info: dict[str, list] | None = None,
+        args: Sequence,
+        info: dict[str, Sequence] | None = None,
         barred: bool = False,
     ) -> None:
         """Spans of ``kind`` as columns (``label`` a format with one ``{}`` for each span's ``args``),
         added to the kind's bars too (``barred``: they are already, with the rows that
         :meth:`rows_kept` left out)."""
-        if start:
+        if len(start):
             if not barred:
                 self.bars_of(kind).add(start, end)
             self.add(kind, SpanBlock(start, end, label, args, info))
@@ -906,7 +906,9 @@ class _Spans:
             return
         self.bars_of(kind).add(frame.get_column("start").to_numpy(), frame.get_column("end").to_numpy())
         kept = self.rows_kept(kind, frame).select("start", "end", arg, *info)
-        start, end, args, *values = (c.to_list() for c in kept.get_columns())
+        # kept as columns: the block's lists are made when a report first asks for one of its spans,
+        # by then only for the blocks still kept (most of a long run's tail blocks are let go first)
+        start, end, args, *values = kept.get_columns()
         self.extend(kind, start, end, label, args, dict(zip(info, values, strict=True)) or None, barred=True)
 
     def rows_kept(self, kind: str, frame: pl.DataFrame) -> pl.DataFrame:

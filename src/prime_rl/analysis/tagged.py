@@ -307,6 +307,7 @@ class TaggedLines:
         "_steps",
         "_steps_counted",
         "_bad",
+        "_overview",
     )
 
     def __init__(
@@ -336,6 +337,7 @@ class TaggedLines:
         self._bad: dict[str, set[int]] = {}
         """The rows whose field (the key) was counted as a bad value (a batch made of events keeps
         them in the events' own ``bad``)."""
+        self._overview: Overview | None = None
 
     @classmethod
     def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
@@ -355,6 +357,16 @@ class TaggedLines:
 
     def __len__(self) -> int:
         return self.frame.height
+
+    def overview(self) -> Overview:
+        """The batch's lines counted by (tag, event) and its first and last timestamp (made once:
+        :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the collector's)."""
+        if self._overview is None:
+            counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
+            ts = self.frame.get_column("ts")
+            stamped = ts.null_count() < len(ts)
+            self._overview = Overview(counts, ts.min() if stamped else None, ts.max() if stamped else None)  # type: ignore[arg-type]
+        return self._overview
 
     def column(self, name: str) -> list:
         """One of the frame's columns as a list (made once)."""
@@ -599,6 +611,14 @@ class TaggedLines:
         for i in rows[: max(room, 0)]:
             ev = self.event(i)
             stats.bad_value_examples.append(f"{ev.where()}: {key}={raw[i][:80]} ([{ev.tag}] {ev.event})")
+
+
+class Overview(NamedTuple):
+    """A batch's lines counted by (tag, event), and the range of its timestamps (None: it has none)."""
+
+    counts: list[tuple[str, str, int]]
+    first_ts: float | None
+    last_ts: float | None
 
 
 def step_numbers(steps: pl.Series) -> pl.Series:
