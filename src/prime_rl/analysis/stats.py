@@ -39,7 +39,14 @@ from prime_rl.analysis.tagged import (
     batches_from_events,
     step_numbers,
 )
-from prime_rl.analysis.updates import WEIGHTS_FIELDS, WEIGHTS_NUMBERS, Update, UpdateJoin, update_frame
+from prime_rl.analysis.updates import (
+    WEIGHTS_FIELDS,
+    WEIGHTS_NUMBERS,
+    Update,
+    UpdateJoin,
+    prepare_weights,
+    update_frame,
+)
 
 SERIES = (
     "queue_ms",
@@ -314,6 +321,8 @@ def prepared(batches: Iterator[TaggedLines]) -> Iterator[TaggedLines]:
                 if keys:
                     lines.fields(*keys)
                     lines.numbers(*NUMBERS.get(tag, ()), steps=STEPS.get(tag, ()))
+                if tag == "weights":
+                    prepare_weights(lines)
             yield b
     finally:
         close = getattr(batches, "close", None)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -308,6 +308,7 @@ class TaggedLines:
         "_steps_counted",
         "_bad",
         "_overview",
+        "ahead",
     )
 
     def __init__(
@@ -338,6 +339,8 @@ class TaggedLines:
         """The rows whose field (the key) was counted as a bad value (a batch made of events keeps
         them in the events' own ``bad``)."""
         self._overview: Overview | None = None
+        self.ahead: dict[str, Any] = {}
+        """What the parse's thread made of these lines ahead for a tag's handler (by the tag)."""
 
     @classmethod
     def from_events(cls, events: list[Event], stats: ParseStats | None = None) -> TaggedLines:
@@ -520,6 +523,16 @@ class TaggedLines:
         number = self._nums.pop((key, wanted), None) or self._number(key, wanted)
         if number.bad is not None:  # counted when read (in the reader's order), not when made
             self._count_bad(key, number.raw, number.bad)
+        return number.value
+
+    def num_ahead(self, key: str, events: Iterable[str] | None = None) -> pl.Series:
+        """:meth:`num_series`' column, made now without counting its bad values: the
+        :meth:`num_series` call that takes it counts them (in the collector's order, not the
+        parse thread's). Not for a batch made of events (whose events count as they are read)."""
+        wanted = None if events is None else tuple(events)
+        number = self._nums.get((key, wanted))
+        if number is None:
+            number = self._nums[key, wanted] = self._number(key, wanted)
         return number.value
 
     def step_numbers(self, key: str) -> pl.Series:

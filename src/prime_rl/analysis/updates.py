@@ -53,6 +53,61 @@ WEIGHTS_NUMBERS = (
 _SERVER_EVENTS = ["server.recv", "rpc.start", "rpc.done"]
 
 
+def prepare_weights(lines: TaggedLines) -> None:
+    """Make a batch's :func:`weights_frames` in the parse's thread (the casts to categories took
+    about a tenth of the collector's thread on a long run); :meth:`UpdateJoin.add_lines` takes them."""
+    if lines.events is None:
+        lines.fields(*WEIGHTS_FIELDS)
+        numbers = {key: lines.num_ahead(key, events) for key, events in WEIGHTS_NUMBERS}
+        lines.ahead["weights"] = weights_frames(lines, numbers)
+
+
+def weights_frames(
+    lines: TaggedLines, numbers: dict[str, pl.Series]
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """A batch's ``[weights]`` lines that have a trace id as the client's and the server's frames
+    (:data:`CLIENT_SCHEMA`, :data:`SERVER_SCHEMA`; None: no such line), with the numbers
+    ``numbers`` (of :data:`WEIGHTS_NUMBERS`)."""
+    frame = lines.frame
+    event, tid = frame.get_column("event"), frame.get_column("tid")
+    has_tid = (tid.is_not_null() & (tid != "")).fill_null(False)
+    client = has_tid & event.str.starts_with("client.")
+    server = has_tid & event.is_in(_SERVER_EVENTS)
+    common = {
+        "event": event,
+        "tid": tid,
+        "ts": frame.get_column("ts"),
+        "t": numbers["t"],
+        "rpc": numbers["rpc_ms"],
+    }
+    path = lines.text_series("path")
+    clients = servers = None
+    if client.any():
+        columns = common | {
+            "url": lines.text_series("url"),
+            "path": path,
+            "wall": numbers["wall_ms"],
+            "queue": numbers["queue_ms"],
+        }
+        clients = _frame(columns, CLIENT_SCHEMA, client)
+    if server.any():
+        if lines.events is not None and lines.path is None:  # a batch of events: each event's own file
+            sources = [str(ev.path) if ev.path is not None else ev.source for ev in lines.events]
+            source = pl.Series("source", sources, dtype=pl.String)
+        else:
+            name = str(lines.path) if lines.path is not None else lines.source
+            source = pl.Series("source", [name], dtype=pl.String).new_from_index(0, len(frame))
+        columns = common | {
+            "source": source,
+            "path": path,
+            "target": lines.text_series("target"),
+            "op": lines.text_series("op"),
+            "lock": numbers["lock_wait_ms"],
+        }
+        servers = _frame(columns, SERVER_SCHEMA, server)
+    return clients, servers
+
+
 class UpdateJoin:
     """Collects ``[weights]`` lines; :meth:`updates` joins them into :class:`Update` records, one per
     trace id *and server* (one update goes to every server under one trace id)."""
@@ -77,40 +132,15 @@ class UpdateJoin:
 
     def add_lines(self, lines: TaggedLines) -> None:
         """Keep a batch's ``[weights]`` lines that have a trace id, as columns: the client's and the
-        server's apart, each in line order."""
+        server's apart, each in line order (made ahead by :func:`prepare_weights` when it could)."""
         lines.fields(*WEIGHTS_FIELDS)
-        frame = lines.frame
-        event, tid = frame.get_column("event"), frame.get_column("tid")
-        has_tid = (tid.is_not_null() & (tid != "")).fill_null(False)
-        client = has_tid & event.str.starts_with("client.")
-        server = has_tid & event.is_in(_SERVER_EVENTS)
-        t = lines.num_series("t", ("client.send", "server.recv"))
-        rpc = lines.num_series("rpc_ms", ("client.done", "rpc.done"))
-        common = {"event": event, "tid": tid, "ts": frame.get_column("ts"), "t": t, "rpc": rpc}
-        path = lines.text_series("path")
-        if client.any():
-            columns = common | {
-                "url": lines.text_series("url"),
-                "path": path,
-                "wall": lines.num_series("wall_ms", ("client.done",)),
-                "queue": lines.num_series("queue_ms", ("client.done",)),
-            }
-            self._client.add(_frame(columns, CLIENT_SCHEMA, client))
-        if server.any():
-            if lines.events is not None and lines.path is None:  # a batch of events: each event's own file
-                sources = [str(ev.path) if ev.path is not None else ev.source for ev in lines.events]
-                source = pl.Series("source", sources, dtype=pl.String)
-            else:
-                name = str(lines.path) if lines.path is not None else lines.source
-                source = pl.Series("source", [name], dtype=pl.String).new_from_index(0, len(frame))
-            columns = common | {
-                "source": source,
-                "path": path,
-                "target": lines.text_series("target"),
-                "op": lines.text_series("op"),
-                "lock": lines.num_series("lock_wait_ms", ("rpc.done",)),
-            }
-            self._server.add(_frame(columns, SERVER_SCHEMA, server))
+        # every number read here (its bad values counted in the collector's order), made or not
+        numbers = {key: lines.num_series(key, events) for key, events in WEIGHTS_NUMBERS}
+        client, server = lines.ahead.pop("weights", None) or weights_frames(lines, numbers)
+        if client is not None:
+            self._client.add(client)
+        if server is not None:
+            self._server.add(server)
         n = self._client.parts_n
         if n < self._max_parts and self._client.rows + self._server.rows > self._split_rows * n:
             self._client.split(n * PARTS)
