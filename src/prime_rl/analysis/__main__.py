@@ -184,6 +184,22 @@ def _run(
     return analysis, stats
 
 
+def cli() -> None:
+    """The console script (``analyze-logs``, ``python -m prime_rl.analysis``): :func:`main`, then out
+    without the interpreter's teardown, which frees the analysis's objects one by one (35 ms of a
+    1M-line run) when the process is about to end anyway. By then every file is written and closed,
+    the plot process has ended and the threads are done; an error leaves the usual way. A reader
+    of what it prints that went away (``| head -1``) gets the status the interpreter gives then, 120,
+    without a traceback: the report is written before it prints."""
+    try:
+        main()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        os._exit(120)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     # one analysis makes millions of small objects and no garbage cycles worth collecting: the
     # collector's passes over them would cost seconds on a long run (turned back on after)
@@ -264,4 +280,4 @@ def _main(argv: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

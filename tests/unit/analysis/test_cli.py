@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,25 @@ def test_run_directory_and_shell_wrapper(tmp_path):
     assert "Slow engine reload" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["async_level"] == 0 and any("above async_level 0" in w for w in summary["warnings"])
+
+
+def test_the_command_leaves_without_teardown_once_its_output_is_out(tmp_path):
+    """The console script ends with os._exit once the report is written (the interpreter's teardown
+    of a long run's objects is skipped): what it printed still reaches a pipe, every file is whole,
+    an error still exits 2, and a reader that went away gets the interpreter's own status, 120."""
+    make_run("slow_reload", seed=7).write(tmp_path / "logs")
+    run = [sys.executable, "-m", "prime_rl.analysis", str(tmp_path / "logs"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Slow engine reload") and "report: " in done.stdout
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["primary"]["kind"] == "slow_reload"
+    bad = subprocess.run([*run, "--threshold", "x"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "expected NAME=VALUE" in bad.stderr
+    r, w = os.pipe()
+    os.close(r)  # nobody reads what it prints
+    with os.fdopen(w, "w") as closed:
+        gone = subprocess.run(run, stdout=closed, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert gone.returncode == 120 and "Traceback" not in gone.stderr
 
 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
