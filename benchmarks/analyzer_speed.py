@@ -108,15 +108,23 @@ def build_collector(path: Path, lines: int, servers: int = 4) -> int:
 
 # runs the analyzer's CLI in a fresh process and prints that process's own peak RSS (KiB) and CPU
 # seconds (user + system, all its threads) last on stderr: RUSAGE_CHILDREN would report the
-# largest of all children so far, not this one's
+# largest of all children so far, not this one's. The CLI leaves through os._exit (no teardown):
+# the usage is printed on the way out there too
 _CHILD = """
-import resource, runpy, sys
+import os, resource, runpy, sys
 sys.argv = ["prime_rl.analysis", *sys.argv[1:]]
+def usage():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print("cpu_s", own.ru_utime + own.ru_stime, "peak_rss_kib", own.ru_maxrss, file=sys.stderr, flush=True)
+leave = os._exit
+def _exit(code):
+    usage()
+    leave(code)
+os._exit = _exit
 try:
     runpy.run_module("prime_rl.analysis", run_name="__main__")
 finally:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    print("cpu_s", own.ru_utime + own.ru_stime, "peak_rss_kib", own.ru_maxrss, file=sys.stderr)
+    usage()
 """
 
 
