@@ -16,7 +16,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 try:
     import argparse
-    import contextlib
     import json
     import sys
     from datetime import datetime
@@ -30,15 +29,10 @@ try:
     from prime_rl.analysis.report import write_report
     from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared
     from prime_rl.analysis.thresholds import Thresholds
-    from prime_rl.analysis.timeline_plot import PlotProcess
     from prime_rl.analysis.trace import left_out, write_trace
 finally:  # an import that fails leaves the collector as it was too
     if _GC_WAS_ON:
         gc.enable()
-
-PLOT_CHILD_BYTES = 64 << 20
-"""Logs of this many bytes or more (together) have timeline.png drawn by a child process: 0.4-0.5 s
-of the main thread's GIL time on a long run, about a tenth of the 10M-line realistic log's wall time."""
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -140,22 +134,6 @@ def _files(parser: argparse.ArgumentParser, inputs: list[Path]) -> list[tuple[st
     return files
 
 
-def _plotter(files: list[tuple[str, Path]]) -> contextlib.AbstractContextManager[PlotProcess | None]:
-    """A child that draws timeline.png (:class:`~prime_rl.analysis.timeline_plot.PlotProcess`) for
-    logs of :data:`PLOT_CHILD_BYTES` or more; smaller ones are drawn here (a child would cost more),
-    and so are all where no child can be started."""
-    size = 0
-    for _, path in files:
-        with contextlib.suppress(OSError):
-            size += path.stat().st_size
-    if size >= PLOT_CHILD_BYTES:
-        try:
-            return PlotProcess()
-        except OSError as e:
-            print(f"analyze-logs: timeline.png is drawn here (no plot process: {e})", file=sys.stderr)
-    return contextlib.nullcontext()
-
-
 def _run(
     parser: argparse.ArgumentParser,
     files: list[tuple[str, Path]],
@@ -253,11 +231,8 @@ def _main(argv: list[str] | None) -> None:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")
     files = _files(parser, args.inputs)
     _make_out(parser, out)
-    # a big log's timeline.png is drawn by a child that imports matplotlib while the logs are read
-    # (and draws while the other files are written), off the GIL the parse and the collection share
-    with _plotter(files) as plotter:
-        analysis, stats = _run(parser, files, args.inputs, args, thresholds, out)
-        write_report(analysis, out, plotter)
+    analysis, stats = _run(parser, files, args.inputs, args, thresholds, out)
+    write_report(analysis, out)
     if args.trace:
         trace = write_trace(analysis.data, out / "trace.json")
         print(f"trace: {trace} (open it in https://ui.perfetto.dev)")

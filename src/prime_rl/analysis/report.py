@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from bisect import bisect_left
 from dataclasses import asdict
 from datetime import datetime
@@ -29,7 +28,7 @@ from prime_rl.analysis.spans import first_spans, spans_of_kind
 from prime_rl.analysis.stages import stages
 from prime_rl.analysis.stats import Collected, Span
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.timeline_plot import ROWS, PlotData, PlotProcess, draw
+from prime_rl.analysis.timeline_plot import ROWS, PlotData, draw
 
 TIMELINE_LINES = 50_000
 """timeline.txt lists at most this many spans (the rest are counted)."""
@@ -409,24 +408,16 @@ def _restart_dict(r: Restart) -> dict[str, Any]:
     return asdict(r) | {"redone": r.redone}
 
 
-def write_report(a: Analysis, out: Path, plotter: PlotProcess | None = None) -> Path:
-    """Write every file of the analysis directory ``out``; returns ``out``. timeline.png is drawn by
-    ``plotter`` while the other files are written (drawn here if it fails), else here."""
+def write_report(a: Analysis, out: Path) -> Path:
+    """Write every file of the analysis directory ``out``; returns ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    data, png = plot_data(a), out / "timeline.png"
-    if data is not None and plotter is not None:
-        plotter.submit(data, png)
     for name, (series, title) in STAT_FILES.items():
         write_text(out / name, format_stats(title, a.data.describe(series)))
     write_text(out / "slowest_updates.txt", slowest_updates(a.data))
     write_text(out / "timeline.txt", timeline(a.data))
     write_text(out / "summary.json", _json_top_level_lines(to_json(a)))
-    if data is not None and plotter is not None and not plotter.result():
-        print("analyze-logs: the plot process failed; timeline.png is drawn here", file=sys.stderr)
-        plotter = None
-    if data is not None and plotter is None:
-        draw(data, png)
-    write_text(out / "SUMMARY.md", summary_md(a, data is not None))
+    drawn = plot_timeline(a, out / "timeline.png")
+    write_text(out / "SUMMARY.md", summary_md(a, drawn))
     return out
 
 

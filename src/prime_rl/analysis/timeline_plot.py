@@ -1,28 +1,23 @@
 """timeline.png: one row per kind of event over the whole run, drawn from the bars the collection
-merged (:mod:`~prime_rl.analysis.bars`), in this process or in a child of its own.
+merged (:mod:`~prime_rl.analysis.bars`) with Pillow.
 
-Importing matplotlib and drawing took 0.4-0.5 s of the analyzer's main thread, holding the GIL
-that the parse threads need. The CLI starts :class:`PlotProcess` first: a child that imports
-matplotlib while the logs are read (at a lower priority than the parse's), then draws what it is sent (:class:`PlotData`: a few arrays)
-while the other files are written. The child reads its work from a pipe: when the analyzer ends
-(or dies) without sending any, the pipe closes and the child exits. Should the child fail, the
-analyzer draws the picture itself.
-
-This module imports numpy alone (matplotlib when it draws), so that the child starts fast.
+The picture is rows of coloured bars on a time axis: each row's bars are merged at the run's
+resolution (:func:`merge_sorted`), then turned into the pixel columns they cover, so that drawing
+costs one rectangle per run of covered columns, at most the plot's width per row, whatever the
+number of spans. matplotlib drew the same picture; importing it took 0.35-0.5 CPU-s of every
+analysis (a child process imported it while a big log was read, and a short log waited for it):
+Pillow's import and the drawing take about 0.03 s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import pickle
-import subprocess
-import sys
-import threading
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 ROWS = ("gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait")
 _LABELS = (
@@ -33,9 +28,15 @@ _LABELS = (
     "trainer compute",
     "trainer waits\nfor rollouts",
 )
-_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:gray")
-WAIT_S = 300.0
-"""How long the analyzer waits for the child's picture before it kills the child and draws it itself."""
+COLORS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (127, 127, 127))
+"""Each row's colour (matplotlib's first six "tab" colours, as the picture had)."""
+SIZE = (1320, 462)
+"""The picture's width and height in pixels."""
+_FONT_PX = 13
+_BAR = 0.7
+"""A bar's height, as a share of its row's."""
+_HATCH_PX = 7
+"""The distance between the hatch lines of the updates' queue parts."""
 
 
 @dataclass(frozen=True)
@@ -54,34 +55,133 @@ class PlotData:
 
 
 def draw(data: PlotData, path: Path) -> None:
-    """Draw ``data`` into the PNG ``path``: one drawing call per row (bars merged to the resolution)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(12, 4.2))
-    for i, (kind, color) in enumerate(zip(ROWS, _COLORS, strict=True)):
+    """Draw ``data`` into the PNG ``path``: one rectangle per run of pixel columns a row's bars
+    cover (bars narrower than a pixel still show as one), gen at the bottom as :data:`ROWS` go."""
+    font = _font()
+    image = Image.new("RGB", SIZE, "white")
+    pen = ImageDraw.Draw(image)
+    layout = Layout.of(data, pen, font)
+    for i, (kind, color) in enumerate(zip(ROWS, COLORS, strict=True)):
         if kind in data.bars:
             start, end = data.bars[kind]
-            bars = zip((start - data.t0).tolist(), (end - start).tolist(), strict=True)
-            ax.broken_barh(merge_sorted(bars, data.resolution), (i - 0.35, 0.7), color=color)
+            bars = merge_sorted(
+                zip((start - data.t0).tolist(), (end - start).tolist(), strict=True), data.resolution
+            )
+            top, bottom = layout.bar(i)
+            for left, right in layout.runs(bars):
+                pen.rectangle((left, top, right, bottom), fill=color)
     start, width = data.queued
-    if len(start):  # the queue part of the updates, hatched
-        bars = zip(start.tolist(), width.tolist(), strict=True)
-        ax.broken_barh(
-            merge_sorted(bars, data.resolution),
-            (3 - 0.35, 0.7),
-            facecolor="none",
-            edgecolor="black",
-            hatch="///",
+    if len(start):  # the queue part of the updates: hatched, outlined in black
+        row = ROWS.index("update")
+        top, bottom = layout.bar(row)
+        runs = layout.runs(merge_sorted(zip(start.tolist(), width.tolist(), strict=True), data.resolution))
+        hatch = Image.new("L", SIZE, 0)  # where the hatch lines are drawn: inside the queue parts only
+        inside = ImageDraw.Draw(hatch)
+        for left, right in runs:
+            inside.rectangle((left, top, right, bottom), fill=255)
+        lines = image.copy()
+        ink = ImageDraw.Draw(lines)
+        height = bottom - top
+        for x in range(layout.left - height, layout.right + 1, _HATCH_PX):
+            ink.line((x, bottom, x + height, top), fill="black")
+        image.paste(lines, (0, 0), hatch)
+        for left, right in runs:
+            pen.rectangle((left, top, right, bottom), outline="black")
+    layout.axes(pen, font)
+    image.save(path, format="PNG")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the plot area lies in the picture and how seconds map to its pixel columns."""
+
+    left: int
+    right: int
+    top: int
+    bottom: int
+    lo: float
+    """The time (seconds since the first bar's start) at the plot's left edge."""
+    scale: float
+    """Pixels per second."""
+    title: str
+
+    @classmethod
+    def of(
+        cls, data: PlotData, pen: ImageDraw.ImageDraw, font: ImageFont.ImageFont | ImageFont.FreeTypeFont
+    ) -> Layout:
+        label = max(pen.multiline_textbbox((0, 0), text, font=font)[2] for text in _LABELS)
+        left, right, top, bottom = label + 20, SIZE[0] - 20, 30, SIZE[1] - 48
+        ends = [float(end.max()) - data.t0 for _, end in data.bars.values() if len(end)]
+        if len(data.queued[0]):
+            ends.append(float((data.queued[0] + data.queued[1]).max()))
+        span = max([e for e in ends if math.isfinite(e)] + [1e-3])
+        lo, hi = -0.04 * span, 1.04 * span  # a margin each side, as matplotlib's axes had
+        return cls(left, right, top, bottom, lo, (right - left) / (hi - lo), data.title)
+
+    def x(self, seconds: float) -> float:
+        return self.left + (seconds - self.lo) * self.scale
+
+    def bar(self, row: int) -> tuple[int, int]:
+        """The top and bottom pixel rows of row ``row``'s bars (row 0 at the bottom)."""
+        height = (self.bottom - self.top) / len(ROWS)
+        middle = self.bottom - (row + 0.5) * height
+        return round(middle - _BAR * height / 2), round(middle + _BAR * height / 2)
+
+    def runs(self, bars: list[tuple[float, float]]) -> list[tuple[int, int]]:
+        """The runs of pixel columns (first, last) that ``bars`` (start, width) cover, in order."""
+        if not bars:
+            return []
+        at = np.array(bars, dtype=np.float64)
+        first = np.floor(self.left + (at[:, 0] - self.lo) * self.scale).astype(np.int64)
+        last = np.maximum(
+            np.ceil(self.left + (at[:, 0] + at[:, 1] - self.lo) * self.scale).astype(np.int64) - 1, first
         )
-    ax.set_yticks(range(len(ROWS)), list(_LABELS))
-    ax.set_xlabel("seconds since the first event")
-    ax.set_title(data.title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        first, last = np.clip(first, self.left, self.right), np.clip(last, self.left, self.right)
+        covered = np.zeros(self.right - self.left + 2, dtype=np.int64)
+        np.add.at(covered, first - self.left, 1)
+        np.add.at(covered, last - self.left + 1, -1)
+        on = np.concatenate([[False], np.cumsum(covered)[:-1] > 0, [False]])
+        edges = np.flatnonzero(on[1:] != on[:-1])
+        return [
+            (self.left + int(a), self.left + int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)
+        ]
+
+    def axes(self, pen: ImageDraw.ImageDraw, font: ImageFont.ImageFont | ImageFont.FreeTypeFont) -> None:
+        """The frame, the time ticks and their numbers, the rows' names, the axis label and the title."""
+        pen.rectangle((self.left, self.top, self.right, self.bottom), outline="black")
+        hi = self.lo + (self.right - self.left) / self.scale
+        step = _nice_step((hi - self.lo) / 8)
+        decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+        for k in range(math.ceil(self.lo / step), math.floor(hi / step) + 1):
+            x = round(self.x(k * step))
+            pen.line((x, self.bottom, x, self.bottom + 4), fill="black")
+            pen.text((x, self.bottom + 6), f"{k * step:.{decimals}f}", fill="black", font=font, anchor="ma")
+        for row, label in enumerate(_LABELS):
+            top, bottom = self.bar(row)
+            middle = (top + bottom) / 2
+            pen.line((self.left - 4, middle, self.left, middle), fill="black")
+            pen.multiline_text(
+                (self.left - 8, middle), label, fill="black", font=font, anchor="rm", align="right"
+            )
+        pen.text(
+            ((self.left + self.right) / 2, SIZE[1] - 6),
+            "seconds since the first event",
+            fill="black",
+            font=font,
+            anchor="md",
+        )
+        pen.text((SIZE[0] / 2, 8), self.title, fill="black", font=font, anchor="ma")
+
+
+def _nice_step(rough: float) -> float:
+    """1, 2 or 5 times a power of ten, the first at least ``rough``."""
+    power = 10.0 ** math.floor(math.log10(rough))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+
+
+def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    """Pillow's own font at :data:`_FONT_PX` pixels (its bitmap font where FreeType is missing)."""
+    return ImageFont.load_default(size=_FONT_PX)
 
 
 def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:
@@ -107,107 +207,3 @@ def merge_sorted(bars: Iterable[tuple[float, float]], resolution: float) -> list
     if not first:
         out.append((at, wide))
     return out
-
-
-NICE = 10
-"""How much lower the child's priority is than the analyzer's."""
-
-
-class PlotProcess:
-    """A child that imports matplotlib now and draws one picture when sent it (:meth:`submit`), in
-    the same process group as the analyzer. Use as a context manager: on exit the child is waited
-    for a moment after its pipe is closed, then killed."""
-
-    command = (sys.executable, "-m", "prime_rl.analysis.timeline_plot")
-    """The child (this module's :func:`_child`)."""
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = subprocess.Popen(
-            self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
-        )
-        self._writer: threading.Thread | None = None
-
-    def submit(self, data: PlotData, path: Path) -> None:
-        """Send the child its picture (from a thread: a child still importing matplotlib reads it
-        later, and a pipe holds 64 KB); :meth:`result` says whether it drew it."""
-        proc = self._proc
-        if proc is None or proc.stdin is None or self._writer is not None:
-            raise RuntimeError("the plot process has no picture to take")
-        pipe = proc.stdin
-
-        def write() -> None:
-            with contextlib.suppress(OSError):  # the child is gone (a broken pipe): result() says so
-                pickle.dump((data, str(path)), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-                pipe.close()
-
-        self._writer = threading.Thread(target=write, name="analysis-plot-send", daemon=True)
-        self._writer.start()
-
-    def result(self, timeout: float = WAIT_S) -> bool:
-        """Whether the child drew the picture it was sent (False: it failed, died or took longer
-        than ``timeout`` seconds, and then it is killed)."""
-        proc = self._proc
-        if proc is None or self._writer is None:
-            return False
-        try:
-            return proc.wait(timeout) == 0
-        except subprocess.TimeoutExpired:
-            proc.kill()  # a writer blocked on the full pipe gets a broken pipe and ends
-            proc.wait()
-            return False
-        finally:
-            self._writer.join()
-
-    def close(self, wait: float = 5.0) -> None:
-        """End the child: its pipe closed (without a picture it exits), waited for ``wait`` seconds,
-        then killed."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if self._writer is None and proc.stdin is not None and not proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if self._writer is not None:
-            self._writer.join()
-
-    def __enter__(self) -> PlotProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _child() -> int:
-    """The child: matplotlib imported first (while the analyzer reads the logs), then one picture
-    drawn from the pipe; a pipe that ends first means there is nothing to draw."""
-    import gc
-    import os
-
-    # below the analyzer: its import of matplotlib (0.5 CPU-s) takes what the parse leaves of the
-    # cores (the 3M-line all-tagged log's parse and collection, 4 runs each: 2.77-2.84 s with no
-    # child, 2.85-3.37 s beside it at the same priority, 2.78-3.10 s beside it niced)
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
-    gc.disable()  # one picture, then exit: the collector's passes took a sixth of the child's CPU
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401  # imported now, while the parent parses
-
-    try:
-        data, path = pickle.load(sys.stdin.buffer)
-    except EOFError:  # the analyzer ended without a picture to draw
-        return 0
-    except pickle.UnpicklingError:  # it died while it sent one
-        return 1
-    draw(data, Path(path))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child())

@@ -1,16 +1,19 @@
-"""Issue 18 item 8: the timeline's cost grows with the log, not with updates x batches: one drawing
-call per row whatever the number of spans, overlaps found by bisection."""
+"""Issue 18 item 8: the timeline's cost grows with the log, not with updates x batches: at most one
+rectangle per pixel column of a row whatever the number of spans, overlaps found by bisection; the
+picture puts each row's bars where its spans are."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image, ImageDraw
 
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.report import PLOT_BARS, plot_timeline, timeline
+from prime_rl.analysis.report import plot_timeline, timeline
 from prime_rl.analysis.stats import Span
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.timeline_plot import merge_bars
+from prime_rl.analysis.timeline_plot import COLORS, ROWS, SIZE, PlotData, draw, merge_bars
 from prime_rl.analysis.updates import Update
 
 
@@ -27,22 +30,66 @@ def _many(n: int) -> tuple[list[Span], list[Update]]:
     return spans, updates
 
 
-def test_the_plot_makes_one_call_per_row_for_thousands_of_updates(tmp_path, collected, monkeypatch):
-    import matplotlib.axes
-
+def test_the_plot_draws_at_most_a_rectangle_per_pixel_column_of_a_row(tmp_path, collected, monkeypatch):
+    """5000 steps: 5000 generation batches and updates, each its own bar; the picture draws a
+    rectangle per run of covered pixel columns, so a row costs at most its width in rectangles."""
     spans, updates = _many(5000)
     d = collected(updates=tuple(updates))
     d.spans.extend(spans)
-    calls: list[int] = []
-    real = matplotlib.axes.Axes.broken_barh
+    calls: list[tuple] = []
+    real = ImageDraw.ImageDraw.rectangle
     monkeypatch.setattr(
-        matplotlib.axes.Axes,
-        "broken_barh",
-        lambda self, bars, *a, **k: calls.append(len(bars)) or real(self, bars, *a, **k),
+        ImageDraw.ImageDraw,
+        "rectangle",
+        lambda self, xy, *a, **k: calls.append(xy) or real(self, xy, *a, **k),
     )
     assert plot_timeline(Analysis(d, Thresholds(), (), ()), tmp_path / "t.png")
-    assert len(calls) == 3  # generation, updates, their hatched queue parts
-    assert all(n <= PLOT_BARS + 1 for n in calls), calls
+    # generation, updates, their queue parts (twice: the hatch's mask and the outline), the frame
+    assert 1 < len(calls) <= 4 * SIZE[0] + 1, len(calls)
+    assert Image.open(tmp_path / "t.png").size == SIZE
+
+
+def _colour_columns(png, colour: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The pixel columns and rows where ``colour`` is."""
+    pixels = np.asarray(Image.open(png).convert("RGB"))
+    rows, columns = np.nonzero((pixels == np.array(colour, dtype=np.uint8)).all(axis=2))
+    return np.unique(columns), np.unique(rows)
+
+
+def test_the_picture_puts_each_bar_where_its_span_is(tmp_path):
+    """A run of 100 s: generation for its first half, the trainer computing for its second, one
+    update at 90-100 s whose first half queued. Each colour is in its row (generation at the bottom,
+    rows in the order of ROWS) and in the columns of its span; the queue part is hatched in black."""
+    t0 = 1.7e9
+    bars = {
+        "gen": (np.array([t0]), np.array([t0 + 50.0])),
+        "train": (np.array([t0 + 50.0]), np.array([t0 + 100.0])),
+        "update": (np.array([t0 + 90.0]), np.array([t0 + 100.0])),
+    }
+    png = tmp_path / "t.png"
+    draw(PlotData(bars, (np.array([90.0]), np.array([5.0])), t0, 100.0 / 2000, "a title"), png)
+    assert Image.open(png).size == SIZE
+    gen_x, gen_y = _colour_columns(png, COLORS[ROWS.index("gen")])
+    train_x, train_y = _colour_columns(png, COLORS[ROWS.index("train")])
+    update_x, update_y = _colour_columns(png, COLORS[ROWS.index("update")])
+    assert gen_y.min() > update_y.max() and update_y.min() > train_y.max()  # gen at the bottom
+    width = gen_x.max() - gen_x.min()
+    assert abs(train_x.min() - gen_x.max()) <= 2 and abs((train_x.max() - train_x.min()) - width) <= 2
+    assert (
+        abs((update_x.max() - update_x.min()) - width / 5) <= 2 and abs(update_x.max() - train_x.max()) <= 2
+    )
+    # the update's queued first half: black hatch lines between its colour, none in its second half
+    pixels = np.asarray(Image.open(png).convert("RGB"))
+    band = pixels[update_y.min() + 2 : update_y.max() - 1]
+    middle = (update_x.min() + update_x.max()) // 2
+    black = (band == 0).all(axis=2)
+    assert (
+        black[:, update_x.min() + 2 : middle - 2].any()
+        and not black[:, middle + 2 : update_x.max() - 2].any()
+    )
+    plot = pixels[train_y.min() : gen_y.max() + 1, gen_x.min() : train_x.max() + 1]  # the bars' area
+    for kind in ("ckpt_wait", "ckpt_write", "train_wait"):  # no span: nothing of their colour there
+        assert not (plot == np.array(COLORS[ROWS.index(kind)], dtype=np.uint8)).all(axis=2).any(), kind
 
 
 def test_merge_bars_keeps_far_bars_and_merges_close_ones():
@@ -87,32 +134,20 @@ def test_merge_bars_merges_as_the_list_of_lists_did(bars, resolution):
 
 def test_a_long_runs_timeline_draws_the_middle_the_kept_spans_leave_out(tmp_path, analyze, monkeypatch):
     """The spans kept as objects are the first and last SPANS_KEPT of each kind; the plot of them
-    left a long run's middle empty. Every row is drawn from every span now: each has bars in the
-    run's middle third."""
-    import matplotlib.axes
+    left a long run's middle empty. Every row is drawn from every span now: each row's colour is
+    in many pixel columns of the picture's middle third."""
     from tests.support.synthetic_logs import make_run
 
     from prime_rl.analysis import stats
 
     monkeypatch.setattr(stats, "SPANS_KEPT", 20)
     files = make_run("healthy", steps=300, seed=2).write(tmp_path / "logs")
-    drawn: dict[float, list[tuple[float, float]]] = {}
-    real = matplotlib.axes.Axes.broken_barh
-    monkeypatch.setattr(
-        matplotlib.axes.Axes,
-        "broken_barh",
-        lambda self, bars, yrange, **k: (
-            drawn.setdefault(yrange[0], list(bars)) and real(self, bars, yrange, **k)
-        ),
-    )
     summary, _ = analyze(files.values(), tmp_path / "out")
     assert summary["spans_dropped"]["gen"] > 200  # most spans are not kept as objects
-    rows = sorted(drawn)  # generation, ckpt wait, ckpt write, update, trainer compute, trainer waits
-    assert len(rows) == 6
-    run_end = max(a + w for bars in drawn.values() for a, w in bars)
-    for y in rows:
-        middle = [a for a, _ in drawn[y] if run_end / 3 < a < 2 * run_end / 3]
-        assert len(middle) > 10, f"row at {y}: nothing drawn in the run's middle third"
+    for kind, colour in zip(ROWS, COLORS, strict=True):
+        columns, _ = _colour_columns(tmp_path / "out" / "timeline.png", colour)
+        middle = columns[(columns > SIZE[0] * 0.4) & (columns < SIZE[0] * 0.6)]
+        assert len(middle) > 10, f"{kind}: nothing drawn in the run's middle"
 
 
 SPAN = st.tuples(st.integers(0, 400), st.integers(0, 6))
