@@ -165,10 +165,10 @@ def _run(
 def cli() -> None:
     """The console script (``analyze-logs``, ``python -m prime_rl.analysis``): :func:`main`, then out
     without the interpreter's teardown, which frees the analysis's objects one by one (35 ms of a
-    1M-line run) when the process is about to end anyway. By then every file is written and closed,
-    the plot process has ended and the threads are done; an error leaves the usual way. A reader
-    of what it prints that went away (``| head -1``) gets the status the interpreter gives then, 120,
-    without a traceback: the report is written before it prints."""
+    1M-line run) when the process is about to end anyway. By then every file is written and closed
+    and the threads are done; an error leaves the usual way. A reader of what it prints that went
+    away (``| head -1``) gets the status the interpreter gives then, 120, without a traceback: the
+    report is written before it prints."""
     try:
         main()
         sys.stdout.flush()

@@ -280,7 +280,7 @@ def plot_data(a: Analysis) -> PlotData | None:
 
 
 def plot_timeline(a: Analysis, path: Path) -> bool:
-    """timeline.png, drawn here (:func:`plot_data`, then :func:`~prime_rl.analysis.timeline_plot.draw`);
+    """timeline.png (:func:`plot_data`, then :func:`~prime_rl.analysis.timeline_plot.draw`);
     returns False when there is nothing to draw."""
     data = plot_data(a)
     if data is None:
