@@ -42,6 +42,10 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+class RawJSON(str):
+    """Text that is JSON already (made by polars from columns): written as it is."""
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
     """``json.dumps(obj, default=str)`` with every float that is not finite written as ``null``.
     (The usual object has none: it is dumped as it is, and walked only when the dump refuses it.)"""

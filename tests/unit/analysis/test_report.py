@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import Shape, make_run
 
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.findings import Finding
@@ -94,3 +94,47 @@ def test_front_end_saturation_names_the_numbers_and_the_fix(tmp_path, analyze):
     assert "Front-end queue saturation" in md and "queue_ms mean" in md and "vs rpc_ms mean" in md
     assert "client.send -> server.recv median" in summary["primary"]["evidence"]
     assert any("dedicated admin client" in s for s in summary["primary"]["next"])
+
+
+def test_summary_json_lists_the_updates_as_their_records_say(tmp_path, collected):
+    """summary.json's updates are written by polars from the columns: each is its record's
+    to_dict() (every field, send_to_recv_ms), nulls and all, for a table of a real join (retries,
+    several servers, updates with no server line) and for hand-made records; only the first
+    JSON_UPDATES are listed."""
+    import json
+
+    from prime_rl.analysis import report
+    from prime_rl.analysis.output import dumps
+    from prime_rl.analysis.parser import ParseStats, parse_files
+    from prime_rl.analysis.stats import collect
+    from prime_rl.analysis.update_table import UpdateTable
+
+    paths = []
+    for scenario in ("slow_reload", "rate_limited"):
+        run = make_run(scenario, steps=12, seed=5, shape=Shape(servers=3, slow_server=1))
+        files = run.write(tmp_path / scenario)
+        paths += [(name if name in ("orchestrator", "trainer") else "inference", p) for name, p in files.items()]
+    lonely = tmp_path / "orchestrator_more.log"  # an update no server logged, one that failed
+    lonely.write_text(
+        "2026-01-01 13:00:00.000 | INFO    | [weights][lonely1] client.send url=http://h:9 path=/update_weights t=1.0\n"
+        "2026-01-01 13:00:00.300 | INFO    | [weights][lonely1] client.done wall_ms=300.0 rpc_ms=290.0 queue_ms=10.0\n"
+        "2026-01-01 13:00:01.000 | INFO    | [weights][lonely2] client.send url=http://h:9 path=/update_weights t=2.0\n"
+        "2026-01-01 13:00:01.100 | INFO    | [weights][lonely2] client.error status=500\n"
+    )
+    paths.append(("orchestrator", lonely))
+    stats = ParseStats()
+    d = collect(parse_files(paths, stats), stats)
+    assert isinstance(d.updates, UpdateTable) and len(d.updates) > 30
+    assert any(u.server is None for u in d.updates) and any(u.send_to_recv_ms is None for u in d.updates)
+    records = [
+        Update("a", url="http://h", send_ts=1.0, send_t=5.0, recv_ts=1.2, recv_t=5.1, wall_ms=300.0),
+        Update("b", failed=True, target="x"),
+    ]
+    for updates in (d.updates, tuple(records)):
+        written = json.loads(report._updates_json(collected(updates=updates)))
+        assert written == json.loads(dumps([u.to_dict() for u in updates]))
+    report.JSON_UPDATES, was = 3, report.JSON_UPDATES
+    try:
+        assert len(json.loads(report._updates_json(d))) == 3
+    finally:
+        report.JSON_UPDATES = was
