@@ -113,7 +113,9 @@ def test_summary_json_lists_the_updates_as_their_records_say(tmp_path, collected
     for scenario in ("slow_reload", "rate_limited"):
         run = make_run(scenario, steps=12, seed=5, shape=Shape(servers=3, slow_server=1))
         files = run.write(tmp_path / scenario)
-        paths += [(name if name in ("orchestrator", "trainer") else "inference", p) for name, p in files.items()]
+        paths += [
+            (name if name in ("orchestrator", "trainer") else "inference", p) for name, p in files.items()
+        ]
     lonely = tmp_path / "orchestrator_more.log"  # an update no server logged, one that failed
     lonely.write_text(
         "2026-01-01 13:00:00.000 | INFO    | [weights][lonely1] client.send url=http://h:9 path=/update_weights t=1.0\n"
