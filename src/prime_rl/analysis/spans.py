@@ -1,11 +1,11 @@
-"""Spans: things that took time, made by the collection in blocks of columns and turned into
-:class:`Span` objects only where a report asks for them.
+"""Spans: things that took time, made by the collection in blocks of columns, read by the
+reports as columns (:class:`SpanColumns`) or, where one asks for them, as :class:`Span` objects.
 
 A long run keeps the first and last spans of each kind (``stats.SPANS_KEPT``, 20,000: 240,000
-objects for a run with every kind). timeline.txt shows the first 50,000 in time order and looks
-up the generation batches; only ``--trace`` writes them all. :class:`KeptSpans` holds the kept rows
-as parts of their blocks and makes the objects each of those asks for: making all of them took
-0.2-0.3 s of the collection's main thread (with the GIL) on every long run.
+spans for a run with every kind). timeline.txt shows the first 50,000 in time order and looks
+up the generation batches, both as columns; only ``--trace`` makes every span an object.
+:class:`KeptSpans` holds the kept rows as parts of their blocks: making every object took 0.2-0.3 s
+of the collection's main thread (with the GIL) on every long run, the first 50,000 0.05 s.
 """
 
 from __future__ import annotations
@@ -48,12 +48,16 @@ class SpanBlock:
     def __len__(self) -> int:
         return len(self.start) - self.first
 
-    def spans(self, kind: str, rows: Sequence[int]) -> list[Span]:
-        """The spans of ``rows`` as objects, in that order."""
-        if isinstance(self.start, pl.Series):  # a block of columns: their lists, made once
+    def lists(self) -> None:
+        """Make the block's columns lists, once (a block made from a frame holds polars columns)."""
+        if isinstance(self.start, pl.Series):
             self.start, self.end, self.args = self.start.to_list(), self.end.to_list(), self.args.to_list()
             if self.info:
                 self.info = {key: values.to_list() for key, values in self.info.items()}
+
+    def spans(self, kind: str, rows: Sequence[int]) -> list[Span]:
+        """The spans of ``rows`` as objects, in that order."""
+        self.lists()
         label = self.label.format
         start, end, args = self.start, self.end, self.args
         if not self.info:
@@ -65,14 +69,38 @@ class SpanBlock:
         ]
 
 
+@dataclass
+class SpanColumns:
+    """Spans as columns, in start order: what a report reads of many spans (timeline.txt's 50,000)
+    without an object each."""
+
+    kind: list[str]
+    start: np.ndarray
+    end: np.ndarray
+    label: list[str]
+    info: dict[str, list]
+    """Each info key some span has: its value in every span (None where a span has none)."""
+
+    @classmethod
+    def of(cls, spans: Sequence[Span]) -> SpanColumns:
+        keys = dict.fromkeys(key for s in spans for key in s.info)
+        return cls(
+            [s.kind for s in spans],
+            np.array([s.start for s in spans], dtype=np.float64),
+            np.array([s.end for s in spans], dtype=np.float64),
+            [s.label for s in spans],
+            {key: [s.info.get(key) for s in spans] for key in keys},
+        )
+
+
 Part = tuple[str, SpanBlock, int, int]
 """Rows ``lo:hi`` of a block of one kind: ``(kind, block, lo, hi)``."""
 
 
 class KeptSpans(Sequence[Span]):
     """The kept spans in start order (a stable sort of the parts' rows, in the order of ``parts``),
-    made into objects when asked: all of them (indexing, iteration: ``--trace``), the first ``n``
-    (:meth:`first`) or one kind's (:meth:`of_kind`)."""
+    made into objects when asked (indexing, iteration: ``--trace``), or read as columns: the first
+    ``n``, or one kind's (:meth:`columns`)."""
 
     def __init__(self, parts: list[Part]) -> None:
         self._parts = [p for p in parts if p[3] > p[2]]
@@ -104,19 +132,41 @@ class KeptSpans(Sequence[Span]):
 
     __hash__ = None  # type: ignore[assignment]  # mutable-like: equal to a list of the same spans
 
-    def first(self, n: int) -> list[Span]:
-        """The first ``n`` in start order (what ``self[:n]`` holds), made alone."""
+    def columns(self, n: int | None = None, kind: str | None = None) -> SpanColumns:
+        """The first ``n`` (all: None) of the spans of ``kind`` (all: None) in start order, as columns."""
         if self._all is not None:
-            return self._all[:n]
-        return self._make(self._sorted()[:n])
+            return SpanColumns.of([s for s in self._all if kind is None or s.kind == kind][:n])
+        if kind is not None:
+            return KeptSpans([p for p in self._parts if p[0] == kind]).columns(n)
+        rows = self._sorted()[:n]
+        m = len(rows)
+        out = SpanColumns([""] * m, np.empty(m), np.empty(m), [""] * m, {})
+        for at, p, local in self._by_part(rows):
+            kind_p, block, _, _ = self._parts[p]
+            block.lists()
+            out.start[at] = np.asarray(block.start, dtype=np.float64)[local]
+            out.end[at] = np.asarray(block.end, dtype=np.float64)[local]
+            label, args = block.label.format, block.args
+            ks, ls = at.tolist(), local.tolist()
+            for k, i in zip(ks, ls, strict=True):
+                out.kind[k] = kind_p
+                out.label[k] = label(args[i])
+            for key, values in (block.info or {}).items():
+                column = out.info.setdefault(key, [None] * m)
+                for k, i in zip(ks, ls, strict=True):
+                    column[k] = values[i]
+        return out
 
-    def of_kind(self, kind: str) -> list[Span]:
-        """The spans of ``kind``, in start order (what filtering ``self`` by kind gives)."""
-        if self._all is not None:
-            return [s for s in self._all if s.kind == kind]
-        parts = [p for p in self._parts if p[0] == kind]
-        kept = KeptSpans(parts)
-        return kept._make(kept._sorted())
+    def _by_part(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
+        """``rows`` (numbered through the parts in turn) grouped by part: where each group's rows
+        are in ``rows``, its part, and their rows in that part's block."""
+        part = np.searchsorted(self._ends, rows, side="right")
+        by_part = np.argsort(part, kind="stable")
+        cuts = np.flatnonzero(np.diff(part[by_part])) + 1
+        for at in np.split(by_part, cuts) if len(rows) else ():
+            p = int(part[at[0]])
+            first = int(self._ends[p] - self._sizes[p])
+            yield at, p, rows[at] - first + self._parts[p][2]
 
     def _every(self) -> list[Span]:
         if self._all is None:
@@ -136,24 +186,16 @@ class KeptSpans(Sequence[Span]):
         """The spans of ``rows`` (numbered through the parts in turn), in that order: each part's
         rows made together."""
         out: list[Any] = [None] * len(rows)
-        part = np.searchsorted(self._ends, rows, side="right")
-        by_part = np.argsort(part, kind="stable")
-        cuts = np.flatnonzero(np.diff(part[by_part])) + 1
-        for at in np.split(by_part, cuts) if len(rows) else ():
-            p = int(part[at[0]])
-            kind, block, lo, _ = self._parts[p]
-            first = int(self._ends[p] - self._sizes[p])
-            local = (rows[at] - first + lo).tolist()
-            for k, span in zip(at.tolist(), block.spans(kind, local), strict=True):
+        for at, p, local in self._by_part(rows):
+            kind, block, _, _ = self._parts[p]
+            for k, span in zip(at.tolist(), block.spans(kind, local.tolist()), strict=True):
                 out[k] = span
         return out
 
 
-def first_spans(spans: Sequence[Span], n: int) -> list[Span]:
-    """The first ``n`` of spans in start order (:class:`KeptSpans` makes only those)."""
-    return spans.first(n) if isinstance(spans, KeptSpans) else list(spans[:n])
-
-
-def spans_of_kind(spans: Sequence[Span], kind: str) -> list[Span]:
-    """The spans of ``kind`` among spans in start order (:class:`KeptSpans` makes only those)."""
-    return spans.of_kind(kind) if isinstance(spans, KeptSpans) else [s for s in spans if s.kind == kind]
+def span_columns(spans: Sequence[Span], n: int | None = None, kind: str | None = None) -> SpanColumns:
+    """The first ``n`` (all: None) of the spans of ``kind`` (all: None) among spans in start order,
+    as columns (:class:`KeptSpans` makes no object for them)."""
+    if isinstance(spans, KeptSpans):
+        return spans.columns(n, kind)
+    return SpanColumns.of([s for s in spans if kind is None or s.kind == kind][:n])

@@ -1,12 +1,12 @@
-"""KeptSpans: the kept rows of span blocks, made into objects only as asked, in the order a stable
-sort of every span by start gives."""
+"""KeptSpans: the kept rows of span blocks, made into objects or read as columns only as asked, in
+the order a stable sort of every span by start gives."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prime_rl.analysis.spans import KeptSpans, Span, SpanBlock, first_spans, spans_of_kind
+from prime_rl.analysis.spans import KeptSpans, Span, SpanBlock, SpanColumns, span_columns
 
 PART = st.tuples(
     st.sampled_from(["gen", "update", "train"]),
@@ -42,17 +42,35 @@ def test_kept_spans_made_alone_are_the_stable_sort_of_every_span(parts, n):
     ordered = sorted(every, key=lambda s: s.start)
     kept = KeptSpans(made)
     assert len(kept) == len(ordered) and bool(kept) == bool(ordered)
-    assert first_spans(kept, n) == ordered[:n]
-    assert spans_of_kind(kept, "gen") == [s for s in ordered if s.kind == "gen"]
+    assert _spans(span_columns(kept, n)) == ordered[:n]
+    assert _spans(span_columns(kept, kind="gen")) == [s for s in ordered if s.kind == "gen"]
     assert list(kept) == ordered and kept == ordered and kept[: n + 1] == ordered[: n + 1]
     # once all are made, the same answers from them
-    assert kept.first(n) == ordered[:n] and kept.of_kind("update") == [
-        s for s in ordered if s.kind == "update"
+    assert _spans(kept.columns(n)) == ordered[:n]
+    assert _spans(kept.columns(None, "update")) == [s for s in ordered if s.kind == "update"]
+
+
+def _spans(columns: SpanColumns) -> list[Span]:
+    """The columns as the spans they hold (a key a span has no value for is left out of its info)."""
+    return [
+        Span(
+            kind,
+            columns.start[i],
+            columns.end[i],
+            columns.label[i],
+            {key: values[i] for key, values in columns.info.items() if values[i] is not None},
+        )
+        for i, kind in enumerate(columns.kind)
     ]
 
 
 def test_a_list_of_spans_answers_the_same_questions():
     """A hand-built Collected holds a list: the helpers read it as it is."""
-    spans = [Span("gen", 0.0, 1.0, "a"), Span("update", 0.5, 0.7, "b"), Span("gen", 2.0, 3.0, "c")]
-    assert first_spans(spans, 2) == spans[:2]
-    assert [s.label for s in spans_of_kind(spans, "gen")] == ["a", "c"]
+    spans = [
+        Span("gen", 0.0, 1.0, "a"),
+        Span("update", 0.5, 0.7, "b", {"ms": 2.0}),
+        Span("gen", 2.0, 3.0, "c"),
+    ]
+    assert _spans(span_columns(spans, 2)) == spans[:2]
+    assert span_columns(spans, 2).info == {"ms": [None, 2.0]}
+    assert span_columns(spans, kind="gen").label == ["a", "c"]

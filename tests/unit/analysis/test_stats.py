@@ -368,9 +368,14 @@ def _check_blocks(stats, blocks, kept):
         for s in (spans if len(spans) <= 2 * kept else spans[:kept] + spans[-kept:])
     ]
     kept_spans, ordered = store.kept(), sorted(want, key=lambda s: s.start)
-    # made alone (before the whole list is): the first few, and each kind's, as the list holds them
-    assert kept_spans.first(3) == ordered[:3] and len(kept_spans) == len(ordered)
-    assert all(kept_spans.of_kind(k) == [s for s in ordered if s.kind == k] for k in ("gen", "update"))
+    # read alone (before the whole list is made): the first few, and each kind's, as the list holds them
+    first = kept_spans.columns(3)
+    assert list(zip(first.kind, first.start.tolist(), first.label, strict=True)) == [
+        (s.kind, s.start, s.label) for s in ordered[:3]
+    ]
+    assert len(kept_spans) == len(ordered)
+    for k in ("gen", "update"):
+        assert kept_spans.columns(None, k).label == [s.label for s in ordered if s.kind == k]
     assert list(kept_spans) == ordered
     assert store.dropped == {k: len(v) - 2 * kept for k, v in made.items() if len(v) > 2 * kept}
 
