@@ -132,11 +132,12 @@ class Layout:
         if not bars:
             return []
         at = np.array(bars, dtype=np.float64)
-        first = np.floor(self.left + (at[:, 0] - self.lo) * self.scale).astype(np.int64)
-        last = np.maximum(
-            np.ceil(self.left + (at[:, 0] + at[:, 1] - self.lo) * self.scale).astype(np.int64) - 1, first
-        )
-        first, last = np.clip(first, self.left, self.right), np.clip(last, self.left, self.right)
+        with np.errstate(invalid="ignore", over="ignore"):
+            x0 = self.left + (at[:, 0] - self.lo) * self.scale
+            x1 = self.left + (at[:, 0] + at[:, 1] - self.lo) * self.scale
+        drawn = np.isfinite(x0) & np.isfinite(x1)  # clipped to the plot before they are made whole numbers
+        first = np.clip(np.floor(x0[drawn]), self.left, self.right).astype(np.int64)
+        last = np.maximum(np.clip(np.ceil(x1[drawn]) - 1, self.left, self.right).astype(np.int64), first)
         covered = np.zeros(self.right - self.left + 2, dtype=np.int64)
         np.add.at(covered, first - self.left, 1)
         np.add.at(covered, last - self.left + 1, -1)
@@ -155,7 +156,9 @@ class Layout:
         for k in range(math.ceil(self.lo / step), math.floor(hi / step) + 1):
             x = round(self.x(k * step))
             pen.line((x, self.bottom, x, self.bottom + 4), fill="black")
-            pen.text((x, self.bottom + 6), f"{k * step:.{decimals}f}", fill="black", font=font, anchor="ma")
+            value = k * step
+            text = f"{value:.3g}" if abs(value) >= 1e7 else f"{value:.{decimals}f}"  # no 300-digit number
+            pen.text((x, self.bottom + 6), text, fill="black", font=font, anchor="ma")
         for row, label in enumerate(_LABELS):
             top, bottom = self.bar(row)
             middle = (top + bottom) / 2

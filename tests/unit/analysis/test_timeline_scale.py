@@ -132,6 +132,21 @@ def test_merge_bars_merges_as_the_list_of_lists_did(bars, resolution):
 # --- a long run's rows drawn whole ----------------------------------------------------------------
 
 
+def test_the_picture_of_hostile_times_and_titles_is_drawn_without_a_warning(tmp_path):
+    """Bars at 1e300 s or without an end (inf, NaN), a queue part of NaN, and titles with line
+    breaks, control characters, emoji or 500 characters: a picture, no error and no numpy warning
+    (a cast of inf to a whole number warned, and gave a column anywhere)."""
+    import warnings
+
+    bars = {"gen": (np.array([0.0, 5.0, 1e300]), np.array([1.0, np.inf, np.nan]))}
+    queued = (np.array([np.nan, 1.0]), np.array([1.0, 1e308]))
+    for title in ("a\nb", "x" * 500, "é😀\x00\x1b[31m", ""):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            draw(PlotData(bars, queued, 0.0, 1e-3, title), tmp_path / "t.png")
+        assert Image.open(tmp_path / "t.png").size == SIZE
+
+
 def test_a_long_runs_timeline_draws_the_middle_the_kept_spans_leave_out(tmp_path, analyze, monkeypatch):
     """The spans kept as objects are the first and last SPANS_KEPT of each kind; the plot of them
     left a long run's middle empty. Every row is drawn from every span now: each row's colour is
