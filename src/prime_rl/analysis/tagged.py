@@ -386,11 +386,12 @@ class TaggedLines:
     def by_tag(self) -> list[tuple[str, TaggedLines]]:
         """(tag, the lines with that tag) in line order within each tag; made once (the parts keep
         the fields read from them)."""
+        if self._parts is not None:  # split before (the parse's thread splits every batch)
+            return self._parts
         tags = self.frame.get_column("tag")
         if tags.n_unique() == 1:  # not kept: a batch that held itself would be a reference cycle
             return [(tags[0], self)]
-        if self._parts is None:
-            self._parts = self._split()
+        self._parts = self._split()
         return self._parts
 
     def _split(self) -> list[tuple[str, TaggedLines]]:
