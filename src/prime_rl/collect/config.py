@@ -395,7 +395,9 @@ class MergeConfig(SourceConfig):
     """Files to merge (positional arguments, or --inputs a.jsonl,b.jsonl)."""
 
     output_jsonl_fpath: Path
-    """Merged file, written atomically (it must not be one of the inputs)."""
+    """Merged file, written atomically (it must not be one of the inputs). An existing file is
+    replaced only when it holds rollout records (an earlier merge's) or nothing; any other file is
+    refused, left as it is."""
 
     @model_validator(mode="after")
     def _check_output(self) -> MergeConfig:

@@ -75,7 +75,36 @@ def merge(cfg: MergeConfig) -> MergeResult:
     with contextlib.ExitStack() as locks:
         for path in dict.fromkeys(os.path.realpath(p) for p in (cfg.output_jsonl_fpath, *cfg.inputs)):
             locks.enter_context(exclusive(Path(path)))
+        _check_replaceable(Path(os.path.realpath(cfg.output_jsonl_fpath)))
         return _merge(cfg)
+
+
+FIRST_LINE_MAX = 64 << 20
+"""How much of an existing output is read for its first record."""
+
+
+def _check_replaceable(out: Path) -> None:
+    """The merge replaces its output: an earlier merge's (or a run's) rollouts are replaced, an empty
+    file too; a file whose first line is no rollout record (a task file or a config named by
+    mistake) is refused with its name, and left as it is."""
+    try:
+        with open(out, "rb") as f:
+            first = b""
+            while not first.strip():
+                first = f.readline(FIRST_LINE_MAX)
+                if not first:
+                    return  # empty, or blank lines only
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise OutputError(f"merge output {out} is a directory; give a file name") from None
+    try:
+        record_key(json.loads(first))
+    except ValueError as e:  # not JSON, not UTF-8, not a record
+        raise OutputError(
+            f"{out}:1: the merge output exists and holds no rollout record ({e}); the merge would replace it: "
+            f"give another --output, or remove {out} first"
+        ) from None
 
 
 def _merge(cfg: MergeConfig) -> MergeResult:

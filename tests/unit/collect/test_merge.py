@@ -67,3 +67,37 @@ def test_a_glob_that_picks_up_failures_and_rejects_files_merges_only_the_rollout
     cfg, _ = load_config(MergeConfig, ["--output", str(out), str(failures)])
     with pytest.raises(ValueError, match="every input is a failures or rejects file"):
         merge(cfg)
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [
+        '{"prompt": "what is 2+2?", "answer": "4"}\n',  # a task file given as --output by mistake
+        "model = 'x'\n",  # a TOML config
+        "\n\n[1, 2]\n",  # JSON, no record
+    ],
+)
+def test_merge_refuses_to_replace_a_file_that_holds_no_rollouts(tmp_path, existing):
+    """The merge replaced whatever --output named: a task file given by mistake was lost. A file
+    whose first line is no rollout record is refused with its name and left as it is; an earlier
+    merge's output (or an empty file) is replaced."""
+    from prime_rl.collect.store import OutputError
+
+    shard = tmp_path / "rollouts_0.jsonl"
+    shard.write_text(json.dumps({"task_index": 0, "repeat_index": 0, "task": {"q": 0}}) + "\n")
+    out = tmp_path / "tasks.jsonl"
+    out.write_text(existing)
+    cfg, _ = load_config(MergeConfig, ["--output", str(out), str(shard)])
+    with pytest.raises(
+        OutputError, match=r"tasks.jsonl:1: the merge output exists and holds no rollout record"
+    ):
+        merge(cfg)
+    assert out.read_text() == existing
+    out.write_text(
+        json.dumps({"task_index": 7, "repeat_index": 0, "task": {"q": 7}}) + "\n"
+    )  # an earlier merge
+    assert merge(cfg).records == 1 and json.loads(out.read_text())["task_index"] == 0
+    (tmp_path / "dir.jsonl").mkdir()
+    cfg, _ = load_config(MergeConfig, ["--output", str(tmp_path / "dir.jsonl"), str(shard)])
+    with pytest.raises(OutputError, match="is a directory"):
+        merge(cfg)
