@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_rl.envs.base import PROMPT_FIELDS, EnvError, Environment, task_messages
+from prime_rl.envs.base import PROMPT_FIELDS, EnvError, Environment, loads_task, task_messages
 from prime_rl.paths import fsync_dir
 
 REJECT_RAW_CHARS = 500
@@ -119,8 +119,8 @@ def _parse(raw: bytes, env: Environment | None) -> tuple[dict[str, Any], list[di
     if not raw.strip():
         raise EnvError("blank line")
     try:
-        row = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        row = loads_task(raw)
+    except ValueError as e:  # not JSON, not UTF-8, NaN or Infinity
         raise EnvError(f"not valid JSON ({e})") from None
     return row, check_task(row, env)
 
@@ -173,8 +173,8 @@ def row_at(path: Path, index: int) -> Any:
     for i, raw in _lines(path):
         if i == index:
             try:
-                return json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                return loads_task(raw)
+            except ValueError:
                 return None
     return None
 

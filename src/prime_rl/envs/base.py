@@ -137,6 +137,17 @@ def task_messages(task: Task, system: str | None = None) -> list[dict[str, Any]]
     raise EnvError(f"no prompt: a task needs one of the fields {', '.join(PROMPT_FIELDS)}")
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_task(text: str | bytes) -> Any:
+    """A task line's JSON as JSON has it: ``NaN`` and ``Infinity``, which Python's json takes, are
+    refused (a ValueError naming them): echoed into the rollouts, they made lines that jq and other
+    JSON readers refuse."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:
     """Tasks from a JSONL file; a bad line raises :class:`EnvError` naming file, line and field."""
     path = Path(path)
@@ -154,8 +165,8 @@ def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
+                row = loads_task(line)
+            except ValueError as e:
                 raise EnvError(f"{path}:{lineno}: not valid JSON: {e}") from e
             if not isinstance(row, dict):
                 raise EnvError(f"{path}:{lineno}: expected a JSON object")

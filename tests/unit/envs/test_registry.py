@@ -44,6 +44,9 @@ def test_environment_errors_name_the_problem(tmp_path):
     bad.write_text("{oops\n")
     with pytest.raises(EnvError, match=r"bad.jsonl:1: not valid JSON"):
         load_env("math", {"path": str(bad)})
+    bad.write_text('{"question": "q", "answer": "1"}\n{"question": "q", "answer": Infinity}\n')
+    with pytest.raises(EnvError, match=r"bad.jsonl:2: not valid JSON: Infinity is not a JSON number"):
+        load_env("math", {"path": str(bad)})
     bad.write_bytes(b'{"question": "q", "answer": "1"}\n{"question": "caf\xe9", "answer": "2"}\n')
     with pytest.raises(EnvError, match=r"bad.jsonl:2: not UTF-8 \(invalid continuation byte at byte 17\)"):
         load_env("math", {"path": str(bad)})
