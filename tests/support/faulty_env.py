@@ -12,7 +12,8 @@ from prime_rl.envs.base import Environment, Score, Task, user_prompt
 class FaultyEnv(Environment):
     """Gives reward 1.0 to every completion, except on every ``every``-th task (by its ``n``, not
     the completion): there 'raise' raises, 'hang' sleeps far past any timeout, 'die' kills the
-    worker process. 'slow' makes every call take ``delay_s`` and never fails."""
+    worker process, 'nan' gives the reward NaN and 'inf_metric' a metric of inf. 'slow' makes every
+    call take ``delay_s`` and never fails."""
 
     def __init__(self, mode: str = "raise", every: int = 2, delay_s: float = 0.05):
         self.mode, self.every, self.delay_s = mode, every, delay_s
@@ -34,4 +35,8 @@ class FaultyEnv(Environment):
                 time.sleep(3600)
             if self.mode == "die":
                 os._exit(3)
+            if self.mode == "nan":
+                return Score(reward=float("nan"))
+            if self.mode == "inf_metric":
+                return Score(reward=1.0, metrics={"ok": float("inf")})
         return Score(reward=1.0, metrics={"ok": 1.0})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prime_rl.envs.base import Task
+from prime_rl.envs.base import Task, plain_score
 from prime_rl.envs.config import VerifyConfig
 from prime_rl.envs.registry import load_env
 from prime_rl.envs.verify import Verdict, VerifierPool
@@ -33,26 +33,23 @@ class Scorer:
         start = time.perf_counter()
         try:
             turn = self._env.step(task, [dict(m) for m in messages])
+            s = None if turn.score is None else plain_score(turn.score)
         except Exception as e:  # an environment bug is data, not a crash of the run
             ms = (time.perf_counter() - start) * 1000.0
             return Verdict(0.0, {}, f"environment raised {type(e).__name__}: {e}", ms, ms)
         ms = (time.perf_counter() - start) * 1000.0
-        if turn.score is None:
+        if s is None:
             return Verdict(0.0, {}, None, ms, ms, None, turn)
-        s = turn.score
-        metrics = {k: float(v) for k, v in s.metrics.items()}
-        return Verdict(float(s.reward), metrics, None, ms, ms, s.answer, turn)
+        return Verdict(s.reward, s.metrics, None, ms, ms, s.answer, turn)
 
     async def score(self, task: Task, text: str) -> Verdict:
         if not self.inline:
             return await self._pool.score(task, text)
         start = time.perf_counter()
         try:
-            s = self._env.score(task, text)
+            s = plain_score(self._env.score(task, text))
             ms = (time.perf_counter() - start) * 1000.0
-            return Verdict(
-                float(s.reward), {k: float(v) for k, v in s.metrics.items()}, None, ms, ms, s.answer
-            )
+            return Verdict(s.reward, s.metrics, None, ms, ms, s.answer)
         except Exception as e:  # a verifier bug is data, not a crash of the run
             ms = (time.perf_counter() - start) * 1000.0
             return Verdict(0.0, {}, f"verifier raised {type(e).__name__}: {e}", ms, ms)

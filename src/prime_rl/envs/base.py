@@ -19,6 +19,7 @@ it needs is in the task and the messages), so any worker process can answer any 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,21 @@ class Score:
     metrics: dict[str, float] = field(default_factory=dict)
     answer: str | None = None
     """The final answer the verifier extracted, if any (majority voting groups samples by it)."""
+
+
+def plain_score(score: Score) -> Score:
+    """``score`` with plain floats, checked: a reward or metric that is no finite number (NaN, inf)
+    raises ValueError naming it, and the rollout is a failed one (its error says why). Trained on,
+    one NaN reward made the batch's advantages, then the loss, NaN; written, a line JSON readers refuse."""
+    reward = float(score.reward)
+    if not math.isfinite(reward):
+        raise ValueError(f"the reward {reward} is no finite number")
+    metrics = {}
+    for key, value in score.metrics.items():
+        metrics[key] = float(value)
+        if not math.isfinite(metrics[key]):
+            raise ValueError(f"the metric {key!r} = {metrics[key]} is no finite number")
+    return Score(reward, metrics, score.answer)
 
 
 class EnvError(ValueError):

@@ -2,8 +2,9 @@
 
 Each worker process builds the environment once and answers one call at a time (``score`` of a
 completion, or ``step`` of an episode: :meth:`prime_rl.envs.base.Environment.step`), talking to
-the event loop over its own pipe. A verifier that raises never takes the run down: the rollout
-gets reward 0 and its ``error`` says why (counted and reported per step). A call that exceeds
+the event loop over its own pipe. A verifier that raises, or gives a reward or metric that is no
+finite number, never takes the run down: the rollout gets reward 0 and its ``error`` says why
+(counted and reported per step). A call that exceeds
 the timeout, or a worker that dies, costs only that worker: it is killed and replaced.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from loguru import logger
 
-from prime_rl.envs.base import Score, Task, Turn
+from prime_rl.envs.base import Task, Turn, plain_score
 from prime_rl.envs.registry import load_env
 
 
@@ -41,29 +42,19 @@ def _worker_main(conn: Connection, env_name: str, options: dict[str, Any]) -> No
                     raise TypeError(f"step() returned {type(turn).__name__}, not a Turn")
                 reply = ("ok", _plain_turn(turn), {}, None)
             else:
-                score = env.score(task, arg)
-                reply = ("ok", float(score.reward), _plain_metrics(score.metrics), score.answer)
+                score = plain_score(env.score(task, arg))
+                reply = ("ok", score.reward, score.metrics, score.answer)
         except Exception as e:  # reported to the orchestrator as data
             what = "environment" if kind == "step" else "verifier"
             reply = ("error", f"{what} raised {type(e).__name__}: {e}", {}, None)
         conn.send((*reply, (time.perf_counter() - start) * 1000.0))
 
 
-def _plain_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items()}
-
-
 def _plain_turn(turn: Turn) -> Turn:
-    """The turn with plain floats in its score (what crosses the pipe is checked here, once)."""
+    """The turn with plain, finite floats in its score (what crosses the pipe is checked here, once)."""
     if turn.score is None:
         return turn
-    s = turn.score
-    return Turn(
-        turn.messages,
-        Score(float(s.reward), _plain_metrics(s.metrics), s.answer),
-        turn.tool_ms,
-        turn.tool_errors,
-    )
+    return Turn(turn.messages, plain_score(turn.score), turn.tool_ms, turn.tool_errors)
 
 
 @dataclass

@@ -10,10 +10,11 @@ from tests.support import FAULTY_ENV
 from prime_rl.envs.verify import VerifierPool
 
 
-@pytest.mark.parametrize("mode", ["raise", "hang", "die"])
+@pytest.mark.parametrize("mode", ["raise", "hang", "die", "nan", "inf_metric"])
 def test_verifier_faults_become_recorded_failures(mode):
-    """Real worker processes: a raising, hanging or dying verifier yields reward 0 + error, and later
-    calls still work (a hung or dead pool is replaced)."""
+    """Real worker processes: a raising, hanging or dying verifier, or one whose reward or metric is
+    no finite number (trained on, a NaN reward made the loss NaN), yields reward 0 + error, and
+    later calls still work (a hung or dead pool is replaced)."""
 
     async def go():
         pool = VerifierPool(FAULTY_ENV, {"mode": mode}, workers=1, timeout_s=3.0)
@@ -27,5 +28,11 @@ def test_verifier_faults_become_recorded_failures(mode):
 
     bad, good, again = asyncio.run(go())
     assert bad.reward == 0.0 and bad.error
-    assert {"raise": "ValueError", "hang": "timed out", "die": "died"}[mode] in bad.error
+    assert {
+        "raise": "ValueError",
+        "hang": "timed out",
+        "die": "died",
+        "nan": "the reward nan is no finite number",
+        "inf_metric": "the metric 'ok' = inf is no finite number",
+    }[mode] in bad.error
     assert good.error is None and good.reward == 1.0 and again.reward == 1.0
