@@ -183,8 +183,12 @@ def _nice_step(rough: float) -> float:
 
 
 def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
-    """Pillow's own font at :data:`_FONT_PX` pixels (its bitmap font where FreeType is missing)."""
-    return ImageFont.load_default(size=_FONT_PX)
+    """Pillow's own font at :data:`_FONT_PX` pixels (its bitmap font where Pillow was built without
+    FreeType: the scalable one then raises ImportError)."""
+    try:
+        return ImageFont.load_default(size=_FONT_PX)
+    except ImportError:
+        return ImageFont.load_default_imagefont()
 
 
 def merge_bars(bars: list[tuple[float, float]], resolution: float) -> list[tuple[float, float]]:

@@ -147,6 +147,20 @@ def test_the_picture_of_hostile_times_and_titles_is_drawn_without_a_warning(tmp_
         assert Image.open(tmp_path / "t.png").size == SIZE
 
 
+def test_a_pillow_without_freetype_draws_with_its_bitmap_font(tmp_path, monkeypatch):
+    """Pillow built without FreeType raises ImportError for its scalable font: the picture is drawn
+    with the bitmap one instead of failing the report."""
+    from PIL import ImageFont
+
+    def no_freetype(size=None):
+        raise ImportError("The _imagingft C module is not installed")
+
+    monkeypatch.setattr(ImageFont, "load_default", no_freetype)
+    bars = {"gen": (np.array([0.0]), np.array([10.0]))}
+    draw(PlotData(bars, (np.array([]), np.array([])), 0.0, 0.01, "title"), tmp_path / "t.png")
+    assert len(_colour_columns(tmp_path / "t.png", COLORS[0])[0]) > 100
+
+
 def test_a_long_runs_timeline_draws_the_middle_the_kept_spans_leave_out(tmp_path, analyze, monkeypatch):
     """The spans kept as objects are the first and last SPANS_KEPT of each kind; the plot of them
     left a long run's middle empty. Every row is drawn from every span now: each row's colour is
