@@ -73,6 +73,13 @@ def test_the_command_leaves_without_teardown_once_its_output_is_out(tmp_path):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["primary"]["kind"] == "slow_reload"
     bad = subprocess.run([*run, "--threshold", "x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "expected NAME=VALUE" in bad.stderr
+    at_exit = (  # an atexit handler runs in the teardown: it does not here
+        "import atexit, sys; atexit.register(lambda: print('teardown ran', file=sys.stderr)); "
+        f"sys.argv = ['analyze-logs', {str(tmp_path / 'logs')!r}, '--out', {str(tmp_path / 'out2')!r}]; "
+        "from prime_rl.analysis.__main__ import cli; cli()"
+    )
+    skipped = subprocess.run([sys.executable, "-c", at_exit], capture_output=True, text=True, timeout=120)
+    assert skipped.returncode == 0 and "report: " in skipped.stdout and "teardown ran" not in skipped.stderr
     r, w = os.pipe()
     os.close(r)  # nobody reads what it prints
     with os.fdopen(w, "w") as closed:
