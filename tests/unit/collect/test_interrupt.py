@@ -139,7 +139,8 @@ def test_a_sigterm_dropped_inside_a_weakref_callback_still_stops_a_merge_with_13
     records = "".join(f'{{"task_index": {i}, "repeat_index": 0, "task": {{"q": {i}}}}}\n' for i in range(50))
     shard.write_text(records)
     out = tmp_path / "merged.jsonl"
-    out.write_text("an earlier merge\n")
+    earlier = '{"task_index": 99, "repeat_index": 0, "task": {"q": 99}}\n'  # an earlier merge's output
+    out.write_text(earlier)
     wrapped, after = MERGE_PHASES[phase]
     child = run_child(
         f"""
@@ -159,7 +160,7 @@ def test_a_sigterm_dropped_inside_a_weakref_callback_still_stops_a_merge_with_13
         """
     )
     assert child.returncode == 130, child.stderr
-    assert out.read_text() == ("an earlier merge\n" if after == "earlier" else records)
+    assert out.read_text() == (earlier if after == "earlier" else records)
     assert not (tmp_path / ".merged.jsonl.merging").exists()
 
 
