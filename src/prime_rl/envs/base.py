@@ -157,11 +157,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON, but inf as a float
+        raise ValueError(f"{text[:40]} is too large for a number here")
+    return value
+
+
 def loads_task(text: str | bytes) -> Any:
     """A task line's JSON as JSON has it: ``NaN`` and ``Infinity``, which Python's json takes, are
-    refused (a ValueError naming them): echoed into the rollouts, they made lines that jq and other
-    JSON readers refuse."""
-    return json.loads(text, parse_constant=_no_constant)
+    refused (a ValueError naming them), and so is a number too large for a float (``1e400``, read as
+    inf): echoed into the rollouts, they made lines that jq and other JSON readers refuse."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def read_jsonl_tasks(path: Path, required: tuple[str, ...]) -> list[Task]:

@@ -32,16 +32,22 @@ def test_bad_task_lines_are_reported_with_line_numbers(tmp_path):
 
 
 def test_a_task_with_nan_or_infinity_is_a_bad_line(tmp_path):
-    """Python's json takes NaN and Infinity; echoed into the rollouts they made lines that jq and
-    other JSON readers refuse. Such a task line is rejected, named by line, as no valid JSON."""
+    """Python's json takes NaN and Infinity, and reads 1e400 as inf; echoed into the rollouts they
+    made lines that jq and other JSON readers refuse. Such a task line is rejected, named by line."""
     path = tmp_path / "tasks.jsonl"
-    write_tasks(path, 4, {1: '{"prompt": "p", "answer": NaN}', 2: '{"prompt": "p", "w": -Infinity}'})
+    bad = {
+        1: '{"prompt": "p", "answer": NaN}',
+        2: '{"prompt": "p", "w": -Infinity}',
+        3: '{"prompt": "p", "w": -1e400}',
+    }
+    write_tasks(path, 5, bad)
     sel = scan_tasks(path, None)
     assert [(i.line, i.problem) for i in sel.issues] == [
         (2, "not valid JSON (NaN is not a JSON number)"),
         (3, "not valid JSON (-Infinity is not a JSON number)"),
+        (4, "not valid JSON (-1e400 is too large for a number here)"),
     ]
-    assert list(sel.selected) == [0, 3]
+    assert list(sel.selected) == [0, 4]
 
 
 def test_env_required_fields_are_checked(tmp_path):
