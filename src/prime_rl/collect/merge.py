@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,25 +86,35 @@ FIRST_LINE_MAX = 64 << 20
 
 def _check_replaceable(out: Path) -> None:
     """The merge replaces its output: an earlier merge's (or a run's) rollouts are replaced, an empty
-    file too; a file whose first line is no rollout record (a task file or a config named by
-    mistake) is refused with its name, and left as it is."""
+    file too; a file whose first non-blank line is no rollout record (a task file or a config named
+    by mistake), or that is no regular file or cannot be read, is refused with its name, and left as
+    it is."""
     try:
-        with open(out, "rb") as f:
-            first = b""
-            while not first.strip():
-                first = f.readline(FIRST_LINE_MAX)
-                if not first:
-                    return  # empty, or blank lines only
+        mode = os.stat(out).st_mode
     except FileNotFoundError:
         return
-    except IsADirectoryError:
-        raise OutputError(f"merge output {out} is a directory; give a file name") from None
+    except OSError as e:
+        raise OutputError(f"merge output {out}: cannot look at it ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"merge output {out} is a directory; give a file name")
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"merge output {out} is not a regular file (a pipe or a device); give a file name")
+    try:
+        with open(out, "rb") as f:
+            lineno = 0
+            while not (first := f.readline(FIRST_LINE_MAX)).strip():
+                if not first:
+                    return  # empty, or blank lines only
+                lineno += 1
+            lineno += 1
+    except OSError as e:
+        raise OutputError(f"merge output {out}: cannot read it ({e.strerror or e})") from None
     try:
         record_key(json.loads(first))
-    except ValueError as e:  # not JSON, not UTF-8, not a record
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, not a record; nested too deep
         raise OutputError(
-            f"{out}:1: the merge output exists and holds no rollout record ({e}); the merge would replace it: "
-            f"give another --output, or remove {out} first"
+            f"{out}:{lineno}: the merge output exists and holds no rollout record ({e}); the merge would "
+            f"replace it: give another --output, or remove {out} first"
         ) from None
 
 

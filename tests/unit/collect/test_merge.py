@@ -4,6 +4,7 @@ shards into what an unsharded run writes is in test_runs.py)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -70,14 +71,15 @@ def test_a_glob_that_picks_up_failures_and_rejects_files_merges_only_the_rollout
 
 
 @pytest.mark.parametrize(
-    "existing",
+    ("existing", "line"),
     [
-        '{"prompt": "what is 2+2?", "answer": "4"}\n',  # a task file given as --output by mistake
-        "model = 'x'\n",  # a TOML config
-        "\n\n[1, 2]\n",  # JSON, no record
+        ('{"prompt": "what is 2+2?", "answer": "4"}\n', 1),  # a task file given as --output by mistake
+        ("model = 'x'\n", 1),  # a TOML config
+        ("\n\n[1, 2]\n", 3),  # JSON, no record, after blank lines
+        ("[" * 100_000 + "\n", 1),  # nested past the parser's recursion limit
     ],
 )
-def test_merge_refuses_to_replace_a_file_that_holds_no_rollouts(tmp_path, existing):
+def test_merge_refuses_to_replace_a_file_that_holds_no_rollouts(tmp_path, existing, line):
     """The merge replaced whatever --output named: a task file given by mistake was lost. A file
     whose first line is no rollout record is refused with its name and left as it is; an earlier
     merge's output (or an empty file) is replaced."""
@@ -89,7 +91,7 @@ def test_merge_refuses_to_replace_a_file_that_holds_no_rollouts(tmp_path, existi
     out.write_text(existing)
     cfg, _ = load_config(MergeConfig, ["--output", str(out), str(shard)])
     with pytest.raises(
-        OutputError, match=r"tasks.jsonl:1: the merge output exists and holds no rollout record"
+        OutputError, match=rf"tasks.jsonl:{line}: the merge output exists and holds no rollout record"
     ):
         merge(cfg)
     assert out.read_text() == existing
@@ -100,4 +102,8 @@ def test_merge_refuses_to_replace_a_file_that_holds_no_rollouts(tmp_path, existi
     (tmp_path / "dir.jsonl").mkdir()
     cfg, _ = load_config(MergeConfig, ["--output", str(tmp_path / "dir.jsonl"), str(shard)])
     with pytest.raises(OutputError, match="is a directory"):
+        merge(cfg)
+    os.mkfifo(tmp_path / "fifo.jsonl")  # opening it to read would wait for a writer forever
+    cfg, _ = load_config(MergeConfig, ["--output", str(tmp_path / "fifo.jsonl"), str(shard)])
+    with pytest.raises(OutputError, match="is not a regular file"):
         merge(cfg)
