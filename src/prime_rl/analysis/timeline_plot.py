@@ -33,6 +33,7 @@ COLORS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 10
 SIZE = (1320, 462)
 """The picture's width and height in pixels."""
 _FONT_PX = 13
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont
 _BAR = 0.7
 """A bar's height, as a share of its row's."""
 _HATCH_PX = 7
@@ -106,15 +107,15 @@ class Layout:
     title: str
 
     @classmethod
-    def of(
-        cls, data: PlotData, pen: ImageDraw.ImageDraw, font: ImageFont.ImageFont | ImageFont.FreeTypeFont
-    ) -> Layout:
+    def of(cls, data: PlotData, pen: ImageDraw.ImageDraw, font: Font) -> Layout:
         label = max(pen.multiline_textbbox((0, 0), text, font=font)[2] for text in _LABELS)
         left, right, top, bottom = label + 20, SIZE[0] - 20, 30, SIZE[1] - 48
-        ends = [float(end.max()) - data.t0 for _, end in data.bars.values() if len(end)]
-        if len(data.queued[0]):
-            ends.append(float((data.queued[0] + data.queued[1]).max()))
-        span = max([e for e in ends if math.isfinite(e)] + [1e-3])
+        ends = [end - data.t0 for _, end in data.bars.values()]
+        ends.append(data.queued[0] + data.queued[1])
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = [e[np.isfinite(e)] for e in ends]
+        # the last finite end (a NaN or inf one left out), at most 1e300 s: the scale stays above 0
+        span = min(max([float(e.max()) for e in finite if len(e)] + [1e-3]), 1e300)
         lo, hi = -0.04 * span, 1.04 * span  # a margin each side, as matplotlib's axes had
         return cls(left, right, top, bottom, lo, (right - left) / (hi - lo), data.title)
 
@@ -147,7 +148,7 @@ class Layout:
             (self.left + int(a), self.left + int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)
         ]
 
-    def axes(self, pen: ImageDraw.ImageDraw, font: ImageFont.ImageFont | ImageFont.FreeTypeFont) -> None:
+    def axes(self, pen: ImageDraw.ImageDraw, font: Font) -> None:
         """The frame, the time ticks and their numbers, the rows' names, the axis label and the title."""
         pen.rectangle((self.left, self.top, self.right, self.bottom), outline="black")
         hi = self.lo + (self.right - self.left) / self.scale
@@ -158,22 +159,26 @@ class Layout:
             pen.line((x, self.bottom, x, self.bottom + 4), fill="black")
             value = k * step
             text = f"{value:.3g}" if abs(value) >= 1e7 else f"{value:.{decimals}f}"  # no 300-digit number
-            pen.text((x, self.bottom + 6), text, fill="black", font=font, anchor="ma")
+            _text(pen, (x, self.bottom + 6), text, font, "ma")
         for row, label in enumerate(_LABELS):
             top, bottom = self.bar(row)
             middle = (top + bottom) / 2
             pen.line((self.left - 4, middle, self.left, middle), fill="black")
-            pen.multiline_text(
-                (self.left - 8, middle), label, fill="black", font=font, anchor="rm", align="right"
-            )
-        pen.text(
-            ((self.left + self.right) / 2, SIZE[1] - 6),
-            "seconds since the first event",
-            fill="black",
-            font=font,
-            anchor="md",
-        )
-        pen.text((SIZE[0] / 2, 8), self.title, fill="black", font=font, anchor="ma")
+            _text(pen, (self.left - 8, middle), label, font, "rm")
+        _text(pen, ((self.left + self.right) / 2, SIZE[1] - 6), "seconds since the first event", font, "md")
+        _text(pen, (SIZE[0] / 2, 8), self.title, font, "ma")
+
+
+def _text(pen: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font: Font, anchor: str) -> None:
+    """``text`` (lines right-aligned) placed by its box: ``anchor`` is horizontal ``l``/``m``/``r``
+    then vertical ``a`` (top), ``m`` or ``d`` (bottom). Pillow's bitmap font ignores anchors, and
+    writes Latin-1 alone (other characters are drawn as ``?`` there)."""
+    if not isinstance(font, ImageFont.FreeTypeFont):
+        text = text.encode("latin-1", "replace").decode("latin-1")
+    left, top, right, bottom = pen.multiline_textbbox((0, 0), text, font=font, align="right")
+    x = xy[0] - left - {"l": 0.0, "m": 0.5, "r": 1.0}[anchor[0]] * (right - left)
+    y = xy[1] - top - {"a": 0.0, "m": 0.5, "d": 1.0}[anchor[1]] * (bottom - top)
+    pen.multiline_text((x, y), text, fill="black", font=font, align="right")
 
 
 def _nice_step(rough: float) -> float:
@@ -182,7 +187,7 @@ def _nice_step(rough: float) -> float:
     return next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
 
 
-def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def _font() -> Font:
     """Pillow's own font at :data:`_FONT_PX` pixels (its bitmap font where Pillow was built without
     FreeType: the scalable one then raises ImportError)."""
     try:

@@ -157,10 +157,48 @@ def test_a_pillow_without_freetype_draws_with_its_bitmap_font(tmp_path, monkeypa
     def no_freetype(size=None):
         raise ImportError("The _imagingft C module is not installed")
 
-    monkeypatch.setattr(ImageFont, "load_default", no_freetype)
     bars = {"gen": (np.array([0.0]), np.array([10.0]))}
-    draw(PlotData(bars, (np.array([]), np.array([])), 0.0, 0.01, "title"), tmp_path / "t.png")
-    assert len(_colour_columns(tmp_path / "t.png", COLORS[0])[0]) > 100
+    for freetype in (True, False):
+        if not freetype:
+            monkeypatch.setattr(ImageFont, "load_default", no_freetype)
+        png = tmp_path / f"t{freetype}.png"
+        draw(PlotData(bars, (np.array([]), np.array([])), 0.0, 0.01, "títle ✓"), png)
+        columns, rows = _colour_columns(png, COLORS[0])
+        assert len(columns) > 100
+        # the rows' names end left of the plot's frame (the bitmap font ignores anchors: they ran in)
+        dark = np.asarray(Image.open(png).convert("L")) < 128
+        frame = int(np.flatnonzero(dark.sum(axis=0) > SIZE[1] // 2)[0])  # the frame's left edge
+        top, bottom = np.flatnonzero(dark[:, frame])[[0, -1]]
+        assert not dark[top + 2 : bottom - 1, frame + 2 : columns.min() - 1].any(), freetype
+        assert dark[top:bottom, : frame - 8].any(), freetype  # the names, left of it
+
+
+def test_one_time_without_a_number_does_not_shrink_the_axis():
+    """A row with one NaN end took the maximum as NaN and the axis as 1 ms long: the scale is the
+    last finite end's; an end near the largest float no longer makes the scale 0 (a division by zero)."""
+    from prime_rl.analysis.timeline_plot import Layout
+
+    pen = ImageDraw.Draw(Image.new("RGB", SIZE))
+    font = ImageFont_default()
+    nan_end = PlotData(
+        {"gen": (np.array([0.0, 50.0]), np.array([100.0, np.nan]))},
+        (np.array([]), np.array([])),
+        0.0,
+        0.05,
+        "",
+    )
+    layout = Layout.of(nan_end, pen, font)
+    assert abs((layout.right - layout.left) / layout.scale - 108.0) < 1e-6
+    huge = PlotData(
+        {"gen": (np.array([0.0]), np.array([1.75e308]))}, (np.array([]), np.array([])), 0.0, 1.0, ""
+    )
+    assert Layout.of(huge, pen, font).scale > 0
+
+
+def ImageFont_default():  # noqa: N802
+    from prime_rl.analysis.timeline_plot import _font
+
+    return _font()
 
 
 def test_a_long_runs_timeline_draws_the_middle_the_kept_spans_leave_out(tmp_path, analyze, monkeypatch):
