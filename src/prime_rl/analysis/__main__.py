@@ -32,11 +32,12 @@ try:
     from prime_rl.analysis.trace import left_out, write_trace
 finally:  # an import that fails leaves the collector as it was too
     if _GC_WAS_ON:
-        # the objects made since it was turned off go straight to the oldest generation (freeze, then
-        # unfreeze, moves them there): the first collection after would scan them all, 90k of them,
-        # for no garbage (15 ms of every start); they are still collected in a full collection
-        gc.freeze()
-        gc.unfreeze()
+        if not gc.get_freeze_count():  # a program that froze objects itself keeps them frozen
+            # every tracked object, the imports' 90k among them, goes straight to the oldest
+            # generation (freeze, then unfreeze, moves them there): the first collection after would
+            # scan them all for no garbage (15-22 ms of every start); a full collection still does
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 
@@ -227,10 +228,10 @@ def _main(argv: list[str] | None) -> None:
         )
         write_report(a, out / "a")
         write_report(b, out / "b")
-        names = (str(args.compare[0]), str(args.compare[1]))
-        print(f"A: {a.primary.title if a.primary else 'no bottleneck found'}")
+        report = write_compare(a, b, (str(args.compare[0]), str(args.compare[1])), out)
+        print(f"A: {a.primary.title if a.primary else 'no bottleneck found'}")  # written before printed
         print(f"B: {b.primary.title if b.primary else 'no bottleneck found'}")
-        print(f"report: {write_compare(a, b, names, out)}")
+        print(f"report: {report}")
         return
     if not args.inputs:
         parser.error("give log files or a run directory (or --compare RUN_A RUN_B)")

@@ -73,8 +73,8 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
         )
     if p.bad_values:
         parts.append(
-            f"{p.bad_values} value(s) that are no number or no step number (1-8 digits) ignored "
-            f"(e.g. {'; '.join(p.bad_value_examples[:3])})"
+            f"{p.bad_values} value(s) not read: no number, or in a step field no step number of 1-8 digits "
+            f"(the line's other values are kept, at no step number) (e.g. {'; '.join(p.bad_value_examples[:3])})"
         )
     if p.unknown_tags:
         tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))

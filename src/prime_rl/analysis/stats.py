@@ -982,6 +982,7 @@ def _failing_row(tag: str, seq: int, lines: TaggedLines) -> int:
 
 
 def _raises(tag: str, seq: int, lines: TaggedLines) -> bool:
+    lines.stats = None  # a scratch slice: its bad values were counted with its batch
     try:
         _Collector().handler(tag)(seq, lines)  # type: ignore[misc]
     except _HANDLER_ERRORS:

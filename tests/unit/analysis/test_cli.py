@@ -152,3 +152,48 @@ def test_the_analyzer_starts_numpy_without_blas_threads_unless_told():
 
     assert started(None) == started("1")
     assert started("2")[0] == "2"
+
+
+def test_a_program_that_froze_objects_finds_them_frozen_after_the_import():
+    """The import moves the objects it made to the oldest generation with gc.freeze and unfreeze,
+    which would also thaw what the importing program froze (a server that froze before forking);
+    it leaves the collector alone then."""
+    code = (
+        "import gc\n"
+        "kept = [[] for _ in range(1000)]\n"
+        "gc.freeze()\n"
+        "frozen = gc.get_freeze_count()\n"
+        "import prime_rl.analysis.__main__\n"
+        "print(frozen, gc.get_freeze_count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = map(int, done.stdout.split())
+    assert before > 1000 and after > before // 2  # thawed: 0 (a few frozen objects are freed meanwhile)
+
+
+def test_compare_writes_its_report_before_it_prints(tmp_path):
+    """With unbuffered output and a reader that went away, the first print of --compare raised
+    before COMPARE.md was written."""
+    for name, scenario in (("a", "healthy"), ("b", "slow_reload")):
+        make_run(scenario, seed=3).write(tmp_path / name / "logs")
+    run = [
+        sys.executable,
+        "-u",
+        "-m",
+        "prime_rl.analysis",
+        "--compare",
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+    ]
+    r, w = os.pipe()
+    os.close(r)
+    with os.fdopen(w, "w") as closed:
+        done = subprocess.run(
+            [*run, "--out", str(tmp_path / "out")],
+            stdout=closed,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 120 and "Traceback" not in done.stderr
+    assert (tmp_path / "out" / "COMPARE.md").is_file()

@@ -200,6 +200,13 @@ def test_a_handler_that_raises_names_the_line_it_failed_on(tmp_path, monkeypatch
         assert d.parse.bad_values == 1
         (example,) = d.parse.bad_value_examples
         assert example.startswith(f"{path}:7: ValueError: a value the collector cannot use"), example
+    # the batch's bad values are counted once: the search for the failing row ran its halves through a
+    # scratch collector that counted them again
+    lines[2] = PREFIX.format(2) + "[verify] batch.done step=abc dur_ms=62"
+    lines[3] = PREFIX.format(3) + "[verify] batch.done step=3 dur_ms=x"
+    path = _write(tmp_path, "orchestrator.log", lines)
+    for d in _both([("orchestrator", path)]):
+        assert d.parse.bad_values == 2, d.parse.bad_value_examples  # dur_ms=x, the error (not reached: the steps)
 
 
 @settings(max_examples=300, deadline=None)

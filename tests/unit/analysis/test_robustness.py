@@ -74,7 +74,7 @@ def test_a_value_that_is_no_number_names_its_file_and_line(tmp_path):
     ]
     assert f"{log}:4: completions=inf ([gen] batch.done)" in p.bad_value_examples
     assert list(a.data.series["train_wait_ms"]) == [5.0] and list(a.data.series["gen_dur_ms"]) == []
-    assert any("4 value(s) that are no number" in w and f"{log}:3" in w for w in a.warnings)
+    assert any("4 value(s) not read: no number" in w and f"{log}:3" in w for w in a.warnings)
 
 
 EVENTS = {
@@ -236,6 +236,6 @@ def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
         f"{log}:5: target_step=x ([ckpt] wait.done)",
         f"{log}:6: step=+2 ([verify] batch.done)",
     ]
-    assert any("7 value(s) that are no number or no step" in w and f"{log}:2" in w for w in a.warnings)
+    assert any("7 value(s) not read: no number, or in a step field no step number" in w and f"{log}:2" in w for w in a.warnings)
     # the lines' other values are kept, at no numbered step
     assert sorted(a.data.series["train_ms"]) == [10.0, 10.0, 10.0, 10.0]
