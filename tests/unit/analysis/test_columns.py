@@ -206,7 +206,8 @@ def test_a_handler_that_raises_names_the_line_it_failed_on(tmp_path, monkeypatch
     lines[3] = PREFIX.format(3) + "[verify] batch.done step=3 dur_ms=x"
     path = _write(tmp_path, "orchestrator.log", lines)
     for d in _both([("orchestrator", path)]):
-        assert d.parse.bad_values == 2, d.parse.bad_value_examples  # dur_ms=x, the error (not reached: the steps)
+        # dur_ms=x and the error; the steps' handler was not reached
+        assert d.parse.bad_values == 2, d.parse.bad_value_examples
 
 
 @settings(max_examples=300, deadline=None)

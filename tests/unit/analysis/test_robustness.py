@@ -236,6 +236,9 @@ def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
         f"{log}:5: target_step=x ([ckpt] wait.done)",
         f"{log}:6: step=+2 ([verify] batch.done)",
     ]
-    assert any("7 value(s) not read: no number, or in a step field no step number" in w and f"{log}:2" in w for w in a.warnings)
+    assert any(
+        "7 value(s) not read: no number, or in a step field no step number" in w and f"{log}:2" in w
+        for w in a.warnings
+    )
     # the lines' other values are kept, at no numbered step
     assert sorted(a.data.series["train_ms"]) == [10.0, 10.0, 10.0, 10.0]
