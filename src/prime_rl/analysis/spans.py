@@ -134,8 +134,8 @@ class KeptSpans(Sequence[Span]):
 
     def columns(self, n: int | None = None, kind: str | None = None) -> SpanColumns:
         """The first ``n`` (all: None) of the spans of ``kind`` (all: None) in start order, as columns."""
-        if self._all is not None:
-            return SpanColumns.of([s for s in self._all if kind is None or s.kind == kind][:n])
+        if self._all is not None:  # every object made already: read from them
+            return span_columns(self._all, n, kind)
         if kind is not None:
             return KeptSpans([p for p in self._parts if p[0] == kind]).columns(n)
         rows = self._sorted()[:n]

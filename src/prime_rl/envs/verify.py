@@ -4,8 +4,8 @@ Each worker process builds the environment once and answers one call at a time (
 completion, or ``step`` of an episode: :meth:`prime_rl.envs.base.Environment.step`), talking to
 the event loop over its own pipe. A verifier that raises, or gives a reward or metric that is no
 finite number, never takes the run down: the rollout gets reward 0 and its ``error`` says why
-(counted and reported per step). A call that exceeds
-the timeout, or a worker that dies, costs only that worker: it is killed and replaced.
+(counted and reported per step). A call that exceeds the timeout, or a worker that dies, costs
+only that worker: it is killed and replaced.
 """
 
 from __future__ import annotations
