@@ -153,7 +153,9 @@ def _run(
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
     # two threads ahead of the collection: one parses, the next reads each tag's fields
-    batches = read_ahead(prepared(read_ahead(scan_files(files, stats, FIELDS, FIELD_KINDS))))
+    batches = read_ahead(
+        prepared(read_ahead(scan_files(files, stats, FIELDS, FIELD_KINDS, thresholds.time_jump_s)))
+    )
     spill_dir = args.tmp_dir or out
     try:
         spill_dir.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,8 @@ import polars as pl
 
 from prime_rl.analysis.clock import Clock, local_midnight, reference_date
 from prime_rl.analysis.tagged import EXAMPLES, NUM, READ, STEP, VALUE, Event, ParseStats, TaggedLines
+from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.time_order import TimeOrder
 
 _SCAN_VERSION = 6
 """The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
@@ -228,13 +230,15 @@ def scan_files(
     stats: ParseStats | None = None,
     fields: Mapping[str, Sequence[str]] | None = None,
     kinds: Mapping[str, Mapping[str, int]] | None = None,
+    jump_s: float = Thresholds.model_fields["time_jump_s"].default,
 ) -> Iterator[TaggedLines]:
     """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order.
     ``fields``: the fields of each tag to read while the lines are taken apart, where the C scan
     can (:meth:`~prime_rl.analysis.tagged.TaggedLines.fields` finds them read); ``kinds``: of those,
     per tag, the ones also read as numbers or steps (:data:`~prime_rl.analysis.tagged.NUMBER`,
     :data:`~prime_rl.analysis.tagged.STEP_NUMBER`; :meth:`~prime_rl.analysis.tagged.TaggedLines.numbers`
-    finds them converted)."""
+    finds them converted). ``jump_s``: a line further than this from both lines around it in its
+    file is left out (:mod:`~prime_rl.analysis.time_order`; 0: none is)."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
     stats.ref_date = reference_date(_head(p) for _, p in paths)
@@ -243,7 +247,7 @@ def scan_files(
     read = {tag: tuple(fields.get(tag, ())) for tag in _TAG_LIST} if fields and _scan is not None else None
     kinds = {tag: dict(kinds.get(tag, {})) for tag in _TAG_LIST} if read and kinds else None
     with ThreadPoolExecutor(SCANNERS, thread_name_prefix="analyzer-scan") as pool:
-        yield from _scan_paths(paths, stats, clock, events_seen, pool, read, kinds)
+        yield from _scan_paths(paths, stats, clock, events_seen, pool, read, kinds, jump_s)
     stats.seconds += time.perf_counter() - start
 
 
@@ -255,6 +259,7 @@ def _scan_paths(
     pool: ThreadPoolExecutor,
     read: dict[str, tuple[str, ...]] | None,
     kinds: dict[str, dict[str, int]] | None,
+    jump_s: float,
 ) -> Iterator[TaggedLines]:
     keys: tuple = ()  # the C scan's fields and kinds arguments
     if read:
@@ -266,7 +271,7 @@ def _scan_paths(
         clock.new_file()
         lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
         last = b""
-        pending = _Pending(path, clock, stats, events_seen)
+        pending = _Pending(path, clock, stats, events_seen, jump_s)
         cut: list[str] = []
         for found in _scanned(_chunks(path, cut, BUFFERS), pool, keys):
             last = found.last or last
@@ -276,7 +281,7 @@ def _scan_paths(
             if pending.rows >= BATCH_ROWS:
                 yield from _batch(pending, label, path, stats, read, kinds)
         if pending.rows:
-            yield from _batch(pending, label, path, stats, read, kinds)
+            yield from _batch(pending, label, path, stats, read, kinds, final=True)
         pending.count_bad()  # malformed lines after the last batch
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
@@ -290,10 +295,12 @@ def _batch(
     stats: ParseStats,
     read: dict[str, tuple[str, ...]] | None,
     kinds: dict[str, dict[str, int]] | None,
+    final: bool = False,
 ) -> Iterator[TaggedLines]:
-    """The pending lines as a batch, each tag's lines given the fields (and numbers) the C scan
-    read; none when every pending line was malformed (an empty batch has no last line to name)."""
-    lines = TaggedLines(pending.flush(), label, path, None, stats)
+    """The pending lines as a batch (:meth:`_Pending.flush`; ``final``: the file's last), each
+    tag's lines given the fields (and numbers) the C scan read; none when every pending line was
+    malformed or is held (an empty batch has no last line to name)."""
+    lines = TaggedLines(pending.flush(final), label, path, None, stats)
     if not len(lines):
         return
     if read:
@@ -345,10 +352,16 @@ _HEAD = r"^\[([a-z]+)\](?:\[([A-Za-z0-9_.-]{1,64})\])?(?:[ \t]+\s*(\S+)(?:\s+(.*
 
 class _Pending:
     """One file's tagged lines read so far and not yet yielded: those in loguru's file format as
-    text (taken apart together, column-wise, when the batch is full), the others already parsed."""
+    text (taken apart together, column-wise, when the batch is full), the others already parsed.
+    Their times are judged against the lines around them (``jump_s``: :class:`TimeOrder`)."""
 
-    def __init__(self, path: Path, clock: Clock, stats: ParseStats, events_seen: set[str]) -> None:
+    def __init__(
+        self, path: Path, clock: Clock, stats: ParseStats, events_seen: set[str], jump_s: float = 0.0
+    ) -> None:
         self.path, self.clock, self.stats, self.events_seen = path, clock, stats, events_seen
+        self.order = TimeOrder(path, stats, jump_s)
+        self.held: pl.DataFrame | None = None
+        """The last lines of the batch before, from its last line with a time on (:meth:`TimeOrder.judge`)."""
         self.lines: list[pl.Series] = []
         self.numbers: list[pl.Series] = []
         self.other: list[pl.DataFrame] = []
@@ -379,9 +392,10 @@ class _Pending:
         self.parsed.append(head)
         self.rows += head.height
 
-    def flush(self) -> pl.DataFrame:
+    def flush(self, final: bool = False) -> pl.DataFrame:
         """The lines as one frame (:data:`~prime_rl.analysis.tagged.SCHEMA`), in line order; the
-        malformed ones counted (:meth:`count_bad`)."""
+        malformed ones counted (:meth:`count_bad`), those out of time order left out and, unless
+        ``final`` (the file's end), the last ones held for the next (:meth:`TimeOrder.judge`)."""
         frames = self.other
         if self.lines:
             lines, numbers = pl.concat(self.lines), pl.concat(self.numbers)
@@ -391,9 +405,15 @@ class _Pending:
         if self.parsed:  # finished by the C scan (which left the malformed lines to the others)
             frames = [self.parsed[0] if len(self.parsed) == 1 else pl.concat(self.parsed), *frames]
         # the lines the C scan took apart have the fields it read; the others null there
-        frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("line")
-        self.stats.tagged += frame.height
-        self.lines, self.numbers, self.other, self.parsed, self.rows = [], [], [], [], 0
+        parts = [] if self.held is None else [self.held]  # lines before all of these
+        if frames:
+            frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal").sort("line")
+            self.stats.tagged += frame.height
+            parts.append(frame)
+        frame = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+        frame, self.held = self.order.judge(frame, final)
+        self.lines, self.numbers, self.other, self.parsed = [], [], [], []
+        self.rows = self.held.height if self.held is not None else 0
         self.count_bad()
         return frame
 

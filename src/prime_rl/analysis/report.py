@@ -347,7 +347,7 @@ def _inputs(a: Analysis) -> list[str]:
     lines = ["", "## Inputs and thresholds", ""]
     lines.append(
         f"Parsed {p.lines} lines ({p.tagged} tagged, {p.malformed} malformed, {p.bad_values} bad values, "
-        f"{sum(p.unknown_tags.values())} with unknown tags) from {len(p.files)} file(s) in {p.seconds:.2f} s: "
+        f"{p.out_of_order} out of time order, {sum(p.unknown_tags.values())} with unknown tags) from {len(p.files)} file(s) in {p.seconds:.2f} s: "
         f"{', '.join(p.files)}."
     )
 
@@ -404,6 +404,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "servers": server_dicts(d),
         "restarts": [_restart_dict(r) for r in d.restarts],
         "bad_values": {"count": d.parse.bad_values, "examples": d.parse.bad_value_examples},
+        "out_of_order": {"count": d.parse.out_of_order, "examples": d.parse.out_of_order_examples},
+        "time_goes_back": {"count": d.parse.time_goes_back, "examples": d.parse.time_goes_back_examples},
         "unknown_tags": dict(d.parse.unknown_tags),
     }
 

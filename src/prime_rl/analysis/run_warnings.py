@@ -63,8 +63,9 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
 
 
 def malformed_lines(d: Collected, th: Thresholds) -> str | None:
-    """Tagged lines the parser had to skip, values that are no number (each named by file:line),
-    lines with a tag the analyzer does not read, and compressed files it could not read to the end."""
+    """Tagged lines the parser had to skip, values that are no number, lines left out or kept out
+    of time order (each named by file:line), lines with a tag the analyzer does not read, and
+    compressed files it could not read to the end."""
     p = d.parse
     parts = []
     if p.malformed:
@@ -75,6 +76,18 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
         parts.append(
             f"{p.bad_values} value(s) not read: no number, or in a step field no step number of 1-8 digits "
             f"(the line's other values are kept, at no step number) (e.g. {'; '.join(p.bad_value_examples[:3])})"
+        )
+    if p.out_of_order:
+        parts.append(
+            f"{p.out_of_order} tagged line(s) left out: more than {th.time_jump_s:g} s from the lines before and after "
+            f"them in their file, which agree (a wrong clock or a corrupt date; `time_jump_s`) "
+            f"(e.g. {'; '.join(p.out_of_order_examples[:3])})"
+        )
+    if p.time_goes_back:
+        parts.append(
+            f"time goes back by more than {th.time_jump_s:g} s in {p.time_goes_back} place(s) (logs joined out of "
+            f"order, or a clock set back): the lines are kept and the run counts from its earliest to its latest "
+            f"line (e.g. {'; '.join(p.time_goes_back_examples[:3])})"
         )
     if p.unknown_tags:
         tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))

@@ -39,6 +39,16 @@ class ParseStats:
     """Fields a number was expected in that hold none (``wait_ms=abc``, ``nan``, ``inf``)."""
     bad_value_examples: list[str] = field(default_factory=list)
     """The first few as ``file:line: key=value (tag event)``."""
+    out_of_order: int = 0
+    """Tagged lines left out: their time lies more than ``time_jump_s`` from both lines around them
+    in their file, which lie within it of each other (:mod:`~prime_rl.analysis.time_order`)."""
+    out_of_order_examples: list[str] = field(default_factory=list)
+    """The first few as ``file:line: time``."""
+    time_goes_back: int = 0
+    """Lines kept where a file's time goes back by more than ``time_jump_s`` (logs joined out of
+    order, a clock set back)."""
+    time_goes_back_examples: list[str] = field(default_factory=list)
+    """The first few as ``file:line: time, N s before an earlier line's time``."""
     unknown_tags: Counter = field(default_factory=Counter)
     """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
     last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
