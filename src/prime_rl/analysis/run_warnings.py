@@ -74,7 +74,8 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
         )
     if p.bad_values:
         parts.append(
-            f"{p.bad_values} value(s) not read: no number, or in a step field no step number of 1-8 digits "
+            f"{p.bad_values} value(s) not read: no number, a duration (a field that ends in _ms) below 0, or in a "
+            "step field no step number of 1-8 digits "
             f"(the line's other values are kept, at no step number) (e.g. {'; '.join(p.bad_value_examples[:3])})"
         )
     if p.out_of_order:

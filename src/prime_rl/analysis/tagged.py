@@ -61,6 +61,12 @@ class ParseStats:
     seconds: float = 0.0
 
 
+def is_duration(key: str) -> bool:
+    """A field that holds a duration (``*_ms``): below 0 it is a bad value, as one that is no number
+    (every process writes 0 or more; the weights client clamps its queue_ms at 0)."""
+    return key.endswith("_ms")
+
+
 @dataclass(slots=True)
 class Event:
     """One tagged line."""
@@ -82,8 +88,8 @@ class Event:
     bad: tuple[str, ...] = ()
 
     def num(self, key: str) -> float | None:
-        """The field as a finite float; None when absent. A value that is no finite number counts
-        as a bad value (once per event and key), named by file and line (:class:`ParseStats`)."""
+        """The field as a finite float; None when absent. A value that is no finite number, or a
+        duration below 0 (:func:`is_duration`), counts as a bad value (once per event and key), named by file and line (:class:`ParseStats`)."""
         raw = self.fields.get(key)
         if raw is None:
             return None
@@ -91,7 +97,7 @@ class Event:
             value = float(raw)
         except ValueError:
             value = math.nan
-        if math.isfinite(value):
+        if math.isfinite(value) and not (value < 0 and is_duration(key)):
             return value
         if key not in self.bad:
             self.bad += (key,)
@@ -577,7 +583,7 @@ class TaggedLines:
         self, wanted: Sequence[tuple[str, tuple[str, ...] | None]], steps: Sequence[str]
     ) -> tuple[dict[tuple[str, tuple[str, ...] | None], _Number], dict[str, pl.Series]]:
         """Fields ``(key, events)`` as finite floats, only on the lines of ``events`` (all: None;
-        bad: a value there that is no finite number), and the step numbers of ``steps``."""
+        bad: a value there that is no finite number, or a duration below 0), and the step numbers of ``steps``."""
         raws = {key: self._raw(key) for key in dict.fromkeys([k for k, _ in wanted] + list(steps))}
         names = {key: f"r{i}" for i, key in enumerate(raws)}
         # the C scan's numbers, where it read every value there is as one (the nulls of the text are
@@ -593,12 +599,14 @@ class TaggedLines:
             there = raw.is_not_null()
             if events is not None:
                 there = there & pl.col("event").is_in(list(events))
-            if key in read:
+            if key in read and not is_duration(key):
                 exprs += [pl.when(there).then(pl.col(read[key])).alias(f"v{j}"), pl.lit(False).alias(f"b{j}")]
                 continue
-            value = raw.cast(pl.Float64, strict=False)
-            finite = there & value.is_finite().fill_null(False)
-            exprs += [pl.when(finite).then(value).alias(f"v{j}"), (there & ~finite).alias(f"b{j}")]
+            value = pl.col(read[key]) if key in read else raw.cast(pl.Float64, strict=False)
+            good = there & value.is_finite().fill_null(False)
+            if is_duration(key):
+                good = good & (value >= 0).fill_null(False)
+            exprs += [pl.when(good).then(value).alias(f"v{j}"), (there & ~good).alias(f"b{j}")]
         exprs += [step_number_expr(pl.col(names[key])).alias(f"s{j}") for j, key in enumerate(steps)]
         frame = pl.DataFrame(
             {

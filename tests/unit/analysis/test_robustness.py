@@ -77,6 +77,34 @@ def test_a_value_that_is_no_number_names_its_file_and_line(tmp_path):
     assert any("4 value(s) not read: no number" in w and f"{log}:3" in w for w in a.warnings)
 
 
+def test_a_duration_below_zero_is_a_bad_value_named_by_its_file_and_line(tmp_path, analyze):
+    """Every process writes durations (``*_ms``) of 0 or more (the client clamps its queue_ms at 0):
+    one below 0 is a writer's bug. Before, it was read: a wait of -5 s took 5 s off the run's waits,
+    and a batch ended before it started."""
+    log = tmp_path / "orchestrator.log"
+    log.write_text(
+        PREFIX.format(0)
+        + "[ckpt] wait.done target_step=1 wait_ms=-5000.0\n"
+        + PREFIX.format(1)
+        + "[ckpt] wait.done target_step=2 wait_ms=400.0\n"
+        + PREFIX.format(2)
+        + "[gen] batch.done step=2 completions=4 dur_ms=-3\n"
+        + PREFIX.format(3)
+        + "[gen] batch.done step=3 completions=4 dur_ms=-0.0\n"
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["bad_values"] == {
+        "count": 2,
+        "examples": [
+            f"{log}:1: wait_ms=-5000.0 ([ckpt] wait.done)",
+            f"{log}:3: dur_ms=-3 ([gen] batch.done)",
+        ],
+    }
+    assert summary["stats"]["ckpt_wait_ms"]["count"] == 1 and summary["stats"]["ckpt_wait_ms"]["min"] == 400.0
+    assert summary["stats"]["gen_dur_ms"]["count"] == 1  # -0.0 is 0
+    assert any("a duration (a field that ends in _ms) below 0" in w for w in summary["warnings"])
+
+
 EVENTS = {
     "weights": ["client.send", "client.done", "client.error", "server.recv", "rpc.start", "rpc.done"],
     "ckpt": ["wait.start", "wait.done", "write.done", "save.done"],
@@ -237,7 +265,9 @@ def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
         f"{log}:6: step=+2 ([verify] batch.done)",
     ]
     assert any(
-        "7 value(s) not read: no number, or in a step field no step number" in w and f"{log}:2" in w
+        "7 value(s) not read: no number, a duration (a field that ends in _ms) below 0, or in a step field no step number"
+        in w
+        and f"{log}:2" in w
         for w in a.warnings
     )
     # the lines' other values are kept, at no numbered step
