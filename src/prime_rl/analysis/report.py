@@ -388,7 +388,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "histogram": {str(k): v for k, v in d.staleness_histogram().items()},
             "violations": [{"step": step, "staleness": s} for step, s in d.staleness_violations()],
         },
-        "thresholds": a.thresholds.model_dump(),
+        "thresholds": {name: getattr(a.thresholds, name) for name in Thresholds.model_fields},
         "parse": {
             "files": d.parse.files,
             "lines": d.parse.lines,

@@ -12,10 +12,15 @@ from pydantic import BaseModel, ConfigDict, field_validator
 class Thresholds(BaseModel):
     """When a finding fires. Every value is printed in SUMMARY.md and can be set with --threshold.
     (A pydantic model of its own, not of ``prime_rl.config``: the analyzer does not load the
-    processes' config machinery, a fifth of a second at every start.)"""
+    processes' config machinery, a fifth of a second at every start. Its schema is built when a
+    value is first checked: the command takes the defaults unchecked, ``model_construct``.)"""
 
     model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False
+        extra="forbid",
+        defer_build=True,
+        use_attribute_docstrings=True,
+        validate_assignment=True,
+        allow_inf_nan=False,
     )
 
     @field_validator("*")

@@ -16,6 +16,7 @@ from tests.support.synthetic_logs import make_run
 
 from prime_rl.analysis.__main__ import main as analyze_main
 from prime_rl.analysis.parser import discover, label_for
+from prime_rl.analysis.thresholds import Thresholds
 
 
 def _strict_json(path: Path):
@@ -176,6 +177,15 @@ def test_a_threshold_that_is_not_a_finite_number_0_or_more_is_refused(tmp_path, 
     with pytest.raises(SystemExit) as exit_:
         analyze_main([str(log), "--out", str(tmp_path / "out"), "--threshold", given])
     assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_the_defaults_the_command_takes_unchecked_pass_the_checks():
+    """Without ``--threshold`` the command takes the defaults as they are (``model_construct``: the
+    checks' schema is built only for overrides, 40 ms of every start): a default the checks would
+    refuse must fail here, and the two must agree field by field."""
+    unchecked, checked = Thresholds.model_construct(), Thresholds(**Thresholds.model_construct().__dict__)
+    assert unchecked.__dict__ == checked.__dict__ == Thresholds().__dict__
+    assert set(checked.__dict__) == set(Thresholds.model_fields)
 
 
 @pytest.mark.parametrize("content", [b"", b"hello\nworld\n", bytes(range(256)) * 10])
