@@ -93,12 +93,12 @@ class Event:
         raw = self.fields.get(key)
         if raw is None:
             return None
-        try:
-            value = float(raw)
+        try:  # the grammar polars casts: float() alone would also take 1_000 and other digits than ASCII
+            value = float(raw) if raw.isascii() and "_" not in raw else math.nan
         except ValueError:
             value = math.nan
         if math.isfinite(value) and not (value < 0 and is_duration(key)):
-            return value
+            return abs(value) if is_duration(key) else value  # a duration of -0 is 0
         if key not in self.bad:
             self.bad += (key,)
             stats = self.stats
@@ -604,8 +604,8 @@ class TaggedLines:
                 continue
             value = pl.col(read[key]) if key in read else raw.cast(pl.Float64, strict=False)
             good = there & value.is_finite().fill_null(False)
-            if is_duration(key):
-                good = good & (value >= 0).fill_null(False)
+            if is_duration(key):  # below 0: bad; -0 is 0
+                good, value = good & (value >= 0).fill_null(False), value.abs()
             exprs += [pl.when(good).then(value).alias(f"v{j}"), (there & ~good).alias(f"b{j}")]
         exprs += [step_number_expr(pl.col(names[key])).alias(f"s{j}") for j, key in enumerate(steps)]
         frame = pl.DataFrame(

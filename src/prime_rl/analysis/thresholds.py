@@ -74,4 +74,4 @@ class Thresholds(BaseModel):
     secondary_share: float = 0.05
     """A finding below the primary is listed as a secondary bottleneck when it costs more than this share of the run; smaller ones are listed as minor."""
     time_jump_s: float = 3600.0
-    """A tagged line whose time lies more than this many seconds from both lines around it in its file (which lie within this of each other) is left out as a wrong clock or a corrupt date, and a file whose time goes back by more is warned of (0: neither)."""
+    """A tagged line (or up to 16 in a row) whose time lies more than this many seconds from the lines before and after it in its file (which lie within this of each other) is left out as a wrong clock or a corrupt date, and a file whose time goes back by more and stays is warned of (0: neither)."""

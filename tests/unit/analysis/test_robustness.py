@@ -3,6 +3,7 @@ value that fails to parse names its file and line. Collector runs are not asked 
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from prime_rl.analysis.analyze import analyze
 from prime_rl.analysis.parser import ParseStats, parse_files
 from prime_rl.analysis.report import write_report
+from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
 
 PREFIX = "2026-01-01 12:00:{:02d}.000 | INFO    | "
@@ -101,8 +103,20 @@ def test_a_duration_below_zero_is_a_bad_value_named_by_its_file_and_line(tmp_pat
         ],
     }
     assert summary["stats"]["ckpt_wait_ms"]["count"] == 1 and summary["stats"]["ckpt_wait_ms"]["min"] == 400.0
-    assert summary["stats"]["gen_dur_ms"]["count"] == 1  # -0.0 is 0
+    assert summary["stats"]["gen_dur_ms"]["count"] == 1  # -0.0 is 0, and written as 0
+    assert math.copysign(1.0, summary["stats"]["gen_dur_ms"]["min"]) == 1.0
     assert any("a duration (a field that ends in _ms) below 0" in w for w in summary["warnings"])
+
+
+def test_an_event_reads_a_number_as_the_columns_do():
+    """Event.num took what Python's float() takes: 1_000, digits other than ASCII, and -0 as -0.0;
+    the columns (the C scan, polars' cast) count the first two as bad values and read -0 as 0."""
+    stats = ParseStats()
+    fields = {"wait_ms": "1_000", "rpc_ms": "\u0661\u0662", "dur_ms": "-0", "t": "-0"}
+    ev = Event("ckpt", "wait.done", None, fields, 0.0, "orchestrator", Path("o.log"), 3, stats)
+    assert ev.num("wait_ms") is None and ev.num("rpc_ms") is None and stats.bad_values == 2
+    assert math.copysign(1.0, ev.num("dur_ms")) == 1.0 and math.copysign(1.0, ev.num("t")) == -1.0
+    assert stats.bad_value_examples[0] == "o.log:3: wait_ms=1_000 ([ckpt] wait.done)"
 
 
 EVENTS = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from tests.support.synthetic_logs import make_run
 
-from prime_rl.analysis import parser
+from prime_rl.analysis import parser, time_order
 from prime_rl.analysis.parser import ParseStats, parse_files
 
 PREFIX = "2026-01-0{day} 12:{minute:02d}:00.000 | INFO    | "
@@ -61,26 +61,64 @@ def test_a_line_far_before_both_neighbours_is_left_out_and_a_file_going_back_is_
     assert any("time goes back by more than 3600 s in 1 place(s)" in w for w in summary["warnings"])
 
 
-def test_a_jump_across_batches_is_judged_with_the_lines_of_the_next_batch(tmp_path, monkeypatch):
-    """The last line of a batch is held for the next, so that both its neighbours are known."""
-    monkeypatch.setattr(parser, "BATCH_ROWS", 3)
-    lines = [_line(m, m) for m in range(10)]
-    lines[2] = lines[2].replace("2026-01-01", "2027-01-01")  # the last of the first batch of 3
-    lines[3] = lines[3].replace("2026-01-01", "2025-01-01")  # and the first line after it: both left out?
+@pytest.mark.parametrize("batch_rows", [2, 3, 5, 1 << 16])
+def test_a_few_wrong_lines_in_a_row_are_left_out_whatever_the_batches(tmp_path, monkeypatch, batch_rows):
+    """The last lines of a batch are held for the next, so that the lines after them are known:
+    the result does not depend on where the batches end. Two wrong lines in a row (a year late, a
+    year early) are left out as one wrong time, as one is."""
+    monkeypatch.setattr(parser, "BATCH_ROWS", batch_rows)
+    lines = [_line(m, m) for m in range(30)]
+    lines[2] = lines[2].replace("2026-01-01", "2027-01-01")
+    lines[3] = lines[3].replace("2026-01-01", "2025-01-01")
+    lines[20] = lines[20].replace("2026-01-01", "2026-04-01")
     log = tmp_path / "orchestrator.log"
     log.write_text("".join(lines))
     stats = ParseStats()
     events = list(parse_files([("orchestrator", log)], stats))
-    # two neighbours that are both off: neither lies within the threshold of the other's
-    # neighbours, each is judged against a neighbour that is off too, so neither is a lone jump
-    assert [e.line for e in events] == list(range(1, 11))
-    assert stats.out_of_order == 0 and stats.time_goes_back == 1
-    lines[3] = _line(3, 3)
+    assert [e.line for e in events] == [n for n in range(1, 31) if n not in (3, 4, 21)]
+    assert stats.out_of_order == 3 and stats.time_goes_back == 0
+    assert stats.out_of_order_examples == [
+        f"{log}:3: 2027-01-01 12:02:00",
+        f"{log}:4: 2025-01-01 12:03:00",
+        f"{log}:21: 2026-04-01 12:20:00",
+    ]
+
+
+def test_wrong_times_longer_than_a_burst_are_a_jump_kept_and_warned_of(tmp_path, monkeypatch):
+    """BURST_LINES + 1 lines a day early, then back: no longer a moment's wrong clock but time that
+    goes back (warned of, at the first of them) and forward again (a gap); every line kept."""
+    n = time_order.BURST_LINES + 1
+    lines = [_line(m, m, day=2) for m in range(n + 4)]
+    for k in range(2, 2 + n):
+        lines[k] = lines[k].replace("2026-01-02", "2026-01-01")
+    log = tmp_path / "orchestrator.log"
     log.write_text("".join(lines))
     stats = ParseStats()
-    events = list(parse_files([("orchestrator", log)], stats))
-    assert [e.line for e in events] == [1, 2, 4, 5, 6, 7, 8, 9, 10]
-    assert stats.out_of_order == 1 and stats.out_of_order_examples == [f"{log}:3: 2027-01-01 12:02:00"]
+    assert len(list(parse_files([("orchestrator", log)], stats))) == n + 4
+    assert stats.out_of_order == 0 and stats.time_goes_back == 1
+    assert stats.time_goes_back_examples == [
+        f"{log}:3: 2026-01-01 12:02:00, 86340 s before an earlier line's 2026-01-02 12:01:00"
+    ]
+
+
+def test_lines_without_a_time_after_the_last_with_one_are_not_held_without_bound(tmp_path, monkeypatch):
+    """Lines without a time are held with the timed line before them; past HELD_MAX held lines the
+    batch is judged as if the file ended there, so what is held stays bounded."""
+    monkeypatch.setattr(parser, "BATCH_ROWS", 4)
+    monkeypatch.setattr(time_order, "HELD_MAX", 10)
+    log = tmp_path / "orchestrator.log"
+    log.write_text(_line(0, 0) + "[gen] batch.done step=1 completions=4 dur_ms=5\n" * 40 + _line(1, 2))
+    heights = []
+    judge = time_order.TimeOrder.judge
+
+    def judged(self, frame, final):
+        out, held = judge(self, frame, final)
+        heights.append(0 if held is None else held.height)
+        return out, held
+
+    monkeypatch.setattr(time_order.TimeOrder, "judge", judged)
+    assert len(list(parse_files([("orchestrator", log)], ParseStats()))) == 42
+    assert max(heights) <= 10 + 4
 
 
 def test_a_files_first_and_last_lines_are_not_judged(tmp_path):
