@@ -101,6 +101,21 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
     return "; ".join(parts) or None
 
 
+def clock_offsets(d: Collected, th: Thresholds) -> str | None:
+    """Server logs on a clock of their own (:mod:`~prime_rl.analysis.clock_offsets`)."""
+    if not d.clock_offsets:
+        return None
+    logs = "; ".join(
+        f"{log} is {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} the orchestrator's (median of {n} update(s))"
+        for log, (off, n) in d.clock_offsets.items()
+    )
+    return (
+        f"a server log's clock is off: its server.recv lines do not lie between the client.send and the reply of "
+        f"the same weight update: {logs} (another time zone, or a clock not synced). The run's length is measured "
+        "with its times moved onto the orchestrator's clock; in timeline.txt/.png and trace.json its lines keep their own"
+    )
+
+
 def failed_updates(d: Collected, th: Thresholds) -> str | None:
     """Weight updates that ended in [weights] client.error."""
     failed = int(d.update_frame().get_column("failed").sum())
@@ -112,5 +127,6 @@ WARNINGS: tuple[Check, ...] = (
     truncation,
     missing_weight_lines,
     malformed_lines,
+    clock_offsets,
     failed_updates,
 )

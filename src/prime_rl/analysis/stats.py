@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import Bars
+from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
@@ -181,6 +182,9 @@ class Collected:
     down_seconds: float = 0.0
     """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
+    clock_offsets: Offsets = field(default_factory=dict)
+    """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
+    (:mod:`~prime_rl.analysis.clock_offsets`); :attr:`run_seconds` has their times moved by it."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -725,6 +729,16 @@ def collect(
             gc.enable()
 
 
+def _log_of(b: TaggedLines) -> str:
+    """The log file a batch was read from, named as the weight updates name a server's
+    (:func:`~prime_rl.analysis.updates.weights_frames`)."""
+    if b.path is not None:
+        return str(b.path)
+    if b.events and b.events[0].path is not None:  # a batch of events of one source
+        return str(b.events[0].path)
+    return b.source
+
+
 def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
     """Batches as they come; events grouped into batches of one source."""
     it = iter(items)
@@ -744,6 +758,7 @@ def _collect(
     c = _Collector(spill_dir)
     counts, last_events = c.counts, {}
     first_ts, last_ts = math.inf, -math.inf
+    windows: dict[str, tuple[float, float]] = {}  # each log's first and last time
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
         counts_of, first, last = b.overview()
@@ -751,6 +766,9 @@ def _collect(
             lines[tag, event] += n
         if first is not None and last is not None:
             first_ts, last_ts = min(first_ts, first), max(last_ts, last)
+            log = _log_of(b)
+            was = windows.get(log)
+            windows[log] = (min(was[0], first), max(was[1], last)) if was else (first, last)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
     for b, i, e in c.errors:
@@ -762,6 +780,9 @@ def _collect(
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
+    offsets = c.join.offsets
+    if offsets:  # a server log on a clock of its own: the run measured on the orchestrator's
+        first_ts, last_ts = run_window(windows, offsets)
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
@@ -788,6 +809,7 @@ def _collect(
         c.join.spill.failed,
         c.spans.bars,
         down_seconds=down_s,
+        clock_offsets=offsets,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from prime_rl.analysis.clock_offsets import ClockProbe, Offsets, on_orchestrator_clock
 from prime_rl.analysis.spill import Spill
 from prime_rl.analysis.tagged import TaggedLines
 from prime_rl.analysis.update_columns import (
@@ -129,6 +130,10 @@ class UpdateJoin:
         """Kept lines per part past which the parts are split :data:`PARTS` ways again (tests: 0)."""
         self._max_parts = MAX_PARTS if max_parts is None else max_parts
         self._updates: UpdateTable | None = None
+        self._probe = ClockProbe()
+        self.offsets: Offsets = {}
+        """Server logs whose clock is off the orchestrator's (:mod:`~prime_rl.analysis.clock_offsets`),
+        found before the join, which takes their lines on the orchestrator's clock."""
 
     def add_lines(self, lines: TaggedLines) -> None:
         """Keep a batch's ``[weights]`` lines that have a trace id, as columns: the client's and the
@@ -137,6 +142,7 @@ class UpdateJoin:
         # every number read here (its bad values counted in the collector's order), made or not
         numbers = {key: lines.num_series(key, events) for key, events in WEIGHTS_NUMBERS}
         client, server = lines.ahead.pop("weights", None) or weights_frames(lines, numbers)
+        self._probe.add(client, server)
         if client is not None:
             self._client.add(client)
         if server is not None:
@@ -152,6 +158,7 @@ class UpdateJoin:
         (in the order their trace id and file were first seen), each with its file's URL when the
         votes name one. Joined once (the lines' columns are let go then), at the first call."""
         if self._updates is None:
+            self.offsets = self._probe.offsets()
             try:
                 self._updates = self._join()
             finally:
@@ -162,7 +169,7 @@ class UpdateJoin:
         """One part's lines (client, server) and their usual updates: the join's column work, which
         runs without the GIL (:data:`JOIN_THREADS` parts at a time)."""
         clients = self._client.take(part, CLIENT_SCHEMA)
-        servers = self._server.take(part, SERVER_SCHEMA)
+        servers = on_orchestrator_clock(self._server.take(part, SERVER_SCHEMA), self.offsets)
         return clients, servers, usual_updates(clients, servers)
 
     def _join(self) -> UpdateTable:
