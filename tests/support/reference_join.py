@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from statistics import median
 
-from prime_rl.analysis.clock_offsets import MIN_UPDATES, PROBE, SLACK_S
+from prime_rl.analysis.clock_offsets import PROBE, offsets_of
+from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.updates import OP_PATHS, UPDATE_PATHS, Update, same_rpc
 
 
@@ -20,11 +20,12 @@ class ReferenceJoin:
         self.last_url: dict[str, str | None] = {}
         self.server: dict[tuple[str, str], list[Update]] = {}
         self.order: list[Update] = []
-        # the clock probe, line by line: the first PROBE trace ids' first send, first wall and, per
-        # server log, first receipt
+        # the clock probe, line by line: the first PROBE trace ids' first send and last reply and,
+        # per server log, first receipt and first rpc.done
         self.sent: dict[str, float | None] = {}
-        self.walls: dict[str, float] = {}
+        self.replied: dict[str, float] = {}
         self.received: dict[str, dict[str, float | None]] = {}
+        self.finished: dict[str, dict[str, float]] = {}
 
     def add(self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
@@ -33,10 +34,18 @@ class ReferenceJoin:
             return
         if event == "client.send" and tid not in self.sent and len(self.sent) < PROBE:
             self.sent[tid] = ts
-        if event.startswith("client.") and wall is not None and len(self.walls) < PROBE:
-            self.walls.setdefault(tid, wall)
-        if event == "server.recv" and len(got := self.received.setdefault(source, {})) < PROBE:
-            got.setdefault(tid, ts)
+        replied = self.replied
+        if (
+            event in ("client.done", "client.error")
+            and ts is not None
+            and (tid in replied or len(replied) < PROBE)
+        ):
+            replied[tid] = max(replied.get(tid, -math.inf), ts)
+        got = self.received.setdefault(log_of(source), {})
+        if event == "server.recv" and tid not in got and len(got) < PROBE:
+            got[tid] = ts
+        elif event == "rpc.done" and tid in got and ts is not None:
+            self.finished.setdefault(log_of(source), {}).setdefault(tid, ts)
         if event.startswith("client."):
             self._client(event, tid, ts, url, path, t, wall, rpc, queue)
         elif event in ("server.recv", "rpc.start", "rpc.done"):
@@ -105,28 +114,16 @@ class ReferenceJoin:
                 out[source] = url
         return out
 
-    def offsets(self) -> dict[str, float]:
-        """Server log -> seconds its clock is ahead of the orchestrator's, for the logs whose
-        receipts lie, at their median, more than SLACK_S outside their send..reply window."""
-        out = {}
-        for source, got in self.received.items():
-            gaps = [
-                (recv - self.sent[tid], max(self.walls.get(tid, 0.0), 0.0) / 1000.0)
-                for tid, recv in got.items()
-                if recv is not None and self.sent.get(tid) is not None
-            ]
-            if len(gaps) >= MIN_UPDATES:
-                gap, wall = median(g for g, _ in gaps), median(w for _, w in gaps)
-                if gap < -SLACK_S or gap > wall + SLACK_S:
-                    out[source] = gap
-        return out
-
     def updates(self) -> list[Update]:
-        for (_, source), parts in self.server.items():  # the server lines on the orchestrator's clock
-            off = self.offsets().get(source)
+        """The updates, joined once (the server parts of a log on a clock of its own moved onto the
+        orchestrator's first)."""
+        offsets = offsets_of(self.sent, self.replied, self.received, self.finished)
+        for (_, source), parts in self.server.items():
+            off = offsets.get(log_of(source))
             for s in parts:
                 if off is not None and s.recv_ts is not None:
-                    s.recv_ts -= off
+                    s.recv_ts -= off[0]
+        self.sent.clear()  # measured once: a second call moves nothing again
         mapping = self.server_urls()
         clients_by_tid: dict[str, list[Update]] = {}
         for (tid, _), parts in self.client.items():

@@ -1,57 +1,74 @@
 """The inference logs' clocks against the orchestrator's, from the weight updates both sides log.
 
-A server receives an update after the client sent it and before the client has its reply: its
-``server.recv`` lies between the client's ``client.send`` and ``client.send + wall_ms``, on clocks
-in step (NTP keeps machines milliseconds apart). A server log whose receipts lie, at their median,
-more than :data:`SLACK_S` outside that window keeps a clock of its own (another time zone, a clock
-not synced), off by that median. It is measured on the first :data:`PROBE` updates
-(:class:`ClockProbe`), before the join, which then takes that log's server lines on the
-orchestrator's clock (:func:`on_orchestrator_clock`: a server behind would otherwise receive every
-update before it was sent, and be paired with none). The run's length is measured with its times
-moved the same way (:func:`run_window`): measured from first to last line as they are, a server
-log two hours ahead made the run two hours longer and every share of it small. Its other lines
-keep their own times (timeline, trace), which the warning says.
+Each update bounds a server log's clock offset from both sides. The server receives it after the
+client first sent it, so ``server.recv - client.send`` is at least the offset (more by the network
+and any queueing, and by a retry's wait); it finishes it before the client has its last reply
+(``client.done`` or ``client.error``, of any server), so ``rpc.done - that reply`` is at most the
+offset (less by the reply's trip, and by how much later another server answered). Over a log's
+first :data:`PROBE` updates, when even the upper bound's low end (:data:`QUANTILE`) lies more than
+:data:`SLACK_S` below 0, or the lower bound's high end more than that above, the log keeps a clock
+of its own (another time zone, a clock not synced). Clocks in step never do: on them every
+update's bounds hold 0, however slow the server, its queue or a retry. Its offset is taken at the
+lower bound (the receipts' bound carries the queue; moved by the lower, no receipt lands before
+its send), or at the upper where the log has no rpc.done lines. Rotated parts of one log are
+measured together (:func:`log_of`).
+
+The join then takes that log's ``[weights]`` lines on the orchestrator's clock
+(:func:`on_orchestrator_clock`: a server behind would otherwise receive every update before it was
+sent, and be paired with none), and the run's length is measured the same way (:func:`run_window`):
+measured from first to last line as they are, a server log two hours ahead made the run two hours
+longer and every share of it small.
 
 The trainer's logs share no such pair with the orchestrator's and are taken as they are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from statistics import median
 
 import polars as pl
 
+from prime_rl.analysis.parser import log_of
+
 SLACK_S = 5.0
-"""How far outside its update's send..reply window a server's receipt may lie (at the median)
-before its log's clock counts as off: far above NTP's milliseconds, far below a time zone."""
+"""How far past 0 a log's bound must lie before its clock counts as off: far above NTP's
+milliseconds, far below a time zone."""
 PROBE = 1024
-"""Updates a server log's clock is measured on: the first this many trace ids the client sent."""
+"""Updates a server log's clock is measured on: the first this many trace ids it received, of the
+first this many the client sent."""
 MIN_UPDATES = 3
 """A log's clock is judged on at least this many updates."""
+QUANTILE = 0.1
+"""The bounds are read at this quantile from their far end (the 10th percentile of the upper bounds,
+the 90th of the lower): a few updates whose lines are wrong do not move them."""
 
 Offsets = dict[str, tuple[float, int]]
-"""Per server log (the file its lines came from): (seconds it is ahead of the orchestrator's
-clock, negative: behind; the updates it was measured on)."""
+"""Per server log (:func:`log_of` its files): (seconds its clock is ahead of the orchestrator's,
+negative: behind; the updates it was measured on)."""
+
+_REPLIES = ("client.done", "client.error")
 
 
 class ClockProbe:
-    """The first :data:`PROBE` trace ids' client sends with the client's ``wall_ms``, and each
-    server log's first :data:`PROBE` trace ids' receipts, kept as the ``[weights]`` lines come
-    (:meth:`add`, whichever log is read first); :meth:`offsets` from the trace ids both have. Each
-    is its trace id's first such line (a retried send keeps its first attempt's time)."""
+    """The first :data:`PROBE` trace ids' first ``client.send`` and last reply, and each server
+    log's first :data:`PROBE` trace ids' first ``server.recv`` and first ``rpc.done``, kept as the
+    ``[weights]`` lines come (:meth:`add`, whichever log is read first); :meth:`offsets` from them."""
 
     def __init__(self) -> None:
         self.sent: dict[str, float | None] = {}
         """Trace id: the time of its first client.send."""
-        self.walls: dict[str, float] = {}
-        """Trace id (the first :data:`PROBE` that have one): the first wall_ms a client line gave it."""
+        self.replied: dict[str, float] = {}
+        """Trace id (the first :data:`PROBE` that have one): the time of its last client.done or
+        client.error."""
         self.received: dict[str, dict[str, float | None]] = {}
         """Server log: trace id -> the time of its first server.recv there."""
+        self.finished: dict[str, dict[str, float]] = {}
+        """Server log: trace id (of :attr:`received`) -> the time of its first rpc.done there."""
 
     def add(self, client: pl.DataFrame | None, server: pl.DataFrame | None) -> None:
-        """A batch's client and server lines (the join's frames: ``event``, ``tid``, ``ts``, and
-        ``wall`` or ``source``), in line order."""
+        """A batch's client and server lines (the join's frames: ``event``, ``tid``, ``ts`` and, of
+        the server's, ``source``: the file), in line order."""
         if client is not None:
             if len(self.sent) < PROBE:
                 sends = client.filter(pl.col("event") == "client.send").unique(
@@ -60,59 +77,90 @@ class ClockProbe:
                 for tid, ts in sends.select("tid", "ts").iter_rows():
                     if tid not in self.sent and len(self.sent) < PROBE:
                         self.sent[tid] = ts
-            if len(self.walls) < PROBE:
-                walled = client.filter(pl.col("wall").is_not_null()).unique(
-                    "tid", keep="first", maintain_order=True
-                )
-                for tid, wall in walled.select("tid", "wall").iter_rows():
-                    if len(self.walls) >= PROBE:
-                        break
-                    self.walls.setdefault(tid, wall)
-        if server is not None:
-            recvs = server.filter(pl.col("event") == "server.recv").select(
-                pl.col("source").cast(pl.String), "tid", "ts"
+            replies = client.filter(
+                pl.col("event").cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null()
             )
-            for (source,), rows in recvs.partition_by("source", maintain_order=True, as_dict=True).items():
-                got = self.received.setdefault(source, {})
-                for tid, ts in rows.select("tid", "ts").iter_rows():  # until the log has its PROBE
-                    if len(got) >= PROBE:
-                        break
-                    got.setdefault(tid, ts)
+            if len(self.replied) < PROBE:
+                for tid in (
+                    replies.unique("tid", keep="first", maintain_order=True).get_column("tid").to_list()
+                ):
+                    if tid not in self.replied and len(self.replied) < PROBE:
+                        self.replied[tid] = -math.inf
+            replies = replies.filter(pl.col("tid").is_in(list(self.replied)))
+            for tid, ts in replies.group_by("tid").agg(pl.col("ts").max()).iter_rows():
+                self.replied[tid] = max(self.replied[tid], ts)
+        if server is not None:
+            lines = server.filter(pl.col("event").cast(pl.String).is_in(("server.recv", "rpc.done"))).select(
+                pl.col("source").cast(pl.String), pl.col("event").cast(pl.String), "tid", "ts"
+            )
+            for (source,), rows in lines.partition_by("source", maintain_order=True, as_dict=True).items():
+                log = log_of(source)
+                got = self.received.setdefault(log, {})
+                done = self.finished.setdefault(log, {})
+                if len(got) >= PROBE:  # only the lines of the trace ids it has
+                    rows = rows.filter(pl.col("tid").is_in(list(got)))
+                for event, tid, ts in rows.select("event", "tid", "ts").iter_rows():
+                    if event == "server.recv":
+                        if tid not in got and len(got) < PROBE:
+                            got[tid] = ts
+                    elif tid in got and ts is not None:
+                        done.setdefault(tid, ts)
 
     def offsets(self) -> Offsets:
         """The server logs whose clock is off the orchestrator's (:data:`Offsets`)."""
-        out: Offsets = {}
-        for source, got in self.received.items():
-            gaps = [
-                (recv - sent, max(self.walls.get(tid, 0.0), 0.0) / 1000.0)
-                for tid, recv in got.items()
-                if recv is not None and (sent := self.sent.get(tid)) is not None
-            ]
-            if len(gaps) < MIN_UPDATES:
-                continue
-            gap, wall = median(g for g, _ in gaps), median(w for _, w in gaps)
-            if gap < -SLACK_S or gap > wall + SLACK_S:
-                out[source] = (gap, len(gaps))
-        return out
+        return offsets_of(self.sent, self.replied, self.received, self.finished)
+
+
+def offsets_of(
+    sent: Mapping[str, float | None],
+    replied: Mapping[str, float],
+    received: Mapping[str, Mapping[str, float | None]],
+    finished: Mapping[str, Mapping[str, float]],
+) -> Offsets:
+    """:meth:`ClockProbe.offsets` from what it kept (its attributes, by name)."""
+    out: Offsets = {}
+    for log, got in received.items():
+        above = [
+            recv - send
+            for tid, recv in got.items()
+            if recv is not None and (send := sent.get(tid)) is not None
+        ]
+        below = [done - replied[tid] for tid, done in finished.get(log, {}).items() if tid in replied]
+        if max(len(above), len(below)) < MIN_UPDATES:
+            continue
+        upper = _quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
+        lower = _quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
+        if lower > SLACK_S or upper < -SLACK_S:  # off: by the reply side's bound where there is one
+            out[log] = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (at least one)."""
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, max(0, math.ceil(q * len(ranked)) - 1))]
 
 
 def on_orchestrator_clock(servers: pl.DataFrame, offsets: Offsets) -> pl.DataFrame:
-    """Server lines ``servers`` (``source``, ``ts``) with the times of the logs of ``offsets``
-    moved onto the orchestrator's clock."""
-    if not offsets:
+    """Server lines ``servers`` (``source``: the file, ``ts``) with the times of the logs of
+    ``offsets`` moved onto the orchestrator's clock."""
+    if not offsets or not servers.height:
         return servers
-    off = (
-        pl.col("source")
-        .cast(pl.String)
-        .replace_strict({k: v for k, (v, _) in offsets.items()}, default=0.0, return_dtype=pl.Float64)
-    )
+    moved = {}
+    for source in servers.get_column("source").cast(pl.String).unique().to_list():
+        if source is not None and (off := offsets.get(log_of(source))) is not None:
+            moved[source] = off[0]
+    if not moved:
+        return servers
+    off = pl.col("source").cast(pl.String).replace_strict(moved, default=0.0, return_dtype=pl.Float64)
     return servers.with_columns(ts=pl.col("ts") - off)
 
 
 def run_window(windows: Mapping[str, tuple[float, float]], offsets: Offsets) -> tuple[float, float]:
-    """The run's first and last time from each log's ``windows`` (its first and last time), the
-    logs of ``offsets`` moved onto the orchestrator's clock."""
-    moved = [
-        (a - offsets[k][0], b - offsets[k][0]) if k in offsets else (a, b) for k, (a, b) in windows.items()
-    ]
+    """The run's first and last time from each file's ``windows`` (its first and last time), those
+    of the logs of ``offsets`` moved onto the orchestrator's clock."""
+    moved = []
+    for path, (first, last) in windows.items():
+        off = offsets.get(log_of(path), (0.0, 0))[0]
+        moved.append((first - off, last - off))
     return min(a for a, _ in moved), max(b for _, b in moved)

@@ -939,6 +939,12 @@ def _rotation(path: Path) -> tuple[Path, tuple[int, int]]:
     return where / path.name.removesuffix(".gz"), (1, 0)
 
 
+@lru_cache(maxsize=1024)
+def log_of(path: str) -> str:
+    """The log a file (its path as text) is a part of: rotated parts of one log are one log."""
+    return str(_rotation(Path(path))[0])
+
+
 def _in_order(files: list[Path]) -> list[Path]:
     """``files`` once each (the same file given twice, or in a directory given too, would count its
     lines twice and look like a restart), with the rotated parts of one log oldest first

@@ -106,13 +106,14 @@ def clock_offsets(d: Collected, th: Thresholds) -> str | None:
     if not d.clock_offsets:
         return None
     logs = "; ".join(
-        f"{log} is {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} the orchestrator's (median of {n} update(s))"
+        f"{log} is {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} it (measured on {n} update(s))"
         for log, (off, n) in d.clock_offsets.items()
     )
     return (
-        f"a server log's clock is off: its server.recv lines do not lie between the client.send and the reply of "
-        f"the same weight update: {logs} (another time zone, or a clock not synced). The run's length is measured "
-        "with its times moved onto the orchestrator's clock; in timeline.txt/.png and trace.json its lines keep their own"
+        f"a server log's clock is off the orchestrator's: its weight updates were received before they were sent "
+        f"or finished after the client had its reply: {logs} (another time zone, or a clock not synced). Its "
+        "[weights] lines are joined, and the run's length measured, on the orchestrator's clock; its other "
+        "lines keep their own times"
     )
 
 

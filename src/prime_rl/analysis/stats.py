@@ -729,14 +729,21 @@ def collect(
             gc.enable()
 
 
-def _log_of(b: TaggedLines) -> str:
-    """The log file a batch was read from, named as the weight updates name a server's
+def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first: float, last: float) -> None:
+    """Widen each file's first and last time by batch ``b`` (its first and last time: ``first``,
+    ``last``), its files named as the weight updates name a server's
     (:func:`~prime_rl.analysis.updates.weights_frames`)."""
-    if b.path is not None:
-        return str(b.path)
-    if b.events and b.events[0].path is not None:  # a batch of events of one source
-        return str(b.events[0].path)
-    return b.source
+    if b.path is not None or b.events is None:
+        spans = [(str(b.path) if b.path is not None else b.source, first, last)]
+    else:  # a batch of events of one source: its events' own files
+        spans = [
+            (str(ev.path) if ev.path is not None else ev.source, ev.ts, ev.ts)
+            for ev in b.events
+            if ev.ts is not None
+        ]
+    for log, a, z in spans:
+        was = windows.get(log)
+        windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
 
 
 def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
@@ -766,9 +773,7 @@ def _collect(
             lines[tag, event] += n
         if first is not None and last is not None:
             first_ts, last_ts = min(first_ts, first), max(last_ts, last)
-            log = _log_of(b)
-            was = windows.get(log)
-            windows[log] = (min(was[0], first), max(was[1], last)) if was else (first, last)
+            _add_windows(windows, b, first, last)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
     for b, i, e in c.errors:

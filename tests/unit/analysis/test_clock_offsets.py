@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
+from prime_rl.tracing import format_tagged
+
 
 def _shifted(lines: list[str], seconds: float) -> list[str]:
     """Log lines in loguru's file format with their times moved by ``seconds``."""
@@ -36,10 +38,7 @@ def test_an_inference_log_hours_off_is_named_and_the_run_measured_on_the_orchest
     assert log == str(files["inference"]) and got["updates"] == 18
     assert got["seconds"] == pytest.approx(offset_s, abs=1.0)
     side = "ahead of" if offset_s > 0 else "behind"
-    assert (
-        f"{files['inference']} is {abs(offset_s):.0f} s {side} the orchestrator's (median of 18 update(s))"
-        in md
-    )
+    assert f"{files['inference']} is {abs(offset_s):.0f} s {side} it (measured on 18 update(s))" in md
     assert expected["clock_offsets"] == {}
     # joined on the orchestrator's clock: a server behind received every update "before" it was
     # sent and was paired with none; the send -> receipt gap is the network's again
@@ -60,3 +59,110 @@ def test_clocks_a_few_seconds_apart_and_one_server_of_several_off(tmp_path, anal
     summary, _ = analyze(reversed(list(files.values())), tmp_path / "out")
     assert list(summary["clock_offsets"]) == [str(files["inference_2"])]
     assert summary["clock_offsets"][str(files["inference_2"])]["seconds"] == pytest.approx(3600.0, abs=1.0)
+
+
+def _updates_log(root, servers: list[dict], n: int = 20, retry_after_s: float | None = None) -> list:
+    """An orchestrator log of ``n`` weight updates, each sent to every server of ``servers`` (per
+    server: ``queue`` and ``rpc`` seconds, ``off``: its clock's offset), and each server's log; with
+    ``retry_after_s`` the first server's first attempt fails on connect and is sent again that much
+    later."""
+    start = datetime(2026, 1, 1, 12).timestamp()
+
+    def line(wall: float, text: str) -> str:
+        return datetime.fromtimestamp(wall).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + f" | INFO    | {text}"
+
+    orchestrator, logs = [], [[] for _ in servers]
+    for i in range(n):
+        wall, lines = start + 60.0 * i, []
+        lines.append(
+            (wall - 1, orchestrator, format_tagged("ckpt", "wait.done", target_step=i, wait_ms=500.0))
+        )
+        for k, server in enumerate(servers):
+            url, send, tid = f"http://h{k}:8000", wall, f"u{i:04d}"
+            if retry_after_s is not None and k == 0:
+                lines.append(
+                    (send, orchestrator, format_tagged("weights", "client.send", tid, url=url, attempt=1))
+                )
+                send += retry_after_s
+            lines.append(
+                (send, orchestrator, format_tagged("weights", "client.send", tid, url=url, attempt=2))
+            )
+            recv = send + server["queue"]
+            done = recv + server["rpc"]
+            off = server.get("off", 0.0)
+            lines.append(
+                (recv + off, logs[k], format_tagged("weights", "server.recv", tid, path="/update_weights"))
+            )
+            rpc_ms = server["rpc"] * 1000.0
+            lines.append((done + off, logs[k], format_tagged("weights", "rpc.done", tid, rpc_ms=rpc_ms)))
+            wall_ms = (done - send) * 1000.0
+            lines.append(
+                (
+                    done,
+                    orchestrator,
+                    format_tagged("weights", "client.done", tid, url=url, wall_ms=wall_ms, rpc_ms=rpc_ms),
+                )
+            )
+        for when, log, text in sorted(lines, key=lambda x: x[0]):
+            log.append(line(when, text))
+    paths = [root / "orchestrator.log"] + [root / f"inference_{k}.log" for k in range(len(servers))]
+    root.mkdir(parents=True, exist_ok=True)
+    for path, lines in zip(paths, [orchestrator, *logs], strict=True):
+        path.write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def test_a_saturated_server_and_retried_updates_on_clocks_in_step_are_no_offset(tmp_path, analyze):
+    """A server whose receipts come 30 s late (its queue) beside one that answers at once, and first
+    attempts retried 12 s later: on clocks in step every update's bounds hold 0. Before, the median
+    receipt gap against the first send and the client's wall_ms called the saturated server "30 s
+    ahead" and the retried one "12 s ahead", and unpaired 7 of their updates."""
+    servers = [dict(queue=0.005, rpc=0.2), dict(queue=30.0, rpc=0.2)]
+    paths = _updates_log(tmp_path / "logs", servers, retry_after_s=12.0)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert summary["clock_offsets"] == {} and "clock is off" not in md
+    assert summary["stats"]["server_rpc_ms"]["count"] == 40
+    paths = _updates_log(
+        tmp_path / "off", [dict(queue=0.005, rpc=0.2), dict(queue=30.0, rpc=0.2, off=-900.0)]
+    )
+    summary, _ = analyze(paths, tmp_path / "out_off")
+    assert list(summary["clock_offsets"]) == [str(paths[2])]
+    # by the reply side: the receipts' side carries the 30 s queue (-870 s), which would hide it
+    assert summary["clock_offsets"][str(paths[2])]["seconds"] == pytest.approx(-900.0, abs=0.01)
+    assert summary["stats"]["send_to_recv_ms"]["max"] == pytest.approx(30000.0, abs=1.0)
+    assert summary["stats"]["server_rpc_ms"]["count"] == 40
+
+
+def test_the_rotated_parts_of_a_log_off_are_measured_and_moved_together(tmp_path, analyze):
+    """The older part holds 18 of the 20 updates, the live part 2: both are moved (before, only the
+    part with enough updates was, and the other kept the run two hours long)."""
+    expected, _ = analyze(
+        make_run("checkpoint_io", steps=20).write(tmp_path / "same").values(), tmp_path / "a"
+    )
+    run = make_run("checkpoint_io", steps=20)
+    shifted = _shifted(run.inference, 7200.0)
+    cut = len(shifted) - 6
+    files = run.write(tmp_path / "off")
+    (tmp_path / "off" / "inference.log.1").write_text("\n".join(shifted[:cut]) + "\n")
+    files["inference"].write_text("\n".join(shifted[cut:]) + "\n")
+    summary, _ = analyze([tmp_path / "off"], tmp_path / "b")
+    assert summary["primary"]["kind"] == "checkpoint_io"
+    assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=0.01)
+    assert list(summary["clock_offsets"]) == [str(files["inference"].resolve())]
+
+
+def test_a_queue_saturated_run_off_keeps_every_update_paired(tmp_path, analyze):
+    """The offset is read from the reply side (rpc.done against the client's reply, milliseconds
+    apart), not from the receipts, which carry the queue: moved by it, no receipt lands before its
+    send (before, 8 of 18 updates lost their server part)."""
+    expected, _ = analyze(
+        make_run("frontend_queue_saturation", steps=20).write(tmp_path / "same").values(), tmp_path / "a"
+    )
+    run = make_run("frontend_queue_saturation", steps=20)
+    run.inference = _shifted(run.inference, 7200.0)
+    summary, _ = analyze(run.write(tmp_path / "off").values(), tmp_path / "b")
+    assert summary["primary"]["kind"] == expected["primary"]["kind"] == "frontend_queue_saturation"
+    ((_, got),) = summary["clock_offsets"].items()
+    assert got["seconds"] == pytest.approx(7200.0, abs=1.0)
+    for key in ("server_rpc_ms", "send_to_recv_ms"):
+        assert summary["stats"][key]["count"] == expected["stats"][key]["count"]
