@@ -35,17 +35,14 @@ class ReferenceJoin:
         if event == "client.send" and tid not in self.sent and len(self.sent) < PROBE:
             self.sent[tid] = ts
         replied = self.replied
-        if (
-            event in ("client.done", "client.error")
-            and ts is not None
-            and (tid in replied or len(replied) < PROBE)
-        ):
+        if event == "client.done" and ts is not None and (tid in replied or len(replied) < PROBE):
             replied[tid] = max(replied.get(tid, -math.inf), ts)
-        got = self.received.setdefault(log_of(source), {})
-        if event == "server.recv" and tid not in got and len(got) < PROBE:
-            got[tid] = ts
-        elif event == "rpc.done" and tid in got and ts is not None:
-            self.finished.setdefault(log_of(source), {}).setdefault(tid, ts)
+        if event in ("server.recv", "rpc.done") and source is not None:
+            got = self.received.setdefault(log_of(source), {})
+            if event == "server.recv" and tid not in got and len(got) < PROBE:
+                got[tid] = ts
+            elif event == "rpc.done" and tid in got and ts is not None:
+                self.finished.setdefault(log_of(source), {}).setdefault(tid, ts)
         if event.startswith("client."):
             self._client(event, tid, ts, url, path, t, wall, rpc, queue)
         elif event in ("server.recv", "rpc.start", "rpc.done"):

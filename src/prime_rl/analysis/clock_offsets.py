@@ -3,7 +3,7 @@
 Each update bounds a server log's clock offset from both sides. The server receives it after the
 client first sent it, so ``server.recv - client.send`` is at least the offset (more by the network
 and any queueing, and by a retry's wait); it finishes it before the client has its last reply
-(``client.done`` or ``client.error``, of any server), so ``rpc.done - that reply`` is at most the
+(``client.done``, of any server), so ``rpc.done - that reply`` is at most the
 offset (less by the reply's trip, and by how much later another server answered). Over a log's
 first :data:`PROBE` updates, when even the upper bound's low end (:data:`QUANTILE`) lies more than
 :data:`SLACK_S` below 0, or the lower bound's high end more than that above, the log keeps a clock
@@ -47,7 +47,9 @@ Offsets = dict[str, tuple[float, int]]
 """Per server log (:func:`log_of` its files): (seconds its clock is ahead of the orchestrator's,
 negative: behind; the updates it was measured on)."""
 
-_REPLIES = ("client.done", "client.error")
+_REPLIES = ("client.done",)
+"""The replies that bound a server's finish: a client that gave up (``client.error``, a timeout)
+may see the server finish later."""
 
 
 class ClockProbe:
@@ -59,8 +61,7 @@ class ClockProbe:
         self.sent: dict[str, float | None] = {}
         """Trace id: the time of its first client.send."""
         self.replied: dict[str, float] = {}
-        """Trace id (the first :data:`PROBE` that have one): the time of its last client.done or
-        client.error."""
+        """Trace id (the first :data:`PROBE` that have one): the time of its last client.done."""
         self.received: dict[str, dict[str, float | None]] = {}
         """Server log: trace id -> the time of its first server.recv there."""
         self.finished: dict[str, dict[str, float]] = {}
@@ -94,6 +95,8 @@ class ClockProbe:
                 pl.col("source").cast(pl.String), pl.col("event").cast(pl.String), "tid", "ts"
             )
             for (source,), rows in lines.partition_by("source", maintain_order=True, as_dict=True).items():
+                if source is None:  # no file to name (events made, not read)
+                    continue
                 log = log_of(source)
                 got = self.received.setdefault(log, {})
                 done = self.finished.setdefault(log, {})
@@ -123,15 +126,22 @@ def offsets_of(
         above = [
             recv - send
             for tid, recv in got.items()
-            if recv is not None and (send := sent.get(tid)) is not None
+            if recv is not None and (send := sent.get(tid)) is not None and math.isfinite(recv - send)
         ]
-        below = [done - replied[tid] for tid, done in finished.get(log, {}).items() if tid in replied]
+        below = [
+            done - replied[tid]
+            for tid, done in finished.get(log, {}).items()
+            if tid in replied and math.isfinite(done - replied[tid])
+        ]
         if max(len(above), len(below)) < MIN_UPDATES:
             continue
         upper = _quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
         lower = _quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
-        if lower > SLACK_S or upper < -SLACK_S:  # off: by the reply side's bound where there is one
-            out[log] = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
+        # by the reply side's bound where there is one; bounds that contradict each other (lines
+        # of two runs under one trace id) judge nothing
+        off, n = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
+        if (lower > SLACK_S or upper < -SLACK_S) and abs(off) > SLACK_S and lower <= upper:
+            out[log] = (off, n)
     return out
 
 

@@ -941,8 +941,12 @@ def _rotation(path: Path) -> tuple[Path, tuple[int, int]]:
 
 @lru_cache(maxsize=1024)
 def log_of(path: str) -> str:
-    """The log a file (its path as text) is a part of: rotated parts of one log are one log."""
-    return str(_rotation(Path(path))[0])
+    """The log a file (its path as text) is a part of: rotated parts of one log are one log (a
+    name that is no path, itself)."""
+    try:
+        return str(_rotation(Path(path))[0])
+    except (ValueError, OSError):  # a NUL byte, a loop of links
+        return path
 
 
 def _in_order(files: list[Path]) -> list[Path]:

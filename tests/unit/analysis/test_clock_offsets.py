@@ -4,11 +4,13 @@ made a checkpoint-bound run two hours longer: "no bottleneck found", and no warn
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
+from prime_rl.analysis.clock_offsets import offsets_of
 from prime_rl.tracing import format_tagged
 
 
@@ -96,6 +98,10 @@ def _updates_log(root, servers: list[dict], n: int = 20, retry_after_s: float | 
             rpc_ms = server["rpc"] * 1000.0
             lines.append((done + off, logs[k], format_tagged("weights", "rpc.done", tid, rpc_ms=rpc_ms)))
             wall_ms = (done - send) * 1000.0
+            if "timeout" in server:  # the client gives up before the server is done
+                error = format_tagged("weights", "client.error", tid, url=url, error="timeout")
+                lines.append((send + server["timeout"], orchestrator, error))
+                continue
             lines.append(
                 (
                     done,
@@ -122,6 +128,13 @@ def test_a_saturated_server_and_retried_updates_on_clocks_in_step_are_no_offset(
     summary, md = analyze(paths, tmp_path / "out")
     assert summary["clock_offsets"] == {} and "clock is off" not in md
     assert summary["stats"]["server_rpc_ms"]["count"] == 40
+    # a client that times out at 60 s while the server finishes at 90 s: its client.error is no
+    # bound on the server's finish (before: "30 s ahead", and its 20 updates unpaired)
+    paths = _updates_log(
+        tmp_path / "timeout", [dict(queue=0.005, rpc=0.2), dict(queue=0.005, rpc=90.0, timeout=60.0)]
+    )
+    summary, _ = analyze(paths, tmp_path / "out_timeout")
+    assert summary["clock_offsets"] == {}
     paths = _updates_log(
         tmp_path / "off", [dict(queue=0.005, rpc=0.2), dict(queue=30.0, rpc=0.2, off=-900.0)]
     )
@@ -166,3 +179,15 @@ def test_a_queue_saturated_run_off_keeps_every_update_paired(tmp_path, analyze):
     assert got["seconds"] == pytest.approx(7200.0, abs=1.0)
     for key in ("server_rpc_ms", "send_to_recv_ms"):
         assert summary["stats"][key]["count"] == expected["stats"][key]["count"]
+
+
+def test_times_that_are_no_number_are_not_measured():
+    """Events made by hand can carry NaN or inf times: those updates are not measured (before, the
+    offset came out inf)."""
+    sent = {"a": 0.0, "b": math.nan, "c": 0.0, "d": 0.0}
+    replied = {"a": 1.0, "b": 1.0, "c": 1.0, "d": -math.inf}
+    received = {"s.log": {"a": -100.0, "b": -100.0, "c": math.inf, "d": -100.0}}
+    finished = {"s.log": {"a": -99.5, "b": -99.5, "c": -99.5, "d": math.nan}}
+    assert offsets_of(sent, replied, received, finished) == {}  # 2 finite receipt gaps: too few to judge
+    sent["e"], replied["e"], received["s.log"]["e"], finished["s.log"]["e"] = 0.0, 1.0, -100.0, -99.5
+    assert offsets_of(sent, replied, received, finished) == {"s.log": (-100.5, 4)}  # 4 finite finish gaps
