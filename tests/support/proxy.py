@@ -18,6 +18,9 @@ class TcpProxy:
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.connections = 0
+        self.awaiting = 0
+        """Connections whose last bytes went to the server: a request sent and not yet answered
+        (its reply has not begun), the moment to kill it in flight."""
 
     async def start(self) -> TcpProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -31,16 +34,27 @@ class TcpProxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
+        waiting = False  # this connection's state, counted in self.awaiting
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        def mark(up: bool) -> None:
+            nonlocal waiting
+            if up != waiting:
+                waiting = up
+                self.awaiting += 1 if up else -1
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 while data := await src.read(65536):
+                    mark(up)
                     dst.write(data)
                     await dst.drain()
             with contextlib.suppress(Exception):
                 dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        try:
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+        finally:
+            mark(False)
 
     async def kill(self) -> None:
         """Stop listening and cut every open connection (a server dying mid-request)."""
