@@ -764,7 +764,6 @@ def _collect(
 ) -> Collected:
     c = _Collector(spill_dir)
     counts, last_events = c.counts, {}
-    first_ts, last_ts = math.inf, -math.inf
     windows: dict[str, tuple[float, float]] = {}  # each log's first and last time
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
@@ -772,7 +771,6 @@ def _collect(
         for tag, event, n in counts_of:
             lines[tag, event] += n
         if first is not None and last is not None:
-            first_ts, last_ts = min(first_ts, first), max(last_ts, last)
             _add_windows(windows, b, first, last)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
@@ -786,8 +784,8 @@ def _collect(
     frame = update_frame(updates)
     c.update_spans(frame)
     offsets = c.join.offsets
-    if offsets:  # a server log on a clock of its own: the run measured on the orchestrator's
-        first_ts, last_ts = run_window(windows, offsets)
+    # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
+    first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
