@@ -15,6 +15,7 @@ Failpoints (``docs/design.md``, fault matrix in ``benchmarks/RESULTS.md``):
   in its temporary dir, the other files are not (with ``weights.background`` this is the writer
   thread, while the training thread goes on).
 - ``trainer.ckpt.saved``: ``checkpoints/step_N/trainer`` is written, not yet ``STABLE``.
+- ``trainer.ckpt.stable``: ``checkpoints/step_N/trainer`` is marked ``STABLE`` (a resume starts there).
 - ``orchestrator.rollouts.written``: ``rollouts/step_N`` is written, its metrics row is not.
 
 Raise points (:func:`raise_if`) fail an operation instead of killing the process, so a test can

@@ -93,3 +93,21 @@ def test_sigkill_during_a_background_write_leaves_no_torn_stable_dir_and_resume_
     rows = [json.loads(x) for x in paths.metrics_file.read_text().splitlines()]
     assert [r["step"] for r in rows][-1] == MAX_STEPS - 1
     assert {r["step"] for r in rows} == set(range(MAX_STEPS))
+
+
+def test_a_kill_once_a_checkpoint_is_marked_leaves_the_step_s_metrics_row_written(tiny_model, tmp_path):
+    """The trainer recorded a step's metrics row after checkpointing it: killed once checkpoint 2 was
+    marked (the fault suite's launcher kill once checkpoint 8 existed did so, now and then), it
+    resumed at step 2 and the row of step 1 was never written. The row comes first now (a resume
+    drops the rows of the steps it redoes, so a kill before the mark loses nothing either)."""
+    out = tmp_path / "run"
+    paths = RunPaths(out)
+    samples = make_samples(n_prompts=2, vocab_size=2048, seed=3)
+    for step in range(MAX_STEPS):
+        write_step(out, step, samples, tiny_model)
+
+    killed = run_trainer(tiny_model, out, failpoint="trainer.ckpt.stable@2")
+    assert killed.returncode == -9, killed.stdout[-3000:]
+    assert is_stable(paths.checkpoints_root / "step_2" / "trainer")
+    rows = [json.loads(x) for x in paths.metrics_file.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]

@@ -176,6 +176,7 @@ def save_checkpoint(
         fsync_dir(step_dir)
         failpoints.hit("trainer.ckpt.saved", step)
         mark_stable(final)
+        failpoints.hit("trainer.ckpt.stable", step)
         log_tagged("ckpt", "save.done", step=step, save_ms=(time.monotonic() - start) * 1000.0)
     _barrier(world)
     return final

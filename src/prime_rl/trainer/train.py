@@ -250,7 +250,7 @@ def _loop(
     start_step: int,
     total_tokens: int,
 ) -> None:
-    """Steps ``start_step .. max_steps - 1``: read the batch, train, publish, checkpoint, log."""
+    """Steps ``start_step .. max_steps - 1``: read the batch, train, publish, log, checkpoint."""
     vocab_size = int(model.config.vocab_size)
     for step in range(start_step, cfg.max_steps):
         path = rollout_path(paths.rollouts_dir(step), world.rank)
@@ -287,18 +287,6 @@ def _loop(
         # a checkpoint needs no weight dir (a resume republishes weights/step_N when it is missing)
         timing = publishing.publish(model, step + 1)
         total_tokens += result.tokens
-        if cfg.ckpt.interval and (step + 1) % cfg.ckpt.interval == 0:
-            ckpt.save_checkpoint(
-                paths.checkpoints_root,
-                step + 1,
-                model,
-                optimizer,
-                {"total_tokens": total_tokens},
-                world,
-                scheduler=scheduler,
-            )
-            ckpt.prune_checkpoints(paths.checkpoints_root, cfg.ckpt.keep, world)
-
         if world.is_main:
             log_tagged(
                 "train",
@@ -330,6 +318,20 @@ def _loop(
                 f"{metrics['tokens_per_s']:.0f} tok/s | peak {metrics['peak_mem_mb']:.0f} MiB | waited {waited:.2f}s"
             )
             record_metrics(cfg, metrics)  # metrics.jsonl, and W&B/TensorBoard when enabled
+
+        # after the step's metrics row: a kill once the checkpoint is marked would resume past the
+        # step with its row never written (a resume drops the rows of the steps it redoes)
+        if cfg.ckpt.interval and (step + 1) % cfg.ckpt.interval == 0:
+            ckpt.save_checkpoint(
+                paths.checkpoints_root,
+                step + 1,
+                model,
+                optimizer,
+                {"total_tokens": total_tokens},
+                world,
+                scheduler=scheduler,
+            )
+            ckpt.prune_checkpoints(paths.checkpoints_root, cfg.ckpt.keep, world)
 
 
 def _publish_fields(timing: PublishTiming | None) -> dict[str, float | None]:
