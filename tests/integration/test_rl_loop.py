@@ -215,13 +215,12 @@ def test_a_server_dying_mid_run_has_its_requests_retried_on_the_other_and_stays_
         )
         orch = Orchestrator(cfg)
         run = asyncio.create_task(orch.run())
-        # killed while a request through it waits for its reply (a fixed pause could land between
-        # two batches: nothing in flight, the health loop marking it down first, no retry)
-        while proxy.awaiting < 1 and not run.done():
-            await asyncio.sleep(0.005)
-        assert not run.done(), "the run ended before a request went through the proxy"
-        await proxy.kill()  # requests in flight through it fail mid-stream
+        # killed the moment a request through it has gone to the server (a fixed pause could land
+        # between two batches: nothing in flight, the health loop marking it down first, no retry;
+        # a poll of the waiting requests could miss one answered in a few milliseconds)
+        proxy.kill_in_flight()  # requests in flight through it fail mid-stream
         await asyncio.wait_for(run, timeout=300)
+        assert proxy.killed_in_flight.is_set(), "the run ended before a request went through the proxy"
         return orch
 
     orch = asyncio.run(scenario())

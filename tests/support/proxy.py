@@ -18,9 +18,9 @@ class TcpProxy:
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.connections = 0
-        self.awaiting = 0
-        """Connections whose last bytes went to the server: a request sent and not yet answered
-        (its reply has not begun), the moment to kill it in flight."""
+        self.killed_in_flight = asyncio.Event()
+        """Set when :meth:`kill_in_flight` fired."""
+        self._kill_armed = False
 
     async def start(self) -> TcpProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -34,30 +34,33 @@ class TcpProxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        waiting = False  # this connection's state, counted in self.awaiting
-
-        def mark(up: bool) -> None:
-            nonlocal waiting
-            if up != waiting:
-                waiting = up
-                self.awaiting += 1 if up else -1
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 while data := await src.read(65536):
-                    mark(up)
                     dst.write(data)
                     await dst.drain()
+                    if up and self._kill_armed and data.startswith(b"POST"):  # a request just went
+                        # to the server (not a health check): cut it now
+                        self._kill_armed = False
+                        self._cut()
+                        self.killed_in_flight.set()
             with contextlib.suppress(Exception):
                 dst.close()
 
-        try:
-            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
-        finally:
-            mark(False)
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+
+    def kill_in_flight(self) -> None:
+        """Arm a :meth:`kill` for the moment a POST's bytes have gone to the server: it dies with
+        that request in flight, whenever the request comes (a poll of the requests waiting for
+        their reply can miss one answered in a few milliseconds)."""
+        self._kill_armed = True
 
     async def kill(self) -> None:
         """Stop listening and cut every open connection (a server dying mid-request)."""
+        self._cut()
+
+    def _cut(self) -> None:
         if self._server is not None:
             self._server.close()
         for w in list(self._writers):
