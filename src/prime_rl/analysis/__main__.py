@@ -30,6 +30,7 @@ try:
     from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared
     from prime_rl.analysis.thresholds import Thresholds
     from prime_rl.analysis.trace import left_out, write_trace
+    from prime_rl.analysis.trainer_clock import TrainerClock, orchestrator_first
 finally:  # an import that fails leaves the collector as it was too
     if _GC_WAS_ON:
         if not gc.get_freeze_count():  # a program that froze objects itself keeps them frozen
@@ -152,10 +153,10 @@ def _run(
     for their join on disk under ``args.tmp_dir`` or else ``out``."""
     async_level = args.async_level if args.async_level is not None else _async_level(inputs)
     stats = ParseStats()
-    # two threads ahead of the collection: one parses, the next reads each tag's fields
-    batches = read_ahead(
-        prepared(read_ahead(scan_files(files, stats, FIELDS, FIELD_KINDS, thresholds.time_jump_s)))
-    )
+    # two threads ahead of the collection: one parses, the next puts the trainer's logs on the
+    # orchestrator's clock (read first for it) and reads each tag's fields
+    scanned = scan_files(orchestrator_first(files), stats, FIELDS, FIELD_KINDS, thresholds.time_jump_s)
+    batches = read_ahead(prepared(TrainerClock(stats).place(read_ahead(scanned))))
     spill_dir = args.tmp_dir or out
     try:
         spill_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,8 @@ sent, and be paired with none), and the run's length is measured the same way (:
 measured from first to last line as they are, a server log two hours ahead made the run two hours
 longer and every share of it small.
 
-The trainer's logs share no such pair with the orchestrator's and are taken as they are.
+The trainer's logs are measured on the steps they share with the orchestrator's, and moved as
+they are read (:mod:`~prime_rl.analysis.trainer_clock`, with :func:`judge`).
 """
 
 from __future__ import annotations
@@ -133,16 +134,27 @@ def offsets_of(
             for tid, done in finished.get(log, {}).items()
             if tid in replied and math.isfinite(done - replied[tid])
         ]
-        if max(len(above), len(below)) < MIN_UPDATES:
-            continue
-        upper = _quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
-        lower = _quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
-        # by the reply side's bound where there is one; bounds that contradict each other (lines
-        # of two runs under one trace id) judge nothing
-        off, n = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
-        if (lower > SLACK_S or upper < -SLACK_S) and abs(off) > SLACK_S and lower <= upper:
-            out[log] = (off, n)
+        if (judged := judge(above, below)) is not None:
+            out[log] = judged
     return out
+
+
+def judge(above: list[float], below: list[float]) -> tuple[float, int] | None:
+    """A log's clock from the bounds its lines put on its offset (``above``: values the offset is at
+    most, give or take the network; ``below``: values it is at least): (its offset, the bounds it was
+    measured on) when it is off by more than :data:`SLACK_S`, else None. Read at :data:`QUANTILE`
+    from each side's far end; taken at the lower bounds where there are enough (the upper ones carry
+    the queues), else at the upper."""
+    if max(len(above), len(below)) < MIN_UPDATES:
+        return None
+    upper = _quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
+    lower = _quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
+    # bounds that contradict each other (lines of two runs under one trace id or step) judge nothing;
+    # by less than the slack they are the lines' own timing (a line logged a moment after its event)
+    off, n = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
+    if (lower > SLACK_S or upper < -SLACK_S) and abs(off) > SLACK_S and lower <= upper + SLACK_S:
+        return off, n
+    return None
 
 
 def _quantile(values: list[float], q: float) -> float:

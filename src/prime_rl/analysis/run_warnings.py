@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from prime_rl.analysis.clock_offsets import Offsets
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -102,18 +103,29 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
 
 
 def clock_offsets(d: Collected, th: Thresholds) -> str | None:
-    """Server logs on a clock of their own (:mod:`~prime_rl.analysis.clock_offsets`)."""
-    if not d.clock_offsets:
-        return None
-    logs = "; ".join(
-        f"{log} is {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} it (measured on {n} update(s))"
-        for log, (off, n) in d.clock_offsets.items()
-    )
-    return (
-        f"a server log's clock is off the orchestrator's: its weight updates were received before they were sent "
-        f"or finished after the client had its reply: {logs} (another time zone, or a clock not synced). Its "
-        "[weights] lines are joined, and the run's length measured, on the orchestrator's clock; its other "
-        "lines keep their own times"
+    """Server logs (:mod:`~prime_rl.analysis.clock_offsets`) and trainer logs
+    (:mod:`~prime_rl.analysis.trainer_clock`) on a clock of their own."""
+    parts = []
+    if d.clock_offsets:
+        parts.append(
+            "a server log's clock is off the orchestrator's: its weight updates were received before they were "
+            f"sent or finished after the client had its reply: {_offsets(d.clock_offsets, 'update')} (another "
+            "time zone, or a clock not synced). Its [weights] lines are joined, and the run's length measured, "
+            "on the orchestrator's clock; its other lines keep their own times"
+        )
+    if d.parse.clock_offsets:
+        parts.append(
+            "a trainer log's clock is off the orchestrator's: it wrote checkpoints after the orchestrator had "
+            f"them or read rollouts before they were written: {_offsets(d.parse.clock_offsets, 'step')} "
+            "(another time zone, or a clock not synced). Its times are read on the orchestrator's clock"
+        )
+    return "; ".join(parts) or None
+
+
+def _offsets(offsets: Offsets, unit: str) -> str:
+    return "; ".join(
+        f"{log} is {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} it (measured on {n} {unit}(s))"
+        for log, (off, n) in offsets.items()
     )
 
 

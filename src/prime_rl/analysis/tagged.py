@@ -53,6 +53,9 @@ class ParseStats:
     """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
     last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
     """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
+    clock_offsets: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Trainer logs on a clock of their own, moved onto the orchestrator's as they were read: (seconds
+    ahead, negative: behind; the steps measured on), by log (:mod:`~prime_rl.analysis.trainer_clock`)."""
     cut_files: list[str] = field(default_factory=list)
     """Files that could not be read to their end (a compressed log cut short or corrupt), as
     ``file: what went wrong after N lines``; their lines up to there are read."""
@@ -386,6 +389,16 @@ class TaggedLines:
             stamped = ts.null_count() < len(ts)
             self._overview = Overview(counts, ts.min() if stamped else None, ts.max() if stamped else None)  # type: ignore[arg-type]
         return self._overview
+
+    def move_clock(self, seconds: float) -> None:
+        """Every time of these lines ``seconds`` earlier (a log on a clock of its own onto the
+        orchestrator's), before anything is read from them (the parts they are split into too)."""
+        ts = pl.col("ts") - seconds
+        self.frame = self.frame.with_columns(ts)
+        for _, part in self._parts or ():
+            part.frame = part.frame.with_columns(ts)
+        self._cols.pop("ts", None)
+        self._overview = None
 
     def column(self, name: str) -> list:
         """One of the frame's columns as a list (made once)."""

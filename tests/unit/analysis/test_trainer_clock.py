@@ -1,0 +1,116 @@
+"""A trainer log on a clock of its own (another machine's time zone, a clock not synced) is named,
+and read on the orchestrator's clock. Before, a trainer log two hours ahead made a checkpoint-bound
+run two hours longer: "no bottleneck found", and no warning."""
+
+from __future__ import annotations
+
+import pytest
+from tests.support.synthetic_logs import make_run
+from tests.unit.analysis.test_clock_offsets import _shifted
+
+from prime_rl.tracing import format_tagged
+
+
+@pytest.mark.parametrize("offset_s", [7200.0, -10800.0])
+def test_a_trainer_log_hours_off_is_named_and_read_on_the_orchestrators_clock(tmp_path, analyze, offset_s):
+    expected, _ = analyze(
+        make_run("checkpoint_io", steps=20).write(tmp_path / "same").values(), tmp_path / "a"
+    )
+    run = make_run("checkpoint_io", steps=20)
+    run.trainer = _shifted(run.trainer, offset_s)
+    files = run.write(tmp_path / "off")
+    # the trainer's log first: the orchestrator's is still read before it
+    summary, md = analyze([files["trainer"], files["orchestrator"], files["inference"]], tmp_path / "b")
+    assert expected["primary"]["kind"] == summary["primary"]["kind"] == "checkpoint_io"
+    assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=0.1)  # the bound: 0.05 s
+    ((log, got),) = summary["clock_offsets"].items()
+    assert log == str(files["trainer"])
+    # ahead: measured on the 18 checkpoints the orchestrator waited for (0.05 s after they were
+    # written); behind: the same bound, the one taken where there are enough
+    assert got == {"seconds": pytest.approx(offset_s, abs=0.1), "steps": 18}
+    side = "ahead of" if offset_s > 0 else "behind"
+    assert f"{files['trainer']} is {abs(offset_s):.0f} s {side} it (measured on 18 step(s))" in md
+    assert expected["clock_offsets"] == {}
+    # every figure of the trainer's lines as on a clock in step: its spans' shares and the timeline
+    for got_stage, stage in zip(summary["stages"], expected["stages"], strict=True):
+        assert got_stage["name"] == stage["name"] and got_stage["share"] == pytest.approx(
+            stage["share"], abs=0.01
+        )
+    assert [f["kind"] for f in summary["findings"]] == [f["kind"] for f in expected["findings"]]
+
+
+def test_a_trainer_log_behind_with_only_its_reads_of_rollouts_is_measured_on_them(tmp_path, analyze):
+    """A rank that does not publish logs no checkpoint: its reads of the rollouts bound it from
+    above, enough to see it behind (its step.done 1.2 s of compute after the rollouts were
+    logged: the bound is 1.2 s above the offset)."""
+    run = make_run("healthy", steps=20)
+    run.trainer = _shifted([x for x in run.trainer if "write.done" not in x], -3600.0)
+    files = run.write(tmp_path / "off")
+    summary, md = analyze(files.values(), tmp_path / "b")
+    ((log, got),) = summary["clock_offsets"].items()
+    assert log == str(files["trainer"]) and got["steps"] == 20
+    assert got["seconds"] == pytest.approx(-3600.0 - 1.2, abs=0.1)
+    assert "is 3601 s behind it (measured on 20 step(s))" in md
+
+
+def test_trainers_in_step_with_the_orchestrator_are_not_moved(tmp_path, analyze):
+    """Clocks a few seconds apart (NTP) and a trainer that long waited for its rollouts are no
+    offset: the orchestrator's checkpoint waits end after the writes, its rollouts come before the
+    reads."""
+    run = make_run("generation_bound", steps=20)
+    run.trainer = _shifted(run.trainer, 2.0)
+    files = run.write(tmp_path / "logs")
+    summary, md = analyze(files.values(), tmp_path / "b")
+    assert summary["clock_offsets"] == {}
+    assert "clock is off" not in md
+
+
+def test_a_trainer_log_read_without_the_orchestrators_keeps_its_times(tmp_path, analyze):
+    run = make_run("checkpoint_io", steps=20)
+    run.trainer = _shifted(run.trainer, 7200.0)
+    files = run.write(tmp_path / "logs")
+    summary, _ = analyze([files["trainer"]], tmp_path / "b")
+    assert summary["clock_offsets"] == {}
+
+
+def test_a_compute_line_bounds_the_offset_by_its_read_and_train_time(tmp_path, analyze):
+    """``[train] compute.done`` (every rank) ends ``read_ms + train_ms`` after the wait for the
+    rollouts: a rank log 2 hours behind, measured on those lines alone, is placed to the second."""
+    run = make_run("healthy", steps=12)
+    lines = []
+    for line in run.trainer:
+        if "step.done" in line:
+            step = int(line.split("step=")[1].split()[0])
+            fields = {"step": step, "rank": 1, "wait_ms": 30.0, "read_ms": 500.0, "train_ms": 700.0}
+            lines.append(line[: line.index("[train]")] + format_tagged("train", "compute.done", **fields))
+    (tmp_path / "logs").mkdir()
+    files = run.write(tmp_path / "logs")
+    rank = tmp_path / "logs" / "trainer_rank_1.log"
+    rank.write_text("\n".join(_shifted(lines, -7200.0 + 1.2)) + "\n")  # 1.2 s after the rollouts
+    summary, _ = analyze([*files.values(), rank], tmp_path / "b")
+    got = summary["clock_offsets"][str(rank)]
+    assert got["steps"] == 12 and got["seconds"] == pytest.approx(-7200.0, abs=0.01)
+    assert str(files["trainer"]) not in summary["clock_offsets"]
+
+
+def test_a_stall_with_the_trainer_log_ahead_is_timed_on_the_orchestrators_clock(tmp_path, analyze):
+    """The trainer dies after step 6's weights; its log, two hours ahead, would end the logs two
+    hours after the orchestrator's wait began: its last line is moved with the rest."""
+
+    def stalled():
+        run = make_run("healthy", steps=12, seed=4)
+        cut = next(i for i, x in enumerate(run.trainer) if "write.done step=7" in x)
+        run.trainer = run.trainer[:cut]
+        wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
+        run.orchestrator = run.orchestrator[: wait + 1]
+        return run
+
+    expected, _ = analyze(stalled().write(tmp_path / "same").values(), tmp_path / "a")
+    run = stalled()
+    run.trainer = _shifted(run.trainer, 7200.0)
+    summary, _ = analyze(run.write(tmp_path / "off").values(), tmp_path / "b")
+    assert summary["clock_offsets"]  # measured on the steps before the stall
+    p, q = summary["primary"], expected["primary"]
+    assert p["kind"] == q["kind"] == "stall" and p["title"] == q["title"]
+    assert p["share"] == pytest.approx(q["share"], abs=0.01)
+    assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=0.1)
