@@ -147,8 +147,8 @@ def judge(above: list[float], below: list[float]) -> tuple[float, int] | None:
     the queues), else at the upper."""
     if max(len(above), len(below)) < MIN_UPDATES:
         return None
-    upper = _quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
-    lower = _quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
+    upper = quantile(above, QUANTILE) if len(above) >= MIN_UPDATES else math.inf
+    lower = quantile(below, 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
     # bounds that contradict each other (lines of two runs under one trace id or step) judge nothing;
     # by less than the slack they are the lines' own timing (a line logged a moment after its event)
     off, n = (lower, len(below)) if len(below) >= MIN_UPDATES else (upper, len(above))
@@ -157,7 +157,7 @@ def judge(above: list[float], below: list[float]) -> tuple[float, int] | None:
     return None
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     """The nearest-rank ``q`` quantile of ``values`` (at least one)."""
     ranked = sorted(values)
     return ranked[min(len(ranked) - 1, max(0, math.ceil(q * len(ranked)) - 1))]

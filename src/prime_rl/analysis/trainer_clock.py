@@ -14,9 +14,15 @@ orchestrator's) from both sides:
   comes ``read_ms + train_ms`` (or more) after its wait for them ended, so ``that end - [rollout]``
   is at least the offset (more by how long the rollouts waited for the trainer).
 
-They are judged as the inference logs' bounds are (:func:`~prime_rl.analysis.clock_offsets.judge`),
-on the first batch of each trainer log, against the orchestrator's lines read before it
-(:func:`orchestrator_first` orders the files so). A log off by more than
+Which side is tight depends on the run: a side that waited for the other (the orchestrator for
+the weights, the trainer for the rollouts; both poll every 50 ms) logged its line right after the
+other's, while one that did not wait may have come long after (in a generation-bound run the
+weights are ready long before the barrier asks for them). Whether a log is off is judged on all
+bounds, as the inference logs' are (:func:`~prime_rl.analysis.clock_offsets.judge`); its offset
+is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough. A duration
+that is no finite number of 0 or more, or that would end a step's wait before the log's line of
+an earlier step, bounds nothing. The first batch of each trainer log is measured against every
+step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so). A log off by more than
 :data:`~prime_rl.analysis.clock_offsets.SLACK_S` has its times moved onto the orchestrator's clock
 before anything is collected from it, so every figure (the run's length, spans, the timeline,
 stalls and the log's last line) reads it there. A log with only the bound from above (a rank other
@@ -25,17 +31,21 @@ than the one that publishes) is measured when it is behind, not when it is ahead
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
 
-from prime_rl.analysis.clock_offsets import PROBE, judge
+from prime_rl.analysis.clock_offsets import MIN_UPDATES, PROBE, QUANTILE, judge, quantile
 from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.tagged import ParseStats, TaggedLines, fields_by_key, step_numbers
 
 _TRAIN_DONE = ("compute.done", "step.done")
 """The trainer's lines that end a step's compute (``read_ms`` and ``train_ms`` after its wait)."""
+TIGHT_MS = 1.0
+"""A side that waited at least this long (``wait_ms``) for the other logged its line within a poll
+of the other's: its bound is tight. Not ready at the first look, a poll sleeps 50 ms."""
 
 
 def orchestrator_first(files: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
@@ -45,13 +55,14 @@ def orchestrator_first(files: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
 
 
 class TrainerClock:
-    """Between the parse and the collection (:meth:`place`): the orchestrator's first
-    :data:`PROBE` checkpoint waits and rollouts, and each trainer log moved by its offset."""
+    """Between the parse and the collection (:meth:`place`): the orchestrator's checkpoint waits
+    and rollouts by step, and each trainer log moved by its offset."""
 
     def __init__(self, stats: ParseStats) -> None:
         self.stats = stats
-        self.waited: dict[int, float] = {}
-        """Target step: the time of the orchestrator's first ``[ckpt] wait.done`` for it."""
+        self.waited: dict[int, tuple[float, bool]] = {}
+        """Target step: the time of the orchestrator's first ``[ckpt] wait.done`` for it, and
+        whether it waited (:data:`TIGHT_MS`). One entry a step, as the collector's step tables."""
         self.rolled: dict[int, float] = {}
         """Step: the time of the orchestrator's first ``[rollout]`` line of it."""
         self.moved: dict[str, float | None] = {}
@@ -73,10 +84,10 @@ class TrainerClock:
                 self.stats.last_lines[path] = (ts - off, text)
 
     def _note(self, b: TaggedLines) -> None:
-        if len(self.waited) < PROBE:
-            _first_by_step(_rows(b, "ckpt", "wait.done"), "target_step", self.waited)
-        if len(self.rolled) < PROBE:
-            _first_by_step(_rows(b, "rollout"), "current_step", self.rolled)
+        for step, ts, (wait,) in _steps(_rows(b, "ckpt", "wait.done"), "target_step", "wait_ms"):
+            self.waited.setdefault(step, (ts, wait is not None and wait >= TIGHT_MS))
+        for step, ts, _ in _steps(_rows(b, "rollout"), "current_step"):
+            self.rolled.setdefault(step, ts)
 
     def _move(self, b: TaggedLines) -> None:
         log = log_of(str(b.path))
@@ -87,47 +98,93 @@ class TrainerClock:
 
     def _measure(self, b: TaggedLines, log: str) -> float | None:
         """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step)."""
-        written: dict[int, float] = {}
-        _first_by_step(_rows(b, "ckpt", "write.done"), "step", written)
-        below = [ts - self.waited[step] for step, ts in written.items() if step in self.waited]
-        done = _rows(b, "train", *_TRAIN_DONE)
-        ended: dict[int, float] = {}
-        if done.height:
-            fields = fields_by_key(done.get_column("rest"), ["step", "train_ms", "read_ms"])
-            took = sum(
-                fields.get_column(k).cast(pl.Float64, strict=False).fill_null(0.0)
-                for k in ("train_ms", "read_ms")
-            )
-            ends = done.get_column("ts") - took / 1000.0
-            for step, end in zip(
-                step_numbers(fields.get_column("step")).to_list(), ends.to_list(), strict=True
-            ):
-                if step is not None and end is not None and (step in ended or len(ended) < PROBE):
-                    ended[step] = min(end, ended.get(step, end))
-        above = [end - self.rolled[step] for step, end in ended.items() if step in self.rolled]
+        below, tight_below = _bounds(self._written(b), self.waited)
+        above, tight_above = _bounds(self._ended(b), {s: (ts, True) for s, ts in self.rolled.items()})
         judged = judge(above, below)
         if judged is None:
             return None
+        if len(tight_below) >= MIN_UPDATES:
+            judged = quantile(tight_below, 1.0 - QUANTILE), len(tight_below)
+        elif len(tight_above) >= MIN_UPDATES:
+            judged = quantile(tight_above, QUANTILE), len(tight_above)
         self.stats.clock_offsets[log] = judged
         return judged[0]
+
+    def _written(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
+        """Step: when the trainer wrote its weights (its first ``write.done``), among the steps the
+        orchestrator waited for."""
+        out: dict[int, tuple[float, bool]] = {}
+        for step, ts, _ in _steps(_rows(b, "ckpt", "write.done"), "step"):
+            if step in self.waited and step not in out and len(out) < PROBE:
+                out[step] = (ts, True)
+        return out
+
+    def _ended(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
+        """Step: when the trainer's wait for its rollouts ended at the latest (its earliest
+        compute line's time less ``read_ms + train_ms``), and whether it waited, among the steps
+        the orchestrator logged rollouts of."""
+        out: dict[int, tuple[float, bool]] = {}
+        earlier = current_last = -math.inf  # the log's last line of an earlier step; of this one
+        current = None
+        rows = _steps(_rows(b, "train", *_TRAIN_DONE), "step", "train_ms", "read_ms", "wait_ms", absent=0.0)
+        for step, ts, (train, read, wait) in rows:
+            if step != current:
+                earlier, current, current_last = max(earlier, current_last), step, -math.inf
+            current_last = max(current_last, ts)
+            if train is None or read is None or step not in self.rolled:
+                continue
+            end = ts - (train + read) / 1000.0
+            if end < earlier or (step not in out and len(out) >= PROBE):
+                continue  # a duration longer than the time since the step before: no bound
+            waited = wait is not None and wait >= TIGHT_MS
+            if step not in out or end < out[step][0]:
+                out[step] = (end, waited)
+        return out
+
+
+def _bounds(
+    trainer: dict[int, tuple[float, bool]], orchestrator: dict[int, tuple[float, bool]]
+) -> tuple[list[float], list[float]]:
+    """``trainer time - orchestrator time`` of each step both have: all, and those where both
+    sides' flags say the line came right after the other side's."""
+    every, tight = [], []
+    for step, (ts, mine) in trainer.items():
+        at, theirs = orchestrator[step]
+        every.append(ts - at)
+        if mine and theirs:
+            tight.append(ts - at)
+    return every, tight
 
 
 def _rows(b: TaggedLines, tag: str, *events: str) -> pl.DataFrame:
     """The batch's timed lines of ``tag`` (and of ``events``, when given): ``ts`` and ``rest``."""
-    keep = (pl.col("tag").cast(pl.String) == tag) & pl.col("ts").is_not_null()
+    keep = (pl.col("tag").cast(pl.String) == tag) & pl.col("ts").is_finite().fill_null(False)
     if events:
         keep = keep & pl.col("event").cast(pl.String).is_in(events)
     return b.frame.lazy().filter(keep).select("ts", "rest").collect()
 
 
-def _first_by_step(rows: pl.DataFrame, key: str, into: dict[int, float]) -> None:
-    """Into ``into``: each step (field ``key``) of ``rows`` not there yet, at the time of its first
-    line, until it holds :data:`PROBE`."""
+def _steps(
+    rows: pl.DataFrame, key: str, *numbers: str, absent: float | None = None
+) -> list[tuple[int, float, tuple[float | None, ...]]]:
+    """``(step, time, numbers)`` of each of ``rows`` whose field ``key`` is a step number, in line
+    order; each of ``numbers`` a finite value of 0 or more, ``absent`` where the line has none,
+    None where it is no such value."""
     if not rows.height:
-        return
-    steps = step_numbers(fields_by_key(rows.get_column("rest"), [key]).get_column(key))
-    for step, ts in zip(steps.to_list(), rows.get_column("ts").to_list(), strict=True):
-        if len(into) >= PROBE:
-            return
-        if step is not None and step not in into:
-            into[step] = ts
+        return []
+    fields = fields_by_key(rows.get_column("rest"), [key, *numbers])
+    values = []
+    for k in numbers:
+        raw = fields.get_column(k)
+        value = raw.cast(pl.Float64, strict=False)
+        good = value.is_finite().fill_null(False) & (value >= 0).fill_null(False)
+        values.append(
+            pl.select(pl.when(raw.is_null()).then(absent).when(good).then(value)).to_series().to_list()
+        )
+    steps = step_numbers(fields.get_column(key)).to_list()
+    times = rows.get_column("ts").to_list()
+    return [
+        (step, ts, tuple(v[i] for v in values))
+        for i, (step, ts) in enumerate(zip(steps, times, strict=True))
+        if step is not None
+    ]

@@ -39,26 +39,77 @@ def test_a_trainer_log_hours_off_is_named_and_read_on_the_orchestrators_clock(tm
     assert [f["kind"] for f in summary["findings"]] == [f["kind"] for f in expected["findings"]]
 
 
+def _after_compute(lines: list[str]) -> list[str]:
+    """The synthetic trainer's ``step.done`` lines, stamped at their step's ``[rollout]`` line, moved
+    ``train_ms`` later: as the trainer logs them, after the compute that followed its read."""
+    out = []
+    for line in lines:
+        if "step.done" in line:
+            line = _shifted([line], float(line.split("train_ms=")[1].split()[0]) / 1000.0)[0]
+        out.append(line)
+    return out
+
+
 def test_a_trainer_log_behind_with_only_its_reads_of_rollouts_is_measured_on_them(tmp_path, analyze):
     """A rank that does not publish logs no checkpoint: its reads of the rollouts bound it from
-    above, enough to see it behind (its step.done 1.2 s of compute after the rollouts were
-    logged: the bound is 1.2 s above the offset)."""
+    above, enough to see it behind; it waited for each (30 ms), so the bound is the offset."""
     run = make_run("healthy", steps=20)
-    run.trainer = _shifted([x for x in run.trainer if "write.done" not in x], -3600.0)
+    run.trainer = _shifted(_after_compute([x for x in run.trainer if "write.done" not in x]), -3600.0)
     files = run.write(tmp_path / "off")
     summary, md = analyze(files.values(), tmp_path / "b")
     ((log, got),) = summary["clock_offsets"].items()
     assert log == str(files["trainer"]) and got["steps"] == 20
-    assert got["seconds"] == pytest.approx(-3600.0 - 1.2, abs=0.1)
-    assert "is 3601 s behind it (measured on 20 step(s))" in md
+    assert got["seconds"] == pytest.approx(-3600.0, abs=0.01)
+    assert "is 3600 s behind it (measured on 20 step(s))" in md
+
+
+def test_durations_that_are_no_finite_number_or_longer_than_the_step_bound_nothing(tmp_path, analyze):
+    """``train_ms=nan``, ``inf`` or ``1e12`` on a line: not read as an end of the wait (before, one
+    such line gave no offset, the run two hours long, or an offset of -inf)."""
+    run = make_run("healthy", steps=10)
+    trainer = _after_compute([x for x in run.trainer if "write.done" not in x])
+    done = [i for i, x in enumerate(trainer) if "step.done" in x]
+    for i, bad in zip(done[1:4], ("nan", "inf", "1e12"), strict=True):
+        trainer[i] = trainer[i].replace("train_ms=1200.0", f"train_ms={bad}")
+    run.trainer = _shifted(trainer, -3600.0)
+    files = run.write(tmp_path / "off")
+    summary, _ = analyze(files.values(), tmp_path / "b")
+    got = summary["clock_offsets"][str(files["trainer"])]
+    assert got == {"seconds": pytest.approx(-3600.0, abs=0.01), "steps": 7}
+    assert summary["bad_values"]["count"] == 2  # nan and inf, counted as ever
+
+
+def test_a_generation_bound_trainer_is_read_on_its_waits_for_rollouts(tmp_path, analyze):
+    """Generation-bound, the weights are written long before the orchestrator asks for them: it
+    does not wait (wait_ms 0.3), so ``write.done - wait.done`` lies 6.8 s below the offset. The
+    trainer waits for its rollouts: that bound is tight and the offset is read on it."""
+    run = make_run("generation_bound", steps=20)
+    run.orchestrator = [
+        x.split("wait_ms=")[0] + "wait_ms=0.3" if "wait.done" in x else x for x in run.orchestrator
+    ]
+    trainer = _after_compute(run.trainer)
+    run.trainer = _shifted([_shifted([x], -6.8)[0] if "write.done" in x else x for x in trainer], 7200.0)
+    files = run.write(tmp_path / "off")
+    summary, _ = analyze(files.values(), tmp_path / "b")
+    got = summary["clock_offsets"][str(files["trainer"])]
+    assert got == {"seconds": pytest.approx(7200.0, abs=0.01), "steps": 20}
+
+
+def test_a_trainer_log_that_starts_late_in_a_long_run_is_measured(tmp_path, analyze):
+    """The trainer's log holds only steps 1,030 and on (its older parts gone) of an 1,100-step run
+    whose orchestrator log is whole: measured on the steps both have."""
+    run = make_run("checkpoint_io", steps=1100)
+    run.trainer = _shifted([x for x in run.trainer if int(x.split(" step=")[1].split()[0]) >= 1030], 7200.0)
+    files = run.write(tmp_path / "off")
+    summary, _ = analyze(files.values(), tmp_path / "b")
+    got = summary["clock_offsets"][str(files["trainer"])]
+    assert got["steps"] == 69 and got["seconds"] == pytest.approx(7200.0, abs=0.1)  # writes of 1,030-1,098
 
 
 def test_trainers_in_step_with_the_orchestrator_are_not_moved(tmp_path, analyze):
-    """Clocks a few seconds apart (NTP) and a trainer that long waited for its rollouts are no
-    offset: the orchestrator's checkpoint waits end after the writes, its rollouts come before the
-    reads."""
+    """Clocks a few seconds apart (NTP) are no offset."""
     run = make_run("generation_bound", steps=20)
-    run.trainer = _shifted(run.trainer, 2.0)
+    run.trainer = _shifted(_after_compute(run.trainer), 2.0)
     files = run.write(tmp_path / "logs")
     summary, md = analyze(files.values(), tmp_path / "b")
     assert summary["clock_offsets"] == {}
@@ -67,10 +118,14 @@ def test_trainers_in_step_with_the_orchestrator_are_not_moved(tmp_path, analyze)
 
 def test_a_trainer_log_read_without_the_orchestrators_keeps_its_times(tmp_path, analyze):
     run = make_run("checkpoint_io", steps=20)
+    files = run.write(tmp_path / "same")
+    expected, _ = analyze([files["trainer"]], tmp_path / "a")
     run.trainer = _shifted(run.trainer, 7200.0)
-    files = run.write(tmp_path / "logs")
-    summary, _ = analyze([files["trainer"]], tmp_path / "b")
+    summary, _ = analyze([run.write(tmp_path / "off")["trainer"]], tmp_path / "b")
     assert summary["clock_offsets"] == {}
+    assert summary["run_seconds"] == pytest.approx(expected["run_seconds"])
+    first = [(tmp_path / d / "timeline.txt").read_text().splitlines()[3].split()[0] for d in "ab"]
+    assert first[0] != first[1]  # its own times: two hours apart
 
 
 def test_a_compute_line_bounds_the_offset_by_its_read_and_train_time(tmp_path, analyze):
