@@ -8,7 +8,9 @@ orchestrator's) from both sides:
 - from below: the trainer logs ``[ckpt] write.done step=N`` once ``weights/step_N`` is marked
   stable, and the orchestrator logs ``[ckpt] wait.done target_step=N`` once it has seen the mark,
   so ``write.done - wait.done`` is at most the offset (less by how long after the mark the
-  orchestrator looked);
+  orchestrator looked). Every rank logs ``[train] compute.done step=N-1`` before it publishes
+  ``weights/step_N``, so ``compute.done - wait.done`` is one too (less by the publish as well):
+  a rank that publishes nothing is bounded from below;
 - from above: the orchestrator logs ``[rollout] current_step=s`` before it writes
   ``rollouts/step_s``, and the trainer's ``[train] compute.done`` (or ``step.done``) of step s
   comes ``read_ms + train_ms`` (or more) after its wait for them ended, so ``that end - [rollout]``
@@ -22,11 +24,10 @@ bounds, as the inference logs' are (:func:`~prime_rl.analysis.clock_offsets.judg
 is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough. A duration
 that is no finite number of 0 or more, or that would end a step's wait before the log's line of
 an earlier step, bounds nothing. The first batch of each trainer log is measured against every
-step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so). A log off by more than
-:data:`~prime_rl.analysis.clock_offsets.SLACK_S` has its times moved onto the orchestrator's clock
-before anything is collected from it, so every figure (the run's length, spans, the timeline,
-stalls and the log's last line) reads it there. A log with only the bound from above (a rank other
-than the one that publishes) is measured when it is behind, not when it is ahead.
+step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so).
+A log off by more than :data:`~prime_rl.analysis.clock_offsets.SLACK_S` has its times moved onto
+the orchestrator's clock before anything is collected from it, so every figure (the run's length,
+spans, the timeline, stalls and the log's last line) reads it there.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ class TrainerClock:
 
     def _measure(self, b: TaggedLines, log: str) -> float | None:
         """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step)."""
-        below, tight_below = _bounds(self._written(b), self.waited)
-        above, tight_above = _bounds(self._ended(b), {s: (ts, True) for s, ts in self.rolled.items()})
+        below, tight_below = _bounds([*self._written(b).items(), *self._computed(b).items()], self.waited)
+        rolled = {s: (ts, True) for s, ts in self.rolled.items()}
+        above, tight_above = _bounds(list(self._ended(b).items()), rolled)
         judged = judge(above, below)
         if judged is None:
             return None
@@ -117,6 +119,17 @@ class TrainerClock:
         for step, ts, _ in _steps(_rows(b, "ckpt", "write.done"), "step"):
             if step in self.waited and step not in out and len(out) < PROBE:
                 out[step] = (ts, True)
+        return out
+
+    def _computed(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
+        """Step N: when the trainer's compute of step N - 1 was done (its first ``compute.done``,
+        logged before it publishes ``weights/step_N``; every rank logs one, so a rank that
+        publishes nothing is bounded from below too), among the steps the orchestrator waited for.
+        Never tight: the publish lies between them."""
+        out: dict[int, tuple[float, bool]] = {}
+        for step, ts, _ in _steps(_rows(b, "train", "compute.done"), "step"):
+            if step + 1 in self.waited and step + 1 not in out and len(out) < PROBE:
+                out[step + 1] = (ts, False)
         return out
 
     def _ended(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
@@ -143,12 +156,13 @@ class TrainerClock:
 
 
 def _bounds(
-    trainer: dict[int, tuple[float, bool]], orchestrator: dict[int, tuple[float, bool]]
+    trainer: list[tuple[int, tuple[float, bool]]], orchestrator: dict[int, tuple[float, bool]]
 ) -> tuple[list[float], list[float]]:
-    """``trainer time - orchestrator time`` of each step both have: all, and those where both
-    sides' flags say the line came right after the other side's."""
+    """``trainer time - orchestrator time`` of each of ``trainer``'s steps (all in
+    ``orchestrator``): all, and those where both sides' flags say the second line came right
+    after the first."""
     every, tight = [], []
-    for step, (ts, mine) in trainer.items():
+    for step, (ts, mine) in trainer:
         at, theirs = orchestrator[step]
         every.append(ts - at)
         if mine and theirs:

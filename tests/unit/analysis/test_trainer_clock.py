@@ -128,9 +128,11 @@ def test_a_trainer_log_read_without_the_orchestrators_keeps_its_times(tmp_path, 
     assert first[0] != first[1]  # its own times: two hours apart
 
 
-def test_a_compute_line_bounds_the_offset_by_its_read_and_train_time(tmp_path, analyze):
+@pytest.mark.parametrize("offset_s", [-7200.0, 7200.0])
+def test_a_rank_that_publishes_nothing_is_measured_on_its_compute_lines(tmp_path, analyze, offset_s):
     """``[train] compute.done`` (every rank) ends ``read_ms + train_ms`` after the wait for the
-    rollouts: a rank log 2 hours behind, measured on those lines alone, is placed to the second."""
+    rollouts, and comes before the weights it publishes: a rank log 2 hours behind or ahead,
+    measured on those lines alone, is placed to the second (on its waits for the rollouts)."""
     run = make_run("healthy", steps=12)
     lines = []
     for line in run.trainer:
@@ -141,10 +143,10 @@ def test_a_compute_line_bounds_the_offset_by_its_read_and_train_time(tmp_path, a
     (tmp_path / "logs").mkdir()
     files = run.write(tmp_path / "logs")
     rank = tmp_path / "logs" / "trainer_rank_1.log"
-    rank.write_text("\n".join(_shifted(lines, -7200.0 + 1.2)) + "\n")  # 1.2 s after the rollouts
+    rank.write_text("\n".join(_shifted(lines, offset_s + 1.2)) + "\n")  # 1.2 s after the rollouts
     summary, _ = analyze([*files.values(), rank], tmp_path / "b")
     got = summary["clock_offsets"][str(rank)]
-    assert got["steps"] == 12 and got["seconds"] == pytest.approx(-7200.0, abs=0.01)
+    assert got["steps"] == 12 and got["seconds"] == pytest.approx(offset_s, abs=0.01)
     assert str(files["trainer"]) not in summary["clock_offsets"]
 
 
