@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from prime_rl.analysis.clock_offsets import PROBE, offsets_of
+import polars as pl
+
+from prime_rl.analysis.clock_offsets import CLIENT_SAMPLE, PROBE, Sample, probe_offsets, tid_hashes
 from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.updates import OP_PATHS, UPDATE_PATHS, Update, same_rpc
 
@@ -20,29 +22,30 @@ class ReferenceJoin:
         self.last_url: dict[str, str | None] = {}
         self.server: dict[tuple[str, str], list[Update]] = {}
         self.order: list[Update] = []
-        # the clock probe, line by line: the first PROBE trace ids' first send and last reply and,
-        # per server log, first receipt and first rpc.done
-        self.sent: dict[str, float | None] = {}
-        self.replied: dict[str, float] = {}
-        self.received: dict[str, dict[str, float | None]] = {}
-        self.finished: dict[str, dict[str, float]] = {}
+        # the clock probe, line by line: the sampled trace ids' first send and last reply and, per
+        # server log, first receipt and first rpc.done
+        self.sent = Sample(CLIENT_SAMPLE)
+        self.replied = Sample(CLIENT_SAMPLE)
+        self.received: dict[str, Sample] = {}
 
     def add(self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
         client.done and rpc.done, the other numbers for their own events)."""
         if not tid:
             return
-        if event == "client.send" and tid not in self.sent and len(self.sent) < PROBE:
-            self.sent[tid] = ts
-        replied = self.replied
-        if event == "client.done" and ts is not None and (tid in replied or len(replied) < PROBE):
-            replied[tid] = max(replied.get(tid, -math.inf), ts)
+        h = tid_hashes(pl.Series([tid]))[0]
+        if event == "client.send":
+            self.sent.add(tid, h, [ts])
+        if event == "client.done" and ts is not None:
+            self.replied.add(tid, h, [-math.inf])
+            if (entry := self.replied.entries.get(tid)) is not None:
+                entry[0] = max(entry[0], ts)
         if event in ("server.recv", "rpc.done") and source is not None:
-            got = self.received.setdefault(log_of(source), {})
-            if event == "server.recv" and tid not in got and len(got) < PROBE:
-                got[tid] = ts
-            elif event == "rpc.done" and tid in got and ts is not None:
-                self.finished.setdefault(log_of(source), {}).setdefault(tid, ts)
+            got = self.received.setdefault(log_of(source), Sample(PROBE))
+            if event == "server.recv":
+                got.add(tid, h, [ts, None])
+            elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
+                entry[1] = ts
         if event.startswith("client."):
             self._client(event, tid, ts, url, path, t, wall, rpc, queue)
         elif event in ("server.recv", "rpc.start", "rpc.done"):
@@ -114,13 +117,13 @@ class ReferenceJoin:
     def updates(self) -> list[Update]:
         """The updates, joined once (the server parts of a log on a clock of its own moved onto the
         orchestrator's first)."""
-        offsets = offsets_of(self.sent, self.replied, self.received, self.finished)
+        offsets = probe_offsets(self.sent, self.replied, self.received)
         for (_, source), parts in self.server.items():
             off = offsets.get(log_of(source))
             for s in parts:
                 if off is not None and s.recv_ts is not None:
                     s.recv_ts -= off[0]
-        self.sent.clear()  # measured once: a second call moves nothing again
+        self.received.clear()  # measured once: a second call moves nothing again
         mapping = self.server_urls()
         clients_by_tid: dict[str, list[Update]] = {}
         for (tid, _), parts in self.client.items():

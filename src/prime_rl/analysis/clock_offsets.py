@@ -4,8 +4,9 @@ Each update bounds a server log's clock offset from both sides. The server recei
 client first sent it, so ``server.recv - client.send`` is at least the offset (more by the network
 and any queueing, and by a retry's wait); it finishes it before the client has its last reply
 (``client.done``, of any server), so ``rpc.done - that reply`` is at most the
-offset (less by the reply's trip, and by how much later another server answered). Over a log's
-first :data:`PROBE` updates, when even the upper bound's low end (:data:`QUANTILE`) lies more than
+offset (less by the reply's trip, and by how much later another server answered). Over up to
+:data:`PROBE` of a log's updates, sampled by trace id (:class:`Sample`: the same ids on both
+sides, so a log that starts late in a long run is measured too), when even the upper bound's low end (:data:`QUANTILE`) lies more than
 :data:`SLACK_S` below 0, or the lower bound's high end more than that above, the log keeps a clock
 of its own (another time zone, a clock not synced). Clocks in step never do: on them every
 update's bounds hold 0, however slow the server, its queue or a retry. Its offset is taken at the
@@ -36,8 +37,10 @@ SLACK_S = 5.0
 """How far past 0 a log's bound must lie before its clock counts as off: far above NTP's
 milliseconds, far below a time zone."""
 PROBE = 1024
-"""Updates a server log's clock is measured on: the first this many trace ids it received, of the
-first this many the client sent."""
+"""Trace ids a server log's clock is measured on (at most; sampled by their hash, :class:`Sample`)."""
+CLIENT_SAMPLE = 4 * PROBE
+"""Trace ids the client's sends and replies are kept for (sampled the same way): a server log of
+any size, or one that starts late in a long run, shares a sample of them."""
 MIN_UPDATES = 3
 """A log's clock is judged on at least this many updates."""
 QUANTILE = 0.1
@@ -53,44 +56,76 @@ _REPLIES = ("client.done",)
 may see the server finish later."""
 
 
+_HASH_SEED = 20261128
+
+
+def tid_hashes(tids: pl.Series) -> list[int]:
+    """The hashes that sample trace ids (:class:`Sample`): the same for an id in any batch."""
+    return tids.cast(pl.String).hash(seed=_HASH_SEED).to_list()
+
+
+class Sample:
+    """Entries by trace id, for the ids whose hash is a multiple of :attr:`every`, a power of two
+    doubled while more than ``cap`` are kept. The ids kept are those seen whose hash is a multiple
+    of the least such power, whatever the order and the batches they came in, each entry made at
+    its id's first line: one log's sample pairs with another's on the ids both keep at the larger
+    of their powers."""
+
+    __slots__ = ("cap", "every", "entries", "hashes")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.every = 1
+        self.entries: dict[str, list] = {}
+        self.hashes: dict[str, int] = {}
+
+    def add(self, tid: str, h: int, entry: list) -> None:
+        """``entry`` for ``tid`` (hash ``h``), unless it has one or is not sampled."""
+        if h % self.every or tid in self.entries:
+            return
+        self.entries[tid] = entry
+        self.hashes[tid] = h
+        while len(self.entries) > self.cap:
+            self.every *= 2
+            for t in [t for t, x in self.hashes.items() if x % self.every]:
+                del self.entries[t], self.hashes[t]
+
+    def kept(self, every: int) -> dict[str, list]:
+        """The entries of the ids whose hash is a multiple of ``every`` (a power of two, at least
+        :attr:`every`)."""
+        return {t: e for t, e in self.entries.items() if self.hashes[t] % every == 0}
+
+
 class ClockProbe:
-    """The first :data:`PROBE` trace ids' first ``client.send`` and last reply, and each server
-    log's first :data:`PROBE` trace ids' first ``server.recv`` and first ``rpc.done``, kept as the
+    """Sampled trace ids' (:class:`Sample`) first ``client.send`` and last reply, and of each server
+    log's sampled trace ids the first ``server.recv`` and first ``rpc.done``, kept as the
     ``[weights]`` lines come (:meth:`add`, whichever log is read first); :meth:`offsets` from them."""
 
     def __init__(self) -> None:
-        self.sent: dict[str, float | None] = {}
-        """Trace id: the time of its first client.send."""
-        self.replied: dict[str, float] = {}
-        """Trace id (the first :data:`PROBE` that have one): the time of its last client.done."""
-        self.received: dict[str, dict[str, float | None]] = {}
-        """Server log: trace id -> the time of its first server.recv there."""
-        self.finished: dict[str, dict[str, float]] = {}
-        """Server log: trace id (of :attr:`received`) -> the time of its first rpc.done there."""
+        self.sent = Sample(CLIENT_SAMPLE)
+        """Trace id: [the time of its first client.send]."""
+        self.replied = Sample(CLIENT_SAMPLE)
+        """Trace id: [the time of its last client.done]."""
+        self.received: dict[str, Sample] = {}
+        """Server log: trace id -> [the time of its first server.recv there, of its first rpc.done]."""
 
     def add(self, client: pl.DataFrame | None, server: pl.DataFrame | None) -> None:
         """A batch's client and server lines (the join's frames: ``event``, ``tid``, ``ts`` and, of
         the server's, ``source``: the file), in line order."""
         if client is not None:
-            if len(self.sent) < PROBE:
-                sends = client.filter(pl.col("event") == "client.send").unique(
-                    "tid", keep="first", maintain_order=True
-                )
-                for tid, ts in sends.select("tid", "ts").iter_rows():
-                    if tid not in self.sent and len(self.sent) < PROBE:
-                        self.sent[tid] = ts
+            sends = client.filter(pl.col("event") == "client.send").unique(
+                "tid", keep="first", maintain_order=True
+            )
+            for tid, ts, h in _sampled(sends, self.sent.every):
+                self.sent.add(tid, h, [ts])
             replies = client.filter(
                 pl.col("event").cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null()
             )
-            if len(self.replied) < PROBE:
-                for tid in (
-                    replies.unique("tid", keep="first", maintain_order=True).get_column("tid").to_list()
-                ):
-                    if tid not in self.replied and len(self.replied) < PROBE:
-                        self.replied[tid] = -math.inf
-            replies = replies.filter(pl.col("tid").is_in(list(self.replied)))
-            for tid, ts in replies.group_by("tid").agg(pl.col("ts").max()).iter_rows():
-                self.replied[tid] = max(self.replied[tid], ts)
+            last = replies.group_by("tid", maintain_order=True).agg(pl.col("ts").max())
+            for tid, ts, h in _sampled(last, self.replied.every):
+                self.replied.add(tid, h, [-math.inf])
+                if (entry := self.replied.entries.get(tid)) is not None:
+                    entry[0] = max(entry[0], ts)
         if server is not None:
             lines = server.filter(pl.col("event").cast(pl.String).is_in(("server.recv", "rpc.done"))).select(
                 pl.col("source").cast(pl.String), pl.col("event").cast(pl.String), "tid", "ts"
@@ -98,21 +133,45 @@ class ClockProbe:
             for (source,), rows in lines.partition_by("source", maintain_order=True, as_dict=True).items():
                 if source is None:  # no file to name (events made, not read)
                     continue
-                log = log_of(source)
-                got = self.received.setdefault(log, {})
-                done = self.finished.setdefault(log, {})
-                if len(got) >= PROBE:  # only the lines of the trace ids it has
-                    rows = rows.filter(pl.col("tid").is_in(list(got)))
-                for event, tid, ts in rows.select("event", "tid", "ts").iter_rows():
+                got = self.received.setdefault(log_of(source), Sample(PROBE))
+                hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
+                rows = rows.with_columns(h=hashes).filter(pl.col("h") % got.every == 0)  # sampled only
+                for event, tid, ts, h in rows.select("event", "tid", "ts", "h").iter_rows():
                     if event == "server.recv":
-                        if tid not in got and len(got) < PROBE:
-                            got[tid] = ts
-                    elif tid in got and ts is not None:
-                        done.setdefault(tid, ts)
+                        got.add(tid, h, [ts, None])
+                    elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
+                        entry[1] = ts
 
     def offsets(self) -> Offsets:
         """The server logs whose clock is off the orchestrator's (:data:`Offsets`)."""
-        return offsets_of(self.sent, self.replied, self.received, self.finished)
+        return probe_offsets(self.sent, self.replied, self.received)
+
+
+def _sampled(rows: pl.DataFrame, every: int) -> list[tuple[str, float | None, int]]:
+    """``(tid, ts, hash)`` of the ``rows`` whose trace id's hash is a multiple of ``every``."""
+    if not rows.height:
+        return []
+    hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
+    kept = rows.select("tid", "ts").with_columns(h=hashes).filter(pl.col("h") % every == 0)
+    return list(kept.iter_rows())
+
+
+def probe_offsets(sent: Sample, replied: Sample, received: Mapping[str, Sample]) -> Offsets:
+    """The offsets of the server logs of ``received`` (:func:`offsets_of`), each measured on the
+    trace ids it shares with the client's samples at the larger of their powers."""
+    out: Offsets = {}
+    for log, got in received.items():
+        every = max(sent.every, replied.every, got.every)
+        kept = got.kept(every)
+        out.update(
+            offsets_of(
+                {t: e[0] for t, e in sent.kept(every).items()},
+                {t: e[0] for t, e in replied.kept(every).items()},
+                {log: {t: e[0] for t, e in kept.items()}},
+                {log: {t: e[1] for t, e in kept.items() if e[1] is not None}},
+            )
+        )
+    return out
 
 
 def offsets_of(
@@ -121,7 +180,8 @@ def offsets_of(
     received: Mapping[str, Mapping[str, float | None]],
     finished: Mapping[str, Mapping[str, float]],
 ) -> Offsets:
-    """:meth:`ClockProbe.offsets` from what it kept (its attributes, by name)."""
+    """:meth:`ClockProbe.offsets` from what it kept, as plain values: first sends and last replies
+    by trace id, first receipts and first rpc.done by server log and trace id."""
     out: Offsets = {}
     for log, got in received.items():
         above = [

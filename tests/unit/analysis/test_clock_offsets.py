@@ -5,12 +5,14 @@ made a checkpoint-bound run two hours longer: "no bottleneck found", and no warn
 from __future__ import annotations
 
 import math
+import random
 from datetime import datetime, timedelta
 
+import polars as pl
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
-from prime_rl.analysis.clock_offsets import offsets_of
+from prime_rl.analysis.clock_offsets import Sample, offsets_of, tid_hashes
 from prime_rl.tracing import format_tagged
 
 
@@ -191,3 +193,42 @@ def test_times_that_are_no_number_are_not_measured():
     assert offsets_of(sent, replied, received, finished) == {}  # 2 finite receipt gaps: too few to judge
     sent["e"], replied["e"], received["s.log"]["e"], finished["s.log"]["e"] = 0.0, 1.0, -100.0, -99.5
     assert offsets_of(sent, replied, received, finished) == {"s.log": (-100.5, 4)}  # 4 finite finish gaps
+
+
+def test_a_server_log_that_starts_late_in_a_long_run_is_measured(tmp_path, analyze):
+    """Two servers; the second's log holds only the updates of steps 1,100 and on (its older parts
+    gone) and is an hour ahead. Before, the probe kept the client's first 1,024 trace ids, none of
+    which that log received: it was not measured, and the run came out an hour long."""
+    run = make_run("healthy", steps=1300, shape=Shape(servers=2))
+    late = [x for x in run.servers["inference_1"] if int(x.split("[weights][t")[1][:4]) >= 1100]
+    run.servers["inference_1"] = _shifted(late, 3600.0)
+    files = run.write(tmp_path / "logs")
+    summary, _ = analyze(files.values(), tmp_path / "b")
+    got = summary["clock_offsets"][str(files["inference_1"])]
+    assert got["updates"] == 200 and got["seconds"] == pytest.approx(3600.0, abs=1.0)
+    assert summary["run_seconds"] < 3600
+
+
+def test_the_trace_ids_sampled_do_not_depend_on_their_order():
+    """A :class:`Sample` keeps the ids seen whose hash is a multiple of the least power of two
+    that keeps at most ``cap``, each with the entry of its first line, however the ids come."""
+    rng = random.Random(3)
+    lines = [(f"t{rng.randrange(3000)}", float(i)) for i in range(6000)]
+    ids = sorted({t for t, _ in lines})
+    hashes = dict(zip(ids, tid_hashes(pl.Series(ids)), strict=True))
+    first: dict[str, float] = {}
+    for tid, ts in lines:
+        first.setdefault(tid, ts)
+    every = 1
+    while sum(h % every == 0 for h in hashes.values()) > 500:
+        every *= 2
+    expected = {t: [first[t]] for t, h in hashes.items() if h % every == 0}
+    for start in (0, 1, 17):
+        sample = Sample(500)
+        for tid, ts in lines[start:] + lines[:start]:
+            sample.add(tid, hashes[tid], [ts])
+        assert sample.every == every
+        kept = sample.kept(every)
+        assert set(kept) == set(expected)
+        if not start:  # in line order, each entry is its id's first line's
+            assert kept == expected
