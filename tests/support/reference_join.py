@@ -24,8 +24,8 @@ class ReferenceJoin:
         self.order: list[Update] = []
         # the clock probe, line by line: the sampled trace ids' first send and last reply and, per
         # server log, first receipt and first rpc.done
-        self.sent = Sample(CLIENT_SAMPLE)
-        self.replied = Sample(CLIENT_SAMPLE)
+        self.sent = Sample(CLIENT_SAMPLE, PROBE)
+        self.replied = Sample(CLIENT_SAMPLE, PROBE)
         self.received: dict[str, Sample] = {}
 
     def add(self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock) -> None:

@@ -39,8 +39,9 @@ milliseconds, far below a time zone."""
 PROBE = 1024
 """Trace ids a server log's clock is measured on (at most; sampled by their hash, :class:`Sample`)."""
 CLIENT_SAMPLE = 4 * PROBE
-"""Trace ids the client's sends and replies are kept for (sampled the same way): a server log of
-any size, or one that starts late in a long run, shares a sample of them."""
+"""Trace ids the client's sends and replies are kept for by their hash, besides the first
+:data:`PROBE` (:class:`Sample`): a server log that starts late in a long run shares a sample of
+them, one of a few updates among the first 1,024 shares them all."""
 MIN_UPDATES = 3
 """A log's clock is judged on at least this many updates."""
 QUANTILE = 0.1
@@ -65,35 +66,43 @@ def tid_hashes(tids: pl.Series) -> list[int]:
 
 
 class Sample:
-    """Entries by trace id, for the ids whose hash is a multiple of :attr:`every`, a power of two
-    doubled while more than ``cap`` are kept. The ids kept are those seen whose hash is a multiple
-    of the least such power, whatever the order and the batches they came in, each entry made at
-    its id's first line: one log's sample pairs with another's on the ids both keep at the larger
-    of their powers."""
+    """Entries by trace id: the first ``head`` ids seen, and of the others those whose hash is a
+    multiple of :attr:`every`, a power of two doubled while more than ``cap`` of them are kept. The
+    ids kept are the first ``head`` and, of the rest seen, those whose hash is a multiple of the
+    least such power, whatever the batches they came in; each entry is made at its id's first
+    line. Two samples share the ids both keep: a server log's sample and the client's share the
+    whole log when it is short and early (the head), and a sample of it when it is long."""
 
-    __slots__ = ("cap", "every", "entries", "hashes")
+    __slots__ = ("cap", "head", "every", "entries", "hashes", "first")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, head: int = 0) -> None:
         self.cap = cap
+        self.head = head
         self.every = 1
         self.entries: dict[str, list] = {}
         self.hashes: dict[str, int] = {}
+        self.first: set[str] = set()
+        """The head's ids."""
+
+    @property
+    def full(self) -> bool:
+        """The head is complete: an id is kept from now on only by its hash."""
+        return len(self.first) >= self.head
 
     def add(self, tid: str, h: int, entry: list) -> None:
-        """``entry`` for ``tid`` (hash ``h``), unless it has one or is not sampled."""
-        if h % self.every or tid in self.entries:
+        """``entry`` for ``tid`` (hash ``h``), unless it has one or is not kept."""
+        if tid in self.entries:
+            return
+        if not self.full:
+            self.first.add(tid)
+        elif h % self.every:
             return
         self.entries[tid] = entry
         self.hashes[tid] = h
-        while len(self.entries) > self.cap:
+        while len(self.entries) - len(self.first) > self.cap:
             self.every *= 2
-            for t in [t for t, x in self.hashes.items() if x % self.every]:
+            for t in [t for t, x in self.hashes.items() if x % self.every and t not in self.first]:
                 del self.entries[t], self.hashes[t]
-
-    def kept(self, every: int) -> dict[str, list]:
-        """The entries of the ids whose hash is a multiple of ``every`` (a power of two, at least
-        :attr:`every`)."""
-        return {t: e for t, e in self.entries.items() if self.hashes[t] % every == 0}
 
 
 class ClockProbe:
@@ -102,9 +111,9 @@ class ClockProbe:
     ``[weights]`` lines come (:meth:`add`, whichever log is read first); :meth:`offsets` from them."""
 
     def __init__(self) -> None:
-        self.sent = Sample(CLIENT_SAMPLE)
+        self.sent = Sample(CLIENT_SAMPLE, PROBE)
         """Trace id: [the time of its first client.send]."""
-        self.replied = Sample(CLIENT_SAMPLE)
+        self.replied = Sample(CLIENT_SAMPLE, PROBE)
         """Trace id: [the time of its last client.done]."""
         self.received: dict[str, Sample] = {}
         """Server log: trace id -> [the time of its first server.recv there, of its first rpc.done]."""
@@ -116,13 +125,13 @@ class ClockProbe:
             sends = client.filter(pl.col("event") == "client.send").unique(
                 "tid", keep="first", maintain_order=True
             )
-            for tid, ts, h in _sampled(sends, self.sent.every):
+            for tid, ts, h in _sampled(sends, self.sent):
                 self.sent.add(tid, h, [ts])
             replies = client.filter(
                 pl.col("event").cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null()
             )
             last = replies.group_by("tid", maintain_order=True).agg(pl.col("ts").max())
-            for tid, ts, h in _sampled(last, self.replied.every):
+            for tid, ts, h in _sampled(last, self.replied):
                 self.replied.add(tid, h, [-math.inf])
                 if (entry := self.replied.entries.get(tid)) is not None:
                     entry[0] = max(entry[0], ts)
@@ -147,28 +156,29 @@ class ClockProbe:
         return probe_offsets(self.sent, self.replied, self.received)
 
 
-def _sampled(rows: pl.DataFrame, every: int) -> list[tuple[str, float | None, int]]:
-    """``(tid, ts, hash)`` of the ``rows`` whose trace id's hash is a multiple of ``every``."""
+def _sampled(rows: pl.DataFrame, sample: Sample) -> list[tuple[str, float | None, int]]:
+    """``(tid, ts, hash)`` of the ``rows`` ``sample`` may keep or keeps: all while its head is not
+    complete, then those of its head and those whose hash is a multiple of its power."""
     if not rows.height:
         return []
     hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
-    kept = rows.select("tid", "ts").with_columns(h=hashes).filter(pl.col("h") % every == 0)
-    return list(kept.iter_rows())
+    rows = rows.select("tid", "ts").with_columns(h=hashes)
+    if sample.full:
+        rows = rows.filter((pl.col("h") % sample.every == 0) | pl.col("tid").is_in(list(sample.first)))
+    return list(rows.iter_rows())
 
 
 def probe_offsets(sent: Sample, replied: Sample, received: Mapping[str, Sample]) -> Offsets:
     """The offsets of the server logs of ``received`` (:func:`offsets_of`), each measured on the
-    trace ids it shares with the client's samples at the larger of their powers."""
+    trace ids it shares with the client's samples."""
     out: Offsets = {}
     for log, got in received.items():
-        every = max(sent.every, replied.every, got.every)
-        kept = got.kept(every)
         out.update(
             offsets_of(
-                {t: e[0] for t, e in sent.kept(every).items()},
-                {t: e[0] for t, e in replied.kept(every).items()},
-                {log: {t: e[0] for t, e in kept.items()}},
-                {log: {t: e[1] for t, e in kept.items() if e[1] is not None}},
+                {t: e[0] for t, e in sent.entries.items()},
+                {t: e[0] for t, e in replied.entries.items()},
+                {log: {t: e[0] for t, e in got.entries.items()}},
+                {log: {t: e[1] for t, e in got.entries.items() if e[1] is not None}},
             )
         )
     return out

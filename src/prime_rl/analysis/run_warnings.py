@@ -115,8 +115,9 @@ def clock_offsets(d: Collected, th: Thresholds) -> str | None:
         )
     if d.parse.clock_offsets:
         parts.append(
-            "a trainer log's clock is off the orchestrator's: it wrote checkpoints after the orchestrator had "
-            f"them or read rollouts before they were written: {_offsets(d.parse.clock_offsets, 'step')} "
+            "a trainer log's clock is off the orchestrator's: it wrote checkpoints, or finished the steps they "
+            "hold, after the orchestrator had them, or read rollouts before they were written: "
+            f"{_offsets(d.parse.clock_offsets, 'step')} "
             "(another time zone, or a clock not synced). Its times are read on the orchestrator's clock"
         )
     return "; ".join(parts) or None

@@ -21,7 +21,8 @@ the weights, the trainer for the rollouts; both poll every 50 ms) logged its lin
 other's, while one that did not wait may have come long after (in a generation-bound run the
 weights are ready long before the barrier asks for them). Whether a log is off is judged on all
 bounds, as the inference logs' are (:func:`~prime_rl.analysis.clock_offsets.judge`); its offset
-is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough. A duration
+is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough (else on the
+writes, else on the reads of rollouts, and on the compute lines only when nothing else bounds it). A duration
 that is no finite number of 0 or more, or that would end a step's wait before the log's line of
 an earlier step, bounds nothing. The first batch of each trainer log is measured against every
 step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so).
@@ -33,7 +34,7 @@ spans, the timeline, stalls and the log's last line) reads it there.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import polars as pl
@@ -98,17 +99,27 @@ class TrainerClock:
             b.move_clock(off)
 
     def _measure(self, b: TaggedLines, log: str) -> float | None:
-        """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step)."""
-        below, tight_below = _bounds([*self._written(b).items(), *self._computed(b).items()], self.waited)
-        rolled = {s: (ts, True) for s, ts in self.rolled.items()}
-        above, tight_above = _bounds(list(self._ended(b).items()), rolled)
-        judged = judge(above, below)
+        """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step). Judged
+        on one bound a step from each side (from below the larger of a step's write and compute
+        lines'); read on the tight ones, else on the writes, else on the reads of rollouts (loose
+        by how long the rollouts waited), and on the compute lines (loose by the publish as well)
+        only when nothing else bounds the log."""
+        wrote, tight_below = _bounds(self._written(b), self.waited)
+        computed, _ = _bounds(self._computed(b), self.waited)
+        ended, tight_above = _bounds(self._ended(b), {s: (ts, True) for s, ts in self.rolled.items()})
+        below = computed | {step: max(v, computed.get(step, v)) for step, v in wrote.items()}
+        judged = judge(list(ended.values()), list(below.values()))
         if judged is None:
             return None
-        if len(tight_below) >= MIN_UPDATES:
-            judged = quantile(tight_below, 1.0 - QUANTILE), len(tight_below)
-        elif len(tight_above) >= MIN_UPDATES:
-            judged = quantile(tight_above, QUANTILE), len(tight_above)
+        for values, q in (
+            (tight_below, 1.0 - QUANTILE),
+            (tight_above, QUANTILE),
+            (list(wrote.values()), 1.0 - QUANTILE),
+            (list(ended.values()), QUANTILE),
+        ):
+            if len(values) >= MIN_UPDATES:
+                judged = quantile(values, q), len(values)
+                break
         self.stats.clock_offsets[log] = judged
         return judged[0]
 
@@ -139,7 +150,9 @@ class TrainerClock:
         out: dict[int, tuple[float, bool]] = {}
         earlier = current_last = -math.inf  # the log's last line of an earlier step; of this one
         current = None
-        rows = _steps(_rows(b, "train", *_TRAIN_DONE), "step", "train_ms", "read_ms", "wait_ms", absent=0.0)
+        rows = _steps(
+            _rows(b, "train", *_TRAIN_DONE), "step", "train_ms", "read_ms", "wait_ms", absent={"read_ms": 0.0}
+        )
         for step, ts, (train, read, wait) in rows:
             if step != current:
                 earlier, current, current_last = max(earlier, current_last), step, -math.inf
@@ -156,15 +169,16 @@ class TrainerClock:
 
 
 def _bounds(
-    trainer: list[tuple[int, tuple[float, bool]]], orchestrator: dict[int, tuple[float, bool]]
-) -> tuple[list[float], list[float]]:
+    trainer: dict[int, tuple[float, bool]], orchestrator: dict[int, tuple[float, bool]]
+) -> tuple[dict[int, float], list[float]]:
     """``trainer time - orchestrator time`` of each of ``trainer``'s steps (all in
-    ``orchestrator``): all, and those where both sides' flags say the second line came right
-    after the first."""
-    every, tight = [], []
-    for step, (ts, mine) in trainer:
+    ``orchestrator``), and of those where both sides' flags say the second line came right after
+    the first."""
+    every: dict[int, float] = {}
+    tight: list[float] = []
+    for step, (ts, mine) in trainer.items():
         at, theirs = orchestrator[step]
-        every.append(ts - at)
+        every[step] = ts - at
         if mine and theirs:
             tight.append(ts - at)
     return every, tight
@@ -179,10 +193,10 @@ def _rows(b: TaggedLines, tag: str, *events: str) -> pl.DataFrame:
 
 
 def _steps(
-    rows: pl.DataFrame, key: str, *numbers: str, absent: float | None = None
+    rows: pl.DataFrame, key: str, *numbers: str, absent: Mapping[str, float] | None = None
 ) -> list[tuple[int, float, tuple[float | None, ...]]]:
     """``(step, time, numbers)`` of each of ``rows`` whose field ``key`` is a step number, in line
-    order; each of ``numbers`` a finite value of 0 or more, ``absent`` where the line has none,
+    order; each of ``numbers`` a finite value of 0 or more, its ``absent`` value where the line has none,
     None where it is no such value."""
     if not rows.height:
         return []
@@ -193,7 +207,9 @@ def _steps(
         value = raw.cast(pl.Float64, strict=False)
         good = value.is_finite().fill_null(False) & (value >= 0).fill_null(False)
         values.append(
-            pl.select(pl.when(raw.is_null()).then(absent).when(good).then(value)).to_series().to_list()
+            pl.select(pl.when(raw.is_null()).then((absent or {}).get(k)).when(good).then(value))
+            .to_series()
+            .to_list()
         )
     steps = step_numbers(fields.get_column(key)).to_list()
     times = rows.get_column("ts").to_list()

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
-from prime_rl.analysis.clock_offsets import Sample, offsets_of, tid_hashes
+from prime_rl.analysis.clock_offsets import CLIENT_SAMPLE, PROBE, ClockProbe, Sample, offsets_of, tid_hashes
 from prime_rl.tracing import format_tagged
 
 
@@ -209,26 +209,67 @@ def test_a_server_log_that_starts_late_in_a_long_run_is_measured(tmp_path, analy
     assert summary["run_seconds"] < 3600
 
 
-def test_the_trace_ids_sampled_do_not_depend_on_their_order():
-    """A :class:`Sample` keeps the ids seen whose hash is a multiple of the least power of two
-    that keeps at most ``cap``, each with the entry of its first line, however the ids come."""
+def test_the_trace_ids_sampled_are_the_head_and_those_the_hash_picks_in_any_order():
+    """A :class:`Sample` keeps the first ``head`` ids, and of the others those whose hash is a
+    multiple of the least power of two that keeps at most ``cap`` of them, each with the entry of
+    its first line: in line order, and with the lines shuffled (the head then the shuffle's)."""
     rng = random.Random(3)
     lines = [(f"t{rng.randrange(3000)}", float(i)) for i in range(6000)]
     ids = sorted({t for t, _ in lines})
     hashes = dict(zip(ids, tid_hashes(pl.Series(ids)), strict=True))
-    first: dict[str, float] = {}
-    for tid, ts in lines:
-        first.setdefault(tid, ts)
-    every = 1
-    while sum(h % every == 0 for h in hashes.values()) > 500:
-        every *= 2
-    expected = {t: [first[t]] for t, h in hashes.items() if h % every == 0}
-    for start in (0, 1, 17):
-        sample = Sample(500)
-        for tid, ts in lines[start:] + lines[:start]:
+    for order in (lines, rng.sample(lines, len(lines))):
+        first: dict[str, float] = {}
+        for tid, ts in order:
+            first.setdefault(tid, ts)
+        head = list(first)[:100]
+        rest = [t for t in first if t not in set(head)]
+        every = 1
+        while sum(hashes[t] % every == 0 for t in rest) > 500:
+            every *= 2
+        expected = {t: [first[t]] for t in head + [t for t in rest if hashes[t] % every == 0]}
+        sample = Sample(500, head=100)
+        for tid, ts in order:
             sample.add(tid, hashes[tid], [ts])
-        assert sample.every == every
-        kept = sample.kept(every)
-        assert set(kept) == set(expected)
-        if not start:  # in line order, each entry is its id's first line's
-            assert kept == expected
+        assert sample.every == every > 1 and sample.entries == expected
+
+
+def _client_and_server(
+    tids: list[str], server_tids: list[str], off: float
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The probe's frames: each update sent at i s and answered 0.5 s later; the server's receipts
+    (0.1 s after the send) and rpc.done (0.4 s) on a clock ``off`` seconds ahead."""
+    at = {t: float(i) for i, t in enumerate(tids)}
+    client = pl.DataFrame(
+        {
+            "event": ["client.send", "client.done"] * len(tids),
+            "tid": [t for t in tids for _ in range(2)],
+            "ts": [at[t] + d for t in tids for d in (0.0, 0.5)],
+        }
+    )
+    server = pl.DataFrame(
+        {
+            "event": ["server.recv", "rpc.done"] * len(server_tids),
+            "tid": [t for t in server_tids for _ in range(2)],
+            "ts": [at[t] + d + off for t in server_tids for d in (0.1, 0.4)],
+            "source": ["/logs/inference_1.log"] * (2 * len(server_tids)),
+        }
+    )
+    return client, server
+
+
+@pytest.mark.parametrize("server_at", ["first 20", "last 2000"])
+def test_a_short_early_log_and_a_long_late_one_are_measured_in_a_run_of_40000_updates(server_at):
+    """40,000 updates, their client lines in batches of 4,096: the client keeps its first 1,024
+    trace ids and a hash sample of the rest. A server log of the first 20 updates shares all of
+    them; one of the last 2,000 shares the sample (about 2,000 / 16)."""
+    tids = [f"u{i}" for i in range(40000)]
+    server_tids = tids[:20] if server_at == "first 20" else tids[-2000:]
+    client, server = _client_and_server(tids, server_tids, 3600.0)
+    probe = ClockProbe()
+    for start in range(0, client.height, 4096):
+        probe.add(client.slice(start, 4096), None)
+    probe.add(None, server)
+    ((log, (off, n)),) = probe.offsets().items()
+    assert log == "/logs/inference_1.log" and off == pytest.approx(3600.0 - 0.1, abs=1e-6)
+    assert n == 20 if server_at == "first 20" else 60 <= n <= 250
+    assert probe.sent.every > 1 and len(probe.sent.entries) <= CLIENT_SAMPLE + PROBE

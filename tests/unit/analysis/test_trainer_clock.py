@@ -4,8 +4,11 @@ run two hours longer: "no bottleneck found", and no warning."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
+
 import pytest
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import _line, make_run
 from tests.unit.analysis.test_clock_offsets import _shifted
 
 from prime_rl.tracing import format_tagged
@@ -171,3 +174,69 @@ def test_a_stall_with_the_trainer_log_ahead_is_timed_on_the_orchestrators_clock(
     assert p["kind"] == q["kind"] == "stall" and p["title"] == q["title"]
     assert p["share"] == pytest.approx(q["share"], abs=0.01)
     assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=0.1)
+
+
+def _trainer_bound_logs(tmp_path, off: float, train_ms: bool = True) -> tuple[Path, Path]:
+    """A trainer-bound run by hand, 12 steps of 10 s: the trainer's compute of step N-1 is done at
+    10N - 0.05 s, the orchestrator (which waited 3 s) has weights/step_N at 10N, its rollouts of
+    step s were logged at 10s - 5 and read without a wait. Rank 1's log holds its compute lines
+    only (``train_ms=9000 read_ms=100``, or neither), on a clock ``off`` seconds ahead."""
+    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    orchestrator, rank = [], []
+    for n in range(1, 13):
+        orchestrator.append(
+            (10 * n - 5, format_tagged("rollout", None, current_step=n, ckpt_step=n - 1, staleness=1))
+        )
+        orchestrator.append((10 * n, format_tagged("ckpt", "wait.done", target_step=n, wait_ms=3000.0)))
+        times = {"train_ms": 9000.0, "read_ms": 100.0} if train_ms else {}
+        fields = {"step": n - 1, "rank": 1, "wait_ms": 0.0, **times}
+        rank.append((10 * n - 0.05 + off, format_tagged("train", "compute.done", **fields)))
+    out = []
+    for name, lines in (("orchestrator.log", orchestrator), ("trainer_rank_1.log", rank)):
+        path = tmp_path / name
+        path.write_text("".join(_line(t0 + t, text) + "\n" for t, text in sorted(lines)))
+        out.append(path)
+    return out[0], out[1]
+
+
+def test_compute_lines_bound_the_weights_of_the_next_step_not_their_own(tmp_path, analyze):
+    """In step, rank 1's compute of step N ends 9.95 s after the orchestrator had weights/step_N
+    (the trainer limits the run): paired with weights/step_N+1, which come after it, it is no
+    offset; paired with its own step's it would read 9.95 s ahead."""
+    summary, _ = analyze(_trainer_bound_logs(tmp_path, 0.0), tmp_path / "out")
+    assert summary["clock_offsets"] == {}
+
+
+def test_a_rank_bounded_only_from_below_is_read_on_its_compute_lines(tmp_path, analyze):
+    """Compute lines without ``train_ms``: no end of a wait to bound the log from above, so the
+    offset is read on the compute lines, which come 0.05 s before the weights they publish."""
+    orchestrator, rank = _trainer_bound_logs(tmp_path, 7200.0, train_ms=False)
+    summary, _ = analyze([orchestrator, rank], tmp_path / "out")
+    assert summary["clock_offsets"][str(rank)] == {
+        "seconds": pytest.approx(7200.0 - 0.05, abs=1e-3),
+        "steps": 12,
+    }
+
+
+def test_a_publishing_rank_with_no_tight_bound_counts_each_step_once(tmp_path, analyze):
+    """Neither side waited (wait_ms 0.3): rank 0's write and compute lines bound each step from
+    below, counted once a step, and the offset is read on the writes (before: 20 "steps" of 10,
+    read on a mix of both)."""
+    run = make_run("healthy", steps=12)
+    run.orchestrator = [
+        x.split("wait_ms=")[0] + "wait_ms=0.3" if "wait.done" in x else x for x in run.orchestrator
+    ]
+    trainer = []
+    for line in _after_compute(run.trainer):
+        if "step.done" in line:
+            step = int(line.split("step=")[1].split()[0])
+            fields = {"step": step, "rank": 0, "wait_ms": 0.3, "read_ms": 0.0, "train_ms": 1200.0}
+            trainer.append(line[: line.index("[train]")] + format_tagged("train", "compute.done", **fields))
+        trainer.append(line.replace("wait_ms=30.0", "wait_ms=0.3"))
+    run.trainer = _shifted(trainer, 7200.0)
+    files = run.write(tmp_path / "off")
+    summary, _ = analyze(files.values(), tmp_path / "b")
+    assert summary["clock_offsets"][str(files["trainer"])] == {
+        "seconds": pytest.approx(7200.0 - 0.05, abs=1e-3),
+        "steps": 10,
+    }
