@@ -22,7 +22,7 @@ other's, while one that did not wait may have come long after (in a generation-b
 weights are ready long before the barrier asks for them). Whether a log is off is judged on all
 bounds, as the inference logs' are (:func:`~prime_rl.analysis.clock_offsets.judge`); its offset
 is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough (else on the
-writes, else on the reads of rollouts, and on the compute lines only when nothing else bounds it). A duration
+writes, else in the middle of what bounds it from both sides: :meth:`TrainerClock._measure`). A duration
 that is no finite number of 0 or more, or that would end a step's wait before the log's line of
 an earlier step, bounds nothing. The first batch of each trainer log is measured against every
 step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so).
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import polars as pl
 
-from prime_rl.analysis.clock_offsets import MIN_UPDATES, PROBE, QUANTILE, judge, quantile
+from prime_rl.analysis.clock_offsets import MIN_UPDATES, PROBE, QUANTILE, SLACK_S, judge, quantile
 from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.tagged import ParseStats, TaggedLines, fields_by_key, step_numbers
 
@@ -101,9 +101,11 @@ class TrainerClock:
     def _measure(self, b: TaggedLines, log: str) -> float | None:
         """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step). Judged
         on one bound a step from each side (from below the larger of a step's write and compute
-        lines'); read on the tight ones, else on the writes, else on the reads of rollouts (loose
-        by how long the rollouts waited), and on the compute lines (loose by the publish as well)
-        only when nothing else bounds the log."""
+        lines'). Read on the tight ones, else on the writes; else, where both sides bound it, in
+        the middle of the two (the reads of rollouts are loose by how long the rollouts waited,
+        up to a step; the compute lines by the publish: which is less depends on the run), else
+        on the one side there is. A reading outside the two sides' bounds (lines of two runs
+        under one step), or within the slack of 0, moves nothing."""
         wrote, tight_below = _bounds(self._written(b), self.waited)
         computed, _ = _bounds(self._computed(b), self.waited)
         ended, tight_above = _bounds(self._ended(b), {s: (ts, True) for s, ts in self.rolled.items()})
@@ -111,17 +113,25 @@ class TrainerClock:
         judged = judge(list(ended.values()), list(below.values()))
         if judged is None:
             return None
+        lower = quantile(list(below.values()), 1.0 - QUANTILE) if len(below) >= MIN_UPDATES else -math.inf
+        upper = quantile(list(ended.values()), QUANTILE) if len(ended) >= MIN_UPDATES else math.inf
         for values, q in (
             (tight_below, 1.0 - QUANTILE),
             (tight_above, QUANTILE),
             (list(wrote.values()), 1.0 - QUANTILE),
-            (list(ended.values()), QUANTILE),
         ):
             if len(values) >= MIN_UPDATES:
-                judged = quantile(values, q), len(values)
+                read = quantile(values, q), len(values)
                 break
-        self.stats.clock_offsets[log] = judged
-        return judged[0]
+        else:
+            both = math.isfinite(lower) and math.isfinite(upper)
+            read = ((lower + upper) / 2, len(below.keys() | ended.keys())) if both else judged
+        if not lower - SLACK_S <= read[0] <= upper + SLACK_S:
+            read = judged
+        if abs(read[0]) <= SLACK_S:
+            return None
+        self.stats.clock_offsets[log] = read
+        return read[0]
 
     def _written(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
         """Step: when the trainer wrote its weights (its first ``write.done``), among the steps the

@@ -240,3 +240,38 @@ def test_a_publishing_rank_with_no_tight_bound_counts_each_step_once(tmp_path, a
         "seconds": pytest.approx(7200.0 - 0.05, abs=1e-3),
         "steps": 10,
     }
+
+
+def test_a_rank_bounded_loosely_from_both_sides_is_read_between_them(tmp_path, analyze):
+    """Trainer-bound, rank 1 never waits for its rollouts: its reads bound it 5.85 s above the
+    offset (how long the rollouts waited), its compute lines 0.05 s below (the publish). Read in
+    the middle, 2.9 s off, not at either end (the reads alone: 5.85 s, beyond the 5 s slack)."""
+    orchestrator, rank = _trainer_bound_logs(tmp_path, 7200.0)
+    summary, _ = analyze([orchestrator, rank], tmp_path / "out")
+    got = summary["clock_offsets"][str(rank)]
+    assert got["seconds"] == pytest.approx(7200.0 + (5.85 - 0.05) / 2, abs=1e-3) and got["steps"] == 12
+
+
+def test_a_reading_outside_what_bounds_the_log_is_not_taken(tmp_path, analyze):
+    """Rank 0's log, 600 s ahead, holds 3 lines of another run's first steps on the clock in step
+    (a log appended to). Those are its only tight bounds (it waited 30 ms for their rollouts), and
+    they read 5.85 s: below its writes' bound (599.95 s) by more than the slack, so the log is read
+    as judged on all its bounds, not moved by 5.85 s."""
+    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    orchestrator, trainer = [], []
+    for n in range(1, 41):
+        orchestrator.append(
+            (10 * n - 5, format_tagged("rollout", None, current_step=n, ckpt_step=n - 1, staleness=1))
+        )
+        orchestrator.append((10 * n, format_tagged("ckpt", "wait.done", target_step=n, wait_ms=0.3)))
+        off, wait = (0.0, 30.0) if n <= 3 else (600.0, 0.0)
+        fields = {"step": n, "rank": 0, "wait_ms": wait, "read_ms": 100.0, "train_ms": 9000.0}
+        trainer.append((10 * n + 4.95 + off, format_tagged("train", "compute.done", **fields)))
+        trainer.append((10 * n - 0.05 + 600.0, format_tagged("ckpt", "write.done", step=n, write_ms=40.0)))
+    paths = []
+    for name, lines in (("orchestrator.log", orchestrator), ("trainer.log", trainer)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(_line(t0 + t, text) + "\n" for t, text in sorted(lines)))
+    summary, _ = analyze(paths, tmp_path / "out")
+    got = summary["clock_offsets"][str(paths[1])]
+    assert got["seconds"] == pytest.approx(599.95, abs=1e-3)
