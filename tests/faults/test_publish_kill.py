@@ -60,6 +60,15 @@ def run_trainer(
     return subprocess.CompletedProcess(proc.args, proc.returncode, output)
 
 
+def run_with_rollouts(model: Path, tmp_path: Path) -> tuple[Path, RunPaths]:
+    """A run directory with every step's rollouts written, for the trainer alone."""
+    out = tmp_path / "run"
+    samples = make_samples(n_prompts=2, vocab_size=2048, seed=3)
+    for step in range(MAX_STEPS):
+        write_step(out, step, samples, model)
+    return out, RunPaths(out)
+
+
 def stable_dirs_are_complete(weights: Path) -> list[int]:
     """Every STABLE weight dir matches its manifest; returns their steps."""
     steps = []
@@ -73,11 +82,7 @@ def stable_dirs_are_complete(weights: Path) -> list[int]:
 def test_sigkill_during_a_background_write_leaves_no_torn_stable_dir_and_resume_finishes(
     tiny_model, tmp_path
 ):
-    out = tmp_path / "run"
-    paths = RunPaths(out)
-    samples = make_samples(n_prompts=2, vocab_size=2048, seed=3)
-    for step in range(MAX_STEPS):
-        write_step(out, step, samples, tiny_model)
+    out, paths = run_with_rollouts(tiny_model, tmp_path)
 
     killed = run_trainer(tiny_model, out, failpoint="trainer.publish.shard_written@2")
     assert killed.returncode == -9, killed.stdout[-3000:]
@@ -100,11 +105,7 @@ def test_a_kill_once_a_checkpoint_is_marked_leaves_the_step_s_metrics_row_writte
     marked (the fault suite's launcher kill once checkpoint 8 existed did so, now and then), it
     resumed at step 2 and the row of step 1 was never written. The row comes first now (a resume
     drops the rows of the steps it redoes, so a kill before the mark loses nothing either)."""
-    out = tmp_path / "run"
-    paths = RunPaths(out)
-    samples = make_samples(n_prompts=2, vocab_size=2048, seed=3)
-    for step in range(MAX_STEPS):
-        write_step(out, step, samples, tiny_model)
+    out, paths = run_with_rollouts(tiny_model, tmp_path)
 
     killed = run_trainer(tiny_model, out, failpoint="trainer.ckpt.stable@2")
     assert killed.returncode == -9, killed.stdout[-3000:]

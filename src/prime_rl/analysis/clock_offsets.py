@@ -3,14 +3,14 @@
 Each update bounds a server log's clock offset from both sides. The server receives it after the
 client first sent it, so ``server.recv - client.send`` is at least the offset (more by the network
 and any queueing, and by a retry's wait); it finishes it before the client has its last reply
-(``client.done``, of any server), so ``rpc.done - that reply`` is at most the
-offset (less by the reply's trip, and by how much later another server answered). Over up to
-:data:`PROBE` of a log's updates, sampled by trace id (:class:`Sample`: the same ids on both
-sides, so a log that starts late in a long run is measured too), when even the upper bound's low end (:data:`QUANTILE`) lies more than
-:data:`SLACK_S` below 0, or the lower bound's high end more than that above, the log keeps a clock
-of its own (another time zone, a clock not synced). Clocks in step never do: on them every
-update's bounds hold 0, however slow the server, its queue or a retry. Its offset is taken at the
-lower bound (the receipts' bound carries the queue; moved by the lower, no receipt lands before
+(``client.done``, of any server), so ``rpc.done - that reply`` is at most the offset (less by the
+reply's trip, and by how much later another server answered). Over up to :data:`PROBE` of a log's
+updates, sampled by trace id (:class:`Sample`: the same ids on both sides, so a log that starts
+late in a long run is measured too), when even the upper bound's low end (:data:`QUANTILE`) lies
+more than :data:`SLACK_S` below 0, or the lower bound's high end more than that above, the log
+keeps a clock of its own (another time zone, a clock not synced). Clocks in step never do: on them
+every update's bounds hold 0, however slow the server, its queue or a retry. Its offset is taken at
+the lower bound (the receipts' bound carries the queue; moved by the lower, no receipt lands before
 its send), or at the upper where the log has no rpc.done lines. Rotated parts of one log are
 measured together (:func:`log_of`).
 
@@ -125,13 +125,13 @@ class ClockProbe:
             sends = client.filter(pl.col("event") == "client.send").unique(
                 "tid", keep="first", maintain_order=True
             )
-            for tid, ts, h in _sampled(sends, self.sent):
+            for tid, ts, h in _sampled(sends, self.sent).select("tid", "ts", "h").iter_rows():
                 self.sent.add(tid, h, [ts])
             replies = client.filter(
                 pl.col("event").cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null()
             )
             last = replies.group_by("tid", maintain_order=True).agg(pl.col("ts").max())
-            for tid, ts, h in _sampled(last, self.replied):
+            for tid, ts, h in _sampled(last, self.replied).select("tid", "ts", "h").iter_rows():
                 self.replied.add(tid, h, [-math.inf])
                 if (entry := self.replied.entries.get(tid)) is not None:
                     entry[0] = max(entry[0], ts)
@@ -143,9 +143,7 @@ class ClockProbe:
                 if source is None:  # no file to name (events made, not read)
                     continue
                 got = self.received.setdefault(log_of(source), Sample(PROBE))
-                hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
-                rows = rows.with_columns(h=hashes).filter(pl.col("h") % got.every == 0)  # sampled only
-                for event, tid, ts, h in rows.select("event", "tid", "ts", "h").iter_rows():
+                for event, tid, ts, h in _sampled(rows, got).select("event", "tid", "ts", "h").iter_rows():
                     if event == "server.recv":
                         got.add(tid, h, [ts, None])
                     elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
@@ -156,32 +154,26 @@ class ClockProbe:
         return probe_offsets(self.sent, self.replied, self.received)
 
 
-def _sampled(rows: pl.DataFrame, sample: Sample) -> list[tuple[str, float | None, int]]:
-    """``(tid, ts, hash)`` of the ``rows`` ``sample`` may keep or keeps: all while its head is not
-    complete, then those of its head and those whose hash is a multiple of its power."""
-    if not rows.height:
-        return []
+def _sampled(rows: pl.DataFrame, sample: Sample) -> pl.DataFrame:
+    """The ``rows`` (with their trace id's hash, ``h``) ``sample`` may keep or keeps: all while its
+    head is not complete, then those of its head and those whose hash is a multiple of its power."""
     hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
-    rows = rows.select("tid", "ts").with_columns(h=hashes)
-    if sample.full:
-        rows = rows.filter((pl.col("h") % sample.every == 0) | pl.col("tid").is_in(list(sample.first)))
-    return list(rows.iter_rows())
+    rows = rows.with_columns(h=hashes)
+    if not sample.full:
+        return rows
+    kept = pl.col("h") % sample.every == 0
+    return rows.filter(kept | pl.col("tid").is_in(list(sample.first)) if sample.first else kept)
 
 
 def probe_offsets(sent: Sample, replied: Sample, received: Mapping[str, Sample]) -> Offsets:
     """The offsets of the server logs of ``received`` (:func:`offsets_of`), each measured on the
     trace ids it shares with the client's samples."""
-    out: Offsets = {}
-    for log, got in received.items():
-        out.update(
-            offsets_of(
-                {t: e[0] for t, e in sent.entries.items()},
-                {t: e[0] for t, e in replied.entries.items()},
-                {log: {t: e[0] for t, e in got.entries.items()}},
-                {log: {t: e[1] for t, e in got.entries.items() if e[1] is not None}},
-            )
-        )
-    return out
+    return offsets_of(
+        {t: e[0] for t, e in sent.entries.items()},
+        {t: e[0] for t, e in replied.entries.items()},
+        {log: {t: e[0] for t, e in got.entries.items()} for log, got in received.items()},
+        {log: {t: e[1] for t, e in got.entries.items() if e[1] is not None} for log, got in received.items()},
+    )
 
 
 def offsets_of(

@@ -176,27 +176,42 @@ def test_a_stall_with_the_trainer_log_ahead_is_timed_on_the_orchestrators_clock(
     assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=0.1)
 
 
+def _orchestrator(steps: int, wait_ms: float) -> list[tuple[float, str]]:
+    """The orchestrator's lines of a hand-made run of 10 s steps: step n's rollouts logged at
+    10n - 5 s, weights/step_n had (after ``wait_ms`` of waiting) at 10n."""
+    lines = []
+    for n in range(1, steps + 1):
+        lines.append(
+            (10 * n - 5, format_tagged("rollout", None, current_step=n, ckpt_step=n - 1, staleness=1))
+        )
+        lines.append((10 * n, format_tagged("ckpt", "wait.done", target_step=n, wait_ms=wait_ms)))
+    return lines
+
+
+def _write_logs(tmp_path, logs: dict[str, list[tuple[float, str]]]) -> list[Path]:
+    """Each log's ``(seconds into the run, text)`` lines, in time order, as a file of that name."""
+    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    paths = []
+    for name, lines in logs.items():
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(_line(t0 + t, text) + "\n" for t, text in sorted(lines)))
+    return paths
+
+
 def _trainer_bound_logs(tmp_path, off: float, train_ms: bool = True) -> tuple[Path, Path]:
     """A trainer-bound run by hand, 12 steps of 10 s: the trainer's compute of step N-1 is done at
     10N - 0.05 s, the orchestrator (which waited 3 s) has weights/step_N at 10N, its rollouts of
     step s were logged at 10s - 5 and read without a wait. Rank 1's log holds its compute lines
     only (``train_ms=9000 read_ms=100``, or neither), on a clock ``off`` seconds ahead."""
-    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
-    orchestrator, rank = [], []
+    rank = []
     for n in range(1, 13):
-        orchestrator.append(
-            (10 * n - 5, format_tagged("rollout", None, current_step=n, ckpt_step=n - 1, staleness=1))
-        )
-        orchestrator.append((10 * n, format_tagged("ckpt", "wait.done", target_step=n, wait_ms=3000.0)))
         times = {"train_ms": 9000.0, "read_ms": 100.0} if train_ms else {}
         fields = {"step": n - 1, "rank": 1, "wait_ms": 0.0, **times}
         rank.append((10 * n - 0.05 + off, format_tagged("train", "compute.done", **fields)))
-    out = []
-    for name, lines in (("orchestrator.log", orchestrator), ("trainer_rank_1.log", rank)):
-        path = tmp_path / name
-        path.write_text("".join(_line(t0 + t, text) + "\n" for t, text in sorted(lines)))
-        out.append(path)
-    return out[0], out[1]
+    orchestrator, rank_log = _write_logs(
+        tmp_path, {"orchestrator.log": _orchestrator(12, wait_ms=3000.0), "trainer_rank_1.log": rank}
+    )
+    return orchestrator, rank_log
 
 
 def test_compute_lines_bound_the_weights_of_the_next_step_not_their_own(tmp_path, analyze):
@@ -257,21 +272,15 @@ def test_a_reading_outside_what_bounds_the_log_is_not_taken(tmp_path, analyze):
     (a log appended to). Those are its only tight bounds (it waited 30 ms for their rollouts), and
     they read 5.85 s: below its writes' bound (599.95 s) by more than the slack, so the log is read
     as judged on all its bounds, not moved by 5.85 s."""
-    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
-    orchestrator, trainer = [], []
+    trainer = []
     for n in range(1, 41):
-        orchestrator.append(
-            (10 * n - 5, format_tagged("rollout", None, current_step=n, ckpt_step=n - 1, staleness=1))
-        )
-        orchestrator.append((10 * n, format_tagged("ckpt", "wait.done", target_step=n, wait_ms=0.3)))
         off, wait = (0.0, 30.0) if n <= 3 else (600.0, 0.0)
         fields = {"step": n, "rank": 0, "wait_ms": wait, "read_ms": 100.0, "train_ms": 9000.0}
         trainer.append((10 * n + 4.95 + off, format_tagged("train", "compute.done", **fields)))
         trainer.append((10 * n - 0.05 + 600.0, format_tagged("ckpt", "write.done", step=n, write_ms=40.0)))
-    paths = []
-    for name, lines in (("orchestrator.log", orchestrator), ("trainer.log", trainer)):
-        paths.append(tmp_path / name)
-        paths[-1].write_text("".join(_line(t0 + t, text) + "\n" for t, text in sorted(lines)))
+    paths = _write_logs(
+        tmp_path, {"orchestrator.log": _orchestrator(40, wait_ms=0.3), "trainer.log": trainer}
+    )
     summary, _ = analyze(paths, tmp_path / "out")
     got = summary["clock_offsets"][str(paths[1])]
     assert got["seconds"] == pytest.approx(599.95, abs=1e-3)
