@@ -418,9 +418,11 @@ class _Pending:
         return frame
 
     def _add_bad(self, bad: list[tuple[int, str]]) -> None:
-        """Malformed lines (line, text), counted at :meth:`count_bad`; of those, only the first
-        :data:`~prime_rl.analysis.tagged.EXAMPLES` by line can be named, so only they are kept (a
-        file of malformed lines could otherwise be held until its end)."""
+        """Malformed lines (line, text), counted at :meth:`count_bad` (but free-form warnings:
+        :func:`_free_form`); of those, only the first :data:`~prime_rl.analysis.tagged.EXAMPLES` by
+        line can be named, so only they are kept (a file of malformed lines could otherwise be held
+        until its end)."""
+        bad = [(line, text) for line, text in bad if not _free_form(text)]
         self.bad_count += len(bad)
         self.bad += [(line, text[:_EXAMPLE_CHARS]) for line, text in bad]
         if len(self.bad) > 4 * EXAMPLES:
@@ -436,6 +438,20 @@ class _Pending:
                 break
             stats.malformed_examples.append(f"{self.path}:{line}: {text}")
         self.bad, self.bad_count = [], 0
+
+
+_LEVEL_S = re.compile(r"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \| ([A-Z]+) *\| ", re.ASCII)
+"""Loguru's file or console prefix, with the line's level."""
+
+
+def _free_form(text: str) -> bool:
+    """Whether a line with a tag's head that does not follow the grammar is a free-form message, not a
+    malformed timing line: loguru wrote it at another level than INFO. Every timing line is written
+    at INFO (``logging.log_tagged``); warnings and errors may start with a ``[weights][tid]`` head
+    for grepping (the admin client's "... failed (...); retry 1 in 0.50s", a refused update), and
+    the analyzer ignores them (docs/design.md)."""
+    m = _LEVEL_S.match(text)
+    return m is not None and m.group(1) != "INFO"
 
 
 # loguru's file prefix (exactly _LOGURU_LEN characters) with a known marker where the message starts

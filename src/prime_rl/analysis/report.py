@@ -175,7 +175,7 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
         overlapping = gens.labels(u.start, u.end) if u.start is not None and u.end is not None else []
         gap = u.send_to_recv_ms
         out.append(
-            f"{u.tid:14} {_clock(u.start):12} {_fmt(u.wall_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
+            f"{u.tid:14} {_clock(u.start):12} {_fmt(u.waited_ms):>10} {_fmt(u.rpc_ms or u.server_rpc_ms):>10} "
             f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {u.url or '-':24} {', '.join(overlapping) or '-'}"
         )
     if not ups:

@@ -80,7 +80,8 @@ def where_time_goes(d: Collected) -> list[str]:
 
 
 def per_server(d: Collected) -> list[str]:
-    """One row per server URL: weight updates, retries and failures; for a collector run, samples,
+    """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`),
+    retries and failures; for a collector run, samples,
     generation time, retries and failures."""
     rows = server_rows(d)
     if not rows:
@@ -93,13 +94,14 @@ def per_server(d: Collected) -> list[str]:
         head = ["server", "samples", "failed", "gen_ms p50", "429 retries", "other retries"]
         cells = [[r.url, str(r.samples), str(r.failed), f(r.median("gen_ms"))] for r in rows]
     else:
-        head = ["server", "updates", "failed", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
+        head = ["server", "updates", "failed", "retried", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
         head += ["429 retries", "other retries"]
         cells = [
             [
                 r.url,
                 str(r.updates),
                 str(r.failed),
+                str(r.retried),
                 f(r.median("wall_ms")),
                 f(r.median("rpc_ms")),
                 f(r.median("queue_ms")),

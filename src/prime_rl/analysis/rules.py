@@ -65,7 +65,7 @@ def _update_rpc_queue(d: Collected) -> tuple[float, float]:
     """rpc and queue ms summed over updates, each at its slowest server (the series when no update
     objects were collected)."""
     if d.updates:
-        _, rpc, queue = update_critical(d)
+        _, rpc, queue, _ = update_critical(d)
         return rpc, queue
     return sum(d.series["rpc_ms"] or d.series["server_rpc_ms"]), d.total("queue_ms")
 

@@ -131,9 +131,21 @@ def _offsets(offsets: Offsets, unit: str) -> str:
 
 
 def failed_updates(d: Collected, th: Thresholds) -> str | None:
-    """Weight updates that ended in [weights] client.error."""
-    failed = int(d.update_frame().get_column("failed").sum())
-    return f"{failed} weight update(s) failed (client.error)" if failed else None
+    """Weight updates that ended in [weights] client.error, and those that were retried, by server."""
+    frame = d.update_frame()
+    failed = int(frame.get_column("failed").sum())
+    parts = [f"{failed} weight update(s) failed (client.error)"] if failed else []
+    retried = (
+        frame.filter("retried").group_by("url", maintain_order=True).len().sort("len", descending=True).rows()
+    )
+    if retried:
+        by_server = ", ".join(f"{n} on {url or 'a server not named'}" for url, n in retried)
+        parts.append(
+            f"{sum(n for _, n in retried)} weight update(s) were retried ({by_server}): their wall time counts "
+            "from the first attempt, the failed ones and the waits between them included (the retry warnings "
+            "in the orchestrator's log say why each attempt failed)"
+        )
+    return "; ".join(parts) or None
 
 
 WARNINGS: tuple[Check, ...] = (

@@ -7,8 +7,10 @@ SUMMARY.md table, and :func:`server_dicts` puts it beside the figures above in s
 
 Weight updates come from the client's ``[weights]`` lines (``url=``), one update per trace id and
 server (:mod:`~prime_rl.analysis.updates`); retries (429 and errors) from ``[gen] request.retry
-url=``; failed updates from ``client.error``. A server whose median update wall time is
-``server_slow_ratio`` times its peers' median is named, with the ratio.
+url=``; failed updates from ``client.error``; an update's wall time is the client's whole wait for
+it, the failed attempts of a retried one included (:func:`~prime_rl.analysis.updates.update_frame`).
+A server whose median update wall time is ``server_slow_ratio`` times its peers' median is named,
+with the ratio.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class ServerRow:
     url: str
     updates: int = 0
     failed: int = 0
+    retried: int = 0
+    """Its updates that were retried (their wall time counts from the first attempt:
+    :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`)."""
     wall_ms: Sequence[float] = field(default_factory=list)
     """Its updates' values, in their order (from the join: numpy arrays, 8 bytes a value)."""
     rpc_ms: Sequence[float] = field(default_factory=list)
@@ -70,6 +75,7 @@ class ServerRow:
             "url": self.url,
             "updates": self.updates,
             "failed": self.failed,
+            "retried": self.retried,
             "wall_ms_p50": self.median("wall_ms"),
             "rpc_ms_p50": self.median("rpc_ms"),
             "queue_ms_p50": self.median("queue_ms"),
@@ -96,15 +102,18 @@ def _server_rows(d: Collected) -> list[ServerRow]:
             .agg(
                 n=pl.len(),
                 failed=pl.col("failed").sum(),
+                retried=pl.col("retried").sum(),
                 wall=pl.col("wall").drop_nulls(),
                 rpc=pl.coalesce("rpc", "server_rpc").drop_nulls(),
                 queue=pl.col("queue").drop_nulls(),
             )
         )
         values = [per_url.get_column(name) for name in ("wall", "rpc", "queue")]
-        for k, (u, n, failed) in enumerate(per_url.select("url", "n", "failed").iter_rows()):
+        for k, (u, n, failed, retried) in enumerate(
+            per_url.select("url", "n", "failed", "retried").iter_rows()
+        ):
             # each value list as an array: a long run's as Python floats would cost 32 bytes a value
-            rows[u] = ServerRow(u, n, failed, *(v[k].to_numpy() for v in values))
+            rows[u] = ServerRow(u, n, failed, retried, *(v[k].to_numpy() for v in values))
     for url, counts in d.server_counts.items():
         row = rows.setdefault(url, ServerRow(url))
         row.failed += counts.get("failed", 0)
@@ -152,14 +161,29 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         return None
     waited = waited_for(d, slow_url, key)
     run = d.run_ms
+    slow = next(r for r in rows if r.url == slow_url)
+    retried = (
+        f"; {slow.retried} of its {slow.updates} updates were retried (their wall time counts from the first "
+        "attempt: the failed ones and the waits between them)"
+        if slow.retried and key == "wall_ms"
+        else ""
+    )
     return Finding(
         kind="slow_server",
         title=f"Slow server: {slow_url} takes {ratio:.1f}x as long as its peers to update",
         evidence=f"median update {key} {medians[slow_url]:.0f} ms on {slow_url} vs {peers:.0f} ms on the "
         f"{len(medians) - 1} other server(s) ({ratio:.1f}x >= server_slow_ratio {th.server_slow_ratio:g}); "
-        f"every update waits for it, {waited / 1000:.1f} s in all",
+        f"every update waits for it, {waited / 1000:.1f} s in all{retried}",
         share=waited / run if run else 0.0,
         next=(
+            *(
+                (
+                    f"Read why its attempts failed: the orchestrator log's warnings \"[weights][<trace id>] "
+                    f'/update_weights to {slow_url} failed (...)".',
+                )
+                if retried
+                else ()
+            ),
             f"Check {slow_url}'s host: storage it loads weights from, GPU health, other load on it.",
             "Take it out of the pool (orchestrator client.base_url) until it is fixed.",
         ),

@@ -42,18 +42,19 @@ def update_group() -> tuple[pl.Expr, pl.Expr]:
     return pl.col("tid"), (pl.col("start") // 600).cast(pl.Int64).alias("window")
 
 
-def update_critical(d: Collected) -> tuple[float, float, float]:
-    """(wall, rpc, queue) ms summed over updates, each update taken at its slowest server: what the
-    orchestrator waits for before it generates again."""
+def update_critical(d: Collected) -> tuple[float, float, float, float]:
+    """(wall, rpc, queue, retry) ms summed over updates, each update taken at its slowest server: what
+    the orchestrator waits for before it generates again (``retry``: the failed attempts and the
+    backoff of retried updates, in their wall time)."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
-def _update_critical(d: Collected) -> tuple[float, float, float]:
-    """Column-wise: each group's (:func:`update_group`) slowest update by its wall_ms (else the
+def _update_critical(d: Collected) -> tuple[float, float, float, float]:
+    """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
     server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
     if not d.updates:
-        return 0.0, 0.0, 0.0
-    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue")
+        return 0.0, 0.0, 0.0, 0.0
+    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
     server = pl.col("server_rpc").fill_null(0.0)
     slowest = frame.with_row_index("i").with_columns(
         ms=pl.coalesce("wall", server),
@@ -64,12 +65,12 @@ def _update_critical(d: Collected) -> tuple[float, float, float]:
     # 714k updates of the 10M-line all-tagged benchmark, the check 18 MB)
     if frame.get_column("tid").n_unique() < frame.height:
         slowest = slowest.group_by("tid", "window", maintain_order=True).agg(
-            pl.col("ms", "rpc", "queue").sort_by("ms", "i", descending=[True, False]).first()
+            pl.col("ms", "rpc", "queue", "retry").sort_by("ms", "i", descending=[True, False]).first()
         )
     # summed in order, as one update after another (a cumulative sum adds left to right, as a loop
     # would: the same float; a pairwise sum could differ in the last digits)
-    wall, rpc, queue = (_in_order_sum(slowest.get_column(c)) for c in ("ms", "rpc", "queue"))
-    return wall, rpc, queue
+    wall, rpc, queue, retry = (_in_order_sum(slowest.get_column(c)) for c in ("ms", "rpc", "queue", "retry"))
+    return wall, rpc, queue, retry
 
 
 def _in_order_sum(values: pl.Series) -> float:
@@ -106,9 +107,12 @@ def stages(d: Collected) -> list[Stage]:
     if d.series["ckpt_wait_ms"]:
         rows.append(("checkpoint wait", "orchestrator", d.total("ckpt_wait_ms"), "[ckpt] wait_ms"))
     if d.updates:
-        wall, rpc, queue = update_critical(d)
+        wall, rpc, queue, retry = update_critical(d)
         rows.append(("weight update: rpc", "orchestrator", rpc, "slowest server per update"))
         rows.append(("weight update: queue", "orchestrator", queue, "slowest server per update"))
+        if retry:
+            how = "slowest server per update: failed attempts and backoff"
+            rows.append(("weight update: retries", "orchestrator", retry, how))
     if d.series["rate_limit_wait_ms"]:
         rows.append(
             (

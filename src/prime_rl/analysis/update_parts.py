@@ -25,6 +25,15 @@ Votes = dict[str, Counter]
 """Per server log file: how many updates said it is each URL."""
 
 
+RETRY_GAP_MS = 50.0
+"""An update whose client waited longer, from its first ``client.send`` to its ``client.done`` by
+the log's times, than that line's ``wall_ms`` by more than this was retried: ``wall_ms`` is the last
+attempt's, and the update's wall time is the whole wait (the failed attempts and the backoff between
+them: :attr:`Update.waited_ms`). Without a retry the two differ by the log's milliseconds alone (both
+lines are written where the client starts and stops its clock); a retry waits at least the
+backoff's first delay, 0.25 s by default."""
+
+
 @dataclass(slots=True)
 class Update:
     """One weight update as seen by client and server, joined by trace id."""
@@ -53,11 +62,25 @@ class Update:
         return {f.name: getattr(self, f.name) for f in _FIELDS} | {"send_to_recv_ms": self.send_to_recv_ms}
 
     @property
+    def retried(self) -> bool:
+        """Whether the update was retried (:data:`RETRY_GAP_MS`)."""
+        if self.wall_ms is None or self.send_ts is None or self.done_ts is None:
+            return False
+        return (self.done_ts - self.send_ts) * 1000.0 - self.wall_ms > RETRY_GAP_MS
+
+    @property
+    def waited_ms(self) -> float | None:
+        """The client's whole wait for the update at its server: ``wall_ms``, or from its first send
+        to its answer when it was retried (:attr:`retried`)."""
+        return (self.done_ts - self.send_ts) * 1000.0 if self.retried else self.wall_ms  # type: ignore[operator]
+
+    @property
     def send_to_recv_ms(self) -> float | None:
-        """Client send -> server first byte: monotonic clocks when consistent, else wall clocks."""
+        """Client send -> server first byte: monotonic clocks when consistent (within the client's
+        whole wait), else wall clocks."""
         if self.send_t is not None and self.recv_t is not None:
             gap = (self.recv_t - self.send_t) * 1000.0
-            if 0 <= gap <= (self.wall_ms or math.inf) + 1.0:
+            if 0 <= gap <= (self.waited_ms or math.inf) + 1.0:
                 return gap
         if self.send_ts is not None and self.recv_ts is not None:
             return (self.recv_ts - self.send_ts) * 1000.0

@@ -28,6 +28,7 @@ from prime_rl.analysis.update_columns import (
 )
 from prime_rl.analysis.update_parts import (
     OP_PATHS,
+    RETRY_GAP_MS,
     UPDATE_PATHS,
     LineJoin,
     Update,
@@ -37,7 +38,16 @@ from prime_rl.analysis.update_parts import (
 )
 from prime_rl.analysis.update_table import UPDATE_SCHEMA, UpdateTable, conform, frame_of
 
-__all__ = ["OP_PATHS", "UPDATE_PATHS", "Update", "UpdateJoin", "UpdateTable", "same_rpc", "update_frame"]
+__all__ = [
+    "OP_PATHS",
+    "RETRY_GAP_MS",
+    "UPDATE_PATHS",
+    "Update",
+    "UpdateJoin",
+    "UpdateTable",
+    "same_rpc",
+    "update_frame",
+]
 
 WEIGHTS_FIELDS = ("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
 """The fields of ``[weights]`` lines the join reads."""
@@ -431,11 +441,13 @@ _FRAME_COLUMNS = {
 
 def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
-    :class:`Update`), ``wall``, ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
-    ``send_to_recv``, ``failed``, ``took``: how long it took, ``wall_ms or server_rpc_ms`` (the
-    first that is neither None nor 0; null when neither is), and ``send_ts``, ``recv_ts``,
-    ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an :class:`UpdateTable`'s
-    columns, or from records."""
+    :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its
+    answer when it was retried: :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``,
+    ``queue``, ``lock``, ``send_to_recv``, ``failed``, ``retried``, ``retry`` (ms of the wall time
+    before the last attempt: the failed ones and the backoff; 0 unless retried), ``took``: how long it took,
+    ``wall or server_rpc_ms`` (the first that is neither None nor 0; null when neither is), and
+    ``send_ts``, ``recv_ts``, ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an
+    :class:`UpdateTable`'s columns, or from records."""
     if isinstance(updates, UpdateTable):
         frame = updates.frame.select(pl.col(attr).alias(name) for name, (attr, _) in _FRAME_COLUMNS.items())
     else:
@@ -444,6 +456,12 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
             schema={name: dtype for name, (_, dtype) in _FRAME_COLUMNS.items()},
         )
     col = pl.col
+    waited = (col("done_ts") - col("send_ts")) * 1000.0
+    frame = frame.with_columns(retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False))
+    frame = frame.with_columns(
+        wall=pl.when("retried").then(waited).otherwise("wall"),
+        retry=pl.when("retried").then(waited - col("wall")).otherwise(0.0),
+    )
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
     start = pl.coalesce("send_ts", "recv_ts")
     took = pl.when(truthy("wall")).then("wall").when(truthy("server_rpc")).then("server_rpc")
@@ -467,6 +485,8 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
         .when(col("send_ts").is_not_null() & col("recv_ts").is_not_null())
         .then((col("recv_ts") - col("send_ts")) * 1000.0),
         failed="failed",
+        retried="retried",
+        retry="retry",
         took=took,
         send_ts="send_ts",
         recv_ts="recv_ts",

@@ -237,7 +237,7 @@ def test_a_logs_control_bytes_and_table_bars_do_not_break_summary_md(tmp_path, a
     _, md = analyze([log], tmp_path / "out")
     assert "\x00" not in md and "\x1b" not in md and "\\x00" in md  # the malformed line's example, escaped
     row = next(line for line in md.splitlines() if line.startswith("| http://h"))
-    assert row.startswith("| http://h\\|x |") and row.count(" | ") == 7  # eight cells, as in its header
+    assert row.startswith("| http://h\\|x |") and row.count(" | ") == 8  # nine cells, as in its header
     analyze_main(["--compare", str(log), str(log), "--out", str(tmp_path / "cmp")])
     compare = (tmp_path / "cmp" / "COMPARE.md").read_text()
     row = next(line for line in compare.splitlines() if line.startswith("| http://h"))

@@ -135,3 +135,54 @@ def test_a_servers_median_is_what_statistics_median_gives(values):
     assert _median(array("d", values)) == statistics.median(values)
     row = ServerRow("http://h:1", gen_ms=array("d", values))
     assert row.median("gen_ms") == statistics.median(values) and row.median("wall_ms") is None
+
+
+def test_an_update_retried_by_the_real_admin_client_counts_its_whole_wait(tmp_path, analyze):
+    """The admin client's client.done wall_ms is its last attempt's: a server that failed twice before
+    each answer looked as fast as its peer and the run had "no bottleneck". The update's wall time is
+    now the client's whole wait (first send to answer), the server is named with its retried updates,
+    and the client's retry warnings ([weights][tid] heads at WARNING) are not malformed lines."""
+    import asyncio
+
+    from loguru import logger
+    from tests.support.http_server import LocalTestServer, Reply
+
+    from prime_rl.clients.admin import AdminClient
+    from prime_rl.clients.config import ClientConfig
+    from prime_rl.logging import LOG_FORMAT
+
+    log = tmp_path / "orchestrator.log"
+    with LocalTestServer() as flaky, LocalTestServer() as fine:
+        # each retry waits 0.15-0.3 s, then 0.3-0.6 s: far past RETRY_GAP_MS
+        cfg = ClientConfig(base_urls=[flaky.base_url, fine.base_url], admin={"backoff_s": 0.3})
+
+        async def updates() -> list[int]:
+            admin = AdminClient(cfg)
+            try:
+                attempts = []
+                for step in range(3):
+                    flaky.state.script("/update_weights", Reply(status=503), Reply(status=503))
+                    results = await admin.update_weights(f"/w/step_{step}", trace_id=f"up{step}")
+                    attempts += [r.attempts for r in results if r.url == flaky.base_url]
+                return attempts
+            finally:
+                await admin.aclose()
+
+        sink = logger.add(log, level="INFO", format=LOG_FORMAT)
+        try:
+            assert asyncio.run(updates()) == [3, 3, 3]
+        finally:
+            logger.remove(sink)
+    assert log.read_text().count("| WARNING | [weights][up") == 6  # the client's retry warnings
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["parse"]["malformed"] == 0
+    by_url = {s["url"]: s for s in summary["servers"]}
+    flaky_row, fine_row = by_url[flaky.base_url], by_url[fine.base_url]
+    assert (flaky_row["retried"], fine_row["retried"]) == (3, 0)
+    assert flaky_row["wall_ms_p50"] > 450 > 100 > fine_row["wall_ms_p50"]  # two backoffs at least
+    assert summary["primary"]["kind"] == "slow_server" and flaky.base_url in summary["primary"]["title"]
+    assert "3 of its 3 updates were retried" in summary["primary"]["evidence"]
+    stages = {s["name"]: s for s in summary["stages"]}
+    assert stages["weight update: retries"]["total_ms"] > 3 * 450
+    assert any(f"3 weight update(s) were retried (3 on {flaky.base_url})" in w for w in summary["warnings"])
+    assert f"| {flaky.base_url} | 3 | 0 | 3 |" in md

@@ -252,6 +252,7 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
             tid=st.sampled_from(["a", "b", "c"]),
             send_ts=st.one_of(st.none(), st.sampled_from([0.0, 10.0, 599.9, 600.0, 1300.0, -5.0])),
             recv_ts=st.one_of(st.none(), st.sampled_from([1.0, 700.0])),
+            done_ts=st.one_of(st.none(), st.sampled_from([0.2, 10.3, 611.0, 1300.25])),  # some retried
             wall_ms=MS,
             rpc_ms=MS,
             server_rpc_ms=MS,
@@ -261,23 +262,25 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
     )
 )
 def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_update(updates):
-    """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals);
-    summed in order, as the loop over the groups did."""
+    """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals; a
+    retried one by its whole wait, its retries apart too); summed in order, as the loop over the
+    groups did."""
     from prime_rl.analysis.stages import _update_critical
 
     def _update_ms(u: Update) -> float:
-        return u.wall_ms if u.wall_ms is not None else (u.server_rpc_ms or 0.0)
+        return u.waited_ms if u.waited_ms is not None else (u.server_rpc_ms or 0.0)
 
-    wall = rpc = queue = 0.0
+    wall = rpc = queue = retry = 0.0
     for group in update_groups(updates):
         slow = max(group, key=_update_ms)
         wall += _update_ms(slow)
         rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
         queue += slow.queue_ms or 0.0
+        retry += slow.waited_ms - slow.wall_ms if slow.retried else 0.0
     d = collect(iter([]), ParseStats())
     d.updates = updates
     d._memo.clear()  # the tables made from the (empty) collection's updates
-    assert _update_critical(d) == (wall, rpc, queue)
+    assert _update_critical(d) == (wall, rpc, queue, retry)
 
 
 @settings(max_examples=200, deadline=None)
@@ -343,15 +346,17 @@ TIME = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 1.25, 3.0, -2.0, 100.5]))
     )
 )
 def test_the_update_columns_hold_what_each_update_s_properties_give(updates):
-    """start, end and the send -> receive gap, column-wise, are each update's properties; took is
-    wall_ms or the server's rpc_ms."""
+    """start, end, the send -> receive gap, the wall time and whether the update was retried,
+    column-wise, are each update's properties; took is that wall time or the server's rpc_ms."""
     from prime_rl.analysis.updates import update_frame
 
     frame = update_frame(updates)
     assert frame.get_column("start").to_list() == [u.start for u in updates]
     assert frame.get_column("end").to_list() == [u.end for u in updates]
     assert frame.get_column("send_to_recv").to_list() == [u.send_to_recv_ms for u in updates]
-    assert frame.get_column("took").to_list() == [(u.wall_ms or u.server_rpc_ms) or None for u in updates]
+    assert frame.get_column("wall").to_list() == [u.waited_ms for u in updates]
+    assert frame.get_column("retried").to_list() == [u.retried for u in updates]
+    assert frame.get_column("took").to_list() == [(u.waited_ms or u.server_rpc_ms) or None for u in updates]
 
 
 @settings(max_examples=200, deadline=None)
