@@ -6,8 +6,13 @@ wait.start`` with no ``wait.done``: the trainer never wrote it), a weight update
 (``client.send`` without ``client.done``/``client.error``: the server never finished its rpc),
 and a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the
 trainer waits for its rollouts). A wait counts as a stall when it lasted ``stall_min_s`` to the
-end of the logs (the last line of any file), or when the other side fell silent before it began.
-A stall is ranked first: a run that hangs has no other bottleneck that matters at its end.
+end of the logs (the last line of any file), and three times the median of its kind (a run whose
+steps take minutes waits that long every step), or when the other side fell silent before it
+began and stayed silent that long (logs read while the run goes on end inside ordinary waits, with
+the other side at work and silent for seconds). Waits from before a restart of the orchestrator
+are over. A server log on a clock of its own is read on the orchestrator's
+(:mod:`~prime_rl.analysis.clock_offsets`). A stall is ranked first: a run that hangs has no other
+bottleneck that matters at its end.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import polars as pl
 
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
-from prime_rl.analysis.parser import label_for
+from prime_rl.analysis.parser import label_for, log_of
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
@@ -26,24 +31,42 @@ def _clock(ts: float | None) -> str:
     return local_time(ts)
 
 
+def _last_lines(d: Collected) -> dict[str, tuple[float | None, str]]:
+    """Each file's last line with its time on the orchestrator's clock (a server log on a clock of
+    its own moved by its offset; the trainer's were moved as they were read)."""
+    out = {}
+    for path, (ts, text) in d.parse.last_lines.items():
+        off = d.clock_offsets.get(log_of(path))
+        out[path] = (ts - off[0] if ts is not None and off is not None else ts, text)
+    return out
+
+
 def logs_end(d: Collected) -> float | None:
     """The latest timestamp of any line (tagged or not) of any file."""
-    stamps = [ts for ts, _ in d.parse.last_lines.values() if ts is not None]
-    stamps += [e.ts for e in d.last_events.values() if e.ts is not None]
+    stamps = [ts for ts, _ in _last_lines(d).values() if ts is not None]
+    for e in d.last_events.values():  # each source's last tagged line
+        if e.ts is not None:
+            off = d.clock_offsets.get(log_of(str(e.path))) if e.path is not None else None
+            stamps.append(e.ts - off[0] if off is not None else e.ts)
     return max(stamps) if stamps else None
 
 
-def last_line(d: Collected, process: str) -> tuple[float | None, str] | None:
-    """The last line of a process's log files (the latest when there are several), with its time."""
-    found = [v for path, v in d.parse.last_lines.items() if label_for(path) == process]
+def last_line(d: Collected, process: str, path: str | None = None) -> tuple[float | None, str] | None:
+    """The last line of a process's log files (the latest when there are several; ``path``'s
+    when it is one of them), with its time."""
+    lines = _last_lines(d)
+    if path is not None and path in lines:
+        return lines[path]
+    found = [v for p, v in lines.items() if label_for(p) == process]
     if not found:
         return None
     return max(found, key=lambda v: v[0] if v[0] is not None else float("-inf"))
 
 
-def _other_side(d: Collected, process: str) -> tuple[float | None, str]:
-    """(time, words) of the other process's last line, or (None, that its log was not given)."""
-    last = last_line(d, process)
+def _other_side(d: Collected, process: str, path: str | None = None) -> tuple[float | None, str]:
+    """(time, words) of the other process's last line (of ``path``, its log file, when known), or
+    (None, that its log was not given)."""
+    last = last_line(d, process, path)
     if last is None:
         return None, f"no {process} log was given"
     ts, text = last
@@ -51,11 +74,20 @@ def _other_side(d: Collected, process: str) -> tuple[float | None, str]:
 
 
 def _is_stall(
-    since: float | None, other: float | None, end: float | None, th: Thresholds, floor_s: float = 0.0
+    since: float | None,
+    other: float | None,
+    end: float | None,
+    th: Thresholds,
+    typical_ms: float | None = None,
 ) -> bool:
+    """Whether a wait open since ``since`` is a stall where the logs end at ``end`` (the other side's
+    last line at ``other``): it lasted the least stall time (``stall_min_s``, and three times
+    ``typical_ms``, the median wait of its kind), or the other side fell silent before it began and
+    stayed silent that long."""
     if since is None or end is None:
         return False
-    return end - since >= max(th.stall_min_s, floor_s) or (other is not None and other < since)
+    least = max(th.stall_min_s, 3 * (typical_ms or 0.0) / 1000.0)
+    return end - since >= least or (other is not None and other < since and end - other >= least)
 
 
 def stall(d: Collected, th: Thresholds) -> Finding | None:
@@ -69,7 +101,7 @@ def stall(d: Collected, th: Thresholds) -> Finding | None:
         kind="stall",
         title=title,
         evidence=evidence,
-        share=((end or 0) - (since or 0)) / d.run_ms if d.run_ms else 1.0,
+        share=min(1.0, ((end or 0) - (since or 0)) * 1000.0 / d.run_ms) if d.run_ms else 1.0,
         next=(
             "Look at the end of the silent process's log (and its console: a kill, an OOM, a traceback).",
             "Restart with `rl --resume` once the cause is fixed; the finished steps are kept.",
@@ -83,31 +115,45 @@ def _ckpt_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, s
         return None
     target, since, ev = d.open_wait
     other_ts, other = _other_side(d, "trainer")
-    if not _is_stall(since, other_ts, end, th):
+    if not _is_stall(since, other_ts, end, th, d.stat("ckpt_wait_ms", "p50")):
         return None
-    wrote = (
-        f"the last weights it wrote: step {d.last_write.fields.get('step')}"
-        if d.last_write
-        else "no weight write in its log"
-    )
+    written = d.last_write.fields.get("step") if d.last_write else None
+    wrote = f"the last weights it wrote: step {written}" if d.last_write else "no weight write in its log"
+    if _step(written) is not None and _step(target) is not None and _step(written) >= _step(target):
+        title = (
+            f"Stall: the orchestrator waits for weights step {target}, which the trainer wrote; the "
+            "orchestrator does not see it (another output_dir, or a shared filesystem that does not show the mark)"
+        )
+    else:
+        title = f"Stall: the orchestrator waits for weights step {target}, which the trainer never wrote"
     return (
-        f"Stall: the orchestrator waits for weights step {target}, which the trainer never wrote",
+        title,
         f"waiting since {_clock(since)} ({ev.where()}), {(end or 0) - (since or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}); {other}; {wrote}",
+        f"(stall_min_s {th.stall_min_s:g}, and 3x the median wait); {other}; {wrote}",
         since,
     )
 
 
+def _step(value: object) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
 def first_unanswered(d: Collected) -> Update | None:
     """The first sent of the weight updates sent and never answered (no client.done, no
-    client.error, no wall time), the first in order of equals; None: there is none."""
+    client.error, no wall time) after the orchestrator's last restart (an update in flight when it
+    died is over), the first in order of equals; None: there is none."""
     col = pl.col
+    restarted = [r.ts for r in d.restarts if r.process == "orchestrator" and r.ts is not None]
     unanswered = (
         d.update_frame()
         .with_row_index("i")
         .filter(
             col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
         )
+        .filter(col("send_ts") >= max(restarted) if restarted else pl.lit(True))
         .sort("send_ts", "i")
     )
     return d.updates[unanswered.item(0, "i")] if unanswered.height else None
@@ -117,8 +163,8 @@ def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str,
     u = first_unanswered(d)
     if u is None:
         return None
-    other_ts, other = _other_side(d, "inference")
-    if not _is_stall(u.send_ts, other_ts, end, th):
+    other_ts, other = _other_side(d, "inference", u.server)
+    if not _is_stall(u.send_ts, other_ts, end, th, d.stat("wall_ms", "p50")):
         return None
     server = (
         "the server never received it"
@@ -130,7 +176,7 @@ def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str,
     return (
         f"Stall: a weight update to {u.url or 'a server'} got no answer (trace id {u.tid})",
         f"sent at {_clock(u.send_ts)}, {(end or 0) - (u.send_ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}); {server}; {other}",
+        f"(stall_min_s {th.stall_min_s:g}, and 3x the median update); {server}; {other}",
         u.send_ts,
     )
 
@@ -140,14 +186,13 @@ def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, 
     if ev is None:
         return None
     other_ts, other = _other_side(d, "inference")
-    typical = 3 * (d.stat("gen_dur_ms", "p50") or 0) / 1000.0
-    if not _is_stall(ev.ts, other_ts, end, th, typical):
+    if not _is_stall(ev.ts, other_ts, end, th, d.stat("gen_dur_ms", "p50")):
         return None
     step = ev.fields.get("step", "?")
     return (
         f"Stall: generation of step {step} never finished; the trainer waits for its rollouts",
         f"batch started at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, or 3x the median batch); {other}",
+        f"(stall_min_s {th.stall_min_s:g}, and 3x the median batch); {other}",
         ev.ts,
     )
 

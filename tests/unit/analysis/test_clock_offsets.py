@@ -273,3 +273,21 @@ def test_a_short_early_log_and_a_long_late_one_are_measured_in_a_run_of_40000_up
     assert log == "/logs/inference_1.log" and off == pytest.approx(3600.0 - 0.1, abs=1e-6)
     assert n == 20 if server_at == "first 20" else 60 <= n <= 250
     assert probe.sent.every > 1 and len(probe.sent.entries) <= CLIENT_SAMPLE + PROBE
+
+
+@pytest.mark.parametrize("offset_s", [7200.0, -7200.0])
+def test_logs_read_mid_batch_with_an_inference_log_off_are_no_stall(tmp_path, analyze, offset_s):
+    """The stall rules read the logs' ends on the orchestrator's clock: an inference log two hours
+    ahead made the logs end two hours after a batch that had just started ("generation of step 9
+    never finished ... 7200 s to the end of the logs")."""
+    run = make_run("healthy", steps=12, seed=4)
+    start = next(x for x in run.orchestrator if "batch.start step=9" in x)
+    cut = (datetime.strptime(start[:23], "%Y-%m-%d %H:%M:%S.%f") + timedelta(seconds=0.5)).strftime(
+        "%Y-%m-%d %H:%M:%S.%f"
+    )[:23]
+    for name in ("orchestrator", "trainer", "inference"):
+        setattr(run, name, [x for x in getattr(run, name) if x[:23] <= cut])
+    run.inference = _shifted(run.inference, offset_s)
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert summary["clock_offsets"], "the offset is measured"
+    assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]

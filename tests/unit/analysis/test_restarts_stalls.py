@@ -94,6 +94,7 @@ def test_a_log_that_ends_inside_a_checkpoint_wait_names_the_stall(tmp_path, anal
     run.trainer = run.trainer[:cut]
     wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
     run.orchestrator = run.orchestrator[: wait + 1]
+    run.orchestrator.append(_stamp(run.orchestrator[-1], 40.0) + "still waiting")  # past stall_min_s
     summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
     p = summary["primary"]
     assert p["kind"] == "stall", summary["findings"]
@@ -217,3 +218,83 @@ def test_a_step_in_another_script_s_digits_is_no_step_and_no_crash(tmp_path, ana
     log.write_text("\n".join(lines) + "\n")
     summary, _ = analyze([log], tmp_path / "out")
     assert [(r["reached"], r["resumed"]) for r in summary["restarts"]] == [(1, 0)]
+
+
+def _stamp(line: str, dt: float) -> str:
+    """A loguru file prefix ``dt`` seconds after ``line``'s."""
+    from datetime import datetime, timedelta
+
+    t = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f") + timedelta(seconds=dt)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " | INFO    | "
+
+
+def test_an_update_left_unanswered_by_a_crash_is_no_stall_once_the_run_resumed(tmp_path, analyze):
+    """The update in flight when the orchestrator died is over: the resumed run finished (it was the
+    primary 'stall', 604 s to the end of the logs, before)."""
+    first = make_run("healthy", steps=10, seed=1)
+    last = first.orchestrator[-1]
+    first.orchestrator.append(
+        _stamp(last, 0.1)
+        + format_tagged(
+            "weights", "client.send", "deadbeef", url="http://h:8000", path="/update_weights", t=2e3
+        )
+    )
+    first.inference.append(
+        _stamp(last, 0.2) + format_tagged("weights", "server.recv", "deadbeef", path="/update_weights", t=2e3)
+    )
+    second = make_run("healthy", steps=12, seed=2, start_offset_s=600.0, first_step=8)
+    summary, _ = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    assert [r["process"] for r in summary["restarts"]] == ["orchestrator", "trainer"]
+    assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
+
+
+def test_logs_read_inside_an_ordinary_wait_are_no_stall_and_a_long_one_is(tmp_path, analyze):
+    """Logs copied while the run goes on end inside a wait, the other side at work and silent since
+    before it: no stall (it was one, 'stall_min_s' crossed at 0 s). The same wait 3x its median and
+    stall_min_s long is one, and its share is of the run (it was a thousandth of it)."""
+    run = make_run("trainer_bound", steps=12, seed=4)
+    wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
+    run.orchestrator = run.orchestrator[: wait + 1]
+    since = run.orchestrator[-1]
+    run.trainer = [x for x in run.trainer if x[:23] < since[:23]]  # the trainer computes, silent
+    summary, _ = analyze(run.write(tmp_path / "live").values(), tmp_path / "out")
+    assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
+    run.orchestrator.append(_stamp(since, 600.0) + "still waiting")  # ten minutes later
+    summary, _ = analyze(run.write(tmp_path / "dead").values(), tmp_path / "out2")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall" and "600 s to the end of the logs" in stall["evidence"]
+    assert stall["share"] > 0.5
+
+
+def test_a_stalled_update_quotes_its_own_server_s_last_line(tmp_path, analyze):
+    """Two servers: the one that never answered is quoted, not the one still logging health checks."""
+    from tests.support.synthetic_logs import Shape
+
+    run = make_run("healthy", steps=8, seed=4, shape=Shape(servers=2))
+    files = run.write(tmp_path / "logs")
+    send = max(i for i, x in enumerate(run.orchestrator) if "client.send" in x and "http://h1:8000" in x)
+    tid = run.orchestrator[send].split("[weights][")[1].split("]")[0]
+    orchestrator = [x for x in run.orchestrator if not (tid in x and "client.done" in x and "h1:8000" in x)]
+    files["orchestrator"].write_text("\n".join(orchestrator) + "\n")
+    h1 = next(p for p in files.values() if p.name != "inference.log" and "inference" in p.name)
+    server = [x for x in h1.read_text().splitlines() if not (tid in x and "rpc.done" in x)]
+    h1.write_text("\n".join(server) + "\n")
+    healthy = tmp_path / "logs" / "inference.log"
+    healthy.write_text(healthy.read_text() + _stamp(orchestrator[-1], 600.0) + "GET /health 200\n")
+    summary, _ = analyze(files.values(), tmp_path / "out")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall" and "http://h1:8000" in stall["title"], summary["findings"]
+    assert server[-1][-50:] in stall["evidence"] and "GET /health" not in stall["evidence"]
+
+
+def test_a_wait_for_weights_the_trainer_wrote_says_the_orchestrator_does_not_see_them(tmp_path, analyze):
+    run = make_run("healthy", steps=12, seed=4)
+    wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
+    run.orchestrator = run.orchestrator[: wait + 1]
+    run.trainer.append(_stamp(run.orchestrator[-1], 600.0) + "waiting for rollouts")
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    stall = summary["primary"]
+    assert (
+        stall["kind"] == "stall"
+        and "which the trainer wrote; the orchestrator does not see it" in stall["title"]
+    )

@@ -163,6 +163,9 @@ def test_a_stall_with_the_trainer_log_ahead_is_timed_on_the_orchestrators_clock(
         run.trainer = run.trainer[:cut]
         wait = next(i for i, x in enumerate(run.orchestrator) if "wait.start target_step=9" in x)
         run.orchestrator = run.orchestrator[: wait + 1]
+        run.orchestrator.append(
+            _shifted(run.orchestrator[-1:], 40.0)[0][:36] + "still waiting"
+        )  # stall_min_s on
         return run
 
     expected, _ = analyze(stalled().write(tmp_path / "same").values(), tmp_path / "a")
