@@ -379,7 +379,8 @@ def collect_queue(d: Collected, th: Thresholds) -> Finding | None:
 def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
     """The server answers 429: retries after HTTP 429 ([gen]/[collect] request.retry status=429, or an
     older collector line with status=429) above ``rate_limited_frac`` of completions, or any 429
-    when no completions are counted."""
+    when no completions are counted. Its share is the wall time in which some request waited after a
+    429 (:meth:`Collected.rate_limited_ms`)."""
     n429 = d.counts.get("retry.429", 0)
     completions = d.counts.get("completions", 0)
     if not (n429 and (not completions or n429 / completions > th.rate_limited_frac)):
@@ -395,7 +396,7 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
             if d.series["retry_wait_ms"]
             else ""
         ),
-        share=d.total("retry_wait_ms") / run_ms if run_ms else 0.5,
+        share=d.rate_limited_ms() / run_ms if run_ms else 0.5,
         next=(
             "Respect the rate limit: lower parallelism, honour Retry-After, spread load over more keys/servers.",
         ),

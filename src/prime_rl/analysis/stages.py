@@ -114,12 +114,14 @@ def stages(d: Collected) -> list[Stage]:
             how = "slowest server per update: failed attempts and backoff"
             rows.append(("weight update: retries", "orchestrator", retry, how))
     if d.series["rate_limit_wait_ms"]:
+        # the collector's retries are its own ([collect] request.retry) when it is the run
+        offline = bool(d.series["collect_ms"]) and not d.series["gen_dur_ms"]
         rows.append(
             (
                 "rate-limit waits (429)",
-                "orchestrator",
-                d.total("rate_limit_wait_ms"),
-                "retry wait_ms after 429",
+                "collector" if offline else "orchestrator",
+                d.rate_limited_ms(),
+                "time some request waited after a 429 (the union of the retry waits)",
             )
         )
     if d.series["lock_wait_ms"]:

@@ -185,8 +185,28 @@ class Collected:
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
     (:mod:`~prime_rl.analysis.clock_offsets`); :attr:`run_seconds` has their times moved by it."""
+    rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
+    """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def rate_limited_ms(self) -> float:
+        """The wall time in which some request waited after a 429 (the union of the waits: concurrent
+        requests wait together, so their summed waits can be many times the run), ms; without the
+        waits' times, their sum, at most the run."""
+        return self.memo("rate_limited_ms", self._rate_limited_ms)
+
+    def _rate_limited_ms(self) -> float:
+        if not self.rate_limit_windows:
+            return min(self.total("rate_limit_wait_ms"), self.run_ms or math.inf)
+        start, end = np.frombuffer(self.rate_limit_windows, dtype=np.float64).reshape(-1, 2).T
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], np.maximum.accumulate(end[order])
+        # a window starts a new stretch where it begins after every earlier one ended
+        new = np.concatenate(([True], start[1:] > end[:-1]))
+        firsts = np.flatnonzero(new)
+        lasts = np.concatenate((firsts[1:] - 1, [len(start) - 1]))
+        return float(np.sum(end[lasts] - start[firsts])) * 1000.0
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
         """``make()`` computed once for this collection (rules and report sections ask for the same
@@ -386,6 +406,7 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
+        self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
@@ -417,12 +438,15 @@ class _Collector:
         """request.retry lines: by status, their waits, per server URL."""
         status, url = b.text("status"), b.text("url")
         wait = b.num("wait_ms", ("request.retry",))
+        ts = b.column("ts")
         for i in rows:
             code = status[i] or "?"
             self.counts[f"retry.{code}"] += 1
             self._add("retry_wait_ms", wait[i])
             if code == "429":
                 self._add("rate_limit_wait_ms", wait[i])
+                if wait[i] is not None and ts[i] is not None:
+                    self.rate_limit_windows.extend((ts[i], ts[i] + wait[i] / 1000.0))
             if url[i]:
                 self.server_counts.setdefault(url[i], Counter())[f"retry.{code}"] += 1
 
@@ -630,8 +654,9 @@ class _Collector:
         has_url = (url.is_not_null() & (url != "")).fill_null(False)
         failed = (event == "rollout.failed").fill_null(False) & has_url
         retry = (event == "request.retry").fill_null(False)
-        # an older collector's 429: any other line with status=429
-        n429 = ~(retry | is_done | failed) & (status == "429").fill_null(False)
+        # an older collector's 429: a line with status=429 of no event the collector writes now (its
+        # parallel.pause status=429 follows a request.retry already counted; a failed sample is no retry)
+        n429 = ~event.is_in(_COLLECT_EVENTS).fill_null(False) & (status == "429").fill_null(False)
         _extend(self.series["collect_ms"], dur)
         firsts = [(_first(is_done), "completions", is_done), (_first(n429), "retry.429", n429)]
         for _, key, rows in sorted(f for f in firsts if f[0] is not None):  # as the lines first count them
@@ -813,9 +838,21 @@ def _collect(
         c.spans.bars,
         down_seconds=down_s,
         clock_offsets=offsets,
+        rate_limit_windows=c.rate_limit_windows,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
+
+
+_COLLECT_EVENTS = (
+    "rollout.done",
+    "rollout.failed",
+    "request.retry",
+    "parallel.change",
+    "parallel.pause",
+    "verify.done",
+)
+"""The events of the collector's [collect] lines (docs/design.md)."""
 
 
 class _PerStep:

@@ -12,7 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_rl.analysis.parser import ParseStats, parse_files, scan_files
-from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, Collected, TaggedLines, _Collector, collect, prepared
+from prime_rl.analysis.stats import (
+    _COLLECT_EVENTS,
+    FIELD_KINDS,
+    FIELDS,
+    Collected,
+    TaggedLines,
+    _Collector,
+    collect,
+    prepared,
+)
 
 
 def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
@@ -38,7 +47,7 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
                 self.server_gen_ms.setdefault(url[i], []).append(gen[i])
         elif e == "rollout.failed" and url[i]:
             self.server_counts.setdefault(url[i], Counter())["failed"] += 1
-        elif status[i] == "429":
+        elif status[i] == "429" and e not in _COLLECT_EVENTS:  # an older collector's 429
             self.counts["retry.429"] += 1
     if retries:
         self._retry(b, retries)
@@ -107,7 +116,7 @@ def _as_the_cli_reads(files, stats: ParseStats):
 def test_counts_and_servers_keep_the_order_the_lines_give_them(tmp_path, monkeypatch):
     # a 429 before the first completion, failures on two servers before completions on them
     messages = [
-        "[collect][c1] rollout.failed status=429 dur_ms=5",
+        "[collect][c1] rollout.retry status=429 dur_ms=5",  # an older collector's 429
         "[collect][c2] rollout.failed url=http://b:2 dur_ms=6",
         "[collect][c3] request.retry url=http://a:1 status=500 wait_ms=7",
         "[collect][c4] rollout.done url=http://a:1 dur_ms=8 gen_ms=4",
@@ -125,4 +134,9 @@ def test_counts_and_servers_keep_the_order_the_lines_give_them(tmp_path, monkeyp
     assert columns["server_gen_ms"] == [("http://a:1", [4.0]), ("http://b:2", [5.0])]
     # each tag.event count is made in the order the lines first give it (summary.json's order)
     lines_counted = [k for k, _ in columns["counts"] if k.startswith("collect.")]
-    assert lines_counted == ["collect.rollout.failed", "collect.request.retry", "collect.rollout.done"]
+    assert lines_counted == [
+        "collect.rollout.retry",
+        "collect.rollout.failed",
+        "collect.request.retry",
+        "collect.rollout.done",
+    ]

@@ -72,7 +72,9 @@ FIRES = {
         collect_gen_ms=[500.0], collect_verify_ms=[10.0], collect_queue_ms=[10.0], collect_ms=[520.0]
     ),
     rules.collect_queue: dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),
-    rules.rate_limited: dict(counts={"retry.429": 5, "completions": 100}, retry_wait_ms=[500.0] * 5),
+    rules.rate_limited: dict(
+        counts={"retry.429": 5, "completions": 100}, retry_wait_ms=[500.0] * 5, rate_limit_wait_ms=[500.0] * 5
+    ),
     rules.stall: dict(fields={"open_wait": ("5", 10.0, WAIT)}, last_lines=ENDS),
     rules.hang: dict(fields={"hangs": [HANG]}),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),

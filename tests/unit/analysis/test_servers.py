@@ -7,6 +7,7 @@ import re
 import statistics
 from array import array
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import Shape, make_run
@@ -186,3 +187,46 @@ def test_an_update_retried_by_the_real_admin_client_counts_its_whole_wait(tmp_pa
     assert stages["weight update: retries"]["total_ms"] > 3 * 450
     assert any(f"3 weight update(s) were retried (3 on {flaky.base_url})" in w for w in summary["warnings"])
     assert f"| {flaky.base_url} | 3 | 0 | 3 |" in md
+
+
+def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_path, analyze):
+    """Thirty samples in flight wait a second each after the same 429 burst: that is one second of
+    the run, not thirty (the stage read 334% of the run, labelled as the orchestrator's); the
+    collector's parallel.pause status=429 after those retries and a failed sample that answered 429
+    are no more retries (the finding said 33, the per-server table 30)."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for i in range(30):  # 30 samples, each retried after a 429 at 12:00:01, waiting 1 s
+        lines.append(
+            "2026-01-01 12:00:01.000 | INFO    | "
+            + format_tagged(
+                "collect", "request.retry", f"s{i}", status=429, wait_ms=1000.0, attempt=1, url="http://a:1"
+            )
+        )
+    lines.append(
+        "2026-01-01 12:00:01.000 | INFO    | "
+        + format_tagged("collect", "parallel.pause", None, wait_ms=1000.0, status=429)
+    )
+    lines.append(
+        "2026-01-01 12:00:02.000 | INFO    | "
+        + format_tagged(
+            "collect", "rollout.failed", "f1", task=99, repeat=0, status=429, dur_ms=5.0, kind="X"
+        )
+    )
+    for i in range(30):
+        tagged = format_tagged(
+            "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=9000.0, queue_ms=0.0,
+            gen_ms=8000.0, verify_ms=5.0, out_tokens=8, attempts=2, url="http://a:1",
+        )  # fmt: skip
+        lines.append(f"2026-01-01 12:00:10.000 | INFO    | {tagged}")
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["counts"]["retry.429"] == 30
+    finding = next(f for f in summary["findings"] if f["kind"] == "rate_limited")
+    assert finding["evidence"].startswith("30 retries after HTTP 429") and finding["share"] == pytest.approx(
+        1 / 9
+    )
+    (stage,) = [s for s in summary["stages"] if s["name"] == "rate-limit waits (429)"]
+    assert stage["process"] == "collector" and stage["total_ms"] == pytest.approx(1000.0)

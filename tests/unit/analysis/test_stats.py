@@ -39,7 +39,7 @@ def test_events_fill_series_counts_and_spans():
         ev("rollout", "", ts=104.2, trunc_pct=5, staleness=1),
         ev("train", "step.done", ts=105.0, wait_ms=10, train_ms=900),
         ev("collect", "rollout.done", "c1", ts=106.0, dur_ms=70, queue_ms=5, gen_ms=50, verify_ms=15),
-        ev("collect", "rollout.failed", "c2", ts=107.0, status=429, dur_ms=20),
+        ev("collect", "rollout.retry", "c2", ts=107.0, status=429, dur_ms=20),  # an older collector's 429
         ev("collect", "request.retry", "c3", ts=107.5, status="conn", wait_ms=100),
     ]
     d = collect(iter(events), ParseStats(), async_level=1)
