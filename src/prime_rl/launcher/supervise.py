@@ -284,7 +284,11 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
     )
     children: list[Child] = []
     bar: progress.Progress | None = None  # the progress line, once the processes run
-    dog = Watchdog(cfg.watchdog, paths) if cfg.watchdog.enabled else None
+    dog = (
+        Watchdog(cfg.watchdog, paths, first_step=resume_step or 0, async_level=cfg.orchestrator.async_level)
+        if cfg.watchdog.enabled
+        else None
+    )
     stopping = threading.Event()
 
     def on_signal(signum, _frame):

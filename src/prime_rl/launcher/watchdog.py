@@ -14,7 +14,9 @@ the analyzer names for a log that ends inside one (:mod:`prime_rl.analysis.stall
 
 Progress is any of the step-level lines in :data:`PROGRESS` from any process (periodic lines such
 as ``[server] metrics`` are not progress). When none came for ``max(min_s, factor x median step
-time)`` (``first_step_s`` while fewer than two steps were seen), :meth:`Watchdog.check` returns a
+time)`` (``first_step_s`` until the steps say the trainer is past its first step: the orchestrator's
+first ``async_level + 1`` batches need no weights and run ahead while the trainer loads and
+compiles, so their pace says nothing of the run's), :meth:`Watchdog.check` returns a
 :class:`Hang` once, and again only after progress resumed and stopped again. The launcher then
 logs one ``[hang] detected`` line and asks every child for its Python stacks
 (:func:`prime_rl.lifecycle.dump_stacks`).
@@ -65,8 +67,9 @@ class WatchdogConfig(BaseConfig):
     """Never call a silence shorter than this a hang (short steps vary a lot)."""
 
     first_step_s: float = Field(default=1800.0, gt=0)
-    """The silence that counts as a hang before two steps were seen (no median yet): model loading
-    and the first steps' compilation take long."""
+    """The silence that counts as a hang before the steps have a pace (two of the trainer's, or a
+    batch that waited for its weights: the first async_level + 1 batches run ahead while it loads
+    and compiles): model loading and the first steps' compilation take long."""
 
     dump_stacks: bool = True
     """On a hang, make every child write all its threads' Python stacks into its log."""
@@ -112,9 +115,18 @@ class Watchdog:
     """Live progress and waits of one run, fed the children's output lines (thread-safe)."""
 
     def __init__(
-        self, cfg: WatchdogConfig, paths: RunPaths, clock: Callable[[], float] = time.monotonic
+        self,
+        cfg: WatchdogConfig,
+        paths: RunPaths,
+        clock: Callable[[], float] = time.monotonic,
+        first_step: int | None = None,
+        async_level: int = 1,
     ) -> None:
+        """``first_step``: the step the run starts (or resumes) at, whose rollouts the trainer waits
+        for before it logs a step (None: not known; the trainer's wait is named after its first
+        step); ``async_level``: the orchestrator's, for how many batches run ahead of the trainer."""
         self.cfg, self.paths, self.clock = cfg, paths, clock
+        self.async_level = async_level
         self._lock = threading.Lock()
         self._last_progress = clock()
         self._steps: dict[str, collections.deque[float]] = {
@@ -124,7 +136,7 @@ class Watchdog:
         self._ckpt_wait: tuple[str, float] | None = None
         self._sends: dict[tuple[str | None, str], float] = {}
         self._batch: tuple[str, float] | None = None
-        self._trainer_step: int | None = None
+        self._trainer_step: int | None = first_step - 1 if first_step is not None else None
         self._last_line: dict[str, tuple[float, str]] = {}
         self._fired = False
 
@@ -165,9 +177,12 @@ class Watchdog:
 
     def median_step_s(self) -> float | None:
         """The median time between consecutive steps (the orchestrator's batches, else the
-        trainer's steps); None before two steps of either were seen."""
-        for ends in self._steps.values():
-            if len(ends) >= 2:
+        trainer's steps); None before the orchestrator's batches waited for the trainer's weights
+        (``async_level + 2`` of them: the first ``async_level + 1`` run ahead of the trainer's first
+        step, which loads and compiles) and before two of the trainer's steps."""
+        need = {"orchestrator": max(2, self.async_level + 2), "trainer": 2}
+        for process, ends in self._steps.items():
+            if len(ends) >= need[process]:
                 return statistics.median(b - a for a, b in zip(ends, list(ends)[1:], strict=False))
         return None
 

@@ -98,3 +98,32 @@ def test_a_batch_that_never_ends_is_a_wait_on_inference(tmp_path):
     clock.now += 3
     (wait,) = dog.check().waits
     assert (wait.who, wait.whom, wait.what) == ("orchestrator", "inference", "generation of step 3")
+
+
+def test_the_batches_that_run_ahead_of_a_compiling_trainer_set_no_threshold(tmp_path):
+    """async_level 2: the orchestrator's first three batches need no weights and take 12 s each while
+    the trainer loads and compiles its first step for minutes. Their pace set a 120 s threshold and
+    the watchdog called a hang (dumping every stack) at 120 s; first_step_s holds until a batch
+    waited for the trainer's weights."""
+    clock = Clock()
+    dog = Watchdog(WatchdogConfig(), RunPaths(tmp_path), clock, first_step=0, async_level=2)
+    _steps(dog, clock, 3, every_s=12.0)
+    dog.feed("orchestrator", "[ckpt] wait.start target_step=1\n")
+    assert dog.median_step_s() is None and dog.threshold_s() == WatchdogConfig().first_step_s
+    clock.now += 300
+    assert dog.check() is None
+    _steps(dog, clock, 1, every_s=12.0, first=3)  # weights came: the fourth batch waited for them
+    assert dog.median_step_s() == pytest.approx(12.0)
+
+
+def test_the_trainer_s_wait_for_its_first_rollouts_is_named_before_it_logs_a_step(tmp_path):
+    """A resumed run: the trainer waits for rollouts/step_10 before its first step.done (it was not
+    named: the watchdog learned the trainer's step from its step lines alone)."""
+    clock = Clock()
+    dog = Watchdog(WatchdogConfig(first_step_s=100), RunPaths(tmp_path), clock, first_step=10)
+    dog.feed("orchestrator", "[gen] batch.start step=10 inflight=8\n")
+    clock.now += 101
+    assert [w.code for w in dog.check().waits] == [
+        "orchestrator>inference:generation_of_step_10",
+        "trainer>orchestrator:rollouts/step_10",
+    ]
