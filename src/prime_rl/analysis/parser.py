@@ -985,7 +985,8 @@ def _in_order(files: list[Path]) -> list[Path]:
 
 def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
     """Expand run directories (their logs/) and directories of logs into (label, file) pairs, each
-    file once, rotated parts oldest first (:func:`_in_order`)."""
+    file once, rotated parts oldest first (:func:`_in_order`); the console copies (``*stdout*``)
+    are left out, the launcher's own log (``rl.log``, label ``rl``) is read for its ``[hang]`` lines."""
     out: list[Path] = []
     for p in inputs:
         p = Path(p)
@@ -994,8 +995,9 @@ def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
             files = sorted(
                 f for f in root.rglob("*") if f.is_file() and (".log" in f.name or f.suffix == ".gz")
             )
-            # the launcher's console copies (*stdout.log) and its own log repeat the processes' lines
-            files = [f for f in files if "stdout" not in f.name and not f.name.startswith("rl.log")]
+            # the launcher's console copies (*stdout.log) repeat the processes' lines; its own log
+            # (rl.log) is read: its watchdog's [hang] lines are there
+            files = [f for f in files if "stdout" not in f.name]
             out.extend(files)
         elif p.is_file():
             out.append(p)

@@ -76,6 +76,7 @@ def test_discover_labels_and_skips_console_copies(tmp_path):
         ("orchestrator", "orchestrator.log"),
         ("inference", "inference.log"),
         ("trainer", "rank_0.log"),
+        ("rl", "rl.log"),  # the launcher's own: its watchdog's [hang] lines
     }
     assert label_for(tmp_path / "out_collect.log") == "collect"
 

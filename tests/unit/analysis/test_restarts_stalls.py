@@ -298,3 +298,29 @@ def test_a_wait_for_weights_the_trainer_wrote_says_the_orchestrator_does_not_see
         stall["kind"] == "stall"
         and "which the trainer wrote; the orchestrator does not see it" in stall["title"]
     )
+
+
+def test_the_watchdog_s_hang_line_in_the_launcher_s_log_is_read_from_the_run_directory(tmp_path, analyze):
+    """The launcher writes [hang] detected into logs/rl.log, which the analysis of a run directory
+    left out with the console copies: the documented hang finding never showed."""
+    from loguru import logger
+
+    from prime_rl.launcher.supervise import _report_hang
+    from prime_rl.launcher.watchdog import Hang, Wait
+    from prime_rl.logging import LOG_FORMAT
+
+    run = make_run("healthy", steps=12, seed=4)
+    logs = tmp_path / "run" / "logs"
+    for name in ("orchestrator", "inference", "trainer"):
+        (logs / f"{name}.log").parent.mkdir(parents=True, exist_ok=True)
+        (logs / f"{name}.log").write_text("\n".join(getattr(run, name)) + "\n")
+    sink = logger.add(logs / "rl.log", level="INFO", format=LOG_FORMAT)
+    try:
+        wait = Wait("orchestrator", "trainer", "weights/step_9", 0.0)
+        _report_hang(Hang(130.0, 120.0, 1.6, (wait,), ()), [], stacks=False)
+    finally:
+        logger.remove(sink)
+    summary, _ = analyze([tmp_path / "run"], tmp_path / "out")
+    assert str(logs / "rl.log") in summary["parse"]["files"]
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and "orchestrator>trainer:weights/step_9" in hang["evidence"]
