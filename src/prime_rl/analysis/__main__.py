@@ -23,7 +23,7 @@ try:
 
     from prime_rl.analysis import stats as collection
     from prime_rl.analysis.analyze import analyze
-    from prime_rl.analysis.compare import write_compare
+    from prime_rl.analysis.compare import verdict, write_compare
     from prime_rl.analysis.parser import ParseStats, discover, scan_files
     from prime_rl.analysis.read_ahead import read_ahead
     from prime_rl.analysis.report import write_report
@@ -235,8 +235,8 @@ def _main(argv: list[str] | None) -> None:
         write_report(a, out / "a")
         write_report(b, out / "b")
         report = write_compare(a, b, (str(args.compare[0]), str(args.compare[1])), out)
-        print(f"A: {a.primary.title if a.primary else 'no bottleneck found'}")  # written before printed
-        print(f"B: {b.primary.title if b.primary else 'no bottleneck found'}")
+        print(f"A: {verdict(a)}")  # written before printed
+        print(f"B: {verdict(b)}")
         print(f"report: {report}")
         return
     if not args.inputs:

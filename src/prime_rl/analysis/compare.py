@@ -7,13 +7,14 @@ next to each other, with B/A ratios.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
 from prime_rl.analysis.report import STAT_FILES
-from prime_rl.analysis.servers import server_rows
+from prime_rl.analysis.servers import ServerRow, server_rows
 from prime_rl.analysis.stages import stages
 
 
@@ -29,12 +30,34 @@ def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def _verdict(a: Analysis) -> str:
-    return a.primary.title if a.primary else "no bottleneck found"
+def verdict(a: Analysis) -> str:
+    """A run's verdict in a few words: its primary bottleneck, that there is none, or that its logs
+    hold no tagged timing line (nothing was analysed: no verdict to compare)."""
+    if a.primary:
+        return a.primary.title
+    if a.data.nothing_tagged:
+        return f"nothing to analyse: no tagged timing line in its {a.data.parse.lines} line(s)"
+    return "no bottleneck found"
+
+
+SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (
+    ("updates", lambda r: r.updates),
+    ("failed", lambda r: r.failed),
+    ("retried updates", lambda r: r.retried),
+    ("wall_ms p50", lambda r: r.median("wall_ms")),
+    ("rpc_ms p50", lambda r: r.median("rpc_ms")),
+    ("queue_ms p50", lambda r: r.median("queue_ms")),
+    ("samples", lambda r: r.samples),
+    ("gen_ms p50", lambda r: r.median("gen_ms")),
+    ("429 retries", lambda r: r.retries.get("retry.429", 0)),
+    ("other retries", lambda r: sum(n for k, n in r.retries.items() if k != "retry.429")),
+)
+"""The per-server table's figures (SUMMARY.md's "Per server": a trio's updates, a collector's samples)."""
 
 
 def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
-    """The rows of every table: stages (share), key numbers (p50 and mean), servers (wall p50)."""
+    """The rows of every table: stages (share), key numbers (p50 and mean), and per server each of
+    :data:`SERVER_FIGURES` that either run has."""
     sa = {s.name: s for s in stages(a.data)}
     sb = {s.name: s for s in stages(b.data)}
     stage_rows = [
@@ -65,14 +88,13 @@ def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
             )
     ra = {r.url: r for r in server_rows(a.data)}
     rb = {r.url: r for r in server_rows(b.data)}
-    server_rows_ = [
-        {
-            "url": url,
-            "a_wall_p50": ra[url].median("wall_ms") if url in ra else None,
-            "b_wall_p50": rb[url].median("wall_ms") if url in rb else None,
-        }
-        for url in sorted({*ra, *rb})
-    ]
+    server_rows_ = []
+    for url in sorted({*ra, *rb}):
+        for figure, value in SERVER_FIGURES:
+            va = value(ra[url]) if url in ra else None
+            vb = value(rb[url]) if url in rb else None
+            if va or vb:  # a figure neither run has (or 0 in both) is left out
+                server_rows_.append({"url": url, "figure": figure, "a": va, "b": vb})
     return {"stages": stage_rows, "stats": stat_rows, "servers": server_rows_}
 
 
@@ -83,8 +105,8 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
     lines = [
         "# Bottleneck analysis: comparison",
         "",
-        f"- A: `{names[0]}`: **{_verdict(a)}** ({ra:.1f} s)",
-        f"- B: `{names[1]}`: **{_verdict(b)}** ({rb:.1f} s)",
+        f"- A: `{names[0]}`: **{verdict(a)}** ({ra:.1f} s)",
+        f"- B: `{names[1]}`: **{verdict(b)}** ({rb:.1f} s)",
         "",
         "Findings: A "
         + (", ".join(f.kind for f in a.findings) or "none")
@@ -116,16 +138,12 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
             f"{_num(r['a_mean'])} | {_num(r['b_mean'])} | {_ratio(r['a_mean'], r['b_mean'])} |"
         )
     if rows["servers"]:
-        lines += [
-            "",
-            "## Per server",
-            "",
-            "| server | A wall_ms p50 | B wall_ms p50 | B/A |",
-            "|---|---|---|---|",
-        ]
+        lines += ["", "## Per server", "", "| server | figure | A | B | B/A |", "|---|---|---|---|---|"]
         for r in rows["servers"]:
+            fmt = "{:.1f}" if "p50" in r["figure"] else "{:.0f}"
             lines.append(
-                f"| {md_cell(r['url'])} | {_num(r['a_wall_p50'])} | {_num(r['b_wall_p50'])} | {_ratio(r['a_wall_p50'], r['b_wall_p50'])} |"
+                f"| {md_cell(r['url'])} | {r['figure']} | {_num(r['a'], fmt)} | {_num(r['b'], fmt)} | "
+                f"{_ratio(r['a'], r['b'])} |"
             )
     lines += ["", "Full reports: [A](a/SUMMARY.md), [B](b/SUMMARY.md)."]
     return md_text("\n".join(lines) + "\n")
@@ -138,8 +156,8 @@ def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -
     data = {
         "a": names[0],
         "b": names[1],
-        "a_primary": _verdict(a),
-        "b_primary": _verdict(b),
+        "a_primary": verdict(a),
+        "b_primary": verdict(b),
         **compare_rows(a, b),
     }
     write_text(out / "compare.json", dumps(data, indent=1))

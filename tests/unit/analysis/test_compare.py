@@ -35,3 +35,47 @@ def test_compare_refuses_extra_inputs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         analyze_main(["x.log", "--compare", "a", "b"])
     assert "--compare takes the two runs" in capsys.readouterr().err
+
+
+def _collector_log(path, gen_ms_by_url: dict[str, float], n429: int = 0) -> None:
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for i in range(10):
+        for url, gen in gen_ms_by_url.items():
+            tagged = format_tagged(
+                "collect", "rollout.done", f"t{i}", task=i, repeat=0, status=200, dur_ms=gen + 5, queue_ms=0.0,
+                gen_ms=gen, verify_ms=5.0, out_tokens=8, attempts=1, url=url,
+            )  # fmt: skip
+            lines.append(f"2026-01-01 12:00:{i:02d}.000 | INFO    | {tagged}")
+    for i in range(n429):
+        tagged = format_tagged(
+            "collect", "request.retry", f"r{i}", status=429, wait_ms=100.0, url="http://a:1"
+        )
+        lines.append(f"2026-01-01 12:00:10.000 | INFO    | {tagged}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_compare_of_collector_runs_lists_each_server_s_figures(tmp_path, capsys):
+    """The per-server table had only the updates' wall_ms: all dashes for two collector runs."""
+    _collector_log(tmp_path / "a" / "collect.log", {"http://a:1": 100.0, "http://b:1": 300.0}, n429=5)
+    _collector_log(tmp_path / "b" / "collect.log", {"http://a:1": 100.0, "http://b:1": 100.0})
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    figures = {(r["url"], r["figure"]): (r["a"], r["b"]) for r in data["servers"]}
+    assert figures[("http://b:1", "gen_ms p50")] == (300.0, 100.0)
+    assert figures[("http://a:1", "samples")] == (10, 10) and figures[("http://a:1", "429 retries")] == (5, 0)
+    md = (tmp_path / "out" / "COMPARE.md").read_text()
+    assert "| http://b:1 | gen_ms p50 | 300.0 | 100.0 | 0.33x |" in md
+
+
+def test_compare_says_a_run_without_tagged_lines_has_nothing_to_analyse(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "orchestrator.log").write_text("hello\nworld\n")
+    make_run("healthy", steps=8, seed=1).write(tmp_path / "b" / "logs")
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")])
+    assert "A: nothing to analyse: no tagged timing line in its 2 line(s)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "compare.json").read_text())["a_primary"].startswith(
+        "nothing to analyse"
+    )

@@ -241,4 +241,4 @@ def test_a_logs_control_bytes_and_table_bars_do_not_break_summary_md(tmp_path, a
     analyze_main(["--compare", str(log), str(log), "--out", str(tmp_path / "cmp")])
     compare = (tmp_path / "cmp" / "COMPARE.md").read_text()
     row = next(line for line in compare.splitlines() if line.startswith("| http://h"))
-    assert row.startswith("| http://h\\|x |") and row.count(" | ") == 3 and "\x00" not in compare
+    assert row.startswith("| http://h\\|x |") and row.count(" | ") == 4 and "\x00" not in compare
