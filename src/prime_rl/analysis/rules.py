@@ -348,7 +348,7 @@ def collect_generation_bound(d: Collected, th: Thresholds) -> Finding | None:
     return Finding(
         kind="collect_generation_bound",
         title="Model inference: collection time is generation time",
-        evidence=f"[collect] gen_ms mean {cg:.0f} ms of {d.stat('collect_ms', 'mean') or 0:.0f} ms per sample"
+        evidence=f"[collect] gen_ms mean {cg:.0f} ms of {d.stat('collect_done_ms', 'mean') or 0:.0f} ms per sample"
         + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
         share=d.total("collect_gen_ms") / _collect_busy_ms(d),
         next=(

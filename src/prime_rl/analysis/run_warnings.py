@@ -148,6 +148,22 @@ def failed_updates(d: Collected, th: Thresholds) -> str | None:
     return "; ".join(parts) or None
 
 
+def failed_samples(d: Collected, th: Thresholds) -> str | None:
+    """The offline collector's samples that failed ([collect] rollout.failed), by server."""
+    failed = d.counts.get("collect.rollout.failed", 0)
+    if not failed:
+        return None
+    by_url = sorted(
+        ((c["failed"], url) for url, c in d.server_counts.items() if c.get("failed")), reverse=True
+    )
+    where = f": {', '.join(f'{n} on {url}' for n, url in by_url)}" if by_url else ""
+    done = d.counts.get("completions", 0)
+    return (
+        f"{failed} of {failed + done} sample(s) failed ([collect] rollout.failed){where}; their errors are in "
+        "the collector's OUT_failures.jsonl, and its next run retries them"
+    )
+
+
 WARNINGS: tuple[Check, ...] = (
     staleness_above_async_level,
     truncation,
@@ -155,4 +171,5 @@ WARNINGS: tuple[Check, ...] = (
     malformed_lines,
     clock_offsets,
     failed_updates,
+    failed_samples,
 )

@@ -65,6 +65,7 @@ SERIES = (
     "retry_wait_ms",
     "rate_limit_wait_ms",
     "collect_ms",
+    "collect_done_ms",
     "train_wait_ms",
     "train_ms",
     "collect_queue_ms",
@@ -297,6 +298,7 @@ NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
         ("queue_ms", ("rollout.done",)),
         ("gen_ms", ("rollout.done",)),
         ("verify_ms", ("rollout.done",)),
+        ("dur_ms", ("verify.done",)),
     ),
 }
 """The numbers (field, the events whose lines are read) each tag's handler reads, converted ahead
@@ -645,10 +647,17 @@ class _Collector:
         server in the order the lines give them)."""
         b.fields(*FIELDS["collect"])
         event = b.frame.get_column("event")
-        lines = [e for e in event.unique(maintain_order=True).to_list() if e != "request.retry"]
+        # a sample's time: each done or failed sample's (what keeps a slot busy); a deferred
+        # verification's (collect-rollouts verify: verify.done) is its verification time
+        lines = [
+            e
+            for e in event.unique(maintain_order=True).to_list()
+            if e not in ("request.retry", "verify.done")
+        ]
         dur = b.num_series("dur_ms", lines)
         done = ("rollout.done",)
         queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
+        verify = verify.fill_null(b.num_series("dur_ms", ("verify.done",)))
         url, status = b.text_series("url"), b.text_series("status")
         is_done = (event == "rollout.done").fill_null(False)
         has_url = (url.is_not_null() & (url != "")).fill_null(False)
@@ -658,6 +667,7 @@ class _Collector:
         # parallel.pause status=429 follows a request.retry already counted; a failed sample is no retry)
         n429 = ~event.is_in(_COLLECT_EVENTS).fill_null(False) & (status == "429").fill_null(False)
         _extend(self.series["collect_ms"], dur)
+        _extend(self.series["collect_done_ms"], dur.filter(is_done))
         firsts = [(_first(is_done), "completions", is_done), (_first(n429), "retry.429", n429)]
         for _, key, rows in sorted(f for f in firsts if f[0] is not None):  # as the lines first count them
             self.counts[key] += int(rows.sum())

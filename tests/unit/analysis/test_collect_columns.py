@@ -28,18 +28,23 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
     """The line-by-line fold of [collect] lines (the handler before it was made column-wise)."""
     b.fields(*FIELDS["collect"])
     events, url, status = b.column("event"), b.text("url"), b.text("status")
-    lines = [e for e in set(events) if e != "request.retry"]
+    lines = [e for e in set(events) if e not in ("request.retry", "verify.done")]
     dur = b.num("dur_ms", lines)
     done = ("rollout.done",)
     queue, gen, verify = b.num("queue_ms", done), b.num("gen_ms", done), b.num("verify_ms", done)
+    deferred = b.num("dur_ms", ("verify.done",))
     retries = []
     for i, e in enumerate(events):
         if e == "request.retry":
             retries.append(i)
             continue
+        if e == "verify.done":  # a deferred verification: verification time, no sample's
+            self._add("collect_verify_ms", deferred[i])
+            continue
         self._add("collect_ms", dur[i])
         if e == "rollout.done":
             self.counts["completions"] += 1
+            self._add("collect_done_ms", dur[i])
             self._add("collect_queue_ms", queue[i])
             self._add("collect_gen_ms", gen[i])
             self._add("collect_verify_ms", verify[i])
@@ -53,7 +58,7 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
         self._retry(b, retries)
 
 
-EVENTS = ["rollout.done", "rollout.failed", "request.retry", "rollout.start", None]
+EVENTS = ["rollout.done", "rollout.failed", "request.retry", "rollout.start", "verify.done", None]
 VALUES = st.one_of(st.none(), st.sampled_from(["0", "12.5", "-3", "abc", "inf", "nan", "1e3"]))
 
 
@@ -73,7 +78,14 @@ def collect_line(draw) -> str:
 
 
 def _view(d: Collected) -> dict:
-    keys = ("collect_ms", "collect_queue_ms", "collect_gen_ms", "collect_verify_ms", "retry_wait_ms")
+    keys = (
+        "collect_ms",
+        "collect_done_ms",
+        "collect_queue_ms",
+        "collect_gen_ms",
+        "collect_verify_ms",
+        "retry_wait_ms",
+    )
     return {
         "series": {k: list(d.series[k]) for k in keys},  # in order: no sorting
         "counts": list(d.counts.items()),

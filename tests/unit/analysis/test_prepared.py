@@ -86,8 +86,8 @@ def test_every_number_and_step_a_handler_reads_was_converted_ahead(tmp_path, mon
 
 def test_a_collector_log_converts_only_its_durations_on_the_collectors_thread(tmp_path, monkeypatch):
     """The collector's numbers are converted ahead but ``dur_ms``, whose lines (every event but
-    request.retry) are known from the batch alone (the C scan reads it as a number all the same),
-    and the retries' ``wait_ms``, read from their lines alone."""
+    request.retry and verify.done) are known from the batch alone (the C scan reads it as a number
+    all the same), and the retries' ``wait_ms``, read from their lines alone."""
     log = tmp_path / "collector.log"
     log.write_text(
         "".join(

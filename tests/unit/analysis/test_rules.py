@@ -236,6 +236,10 @@ WARNS = {
         dict(updates=(Update("t1", recv_ts=1.0, failed=True),)),
         dict(updates=(Update("t1", recv_ts=1.0),)),
     ),
+    run_warnings.failed_samples: (
+        dict(counts={"collect.rollout.failed": 2, "completions": 8}),
+        dict(counts={"completions": 8}),
+    ),
 }
 
 

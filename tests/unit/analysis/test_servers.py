@@ -230,3 +230,47 @@ def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_p
     )
     (stage,) = [s for s in summary["stages"] if s["name"] == "rate-limit waits (429)"]
     assert stage["process"] == "collector" and stage["total_ms"] == pytest.approx(1000.0)
+
+
+def test_a_collector_s_failed_samples_are_a_warning_and_the_per_sample_time_is_of_the_done_ones(
+    tmp_path, analyze
+):
+    """Half the samples of one server failed: no warning said so, and the generation finding read
+    "gen_ms mean 1012 ms of 584 ms per sample" (the failed samples' and deferred verifications'
+    dur_ms in the mean)."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for i in range(20):
+        url = "http://a:1" if i % 2 else "http://b:1"
+        if url == "http://b:1" and i % 4 == 0:
+            tagged = format_tagged(
+                "collect",
+                "rollout.failed",
+                f"s{i}",
+                task=i,
+                repeat=0,
+                status=500,
+                dur_ms=10.0,
+                kind="X",
+                url=url,
+            )
+        else:
+            tagged = format_tagged(
+                "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=1000.0, queue_ms=0.0,
+                gen_ms=950.0, verify_ms=50.0, out_tokens=8, attempts=1, url=url,
+            )  # fmt: skip
+        lines.append(f"2026-01-01 12:00:{i:02d}.000 | INFO    | {tagged}")
+    lines.append(
+        "2026-01-01 12:00:20.000 | INFO    | "
+        + format_tagged("collect", "verify.done", "v1", task=1, dur_ms=40.0)
+    )
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert "5 of 20 sample(s) failed ([collect] rollout.failed): 5 on http://b:1" in " ".join(
+        summary["warnings"]
+    )
+    gen = next(f for f in summary["findings"] if f["kind"] == "collect_generation_bound")
+    assert gen["evidence"].startswith("[collect] gen_ms mean 950 ms of 1000 ms per sample")
+    assert summary["stats"]["collect_verify_ms"]["count"] == 16  # 15 samples' and the deferred one
