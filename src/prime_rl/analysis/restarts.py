@@ -1,8 +1,10 @@
 """Restarts: several runs appended to one log (a crash, then ``rl --resume``) split into segments.
 
-A process starts again when its step counter goes back: the orchestrator's ``[gen] batch.start
-step=`` or the trainer's ``[train] step.done step=`` at or below a step it already reached (a
-resume at checkpoint ``N`` redoes the steps from ``N`` on). Each such line opens a new segment.
+A process starts again where it logs ``run.start`` (``[gen] run.start step=`` of the orchestrator,
+``[train] run.start step=`` of the trainer) after lines of its own, or, in logs written before that
+line, where its step counter goes back: the orchestrator's ``[gen] batch.start step=`` or the
+trainer's ``[train] step.done step=`` at or below a step it already reached (a resume at checkpoint
+``N`` redoes the steps from ``N`` on). Each such line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
 step's), so a redone step is counted once.
 """
@@ -18,6 +20,11 @@ from prime_rl.analysis.tagged import TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
+START_EVENT = "run.start"
+"""The line each process writes as it starts (under its step line's tag, ``step=`` the step it
+starts at): one after lines of its own in the same log is a restart, whatever step it resumes at
+(a resume at the step after the last one logged, where a crash fell between a checkpoint and the
+next step's line, has no step going back to show it)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class Segments:
         source = lines.source
         if source not in ("orchestrator", "trainer"):
             return []
-        rows, longest = self._step_lines(lines, source)
+        rows, longest, starts = self._step_lines(lines, source)
         carried = self._gap.pop(source, -np.inf)  # since the last step line of an earlier batch
         # only the step lines' fields are read; a step is 1-8 ASCII digits, other lines are no step
         numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
@@ -67,9 +74,15 @@ class Segments:
         out: list[int] = []
         if len(stepped):
             steps = numbers.gather(stepped).to_numpy()
+            start = starts[stepped]
             reached = self._reached.get(source)
-            before = np.concatenate([[-1 if reached is None else reached], steps[:-1]])
-            for k in np.flatnonzero(steps <= before).tolist():  # the step went back: a restart
+            # what each line leaves reached: its step, or for a run.start the step before the one
+            # it starts at (its first step line then goes on from there)
+            reach = np.where(start, steps - 1, steps)
+            before = np.concatenate([[-1 if reached is None else reached], reach[:-1]])
+            seen = np.arange(len(steps)) > 0 if reached is None else np.ones(len(steps), dtype=bool)
+            # a restart: the step went back, or the process started again after lines of its own
+            for k in np.flatnonzero(np.where(start, seen, steps <= before)).tolist():
                 since = stepped[k - 1] + 1 if k else 0  # the step lines since the last step
                 gap = float(longest[since : stepped[k] + 1].max())
                 if not k:  # the first step of the batch: the silence carried from the last batch too
@@ -87,7 +100,7 @@ class Segments:
                     )
                 )
                 out.append(i)
-            self._reached[source] = int(steps[-1])
+            self._reached[source] = int(reach[-1])
             carried, longest = -np.inf, longest[stepped[-1] + 1 :]
         gap = max(carried, float(longest.max()))
         if gap > -np.inf:
@@ -132,9 +145,10 @@ class Segments:
                     used.update(group)
         return down
 
-    def _step_lines(self, lines: TaggedLines, source: str) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of the batch's step lines, and the longest silence before each since the one
-        before it (the last value: after the last step line); the process's last time kept."""
+    def _step_lines(self, lines: TaggedLines, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of the batch's step lines (:data:`STEP_LINE_OF`, and its tag's ``run.start``),
+        the longest silence before each since the one before it (the last value: after the last
+        step line) and which are ``run.start``; the process's last time kept."""
         ts = lines.frame.get_column("ts").to_numpy()
         # each row's silence before it: the time since the process's previous timestamped line
         gaps = np.full(len(ts), -np.inf)
@@ -148,10 +162,11 @@ class Segments:
             self._last_ts[source] = float(stamps[-1])
         tag, event = STEP_LINE_OF[source]
         frame = lines.frame
-        rows = np.flatnonzero(
-            ((frame.get_column("tag") == tag) & (frame.get_column("event") == event)).to_numpy()
-        )
+        events = frame.get_column("event")
+        ours = (frame.get_column("tag") == tag) & events.is_in((event, START_EVENT))
+        rows = np.flatnonzero(ours.fill_null(False).to_numpy())
+        starts = (events.gather(rows) == START_EVENT).fill_null(False).to_numpy()
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
         longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
-        return rows, longest
+        return rows, longest, starts

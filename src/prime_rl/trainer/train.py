@@ -232,6 +232,9 @@ def _train(cfg: TrainerConfig, world: World, paths: RunPaths) -> None:
         del state
 
     publishing = StepPublisher(publisher, model, cfg.weights_keep, cfg.weights.background)
+    if world.is_main:  # where this run starts (rank 0's, as its step.done): the analyzer splits a
+        # log appended over a crash and a resume here
+        log_tagged("train", "run.start", step=start_step, resume=cfg.resume.enabled)
     try:
         _loop(cfg, world, paths, model, optimizer, scheduler, publishing, start_step, total_tokens)
         publishing.finish()  # weights/step_{max_steps} is complete before the trainer exits

@@ -154,7 +154,7 @@ class _LineByLine(Segments):
 
     def observe(self, lines: TaggedLines) -> list[int]:
         source = lines.source
-        rows, longest = self._step_lines(lines, source)
+        rows, longest, starts = self._step_lines(lines, source)
         longest = longest.tolist()
         steps = lines.rows_text(rows, "step")
         out = []
@@ -165,8 +165,9 @@ class _LineByLine(Segments):
                 self._gap[source] = gap
                 continue
             step, reached = int(raw), self._reached.get(source)
-            self._reached[source] = step
-            if reached is None or step > reached:
+            # a run.start: a restart after any line of its own; the next step line goes on from it
+            self._reached[source] = step - 1 if starts[k] else step
+            if reached is None or (not starts[k] and step > reached):
                 continue
             ev = lines.event(i)
             self.restarts.append(
@@ -179,7 +180,7 @@ class _LineByLine(Segments):
 
 
 STEP_LINE = st.tuples(
-    st.sampled_from(["batch.start", "batch.done", "request.retry"]),
+    st.sampled_from(["batch.start", "batch.done", "request.retry", "run.start"]),
     st.one_of(
         st.none(), st.sampled_from(["0", "1", "2", "3", "5", "9", "", "x", "²", "-1", "+2", "123456789"])
     ),
@@ -324,3 +325,24 @@ def test_the_watchdog_s_hang_line_in_the_launcher_s_log_is_read_from_the_run_dir
     assert str(logs / "rl.log") in summary["parse"]["files"]
     hang = summary["primary"]
     assert hang["kind"] == "hang" and "orchestrator>trainer:weights/step_9" in hang["evidence"]
+
+
+def test_a_resume_at_the_step_after_the_last_one_logged_is_a_restart_by_its_run_start_lines(
+    tmp_path, analyze
+):
+    """The crash fell between a checkpoint and the next step's line: the resumed run goes on at the
+    next step, no step goes back, and the 50 minutes down counted as run time ('no bottleneck
+    found' for a checkpoint-I/O run). The processes' run.start lines mark the restart."""
+    first = make_run("checkpoint_io", steps=20)
+    second = make_run("checkpoint_io", steps=15, first_step=20, start_offset_s=3000.0, seed=1)
+    for name, tag in (("orchestrator", "gen"), ("trainer", "train")):
+        lines = getattr(second, name)
+        start = _stamp(lines[0], -1.0) + format_tagged(tag, "run.start", step=20, resume=True)
+        setattr(second, name, [start, *lines])
+    summary, md = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    assert set(restarts) == {"orchestrator", "trainer"}
+    assert (restarts["orchestrator"]["reached"], restarts["orchestrator"]["resumed"]) == (19, 20)
+    assert restarts["orchestrator"]["redone"] == 0
+    assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
+    assert summary["down_seconds"] > 2500 and summary["run_seconds"] < 600
