@@ -71,6 +71,8 @@ class Shape:
     """Inference servers; every update fans out to all of them under one trace id."""
     slow_server: int | None = None
     """Index of a server whose reload takes ``slow_factor`` times as long."""
+    slow_servers: tuple[int, ...] = ()
+    """Indices of more servers as slow."""
     slow_factor: float = 5.0
     rpc_ms: float | None = None
     """Median reload time per update."""
@@ -153,7 +155,11 @@ def make_run(
             longest = 0.0
             for k, server_log in enumerate(server_logs):
                 url = "http://h:8000" if k == 0 else f"http://h{k}:8000"
-                k_rpc = rpc * (shape.slow_factor if k == shape.slow_server else 1.0) * (1 + 0.01 * k)
+                k_rpc = (
+                    rpc
+                    * (shape.slow_factor if k == shape.slow_server or k in shape.slow_servers else 1.0)
+                    * (1 + 0.01 * k)
+                )
                 longest = max(
                     longest,
                     _server_update(run, server_log, tid, url, wall, mono, queue, k_rpc, shape.console),

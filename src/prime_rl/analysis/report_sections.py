@@ -90,7 +90,7 @@ def per_server(d: Collected) -> list[str]:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    if not any(r.updates for r in rows):  # a collector run: samples, not weight updates
+    if not any(r.updates for r in rows) and any(r.samples for r in rows):  # a collector run: samples
         head = ["server", "samples", "failed", "gen_ms p50", "429 retries", "other retries"]
         cells = [[r.url, str(r.samples), str(r.failed), f(r.median("gen_ms"))] for r in rows]
     else:

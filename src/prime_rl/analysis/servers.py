@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_group
 from prime_rl.analysis.stats import Collected
@@ -124,12 +125,14 @@ def _server_rows(d: Collected) -> list[ServerRow]:
     return [rows[k] for k in sorted(rows)]
 
 
-def waited_for(d: Collected, url: str, key: str) -> float:
-    """What every update waited for ``url`` (ms): per update (:func:`~prime_rl.analysis.stages.update_group`)
-    with ``key`` (``wall_ms`` or ``rpc_ms``, the client's) from that server and from another, how
-    far that server's slowest is beyond the others' slowest (0 when it is not), summed in order."""
+def waited_for(d: Collected, url: str | Sequence[str], key: str) -> float:
+    """What every update waited for ``url`` (ms; or for any of several servers): per update
+    (:func:`~prime_rl.analysis.stages.update_group`) with ``key`` (``wall_ms`` or ``rpc_ms``, the
+    client's) from those servers and from another, how far their slowest is beyond the others'
+    slowest (0 when it is not), summed in order."""
     value = pl.col({"wall_ms": "wall", "rpc_ms": "rpc"}[key])
-    mine = (pl.col("url") == url).fill_null(False)
+    urls = [url] if isinstance(url, str) else list(url)
+    mine = pl.col("url").is_in(urls).fill_null(False)
     per_update = (
         d.update_frame()
         .group_by(*update_group(), maintain_order=True)
@@ -143,10 +146,11 @@ def waited_for(d: Collected, url: str, key: str) -> float:
 
 
 def slow_server(d: Collected, th: Thresholds) -> Finding | None:
-    """One server markedly slower than its peers: its median update wall_ms (rpc_ms when the client
-    gives no wall time) at least ``server_slow_ratio`` times the median of the other servers'
-    medians, over at least ``server_min_updates`` updates. Every update waits for the slowest
-    server, so its share is the time the others spent waiting for it."""
+    """The servers markedly slower than their peers: each whose median update wall_ms (rpc_ms when
+    the client gives no wall time) is at least ``server_slow_ratio`` times the peers' (the median of
+    the faster half's medians: with two slow servers of four, each is named, the other slow one is
+    no peer), over at least ``server_min_updates`` updates. Every update waits for the slowest
+    server, so the share is the time the others spent waiting for them."""
     rows = [r for r in server_rows(d) if r.updates >= th.server_min_updates]
     if len(rows) < 2:
         return _slow_generation(d, th)
@@ -154,37 +158,52 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     medians = {r.url: r.median(key) for r in rows if r.median(key) is not None}
     if len(medians) < 2:
         return None
-    slow_url = max(medians, key=lambda u: medians[u])
-    peers = statistics.median(v for u, v in medians.items() if u != slow_url)
-    ratio = medians[slow_url] / peers if peers > 0 else float("inf")
-    if ratio < th.server_slow_ratio:
+    ranked = sorted(medians.values())
+    peers = statistics.median(ranked[: (len(ranked) + 1) // 2])
+    ratios = {u: (m / peers if peers > 0 else float("inf")) for u, m in medians.items()}
+    slow = sorted((u for u, r in ratios.items() if r >= th.server_slow_ratio), key=lambda u: -medians[u])
+    if not slow:
         return None
-    waited = waited_for(d, slow_url, key)
+    waited = waited_for(d, slow, key)
     run = d.run_ms
-    slow = next(r for r in rows if r.url == slow_url)
-    retried = (
-        f"; {slow.retried} of its {slow.updates} updates were retried (their wall time counts from the first "
-        "attempt: the failed ones and the waits between them)"
-        if slow.retried and key == "wall_ms"
+    by_url = {r.url: r for r in rows}
+    retried = [
+        f"{by_url[u].retried} of the {by_url[u].updates} updates of {u} were retried"
+        for u in slow
+        if by_url[u].retried
+    ]
+    retried_note = (
+        f"; {'; '.join(retried)} (their wall time counts from the first attempt: the failed ones and the waits "
+        "between them)"
+        if retried and key == "wall_ms"
         else ""
     )
+    others = len(medians) - len(slow)
+    if len(slow) == 1:
+        (url,) = slow
+        title = f"Slow server: {url} takes {ratios[url]:.1f}x as long as its peers to update"
+        where = f"{medians[url]:.0f} ms on {url}"
+    else:
+        named = ", ".join(f"{u} ({ratios[u]:.1f}x)" for u in slow)
+        title = f"Slow servers: {named} take that many times as long as their peers to update"
+        where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
     return Finding(
         kind="slow_server",
-        title=f"Slow server: {slow_url} takes {ratio:.1f}x as long as its peers to update",
-        evidence=f"median update {key} {medians[slow_url]:.0f} ms on {slow_url} vs {peers:.0f} ms on the "
-        f"{len(medians) - 1} other server(s) ({ratio:.1f}x >= server_slow_ratio {th.server_slow_ratio:g}); "
-        f"every update waits for it, {waited / 1000:.1f} s in all{retried}",
+        title=title,
+        evidence=f"median update {key} {where} vs {peers:.0f} ms on the {others} other server(s) "
+        f"(>= server_slow_ratio {th.server_slow_ratio:g}x); every update waits for "
+        f"{'it' if len(slow) == 1 else 'them'}, {waited / 1000:.1f} s in all{retried_note}",
         share=waited / run if run else 0.0,
         next=(
             *(
                 (
-                    f"Read why its attempts failed: the orchestrator log's warnings \"[weights][<trace id>] "
-                    f'/update_weights to {slow_url} failed (...)".',
+                    "Read why their attempts failed: the orchestrator log's warnings \"[weights][<trace id>] "
+                    f'/update_weights to {slow[0]} failed (...)".',
                 )
                 if retried
                 else ()
             ),
-            f"Check {slow_url}'s host: storage it loads weights from, GPU health, other load on it.",
+            f"Check {' and '.join(slow)}'s host: storage it loads weights from, GPU health, other load on it.",
             "Take it out of the pool (orchestrator client.base_url) until it is fixed.",
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),
@@ -352,14 +371,14 @@ def server_load_section(d: Collected) -> list[str]:
         x = s.to_dict()
         if not s.scrapes:
             lines.append(
-                f"| {url} | 0 | - | - | - | - | - | - | {s.errors}{'; off: ' + s.off if s.off else ''} |"
+                f"| {md_cell(url)} | 0 | - | - | - | - | - | - | {md_cell(f'{s.errors}' + ('; off: ' + s.off if s.off else ''))} |"
             )
             continue
         lines.append(
-            f"| {url} | {s.scrapes} | {f(x['running_p50'])} / {f(x['running_max'])} | "
+            f"| {md_cell(url)} | {s.scrapes} | {f(x['running_p50'])} / {f(x['running_max'])} | "
             f"{f(x['waiting_p50'])} / {f(x['waiting_max'])} | {f(x['kv_cache_pct_p50'])} / "
             f"{f(x['kv_cache_pct_p95'])} / {f(x['kv_cache_pct_max'])} | {f(x['preemptions'])} "
             f"({f(x['preemptions_per_min'], 1)}) | {f(x['queue_ms_mean'])} | {f(x['ttft_ms_mean'])} | "
-            f"{s.errors}{'; off: ' + s.off if s.off else ''} |"
+            f"{md_cell(f'{s.errors}' + ('; off: ' + s.off if s.off else ''))} |"
         )
     return lines
