@@ -346,3 +346,26 @@ def test_a_resume_at_the_step_after_the_last_one_logged_is_a_restart_by_its_run_
     assert restarts["orchestrator"]["redone"] == 0
     assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
     assert summary["down_seconds"] > 2500 and summary["run_seconds"] < 600
+
+
+def test_a_trainer_waiting_for_rollouts_the_orchestrator_died_writing_is_a_stall(tmp_path, analyze):
+    """The orchestrator died between batches (a full disk writing step 9's rollouts): no batch was
+    open, and the trainer's ten minutes of waiting read 'no bottleneck found'."""
+    run = make_run("healthy", steps=10, seed=4)
+    run.trainer = [x for x in run.trainer if "step=9 " not in x and not x.endswith("step=9")]
+    last = run.orchestrator[-1]
+    run.orchestrator += [
+        _stamp(last, 0.1).replace("INFO   ", "ERROR  ")
+        + "orchestrator failed: OSError: [Errno 28] No space left",
+        "Traceback (most recent call last):",
+        "OSError: [Errno 28] No space left on device",
+    ]
+    run.trainer.append(_stamp(last, 600.0) + "step 9: still waiting for rollouts/step_9/rank_0.safetensors")
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall", summary["findings"]
+    assert (
+        stall["title"]
+        == "Stall: the trainer waits for the rollouts of step 9, which the orchestrator never wrote"
+    )
+    assert "No space left on device" in stall["evidence"]
