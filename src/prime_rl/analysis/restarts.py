@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.tagged import TaggedLines, step_numbers
+from prime_rl.analysis.tagged import RUN_START, TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
-START_EVENT = "run.start"
+START_EVENT = RUN_START
 """The line each process writes as it starts (under its step line's tag, ``step=`` the step it
 starts at): one after lines of its own in the same log is a restart, whatever step it resumes at
 (a resume at the step after the last one logged, where a crash fell between a checkpoint and the

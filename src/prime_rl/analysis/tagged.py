@@ -24,6 +24,10 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+RUN_START = "run.start"
+"""The line each process writes as it starts (``[gen]``/``[train] run.start step=``, the step it
+starts at): :mod:`~prime_rl.analysis.restarts` splits a log appended over a restart there."""
+
 EXAMPLES = 5
 """How many malformed lines and bad values are kept as ``file:line: text`` examples."""
 
@@ -381,11 +385,15 @@ class TaggedLines:
         return self.frame.height
 
     def overview(self) -> Overview:
-        """The batch's lines counted by (tag, event) and its first and last timestamp (made once:
-        :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the collector's)."""
+        """The batch's lines counted by (tag, event) and its first and last timestamp but a
+        :data:`RUN_START` line's (a process starting is no time of the run: the trainer starts
+        while the servers load) (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in
+        the parse's thread, off the collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")
+            if any(event == RUN_START for _, event, _ in counts):
+                ts = ts.filter((self.frame.get_column("event") != RUN_START).fill_null(True))
             stamped = ts.null_count() < len(ts)
             self._overview = Overview(counts, ts.min() if stamped else None, ts.max() if stamped else None)  # type: ignore[arg-type]
         return self._overview

@@ -369,3 +369,20 @@ def test_a_trainer_waiting_for_rollouts_the_orchestrator_died_writing_is_a_stall
         == "Stall: the trainer waits for the rollouts of step 9, which the orchestrator never wrote"
     )
     assert "No space left on device" in stall["evidence"]
+
+
+def test_a_process_s_run_start_line_is_no_time_of_the_run(tmp_path, analyze):
+    """The trainer starts (and logs run.start) while the servers load, a minute before any step: the
+    run's length and shares are the same as without the line (make demo's verdict went from
+    trainer-bound to 'no bottleneck found' with it)."""
+    run = make_run("trainer_bound", steps=10, seed=2)
+    expected, _ = analyze(run.write(tmp_path / "plain").values(), tmp_path / "a")
+    run.trainer.insert(
+        0, _stamp(run.trainer[0], -60.0) + format_tagged("train", "run.start", step=0, resume=False)
+    )
+    run.orchestrator.insert(
+        0, _stamp(run.orchestrator[0], -30.0) + format_tagged("gen", "run.start", step=0, resume=False)
+    )
+    summary, _ = analyze(run.write(tmp_path / "started").values(), tmp_path / "b")
+    assert summary["run_seconds"] == expected["run_seconds"] and summary["restarts"] == []
+    assert summary["primary"]["kind"] == expected["primary"]["kind"] == "trainer_bound"
