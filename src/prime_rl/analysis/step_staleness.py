@@ -3,7 +3,8 @@
 A dict of every step's staleness cost about 100 bytes a step (a key, an int object, the table) and
 was half of what the per-step figures held on a long run; two arrays of doubles cost 16 bytes a
 line. The step and staleness are taken as ``int()`` takes them (toward zero; values are finite, the
-parser reads no other), the last line of a step wins.
+parser reads no other), the last line of a step wins (but for the violations of ``async_level``,
+which keep every line's).
 """
 
 from __future__ import annotations
@@ -47,10 +48,17 @@ class StepStaleness:
         return {int(v): int(n) for v, n in zip(values.tolist(), counts.tolist(), strict=True)}
 
     def above(self, level: int) -> list[tuple[int, int]]:
-        """(step, staleness) of every step whose staleness is above ``level``, by step."""
-        steps, values = self._by_step()
+        """(step, staleness) of every step with a line whose staleness is above ``level``, by step,
+        at its highest: a step done again after a restart keeps the violation of its first run (a
+        barrier that let a batch run too far ahead, then crashed, is a defect all the same)."""
+        steps = np.concatenate(self._steps) if self._steps else np.empty(0)
+        values = np.concatenate(self._values) if self._values else np.empty(0)
         over = values > level
-        return [(int(s), int(v)) for s, v in zip(steps[over].tolist(), values[over].tolist(), strict=True)]
+        steps, values = steps[over], values[over]
+        order = np.lexsort((-values, steps))  # by step, the highest first
+        steps, values = steps[order], values[order]
+        first = np.concatenate(([True], steps[1:] != steps[:-1])) if len(steps) else np.empty(0, dtype=bool)
+        return [(int(s), int(v)) for s, v in zip(steps[first].tolist(), values[first].tolist(), strict=True)]
 
     def as_dict(self) -> dict[int, int]:
         """Every step's staleness, by step."""

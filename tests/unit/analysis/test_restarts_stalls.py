@@ -386,3 +386,19 @@ def test_a_process_s_run_start_line_is_no_time_of_the_run(tmp_path, analyze):
     summary, _ = analyze(run.write(tmp_path / "started").values(), tmp_path / "b")
     assert summary["run_seconds"] == expected["run_seconds"] and summary["restarts"] == []
     assert summary["primary"]["kind"] == expected["primary"]["kind"] == "trainer_bound"
+
+
+def test_a_staleness_violation_before_a_restart_is_still_listed(tmp_path, analyze):
+    """Step 4 ran 3 steps ahead of its weights (async_level 1), then the run crashed and redid steps
+    2..: the redone step's line replaced the violation, and a barrier defect vanished from the report."""
+    import re as _re
+
+    first = make_run("healthy", steps=8, seed=1)
+    first.orchestrator = [
+        _re.sub(r"staleness=\d+", "staleness=3", x) if "[rollout]" in x and "current_step=4 " in x else x
+        for x in first.orchestrator
+    ]
+    assert any("current_step=4 " in x and "staleness=3" in x for x in first.orchestrator)
+    second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=2)
+    summary, _ = analyze(_appended(tmp_path, first, second), tmp_path / "out", "--async-level", "1")
+    assert {"step": 4, "staleness": 3} in summary["staleness"]["violations"]
