@@ -150,20 +150,18 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     the client gives no wall time) is at least ``server_slow_ratio`` times the peers' (the median of
     the faster half's medians: with two slow servers of four, each is named, the other slow one is
     no peer), over at least ``server_min_updates`` updates. Every update waits for the slowest
-    server, so the share is the time the others spent waiting for them."""
+    server, so the share is the time the others spent waiting for them. Else, those slow to a first
+    token (:func:`_slow_first_token`), or a collector's slow to generate (:func:`_slow_generation`)."""
     rows = [r for r in server_rows(d) if r.updates >= th.server_min_updates]
     if len(rows) < 2:
-        return _slow_generation(d, th)
+        return _slow_generation(d, th) or _slow_first_token(d, th)
     key = "wall_ms" if all(len(r.wall_ms) for r in rows) else "rpc_ms"
     medians = {r.url: r.median(key) for r in rows if r.median(key) is not None}
     if len(medians) < 2:
-        return None
-    ranked = sorted(medians.values())
-    peers = statistics.median(ranked[: (len(ranked) + 1) // 2])
-    ratios = {u: (m / peers if peers > 0 else float("inf")) for u, m in medians.items()}
-    slow = sorted((u for u, r in ratios.items() if r >= th.server_slow_ratio), key=lambda u: -medians[u])
+        return _slow_first_token(d, th)
+    peers, ratios, slow = _slower(medians, th.server_slow_ratio)
     if not slow:
-        return None
+        return _slow_first_token(d, th)
     waited = waited_for(d, slow, key)
     run = d.run_ms
     by_url = {r.url: r for r in rows}
@@ -208,6 +206,59 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),
         explains="slow_reload",
+    )
+
+
+def _slower(values: dict[str, float], ratio: float) -> tuple[float, dict[str, float], list[str]]:
+    """(the peers' value, each server's ratio to it, the servers at ``ratio`` or more, slowest
+    first) of each server's ``values``: the peers' value is the median of the faster half's, so
+    that with two slow servers of four each is measured against the two that are not."""
+    ranked = sorted(values.values())
+    peers = statistics.median(ranked[: (len(ranked) + 1) // 2])
+    ratios = {u: (v / peers if peers > 0 else float("inf")) for u, v in values.items()}
+    return peers, ratios, sorted((u for u, r in ratios.items() if r >= ratio), key=lambda u: -values[u])
+
+
+def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
+    """A trio's servers that answer markedly later than their peers: each whose mean time to first
+    token (its /metrics, ``[server]`` lines) is ``server_slow_ratio`` times its peers', over at
+    least ``server_min_updates`` scrapes that saw one each. Its share is an estimate: generation's
+    share of the run, times the slow servers' share of the servers, times how much of their time
+    to first token the peers would not have taken."""
+    means = {
+        url: s.weighted_mean(s.ttft_ms)
+        for url, s in d.server_load.items()
+        if len(s.ttft_ms) >= th.server_min_updates
+    }
+    means = {u: m for u, m in means.items() if m is not None}
+    if len(means) < 2:
+        return None
+    peers, ratios, slow = _slower(means, th.server_slow_ratio)
+    if not slow:
+        return None
+    run = d.run_ms
+    gen = d.total("gen_dur_ms") / run if run else 0.0
+    named = ", ".join(f"{means[u]:.0f} ms on {u}" for u in slow)
+    many = len(slow) > 1
+    title = (
+        f"Slow servers: {', '.join(f'{u} ({ratios[u]:.1f}x)' for u in slow)} take that many times as long as their "
+        "peers to a first token"
+        if many
+        else f"Slow server: {slow[0]} takes {ratios[slow[0]]:.1f}x as long as its peers to a first token"
+    )
+    return Finding(
+        kind="slow_server",
+        title=title,
+        evidence=f"mean time to first token {named} vs {peers:.0f} ms on the {len(means) - len(slow)} other "
+        f"server(s) (their /metrics, [server] lines; >= server_slow_ratio {th.server_slow_ratio:g}x): the requests "
+        f"sent there wait longer for their answers",
+        share=min(1.0, gen * len(slow) / len(means) * (1 - 1 / min(ratios[u] for u in slow))),
+        next=(
+            f"Check {' and '.join(slow)}: its queue and KV cache (Server load above), GPU health, other load on it.",
+            "Take it out of the pool (orchestrator client.base_url), or give it fewer requests, until it is fixed.",
+        ),
+        thresholds=("server_slow_ratio", "server_min_updates"),
+        explains="generation_bound",
     )
 
 

@@ -286,3 +286,24 @@ def test_two_slow_servers_of_four_are_both_named_with_what_every_update_waited_f
     assert "http://h3:8000" in slow["title"] and "http://h1:8000" not in slow["title"]
     waited = float(re.search(r"every update waits for them, ([0-9.]+) s in all", slow["evidence"]).group(1))
     assert waited > 5.0
+
+
+def test_a_trio_server_slow_to_a_first_token_is_named_from_its_metrics(tmp_path, analyze):
+    """The [server] lines said one server's requests waited 80x longer for a first token; its weight
+    updates were as fast as its peer's, and no server was named."""
+    from prime_rl.tracing import format_tagged
+
+    run = make_run("healthy", steps=12, seed=2, shape=Shape(servers=2))
+    t0 = run.orchestrator[0][:23]
+    for i in range(10):
+        for url, ttft in (("http://h:8000", 100.0), ("http://h1:8000", 8000.0)):
+            line = format_tagged(
+                "server", "metrics", url=url, running=16, waiting=4, kv_cache_pct=50.0, preemptions=0,
+                queue_ms=ttft - 50, requests=20, ttft_ms=ttft, scrape_ms=3.0,
+            )  # fmt: skip
+            run.orchestrator.append(f"{t0[:17]}{10 + i:02d}{t0[19:]} | INFO    | {line}")
+    run.orchestrator.sort(key=lambda x: x[:23])
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    slow = next(f for f in summary["findings"] if f["kind"] == "slow_server")
+    assert slow["title"] == "Slow server: http://h1:8000 takes 80.0x as long as its peers to a first token"
+    assert "mean time to first token 8000 ms on http://h1:8000 vs 100 ms" in slow["evidence"]
