@@ -4,9 +4,8 @@ the other side's last line was.
 Three waits are recognised: the orchestrator waiting for ``weights/step_N`` (a ``[ckpt]
 wait.start`` with no ``wait.done``: the trainer never wrote it), a weight update with no answer
 (``client.send`` without ``client.done``/``client.error``: the server never finished its rpc),
-a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the trainer
-waits for its rollouts), and the trainer waiting for rollouts no batch is making (its last line a
-``step.done``, the orchestrator silent outside a batch: it died writing them, or hangs). A wait counts as a stall when it lasted ``stall_min_s`` to the
+and a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the
+trainer waits for its rollouts). A wait counts as a stall when it lasted ``stall_min_s`` to the
 end of the logs (the last line of any file), and three times the median of its kind (a run whose
 steps take minutes waits that long every step), or when the other side fell silent before it
 began and stayed silent that long (logs read while the run goes on end inside ordinary waits, with
@@ -95,12 +94,7 @@ def _is_stall(
 def stall(d: Collected, th: Thresholds) -> Finding | None:
     """The logs end inside a wait (see the module docstring); None when they do not."""
     end = logs_end(d)
-    found = (
-        _ckpt_stall(d, th, end)
-        or _update_stall(d, th, end)
-        or _batch_stall(d, th, end)
-        or _rollout_stall(d, th, end)
-    )
+    found = _ckpt_stall(d, th, end) or _update_stall(d, th, end) or _batch_stall(d, th, end)
     if found is None:
         return None
     title, evidence, since = found
@@ -200,30 +194,6 @@ def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, 
         f"Stall: generation of step {step} never finished; the trainer waits for its rollouts",
         f"batch started at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
         f"(stall_min_s {th.stall_min_s:g}, and 3x the median batch); {other}",
-        ev.ts,
-    )
-
-
-def _rollout_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
-    """The trainer waits for rollouts no batch is making: no rank computed the step after its last
-    step.done (or the one its run.start names) and the orchestrator has no batch open (it died, or
-    hangs outside a batch)."""
-    ev = d.last_step_line
-    if ev is None or d.open_batch is not None:
-        return None
-    step = _step(ev.fields.get("step"))
-    if step is None:
-        return None
-    wanted = step + 1 if ev.event == "step.done" else step
-    if d.computed >= wanted:  # a rank computed it: the rollouts came
-        return None
-    other_ts, other = _other_side(d, "orchestrator")
-    if not _is_stall(ev.ts, other_ts, end, th, d.stat("train_wait_ms", "p50")):
-        return None
-    return (
-        f"Stall: the trainer waits for the rollouts of step {wanted}, which the orchestrator never wrote",
-        f"its last step line at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of "
-        f"the logs (stall_min_s {th.stall_min_s:g}, and 3x the median wait); no batch is being generated; {other}",
         ev.ts,
     )
 

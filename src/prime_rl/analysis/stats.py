@@ -186,10 +186,6 @@ class Collected:
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
     (:mod:`~prime_rl.analysis.clock_offsets`); :attr:`run_seconds` has their times moved by it."""
-    last_step_line: Event | None = None
-    """The trainer's last [train] step.done or run.start (what it did last before its next rollouts)."""
-    computed: int = -1
-    """The highest step a trainer rank logged a compute.done for (-1: none)."""
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
@@ -412,10 +408,6 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
-        self.last_step_line: tuple[TaggedLines, int] | None = None
-        """The trainer's last [train] step.done or run.start."""
-        self.computed = -1
-        """The highest step any trainer rank logged a compute.done for."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.compute_start: dict[str, float] = {}
@@ -588,14 +580,6 @@ class _Collector:
         # copy to host memory and any wait for the previous write; else the whole write)
         self._per_step("publish_ms", b, "step", only(done, write_s))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
-        events = b.frame.get_column("event")
-        numbers = b.step_numbers("step")
-        marks = events.is_in(("step.done", "run.start")).fill_null(False) & numbers.is_not_null()
-        if marks.any():  # the trainer's last step line: where it waits for the next rollouts
-            self.last_step_line = (b, int(marks.arg_true()[-1]))
-        computed = numbers.filter((events == "compute.done").fill_null(False)).max()
-        if computed is not None:
-            self.computed = max(self.computed, int(computed))
 
     def _train_spans(
         self, b: TaggedLines, step: pl.Series, wait: pl.Series, train: pl.Series, write: pl.Series
@@ -865,8 +849,6 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
-        last_step_line=c.last_step_line[0].event(c.last_step_line[1]) if c.last_step_line else None,
-        computed=c.computed,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -259,6 +259,8 @@ def test_logs_read_inside_an_ordinary_wait_are_no_stall_and_a_long_one_is(tmp_pa
     run.orchestrator = run.orchestrator[: wait + 1]
     since = run.orchestrator[-1]
     run.trainer = [x for x in run.trainer if x[:23] < since[:23]]  # the trainer computes, silent
+    # read 8 s into the wait, the orchestrator still logging (its scrapes of the servers)
+    run.orchestrator.append(_stamp(since, 8.0) + "GET /metrics 200")
     summary, _ = analyze(run.write(tmp_path / "live").values(), tmp_path / "out")
     assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
     run.orchestrator.append(_stamp(since, 600.0) + "still waiting")  # ten minutes later
@@ -347,29 +349,6 @@ def test_a_resume_at_the_step_after_the_last_one_logged_is_a_restart_by_its_run_
     assert restarts["orchestrator"]["redone"] == 0
     assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
     assert summary["down_seconds"] > 2500 and summary["run_seconds"] < 600
-
-
-def test_a_trainer_waiting_for_rollouts_the_orchestrator_died_writing_is_a_stall(tmp_path, analyze):
-    """The orchestrator died between batches (a full disk writing step 9's rollouts): no batch was
-    open, and the trainer's ten minutes of waiting read 'no bottleneck found'."""
-    run = make_run("healthy", steps=10, seed=4)
-    run.trainer = [x for x in run.trainer if "step=9 " not in x and not x.endswith("step=9")]
-    last = run.orchestrator[-1]
-    run.orchestrator += [
-        _stamp(last, 0.1).replace("INFO   ", "ERROR  ")
-        + "orchestrator failed: OSError: [Errno 28] No space left",
-        "Traceback (most recent call last):",
-        "OSError: [Errno 28] No space left on device",
-    ]
-    run.trainer.append(_stamp(last, 600.0) + "step 9: still waiting for rollouts/step_9/rank_0.safetensors")
-    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
-    stall = summary["primary"]
-    assert stall["kind"] == "stall", summary["findings"]
-    assert (
-        stall["title"]
-        == "Stall: the trainer waits for the rollouts of step 9, which the orchestrator never wrote"
-    )
-    assert "No space left on device" in stall["evidence"]
 
 
 def test_a_process_s_run_start_line_is_no_time_of_the_run(tmp_path, analyze):
