@@ -932,10 +932,13 @@ _DATED = re.compile(r"(.*?\.log)-(\d{8,10})((?:\.gz)?)$")
 
 
 def label_for(path: Path) -> str:
-    """'orchestrator', 'inference', 'trainer' (also ``rank_N``) or 'collect' from the file's name,
+    """'orchestrator', 'inference', 'trainer' (also ``rank_N``), 'collect' or 'rl' (the launcher's
+    ``rl.log``) from the file's name,
     else from its nearest directory that names one (``logs/trainer/part.log``), else the file's
     stem. The name comes first: ``inference_debug/trainer.log`` is the trainer's."""
     path = Path(path)
+    if path.name.startswith("rl.log"):  # the launcher's own log (and its rotated parts)
+        return "rl"
     for part in (path.name, *(p.name for p in path.parents)):
         part = part.lower()
         for label in _LABELS:

@@ -805,7 +805,8 @@ def _collect(
         counts_of, first, last = b.overview()
         for tag, event, n in counts_of:
             lines[tag, event] += n
-        if first is not None and last is not None:
+        # the launcher's log keeps every run's lines over --clean: its [hang] lines are no time of this one
+        if first is not None and last is not None and b.source != LAUNCHER:
             _add_windows(windows, b, first, last)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
@@ -823,6 +824,12 @@ def _collect(
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
+    # the watchdog's hangs of this run: not of an earlier one (rl.log keeps them), nor from before
+    # the orchestrator's last restart (the run resumed)
+    since = max(
+        [first_ts, *(r.ts for r in c.segments.restarts if r.process == "orchestrator" and r.ts is not None)]
+    )
+    hangs = [h for h in c.hangs if h.ts is None or h.ts >= since]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -842,7 +849,7 @@ def _collect(
         c.verify_workers,
         c.server_loads.by_url,
         c.server_gen_ms,
-        c.hangs,
+        hangs,
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
         c.spans.bars,
@@ -853,6 +860,9 @@ def _collect(
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
 
+
+LAUNCHER = "rl"
+"""The label of the ``rl`` launcher's own log (:func:`~prime_rl.analysis.parser.label_for`)."""
 
 _COLLECT_EVENTS = (
     "rollout.done",

@@ -385,17 +385,20 @@ class TaggedLines:
         return self.frame.height
 
     def overview(self) -> Overview:
-        """The batch's lines counted by (tag, event) and its first and last timestamp but a
-        :data:`RUN_START` line's (a process starting is no time of the run: the trainer starts
-        while the servers load) (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in
-        the parse's thread, off the collector's)."""
+        """The batch's lines counted by (tag, event), its first timestamp but a :data:`RUN_START`
+        line's (a process starting begins no time of the run: the trainer starts while the servers
+        load; a batch of nothing else starts at its last) and its last (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in the
+        parse's thread, off the collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")
+            last = ts.max() if ts.null_count() < len(ts) else None
             if any(event == RUN_START for _, event, _ in counts):
                 ts = ts.filter((self.frame.get_column("event") != RUN_START).fill_null(True))
-            stamped = ts.null_count() < len(ts)
-            self._overview = Overview(counts, ts.min() if stamped else None, ts.max() if stamped else None)  # type: ignore[arg-type]
+            # nothing but a process starting (a log resumed into a part of its own): the run
+            # reaches that line (its restart's down time is measured up to it)
+            first = ts.min() if ts.null_count() < len(ts) else last
+            self._overview = Overview(counts, first, last)  # type: ignore[arg-type]
         return self._overview
 
     def move_clock(self, seconds: float) -> None:

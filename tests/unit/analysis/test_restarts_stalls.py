@@ -4,6 +4,7 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import make_run
@@ -382,3 +383,35 @@ def test_a_staleness_violation_before_a_restart_is_still_listed(tmp_path, analyz
     second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=2)
     summary, _ = analyze(_appended(tmp_path, first, second), tmp_path / "out", "--async-level", "1")
     assert {"step": 4, "staleness": 3} in summary["staleness"]["violations"]
+
+
+def test_a_hang_of_an_earlier_run_in_the_launcher_s_log_is_not_this_run_s(tmp_path, analyze):
+    """rl.log keeps its history over --clean: a [hang] line of a run a day before was this run's
+    primary finding, and began its run a day early."""
+    run = make_run("trainer_bound", steps=10, seed=2)
+    files = run.write(tmp_path / "run" / "logs")
+    expected, _ = analyze(files.values(), tmp_path / "a")
+    old = format_tagged(
+        "hang", "detected", silent_s=130.0, threshold_s=120.0, median_step_s=1.0, waits="none"
+    )
+    (tmp_path / "run" / "logs" / "rl.log").write_text(
+        f"{_stamp(run.orchestrator[0], -86400.0)}{old}\n{_stamp(run.orchestrator[0], -1.0)}started the processes\n"
+    )
+    summary, _ = analyze([tmp_path / "run"], tmp_path / "b")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    assert summary["run_seconds"] == expected["run_seconds"]
+    assert summary["primary"]["kind"] == expected["primary"]["kind"] == "trainer_bound"
+
+
+def test_a_resume_that_crashed_right_after_its_run_start_keeps_the_run_s_length(tmp_path, analyze):
+    """The resumed processes logged run.start and nothing more: the run's end left out their lines
+    while the down time ran up to them, and the run had no length ('no bottleneck found')."""
+    first = make_run("trainer_bound", steps=10, seed=2)
+    expected, _ = analyze(first.write(tmp_path / "first").values(), tmp_path / "a")
+    for name, tag in (("orchestrator", "gen"), ("trainer", "train")):
+        lines = getattr(first, name)
+        lines.append(_stamp(lines[-1], 600.0) + format_tagged(tag, "run.start", step=9, resume=True))
+    summary, _ = analyze(first.write(tmp_path / "resumed").values(), tmp_path / "b")
+    assert [r["process"] for r in summary["restarts"]] == ["orchestrator", "trainer"]
+    assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=1.0)
+    assert summary["primary"]["kind"] == "trainer_bound"
