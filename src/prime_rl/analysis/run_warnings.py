@@ -157,7 +157,7 @@ def failed_samples(d: Collected, th: Thresholds) -> str | None:
         ((c["failed"], url) for url, c in d.server_counts.items() if c.get("failed")), reverse=True
     )
     where = f": {', '.join(f'{n} on {url}' for n, url in by_url)}" if by_url else ""
-    done = d.counts.get("completions", 0)
+    done = d.counts.get("collect.rollout.done", 0)  # the collector's (completions holds the trio's too)
     return (
         f"{failed} of {failed + done} sample(s) failed ([collect] rollout.failed){where}; their errors are in "
         "the collector's OUT_failures.jsonl, and its next run retries them"

@@ -14,9 +14,9 @@ the analyzer names for a log that ends inside one (:mod:`prime_rl.analysis.stall
 
 Progress is any of the step-level lines in :data:`PROGRESS` from any process (periodic lines such
 as ``[server] metrics`` are not progress). When none came for ``max(min_s, factor x median step
-time)`` (``first_step_s`` until the steps say the trainer is past its first step: the orchestrator's
-first ``async_level + 1`` batches need no weights and run ahead while the trainer loads and
-compiles, so their pace says nothing of the run's), :meth:`Watchdog.check` returns a
+time)`` (``first_step_s`` until two steps were seen; the orchestrator's first ``async_level``
+batches need no weights and run ahead while the trainer loads and compiles, so they are left out
+of the pace), :meth:`Watchdog.check` returns a
 :class:`Hang` once, and again only after progress resumed and stopped again. The launcher then
 logs one ``[hang] detected`` line and asks every child for its Python stacks
 (:func:`prime_rl.lifecycle.dump_stacks`).
@@ -67,9 +67,9 @@ class WatchdogConfig(BaseConfig):
     """Never call a silence shorter than this a hang (short steps vary a lot)."""
 
     first_step_s: float = Field(default=1800.0, gt=0)
-    """The silence that counts as a hang before the steps have a pace (two of the trainer's, or a
-    batch that waited for its weights: the first async_level + 1 batches run ahead while it loads
-    and compiles): model loading and the first steps' compilation take long."""
+    """The silence that counts as a hang before the steps have a pace (two of the trainer's, or two
+    of the orchestrator's batches after its first async_level, which run ahead while the trainer
+    loads and compiles): model loading and the first steps' compilation take long."""
 
     dump_stacks: bool = True
     """On a hang, make every child write all its threads' Python stacks into its log."""
@@ -137,6 +137,7 @@ class Watchdog:
         self._sends: dict[tuple[str | None, str], float] = {}
         self._batch: tuple[str, float] | None = None
         self._trainer_step: int | None = first_step - 1 if first_step is not None else None
+        self._batches = 0
         self._last_line: dict[str, tuple[float, str]] = {}
         self._fired = False
 
@@ -168,7 +169,11 @@ class Watchdog:
             self._batch = (t.fields.get("step", "?"), now)
         elif key == ("gen", "batch.done"):
             self._batch = None
-            self._steps["orchestrator"].append(now)
+            self._batches += 1
+            # the first async_level batches need no weights: their pace is not the run's (the
+            # trainer loads and compiles meanwhile); from the next on, each waited for the trainer
+            if self._batches > self.async_level:
+                self._steps["orchestrator"].append(now)
         elif key == ("train", "step.done") and process == "trainer":
             step = t.num("step")
             if step is not None:
@@ -177,12 +182,11 @@ class Watchdog:
 
     def median_step_s(self) -> float | None:
         """The median time between consecutive steps (the orchestrator's batches, else the
-        trainer's steps); None before the orchestrator's batches waited for the trainer's weights
-        (``async_level + 2`` of them: the first ``async_level + 1`` run ahead of the trainer's first
-        step, which loads and compiles) and before two of the trainer's steps."""
-        need = {"orchestrator": max(2, self.async_level + 2), "trainer": 2}
-        for process, ends in self._steps.items():
-            if len(ends) >= need[process]:
+        trainer's steps); None before two of either. The orchestrator's first ``async_level``
+        batches are left out: they run ahead of the trainer's first step, which loads and
+        compiles, so their pace is not the run's (the first gap kept holds that first step)."""
+        for ends in self._steps.values():
+            if len(ends) >= 2:
                 return statistics.median(b - a for a, b in zip(ends, list(ends)[1:], strict=False))
         return None
 

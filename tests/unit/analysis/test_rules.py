@@ -237,8 +237,8 @@ WARNS = {
         dict(updates=(Update("t1", recv_ts=1.0),)),
     ),
     run_warnings.failed_samples: (
-        dict(counts={"collect.rollout.failed": 2, "completions": 8}),
-        dict(counts={"completions": 8}),
+        dict(counts={"collect.rollout.failed": 2, "collect.rollout.done": 8}),
+        dict(counts={"collect.rollout.done": 8}),
     ),
 }
 

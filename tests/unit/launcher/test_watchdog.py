@@ -41,7 +41,7 @@ def test_the_threshold_is_a_multiple_of_the_median_step_time_with_a_floor(tmp_pa
 
 def test_a_hang_is_reported_once_per_silence_and_periodic_lines_are_no_progress(tmp_path):
     dog, clock = _dog(tmp_path, factor=10, min_s=1)
-    _steps(dog, clock, 3, every_s=1.0)
+    _steps(dog, clock, 4, every_s=1.0)  # the first (async_level 1) runs ahead: no pace of the run's
     clock.now += 9.9
     assert dog.check() is None
     dog.feed("orchestrator", "[server] metrics url=http://a running=1 waiting=0\n")  # not progress
@@ -50,7 +50,7 @@ def test_a_hang_is_reported_once_per_silence_and_periodic_lines_are_no_progress(
     assert hang is not None and hang.silent_s == pytest.approx(10.1) and hang.threshold_s == pytest.approx(10)
     clock.now += 100
     assert dog.check() is None  # once per silence
-    _steps(dog, clock, 1, every_s=1.0, first=3)
+    _steps(dog, clock, 1, every_s=1.0, first=4)
     clock.now += 11
     assert dog.check() is not None  # progress came, then stopped again
 
@@ -101,10 +101,11 @@ def test_a_batch_that_never_ends_is_a_wait_on_inference(tmp_path):
 
 
 def test_the_batches_that_run_ahead_of_a_compiling_trainer_set_no_threshold(tmp_path):
-    """async_level 2: the orchestrator's first three batches need no weights and take 12 s each while
-    the trainer loads and compiles its first step for minutes. Their pace set a 120 s threshold and
-    the watchdog called a hang (dumping every stack) at 120 s; first_step_s holds until a batch
-    waited for the trainer's weights."""
+    """async_level 2: the orchestrator's first batches need no weights and take 12 s each while the
+    trainer loads and compiles its first step for minutes. Their pace set a 120 s threshold and the
+    watchdog called a hang (dumping every stack) at 120 s; the first async_level batches are left
+    out of the pace, so first_step_s holds until two batches that waited for weights were seen,
+    and their median is the run's (with three or more run-ahead batches too)."""
     clock = Clock()
     dog = Watchdog(WatchdogConfig(), RunPaths(tmp_path), clock, first_step=0, async_level=2)
     _steps(dog, clock, 3, every_s=12.0)
@@ -113,7 +114,9 @@ def test_the_batches_that_run_ahead_of_a_compiling_trainer_set_no_threshold(tmp_
     clock.now += 300
     assert dog.check() is None
     _steps(dog, clock, 1, every_s=12.0, first=3)  # weights came: the fourth batch waited for them
-    assert dog.median_step_s() == pytest.approx(12.0)
+    assert dog.median_step_s() == pytest.approx(312.0)  # the trainer's first step, compile and all
+    _steps(dog, clock, 2, every_s=200.0, first=4)  # then the trainer's pace
+    assert dog.median_step_s() == pytest.approx(200.0)
 
 
 def test_the_trainer_s_wait_for_its_first_rollouts_is_named_before_it_logs_a_step(tmp_path):
