@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import polars as pl
+
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
 from prime_rl.analysis.stages import update_critical, verify_wall_ms
@@ -98,6 +100,40 @@ def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
             "Use a smaller or quantised model (int8/int4) if the reload dominates.",
         ),
         thresholds=(("rpc_ms_high",) if by_median else ()) + (("update_share",) if by_share else ()),
+    )
+
+
+def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
+    """Weight updates lose time to attempts that failed: their failed attempts and the backoff after
+    them (a retried update's wait before its last attempt, a failed update's whole wait; the
+    slowest server of each update, which the orchestrator waits for) above ``update_share`` of the
+    run. With one server no slow server is named for them: this says it."""
+    if not d.updates:
+        return None
+    retry = update_critical(d)[3]
+    run_ms = d.run_ms
+    if not run_ms or retry / run_ms <= th.update_share:
+        return None
+    frame = d.update_frame()
+    by_url = (
+        frame.filter(pl.col("retried") | pl.col("failed"))
+        .group_by("url", maintain_order=True)
+        .agg(retried=pl.col("retried").sum(), failed=pl.col("failed").sum())
+        .rows()
+    )
+    where = "; ".join(f"{url or 'a server not named'}: {r} retried, {f} failed" for url, r, f in by_url)
+    return Finding(
+        kind="failed_attempts",
+        title="Failed weight-update attempts: the orchestrator waits for retries",
+        evidence=f"failed attempts and the backoff after them {retry / 1000:.1f} s, {100 * retry / run_ms:.0f}% of the "
+        f"run (> update_share {100 * th.update_share:.0f}%; the slowest server of each update); {where}",
+        share=retry / run_ms,
+        next=(
+            "Read why the attempts failed: the orchestrator log's warnings \"[weights][<trace id>] /update_weights "
+            "to <url> failed (...)\" and the server's log at those times.",
+            "A timeout: raise client.admin.timeout_s if the server loads weights that slowly; else fix or drop the server.",
+        ),
+        thresholds=("update_share",),
     )
 
 
@@ -408,6 +444,7 @@ RULES: tuple[Rule, ...] = (
     hang,
     frontend_queue_saturation,
     slow_reload,
+    failed_attempts,
     checkpoint_io,
     trainer_bound,
     generation_bound,

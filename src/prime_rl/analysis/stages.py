@@ -51,13 +51,15 @@ def update_critical(d: Collected) -> tuple[float, float, float, float]:
 
 def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
-    server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
+    server's rpc_ms, else a failed one's whole wait, else 0; the first of equals), summed in the
+    groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0, 0.0
-    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
+    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "failed")
     server = pl.col("server_rpc").fill_null(0.0)
+    failed = pl.when(pl.col("failed")).then("retry")  # a failed update: its whole wait
     slowest = frame.with_row_index("i").with_columns(
-        ms=pl.coalesce("wall", server),
+        ms=pl.coalesce("wall", "server_rpc", failed).fill_null(0.0),
         rpc=pl.coalesce("rpc", server),
         queue=pl.col("queue").fill_null(0.0),
     )
@@ -111,8 +113,8 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("weight update: rpc", "orchestrator", rpc, "slowest server per update"))
         rows.append(("weight update: queue", "orchestrator", queue, "slowest server per update"))
         if retry:
-            how = "slowest server per update: failed attempts and backoff"
-            rows.append(("weight update: retries", "orchestrator", retry, how))
+            how = "slowest server per update: attempts that failed, and the backoff after them"
+            rows.append(("weight update: failed attempts", "orchestrator", retry, how))
     if d.series["rate_limit_wait_ms"]:
         # the collector's retries are its own ([collect] request.retry) when it is the run
         offline = bool(d.series["collect_ms"]) and not d.series["gen_dur_ms"]

@@ -75,6 +75,17 @@ class Update:
         return (self.done_ts - self.send_ts) * 1000.0 if self.retried else self.wall_ms  # type: ignore[operator]
 
     @property
+    def retry_ms(self) -> float:
+        """The time its failed attempts took, with the backoff after them: of a retried update, its
+        wait before the last attempt; of a failed one, its whole wait (first send to the error);
+        else 0."""
+        if self.retried:
+            return (self.done_ts - self.send_ts) * 1000.0 - self.wall_ms  # type: ignore[operator]
+        if self.failed and self.send_ts is not None and self.done_ts is not None:
+            return (self.done_ts - self.send_ts) * 1000.0
+        return 0.0
+
+    @property
     def send_to_recv_ms(self) -> float | None:
         """Client send -> server first byte: monotonic clocks when consistent (within the client's
         whole wait), else wall clocks."""

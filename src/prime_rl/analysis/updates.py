@@ -443,8 +443,8 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its
     answer when it was retried: :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``,
-    ``queue``, ``lock``, ``send_to_recv``, ``failed``, ``retried``, ``retry`` (ms of the wall time
-    before the last attempt: the failed ones and the backoff; 0 unless retried), ``took``: how long it took,
+    ``queue``, ``lock``, ``send_to_recv``, ``failed``, ``retried``, ``retry`` (:attr:`Update.retry_ms`:
+    the failed attempts and the backoff after them), ``took``: how long it took,
     ``wall or server_rpc_ms`` (the first that is neither None nor 0; null when neither is), and
     ``send_ts``, ``recv_ts``, ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an
     :class:`UpdateTable`'s columns, or from records."""
@@ -460,7 +460,11 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     frame = frame.with_columns(retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False))
     frame = frame.with_columns(
         wall=pl.when("retried").then(waited).otherwise("wall"),
-        retry=pl.when("retried").then(waited - col("wall")).otherwise(0.0),
+        retry=pl.when("retried")
+        .then(waited - col("wall"))
+        .when(col("failed") & waited.is_not_null())
+        .then(waited)
+        .otherwise(0.0),
     )
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
     start = pl.coalesce("send_ts", "recv_ts")

@@ -79,6 +79,13 @@ FIRES = {
     rules.hang: dict(fields={"hangs": [HANG]}),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
     rules.slow_server: dict(updates=_servers(5000.0)),
+    # one server, each update retried for 30 s (wall_ms, its last attempt's, 200 ms)
+    rules.failed_attempts: dict(
+        updates=tuple(
+            Update(f"u{i}", url="http://a:1", send_ts=40.0 * i, done_ts=40.0 * i + 30.2, wall_ms=200.0)
+            for i in range(2)
+        )
+    ),
     rules.kv_cache_pressure: dict(fields=_load(97.0, 5.0, [0.0, 3.0, 6.0, 9.0])),
 }
 QUIET = {
@@ -135,6 +142,12 @@ QUIET = {
         dict(updates=_servers(1500.0)),
         dict(updates=_servers(5000.0)[:6]),
     ],  # 1.5x; 2 updates each
+    rules.failed_attempts: [
+        dict(updates=(Update("u0", url="http://a:1", send_ts=0.0, done_ts=0.2, wall_ms=200.0),)),  # no retry
+        dict(
+            updates=(Update("u0", url="http://a:1", send_ts=0.0, done_ts=10.2, wall_ms=200.0),)
+        ),  # 10% < 25%
+    ],
     rules.kv_cache_pressure: [
         dict(fields=_load(97.0, 0.0, [4.0] * 4)),  # full, nothing waiting, no preemption: well used
         dict(fields=_load(50.0, 3.0, [0.0] * 11 + [1.0])),  # 1 preemption in 55 s: 1.1 a minute
@@ -148,7 +161,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 16
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 17
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 

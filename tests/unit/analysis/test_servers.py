@@ -184,7 +184,7 @@ def test_an_update_retried_by_the_real_admin_client_counts_its_whole_wait(tmp_pa
     assert summary["primary"]["kind"] == "slow_server" and flaky.base_url in summary["primary"]["title"]
     assert f"3 of the 3 updates of {flaky.base_url} were retried" in summary["primary"]["evidence"]
     stages = {s["name"]: s for s in summary["stages"]}
-    assert stages["weight update: retries"]["total_ms"] > 3 * 450
+    assert stages["weight update: failed attempts"]["total_ms"] > 3 * 450
     assert any(f"3 weight update(s) were retried (3 on {flaky.base_url})" in w for w in summary["warnings"])
     assert f"| {flaky.base_url} | 3 | 0 | 3 |" in md
 
@@ -307,3 +307,43 @@ def test_a_trio_server_slow_to_a_first_token_is_named_from_its_metrics(tmp_path,
     slow = next(f for f in summary["findings"] if f["kind"] == "slow_server")
     assert slow["title"] == "Slow server: http://h1:8000 takes 80.0x as long as its peers to a first token"
     assert "mean time to first token 8000 ms on http://h1:8000 vs 100 ms" in slow["evidence"]
+
+
+def test_retries_on_a_single_server_are_a_finding(tmp_path, analyze):
+    """With one server no slow server can be named: the retries' 66% of a run read 'no bottleneck
+    found'. An update that failed in the end counts its whole wait too (it had no wall time)."""
+    import asyncio
+    import contextlib
+
+    from loguru import logger
+    from tests.support.http_server import LocalTestServer, Reply
+
+    from prime_rl.clients.admin import AdminClient, WeightUpdateError
+    from prime_rl.clients.config import ClientConfig
+    from prime_rl.logging import LOG_FORMAT
+
+    log = tmp_path / "orchestrator.log"
+    with LocalTestServer() as flaky:
+        cfg = ClientConfig(base_urls=[flaky.base_url], admin={"backoff_s": 0.3, "max_retries": 2})
+
+        async def updates() -> None:
+            admin = AdminClient(cfg)
+            try:
+                flaky.state.script("/update_weights", Reply(status=503), Reply(status=503))
+                await admin.update_weights("/w/step_1", trace_id="up1")  # retried twice, then done
+                flaky.state.script("/update_weights", *[Reply(status=503)] * 3)
+                with contextlib.suppress(WeightUpdateError):
+                    await admin.update_weights("/w/step_2", trace_id="up2")  # three failures: given up
+            finally:
+                await admin.aclose()
+
+        sink = logger.add(log, level="INFO", format=LOG_FORMAT)
+        try:
+            asyncio.run(updates())
+        finally:
+            logger.remove(sink)
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["primary"]["kind"] == "failed_attempts", summary["findings"]
+    assert f"{flaky.base_url}: 1 retried, 1 failed" in summary["primary"]["evidence"]
+    (stage,) = [s for s in summary["stages"] if s["name"] == "weight update: failed attempts"]
+    assert stage["total_ms"] > 2 * (150 + 300)  # both updates' backoffs at least

@@ -253,6 +253,7 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
             send_ts=st.one_of(st.none(), st.sampled_from([0.0, 10.0, 599.9, 600.0, 1300.0, -5.0])),
             recv_ts=st.one_of(st.none(), st.sampled_from([1.0, 700.0])),
             done_ts=st.one_of(st.none(), st.sampled_from([0.2, 10.3, 611.0, 1300.25])),  # some retried
+            failed=st.booleans(),
             wall_ms=MS,
             rpc_ms=MS,
             server_rpc_ms=MS,
@@ -268,7 +269,11 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     from prime_rl.analysis.stages import _update_critical
 
     def _update_ms(u: Update) -> float:
-        return u.waited_ms if u.waited_ms is not None else (u.server_rpc_ms or 0.0)
+        if u.waited_ms is not None:
+            return u.waited_ms
+        if u.server_rpc_ms is not None:
+            return u.server_rpc_ms
+        return u.retry_ms if u.failed else 0.0  # a failed update: its whole wait
 
     wall = rpc = queue = retry = 0.0
     for group in update_groups(updates):
@@ -276,7 +281,7 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
         wall += _update_ms(slow)
         rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
         queue += slow.queue_ms or 0.0
-        retry += slow.waited_ms - slow.wall_ms if slow.retried else 0.0
+        retry += slow.retry_ms
     d = collect(iter([]), ParseStats())
     d.updates = updates
     d._memo.clear()  # the tables made from the (empty) collection's updates
@@ -356,6 +361,7 @@ def test_the_update_columns_hold_what_each_update_s_properties_give(updates):
     assert frame.get_column("send_to_recv").to_list() == [u.send_to_recv_ms for u in updates]
     assert frame.get_column("wall").to_list() == [u.waited_ms for u in updates]
     assert frame.get_column("retried").to_list() == [u.retried for u in updates]
+    assert frame.get_column("retry").to_list() == [u.retry_ms for u in updates]
     assert frame.get_column("took").to_list() == [(u.waited_ms or u.server_rpc_ms) or None for u in updates]
 
 
