@@ -215,7 +215,9 @@ def _slower(values: dict[str, float], ratio: float) -> tuple[float, dict[str, fl
     that with two slow servers of four each is measured against the two that are not."""
     ranked = sorted(values.values())
     peers = statistics.median(ranked[: (len(ranked) + 1) // 2])
-    ratios = {u: (v / peers if peers > 0 else float("inf")) for u, v in values.items()}
+    if peers <= 0:  # the peers took no time (a server that reports none): nothing to be a multiple of
+        return peers, {}, []
+    ratios = {u: v / peers for u, v in values.items()}
     return peers, ratios, sorted((u for u, r in ratios.items() if r >= ratio), key=lambda u: -values[u])
 
 

@@ -347,3 +347,12 @@ def test_retries_on_a_single_server_are_a_finding(tmp_path, analyze):
     assert f"{flaky.base_url}: 1 retried, 1 failed" in summary["primary"]["evidence"]
     (stage,) = [s for s in summary["stages"] if s["name"] == "weight update: failed attempts"]
     assert stage["total_ms"] > 2 * (150 + 300)  # both updates' backoffs at least
+
+
+def test_servers_whose_peers_take_no_time_name_none():
+    """Peers at 0 ms (servers that report no time) make no multiple: every server was 'inf x'."""
+    from prime_rl.analysis.servers import _slower
+
+    assert _slower({"a": 0.0, "b": 0.0, "c": 50.0}, 2.0) == (0.0, {}, [])
+    peers, ratios, slow = _slower({"a": 10.0, "b": 11.0, "c": 50.0, "d": 52.0}, 2.0)
+    assert peers == 10.5 and slow == ["d", "c"] and ratios["a"] == pytest.approx(10 / 10.5)
