@@ -55,6 +55,8 @@ class Segments:
 
     def __init__(self) -> None:
         self.restarts: list[Restart] = []
+        self.first_start: float | None = None
+        """The time of the first ``run.start`` line of any process (None: none)."""
         self._reached: dict[str, int] = {}
         self._last_ts: dict[str, float] = {}
         self._gap: dict[str, float] = {}
@@ -72,6 +74,12 @@ class Segments:
         numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
         stepped = np.flatnonzero(numbers.is_not_null().to_numpy())
         out: list[int] = []
+        if starts.any():
+            stamps = lines.frame.get_column("ts").to_numpy()[rows[starts]]
+            stamps = stamps[~np.isnan(stamps)]
+            if len(stamps):
+                first = float(stamps.min())
+                self.first_start = first if self.first_start is None else min(self.first_start, first)
         if len(stepped):
             steps = numbers.gather(stepped).to_numpy()
             start = starts[stepped]

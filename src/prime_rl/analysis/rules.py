@@ -105,9 +105,9 @@ def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
 
 def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
     """Weight updates lose time to attempts that failed: their failed attempts and the backoff after
-    them (a retried update's wait before its last attempt, a failed update's whole wait; the
-    slowest server of each update, which the orchestrator waits for) above ``update_share`` of the
-    run. With one server no slow server is named for them: this says it."""
+    them (a retried update's wait before its last attempt, at the slowest server of each update,
+    which the orchestrator waits for) above ``update_share`` of the run. With one server no slow
+    server is named for them: this says it."""
     if not d.updates:
         return None
     retry = update_critical(d)[3]
@@ -127,7 +127,7 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
         title="Failed weight-update attempts: the orchestrator waits for retries",
         evidence=f"failed attempts and the backoff after them {retry / 1000:.1f} s, {100 * retry / run_ms:.0f}% of the "
         f"run (> update_share {100 * th.update_share:.0f}%; the slowest server of each update); {where}",
-        share=retry / run_ms,
+        share=min(1.0, retry / run_ms),
         next=(
             "Read why the attempts failed: the orchestrator log's warnings \"[weights][<trace id>] /update_weights "
             "to <url> failed (...)\" and the server's log at those times.",

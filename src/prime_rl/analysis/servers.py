@@ -205,7 +205,8 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
             "Take it out of the pool (orchestrator client.base_url) until it is fixed.",
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),
-        explains="slow_reload",
+        # its updates' retries are why the updates fail to finish: named first, with the server
+        explains="failed_attempts" if retried else "slow_reload",
     )
 
 

@@ -51,15 +51,13 @@ def update_critical(d: Collected) -> tuple[float, float, float, float]:
 
 def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
-    server's rpc_ms, else a failed one's whole wait, else 0; the first of equals), summed in the
-    groups' order."""
+    server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0, 0.0
-    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "failed")
+    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
     server = pl.col("server_rpc").fill_null(0.0)
-    failed = pl.when(pl.col("failed")).then("retry")  # a failed update: its whole wait
     slowest = frame.with_row_index("i").with_columns(
-        ms=pl.coalesce("wall", "server_rpc", failed).fill_null(0.0),
+        ms=pl.coalesce("wall", server),
         rpc=pl.coalesce("rpc", server),
         queue=pl.col("queue").fill_null(0.0),
     )

@@ -781,6 +781,19 @@ def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first:
         windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
 
 
+def _this_runs(hangs: list[Event], first_ts: float, segments: Segments) -> list[Event]:
+    """The watchdog's hangs of this run: not of an earlier one (rl.log keeps them), from before the
+    run's first line (``first_ts``) or its first ``run.start`` (a hang while the servers load), nor
+    from before the orchestrator's last restart (the run resumed). Without the processes' times
+    (rl.log alone), every one."""
+    begun = [t for t in (first_ts, segments.first_start) if t is not None and math.isfinite(t)]
+    if not begun:
+        return list(hangs)
+    restarts = [r.ts for r in segments.restarts if r.process == "orchestrator" and r.ts is not None]
+    since = max([min(begun), *restarts])
+    return [h for h in hangs if h.ts is None or h.ts >= since]
+
+
 def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
     """Batches as they come; events grouped into batches of one source."""
     it = iter(items)
@@ -824,12 +837,7 @@ def _collect(
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
-    # the watchdog's hangs of this run: not of an earlier one (rl.log keeps them), nor from before
-    # the orchestrator's last restart (the run resumed)
-    since = max(
-        [first_ts, *(r.ts for r in c.segments.restarts if r.process == "orchestrator" and r.ts is not None)]
-    )
-    hangs = [h for h in c.hangs if h.ts is None or h.ts >= since]
+    hangs = _this_runs(c.hangs, first_ts, c.segments)
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,

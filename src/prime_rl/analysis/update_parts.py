@@ -77,12 +77,11 @@ class Update:
     @property
     def retry_ms(self) -> float:
         """The time its failed attempts took, with the backoff after them: of a retried update, its
-        wait before the last attempt; of a failed one, its whole wait (first send to the error);
-        else 0."""
+        wait before the last attempt; else 0. (An update that failed in the end is not counted: the
+        orchestrator's health loop reloads a server that is down in the background, under updates
+        that fail while it stays down, which the steps do not wait for.)"""
         if self.retried:
             return (self.done_ts - self.send_ts) * 1000.0 - self.wall_ms  # type: ignore[operator]
-        if self.failed and self.send_ts is not None and self.done_ts is not None:
-            return (self.done_ts - self.send_ts) * 1000.0
         return 0.0
 
     @property

@@ -460,11 +460,7 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     frame = frame.with_columns(retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False))
     frame = frame.with_columns(
         wall=pl.when("retried").then(waited).otherwise("wall"),
-        retry=pl.when("retried")
-        .then(waited - col("wall"))
-        .when(col("failed") & waited.is_not_null())
-        .then(waited)
-        .otherwise(0.0),
+        retry=pl.when("retried").then(waited - col("wall")).otherwise(0.0),
     )
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
     start = pl.coalesce("send_ts", "recv_ts")

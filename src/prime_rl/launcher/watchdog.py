@@ -14,9 +14,9 @@ the analyzer names for a log that ends inside one (:mod:`prime_rl.analysis.stall
 
 Progress is any of the step-level lines in :data:`PROGRESS` from any process (periodic lines such
 as ``[server] metrics`` are not progress). When none came for ``max(min_s, factor x median step
-time)`` (``first_step_s`` until two steps were seen; the orchestrator's first ``async_level``
-batches need no weights and run ahead while the trainer loads and compiles, so they are left out
-of the pace), :meth:`Watchdog.check` returns a
+time)`` (``first_step_s`` until two steps were seen; the orchestrator's first ``async_level + 1``
+batches need no trained weights and run ahead while the trainer loads and compiles, and the next
+waits for that: they are left out of the pace), :meth:`Watchdog.check` returns a
 :class:`Hang` once, and again only after progress resumed and stopped again. The launcher then
 logs one ``[hang] detected`` line and asks every child for its Python stacks
 (:func:`prime_rl.lifecycle.dump_stacks`).
@@ -68,8 +68,9 @@ class WatchdogConfig(BaseConfig):
 
     first_step_s: float = Field(default=1800.0, gt=0)
     """The silence that counts as a hang before the steps have a pace (two of the trainer's, or two
-    of the orchestrator's batches after its first async_level, which run ahead while the trainer
-    loads and compiles): model loading and the first steps' compilation take long."""
+    of the orchestrator's batches after its first async_level + 2: those run ahead while the
+    trainer loads and compiles, or wait for that): model loading and the first steps' compilation
+    take long."""
 
     dump_stacks: bool = True
     """On a hang, make every child write all its threads' Python stacks into its log."""
@@ -170,9 +171,10 @@ class Watchdog:
         elif key == ("gen", "batch.done"):
             self._batch = None
             self._batches += 1
-            # the first async_level batches need no weights: their pace is not the run's (the
-            # trainer loads and compiles meanwhile); from the next on, each waited for the trainer
-            if self._batches > self.async_level:
+            # batches 0..async_level need no trained weights and run ahead while the trainer loads
+            # and compiles; the next waits for its first step, compile and all: the run's pace is
+            # from the batch after that on
+            if self._batches > self.async_level + 1:
                 self._steps["orchestrator"].append(now)
         elif key == ("train", "step.done") and process == "trainer":
             step = t.num("step")
@@ -182,9 +184,9 @@ class Watchdog:
 
     def median_step_s(self) -> float | None:
         """The median time between consecutive steps (the orchestrator's batches, else the
-        trainer's steps); None before two of either. The orchestrator's first ``async_level``
-        batches are left out: they run ahead of the trainer's first step, which loads and
-        compiles, so their pace is not the run's (the first gap kept holds that first step)."""
+        trainer's steps); None before two of either. The orchestrator's first ``async_level + 1``
+        batches are left out (they need no trained weights and run ahead while the trainer loads
+        and compiles its first step), and so is the gap to the next (it holds that first step)."""
         for ends in self._steps.values():
             if len(ends) >= 2:
                 return statistics.median(b - a for a, b in zip(ends, list(ends)[1:], strict=False))

@@ -415,3 +415,22 @@ def test_a_resume_that_crashed_right_after_its_run_start_keeps_the_run_s_length(
     assert [r["process"] for r in summary["restarts"]] == ["orchestrator", "trainer"]
     assert summary["run_seconds"] == pytest.approx(expected["run_seconds"], abs=1.0)
     assert summary["primary"]["kind"] == "trainer_bound"
+
+
+def test_a_hang_while_the_servers_load_and_one_in_rl_log_alone_are_kept(tmp_path, analyze):
+    """A hang after the processes' run.start lines but before their first step (the servers still
+    loading) was dropped with the earlier runs' hangs, and so was every hang of rl.log analysed alone."""
+    hang = format_tagged(
+        "hang", "detected", silent_s=1800.0, threshold_s=1800.0, median_step_s="unknown", waits="none"
+    )
+    logs = tmp_path / "run" / "logs"
+    logs.mkdir(parents=True)
+    t0 = "2026-01-01 12:00:00.000 | INFO    | "
+    (logs / "orchestrator.log").write_text(
+        t0 + format_tagged("gen", "run.start", step=0, resume=False) + "\n"
+    )
+    (logs / "rl.log").write_text(f"{_stamp(t0, 1800.0)}{hang}\n")
+    summary, _ = analyze([tmp_path / "run"], tmp_path / "a")
+    assert summary["primary"]["kind"] == "hang", summary["findings"]
+    summary, _ = analyze([logs / "rl.log"], tmp_path / "b")
+    assert summary["primary"]["kind"] == "hang", summary["findings"]

@@ -269,11 +269,7 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     from prime_rl.analysis.stages import _update_critical
 
     def _update_ms(u: Update) -> float:
-        if u.waited_ms is not None:
-            return u.waited_ms
-        if u.server_rpc_ms is not None:
-            return u.server_rpc_ms
-        return u.retry_ms if u.failed else 0.0  # a failed update: its whole wait
+        return u.waited_ms if u.waited_ms is not None else (u.server_rpc_ms or 0.0)
 
     wall = rpc = queue = retry = 0.0
     for group in update_groups(updates):

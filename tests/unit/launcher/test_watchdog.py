@@ -41,7 +41,7 @@ def test_the_threshold_is_a_multiple_of_the_median_step_time_with_a_floor(tmp_pa
 
 def test_a_hang_is_reported_once_per_silence_and_periodic_lines_are_no_progress(tmp_path):
     dog, clock = _dog(tmp_path, factor=10, min_s=1)
-    _steps(dog, clock, 4, every_s=1.0)  # the first (async_level 1) runs ahead: no pace of the run's
+    _steps(dog, clock, 5, every_s=1.0)  # the first two (async_level 1) and the gap to the third: no pace
     clock.now += 9.9
     assert dog.check() is None
     dog.feed("orchestrator", "[server] metrics url=http://a running=1 waiting=0\n")  # not progress
@@ -50,14 +50,14 @@ def test_a_hang_is_reported_once_per_silence_and_periodic_lines_are_no_progress(
     assert hang is not None and hang.silent_s == pytest.approx(10.1) and hang.threshold_s == pytest.approx(10)
     clock.now += 100
     assert dog.check() is None  # once per silence
-    _steps(dog, clock, 1, every_s=1.0, first=4)
+    _steps(dog, clock, 1, every_s=1.0, first=5)
     clock.now += 11
     assert dog.check() is not None  # progress came, then stopped again
 
 
 def test_the_orchestrator_waiting_for_a_checkpoint_and_the_trainer_computing_are_named(tmp_path):
     dog, clock = _dog(tmp_path, factor=2, min_s=1)
-    _steps(dog, clock, 3, every_s=1.0)
+    _steps(dog, clock, 5, every_s=1.0)  # a pace: two gaps past the run-ahead batches (async_level 1)
     dog.feed("trainer", "[train] step.done step=1 wait_ms=1.0 train_ms=900.0 write_ms=3.0\n")
     dog.feed("orchestrator", "[ckpt] wait.start target_step=3\n")
     path = rollout_path(RunPaths(tmp_path).rollouts_dir(2), 0)
@@ -76,7 +76,7 @@ def test_the_orchestrator_waiting_for_a_checkpoint_and_the_trainer_computing_are
 
 def test_an_unanswered_weight_update_and_a_trainer_without_rollouts_are_named(tmp_path):
     dog, clock = _dog(tmp_path, factor=2, min_s=1)
-    _steps(dog, clock, 3, every_s=1.0)
+    _steps(dog, clock, 5, every_s=1.0)  # a pace: two gaps past the run-ahead batches (async_level 1)
     dog.feed("trainer", "[train] step.done step=2 wait_ms=1.0 train_ms=900.0 write_ms=3.0\n")
     for tid, url in (("u1", "http://a:8000"), ("u1", "http://b:8000")):
         dog.feed(
@@ -93,7 +93,7 @@ def test_an_unanswered_weight_update_and_a_trainer_without_rollouts_are_named(tm
 
 def test_a_batch_that_never_ends_is_a_wait_on_inference(tmp_path):
     dog, clock = _dog(tmp_path, factor=2, min_s=1)
-    _steps(dog, clock, 3, every_s=1.0)
+    _steps(dog, clock, 5, every_s=1.0)  # a pace: two gaps past the run-ahead batches (async_level 1)
     dog.feed("orchestrator", "[gen] batch.start step=3 inflight=8\n")
     clock.now += 3
     (wait,) = dog.check().waits
@@ -103,9 +103,9 @@ def test_a_batch_that_never_ends_is_a_wait_on_inference(tmp_path):
 def test_the_batches_that_run_ahead_of_a_compiling_trainer_set_no_threshold(tmp_path):
     """async_level 2: the orchestrator's first batches need no weights and take 12 s each while the
     trainer loads and compiles its first step for minutes. Their pace set a 120 s threshold and the
-    watchdog called a hang (dumping every stack) at 120 s; the first async_level batches are left
-    out of the pace, so first_step_s holds until two batches that waited for weights were seen,
-    and their median is the run's (with three or more run-ahead batches too)."""
+    watchdog called a hang (dumping every stack) at 120 s. The first async_level + 1 batches and
+    the gap to the next (the trainer's first step, compile and all, whose tenfold was hours) are
+    left out of the pace: first_step_s holds until two batches at the run's pace were seen."""
     clock = Clock()
     dog = Watchdog(WatchdogConfig(), RunPaths(tmp_path), clock, first_step=0, async_level=2)
     _steps(dog, clock, 3, every_s=12.0)
@@ -114,7 +114,7 @@ def test_the_batches_that_run_ahead_of_a_compiling_trainer_set_no_threshold(tmp_
     clock.now += 300
     assert dog.check() is None
     _steps(dog, clock, 1, every_s=12.0, first=3)  # weights came: the fourth batch waited for them
-    assert dog.median_step_s() == pytest.approx(312.0)  # the trainer's first step, compile and all
+    assert dog.median_step_s() is None and dog.threshold_s() == WatchdogConfig().first_step_s
     _steps(dog, clock, 2, every_s=200.0, first=4)  # then the trainer's pace
     assert dog.median_step_s() == pytest.approx(200.0)
 
