@@ -4,8 +4,9 @@ the other side's last line was.
 Three waits are recognised: the orchestrator waiting for ``weights/step_N`` (a ``[ckpt]
 wait.start`` with no ``wait.done``: the trainer never wrote it), a weight update with no answer
 (``client.send`` without ``client.done``/``client.error``: the server never finished its rpc),
-and a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the
-trainer waits for its rollouts). A wait counts as a stall when it lasted ``stall_min_s`` to the
+a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the trainer
+waits for its rollouts), and the trainer waiting for rollouts no batch is making (``[train]
+wait.start`` without ``wait.done``, no batch open: the orchestrator died between batches, or hangs). A wait counts as a stall when it lasted ``stall_min_s`` to the
 end of the logs (the last line of any file), and three times the median of its kind (a run whose
 steps take minutes waits that long every step), or when the other side fell silent before it
 began and stayed silent that long (logs read while the run goes on end inside ordinary waits, with
@@ -94,7 +95,12 @@ def _is_stall(
 def stall(d: Collected, th: Thresholds) -> Finding | None:
     """The logs end inside a wait (see the module docstring); None when they do not."""
     end = logs_end(d)
-    found = _ckpt_stall(d, th, end) or _update_stall(d, th, end) or _batch_stall(d, th, end)
+    found = (
+        _ckpt_stall(d, th, end)
+        or _update_stall(d, th, end)
+        or _batch_stall(d, th, end)
+        or _rollout_stall(d, th, end)
+    )
     if found is None:
         return None
     title, evidence, since = found
@@ -194,6 +200,25 @@ def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, 
         f"Stall: generation of step {step} never finished; the trainer waits for its rollouts",
         f"batch started at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
         f"(stall_min_s {th.stall_min_s:g}, and 3x the median batch); {other}",
+        ev.ts,
+    )
+
+
+def _rollout_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
+    """The trainer waits for rollouts no batch is making: its ``[train] wait.start`` is open where
+    its log ends and the orchestrator has no batch open (it died writing them, or hangs between
+    batches; a batch open is :func:`_batch_stall`'s)."""
+    ev = d.train_wait
+    if ev is None or d.open_batch is not None:
+        return None
+    other_ts, other = _other_side(d, "orchestrator")
+    if not _is_stall(ev.ts, other_ts, end, th, d.stat("train_wait_ms", "p50")):
+        return None
+    step = ev.fields.get("step", "?")
+    return (
+        f"Stall: the trainer waits for the rollouts of step {step}, which the orchestrator never wrote",
+        f"waiting since {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
+        f"(stall_min_s {th.stall_min_s:g}, and 3x the median wait); no batch is being generated; {other}",
         ev.ts,
     )
 

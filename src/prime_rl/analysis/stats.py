@@ -186,6 +186,8 @@ class Collected:
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
     (:mod:`~prime_rl.analysis.clock_offsets`); :attr:`run_seconds` has their times moved by it."""
+    train_wait: Event | None = None
+    """The trainer's wait for rollouts open where its log ends ([train] wait.start, no wait.done)."""
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
@@ -408,6 +410,8 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs: list[Event] = []
+        self.train_wait: tuple[TaggedLines, int] | None = None
+        """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.compute_start: dict[str, float] = {}
@@ -580,6 +584,11 @@ class _Collector:
         # copy to host memory and any wait for the previous write; else the whole write)
         self._per_step("publish_ms", b, "step", only(done, write_s))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
+        events = b.frame.get_column("event")
+        marks = events.is_in(("wait.start", "wait.done", "run.start")).fill_null(False).arg_true()
+        if len(marks):  # the trainer's wait for rollouts open at the batch's end (a new run closes it)
+            i = int(marks[-1])
+            self.train_wait = (b, i) if events[i] == "wait.start" else None
 
     def _train_spans(
         self, b: TaggedLines, step: pl.Series, wait: pl.Series, train: pl.Series, write: pl.Series
@@ -864,6 +873,7 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
+        train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

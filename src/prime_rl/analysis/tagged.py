@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+TRAIN_WAIT = ("train", "wait.start")
+"""The trainer's line as it starts to wait for a step's rollouts."""
 RUN_START = "run.start"
 """The line each process writes as it starts (``[gen]``/``[train] run.start step=``, the step it
 starts at): :mod:`~prime_rl.analysis.restarts` splits a log appended over a restart there."""
@@ -386,15 +388,20 @@ class TaggedLines:
 
     def overview(self) -> Overview:
         """The batch's lines counted by (tag, event), its first timestamp but a :data:`RUN_START`
-        line's (a process starting begins no time of the run: the trainer starts while the servers
-        load; a batch of nothing else starts at its last) and its last (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in the
+        or :data:`TRAIN_WAIT` line's (a process starting, or the trainer starting to wait, begins no
+        time of the run: the trainer starts and waits for its first rollouts while the servers load;
+        a batch of nothing else starts at its last) and its last (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in the
         parse's thread, off the collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")
             last = ts.max() if ts.null_count() < len(ts) else None
-            if any(event == RUN_START for _, event, _ in counts):
-                ts = ts.filter((self.frame.get_column("event") != RUN_START).fill_null(True))
+            if any(event == RUN_START or (tag, event) == TRAIN_WAIT for tag, event, _ in counts):
+                event = self.frame.get_column("event")
+                starting = (event == RUN_START) | (
+                    (self.frame.get_column("tag") == TRAIN_WAIT[0]) & (event == TRAIN_WAIT[1])
+                )
+                ts = ts.filter((~starting).fill_null(True))
             # nothing but a process starting (a log resumed into a part of its own): the run
             # reaches that line (its restart's down time is measured up to it)
             first = ts.min() if ts.null_count() < len(ts) else last

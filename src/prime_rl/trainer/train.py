@@ -257,11 +257,15 @@ def _loop(
     vocab_size = int(model.config.vocab_size)
     for step in range(start_step, cfg.max_steps):
         path = rollout_path(paths.rollouts_dir(step), world.rank)
+        if world.is_main:  # an open wait in the log: the analyzer tells a trainer waiting from one computing
+            log_tagged("train", "wait.start", step=step)
         # a failed background write is raised while waiting: with async_level 0 this very batch
         # waits for that write, and would never come
         waited = wait_for_rollouts(
             path, cfg.data.wait_timeout_s, cfg.data.poll_interval_s, check=publishing.raise_if_failed
         )
+        if world.is_main:
+            log_tagged("train", "wait.done", step=step, wait_ms=waited * 1000.0)
         if waited > 1.0:
             logger.info(f"step {step}: waited {waited:.1f}s for {path}")
         read_start = time.monotonic()

@@ -353,14 +353,17 @@ def test_a_resume_at_the_step_after_the_last_one_logged_is_a_restart_by_its_run_
 
 
 def test_a_process_s_run_start_line_is_no_time_of_the_run(tmp_path, analyze):
-    """The trainer starts (and logs run.start) while the servers load, a minute before any step: the
-    run's length and shares are the same as without the line (make demo's verdict went from
-    trainer-bound to 'no bottleneck found' with it)."""
+    """The trainer starts (and logs run.start, then wait.start for its first rollouts) while the
+    servers load, a minute before any step: the run's length and shares are the same as without the
+    lines (make demo's verdict went from trainer-bound to 'no bottleneck found' with each)."""
     run = make_run("trainer_bound", steps=10, seed=2)
     expected, _ = analyze(run.write(tmp_path / "plain").values(), tmp_path / "a")
-    run.trainer.insert(
-        0, _stamp(run.trainer[0], -60.0) + format_tagged("train", "run.start", step=0, resume=False)
-    )
+    first = run.trainer[0]
+    run.trainer[0:0] = [
+        _stamp(first, -60.0) + format_tagged("train", "run.start", step=0, resume=False),
+        _stamp(first, -59.9) + format_tagged("train", "wait.start", step=0),
+        _stamp(first, -1.0) + format_tagged("train", "wait.done", step=0, wait_ms=58900.0),
+    ]
     run.orchestrator.insert(
         0, _stamp(run.orchestrator[0], -30.0) + format_tagged("gen", "run.start", step=0, resume=False)
     )
@@ -434,3 +437,34 @@ def test_a_hang_while_the_servers_load_and_one_in_rl_log_alone_are_kept(tmp_path
     assert summary["primary"]["kind"] == "hang", summary["findings"]
     summary, _ = analyze([logs / "rl.log"], tmp_path / "b")
     assert summary["primary"]["kind"] == "hang", summary["findings"]
+
+
+def test_a_trainer_waiting_for_rollouts_the_orchestrator_died_writing_is_a_stall(tmp_path, analyze):
+    """The orchestrator died between batches (a full disk writing step 9's rollouts): no batch was
+    open, and the trainer's ten minutes of waiting read 'no bottleneck found'. Its wait.start line,
+    open where its log ends, tells the wait from a long compute (whose wait.done came)."""
+    run = make_run("healthy", steps=10, seed=4)
+    run.trainer = [x for x in run.trainer if "step=9 " not in x and not x.endswith("step=9")]
+    last = run.orchestrator[-1]
+    run.orchestrator += [
+        _stamp(last, 0.1).replace("INFO   ", "ERROR  ")
+        + "orchestrator failed: OSError: [Errno 28] No space left",
+        "Traceback (most recent call last):",
+        "OSError: [Errno 28] No space left on device",
+    ]
+    run.trainer.append(_stamp(run.trainer[-1], 0.01) + format_tagged("train", "wait.start", step=9))
+    run.trainer.append(_stamp(last, 600.0) + "step 9: still waiting for rollouts/step_9/rank_0.safetensors")
+    summary, _ = analyze(run.write(tmp_path / "dead").values(), tmp_path / "out")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall", summary["findings"]
+    assert (
+        stall["title"]
+        == "Stall: the trainer waits for the rollouts of step 9, which the orchestrator never wrote"
+    )
+    assert "No space left on device" in stall["evidence"]
+    # the same trainer 600 s into computing step 9: its wait is over (wait.done), no stall
+    run.trainer.insert(
+        -1, _stamp(run.trainer[-2], 0.5) + format_tagged("train", "wait.done", step=9, wait_ms=500.0)
+    )
+    summary, _ = analyze(run.write(tmp_path / "computing").values(), tmp_path / "out2")
+    assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
