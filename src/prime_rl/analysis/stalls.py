@@ -24,6 +24,7 @@ from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import label_for, log_of
 from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
 
@@ -192,16 +193,9 @@ def _batch_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, 
     ev = d.open_batch
     if ev is None:
         return None
-    other_ts, other = _other_side(d, "inference")
-    if not _is_stall(ev.ts, other_ts, end, th, d.stat("gen_dur_ms", "p50")):
-        return None
     step = ev.fields.get("step", "?")
-    return (
-        f"Stall: generation of step {step} never finished; the trainer waits for its rollouts",
-        f"batch started at {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, and 3x the median batch); {other}",
-        ev.ts,
-    )
+    title = f"Stall: generation of step {step} never finished; the trainer waits for its rollouts"
+    return _open_since(d, th, end, ev, "inference", "gen_dur_ms", title, "batch started at", "batch")
 
 
 def _rollout_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:
@@ -211,14 +205,44 @@ def _rollout_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str
     ev = d.train_wait
     if ev is None or d.open_batch is not None:
         return None
-    other_ts, other = _other_side(d, "orchestrator")
-    if not _is_stall(ev.ts, other_ts, end, th, d.stat("train_wait_ms", "p50")):
-        return None
     step = ev.fields.get("step", "?")
+    title = f"Stall: the trainer waits for the rollouts of step {step}, which the orchestrator never wrote"
+    return _open_since(
+        d,
+        th,
+        end,
+        ev,
+        "orchestrator",
+        "train_wait_ms",
+        title,
+        "waiting since",
+        "wait",
+        "no batch is being generated; ",
+    )
+
+
+def _open_since(
+    d: Collected,
+    th: Thresholds,
+    end: float | None,
+    ev: Event,
+    other_process: str,
+    typical: str,
+    title: str,
+    began: str,
+    kind: str,
+    note: str = "",
+) -> tuple[str, str, float | None] | None:
+    """A wait open since ``ev`` as a stall (:func:`_is_stall`, the median of series ``typical`` its
+    kind's wait), with ``title``, or None: the evidence says since when, how long to the logs'
+    end, ``note`` and ``other_process``'s last line."""
+    other_ts, other = _other_side(d, other_process)
+    if not _is_stall(ev.ts, other_ts, end, th, d.stat(typical, "p50")):
+        return None
     return (
-        f"Stall: the trainer waits for the rollouts of step {step}, which the orchestrator never wrote",
-        f"waiting since {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, and 3x the median wait); no batch is being generated; {other}",
+        title,
+        f"{began} {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
+        f"(stall_min_s {th.stall_min_s:g}, and 3x the median {kind}); {note}{other}",
         ev.ts,
     )
 
