@@ -931,14 +931,18 @@ _DATED = re.compile(r"(.*?\.log)-(\d{8,10})((?:\.gz)?)$")
 """A dated part's name (logrotate's ``dateext``): ``orchestrator.log-20260101``, older first by date."""
 
 
+LAUNCHER = "rl"
+"""The label of the ``rl`` launcher's own log (``rl.log`` and its rotated parts)."""
+
+
 def label_for(path: Path) -> str:
     """'orchestrator', 'inference', 'trainer' (also ``rank_N``), 'collect' or 'rl' (the launcher's
     ``rl.log``) from the file's name,
     else from its nearest directory that names one (``logs/trainer/part.log``), else the file's
     stem. The name comes first: ``inference_debug/trainer.log`` is the trainer's."""
     path = Path(path)
-    if path.name.startswith("rl.log"):  # the launcher's own log (and its rotated parts)
-        return "rl"
+    if path.name.startswith("rl.log"):
+        return LAUNCHER
     for part in (path.name, *(p.name for p in path.parents)):
         part = part.lower()
         for label in _LABELS:

@@ -4,7 +4,9 @@ A process starts again where it logs ``run.start`` (``[gen] run.start step=`` of
 ``[train] run.start step=`` of the trainer) after lines of its own, or, in logs written before that
 line, where its step counter goes back: the orchestrator's ``[gen] batch.start step=`` or the
 trainer's ``[train] step.done step=`` at or below a step it already reached (a resume at checkpoint
-``N`` redoes the steps from ``N`` on). Each such line opens a new segment.
+``N`` redoes the steps from ``N`` on; a resume at the step after the last one logged, where a crash
+fell between a checkpoint and the next step's line, has no step going back to show it). Each such
+line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
 step's), so a redone step is counted once.
 """
@@ -20,11 +22,6 @@ from prime_rl.analysis.tagged import RUN_START, TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
-START_EVENT = RUN_START
-"""The line each process writes as it starts (under its step line's tag, ``step=`` the step it
-starts at): one after lines of its own in the same log is a restart, whatever step it resumes at
-(a resume at the step after the last one logged, where a crash fell between a checkpoint and the
-next step's line, has no step going back to show it)."""
 
 
 @dataclass(frozen=True)
@@ -171,9 +168,9 @@ class Segments:
         tag, event = STEP_LINE_OF[source]
         frame = lines.frame
         events = frame.get_column("event")
-        ours = (frame.get_column("tag") == tag) & events.is_in((event, START_EVENT))
+        ours = (frame.get_column("tag") == tag) & events.is_in((event, RUN_START))
         rows = np.flatnonzero(ours.fill_null(False).to_numpy())
-        starts = (events.gather(rows) == START_EVENT).fill_null(False).to_numpy()
+        starts = (events.gather(rows) == RUN_START).fill_null(False).to_numpy()
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
         longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)

@@ -177,17 +177,10 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         else ""
     )
     others = len(medians) - len(slow)
-    if len(slow) == 1:
-        (url,) = slow
-        title = f"Slow server: {url} takes {ratios[url]:.1f}x as long as its peers to update"
-        where = f"{medians[url]:.0f} ms on {url}"
-    else:
-        named = ", ".join(f"{u} ({ratios[u]:.1f}x)" for u in slow)
-        title = f"Slow servers: {named} take that many times as long as their peers to update"
-        where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
+    where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
     return Finding(
         kind="slow_server",
-        title=title,
+        title=_slow_title(slow, ratios, "update"),
         evidence=f"median update {key} {where} vs {peers:.0f} ms on the {others} other server(s) "
         f"(>= server_slow_ratio {th.server_slow_ratio:g}x); every update waits for "
         f"{'it' if len(slow) == 1 else 'them'}, {waited / 1000:.1f} s in all{retried_note}",
@@ -208,6 +201,14 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         # its updates' retries are why the updates fail to finish: named first, with the server
         explains="failed_attempts" if retried else "slow_reload",
     )
+
+
+def _slow_title(slow: list[str], ratios: dict[str, float], what: str) -> str:
+    """The finding's title naming the ``slow`` servers with their ratios, slow to ``what``."""
+    if len(slow) == 1:
+        return f"Slow server: {slow[0]} takes {ratios[slow[0]]:.1f}x as long as its peers to {what}"
+    named = ", ".join(f"{u} ({ratios[u]:.1f}x)" for u in slow)
+    return f"Slow servers: {named} take that many times as long as their peers to {what}"
 
 
 def _slower(values: dict[str, float], ratio: float) -> tuple[float, dict[str, float], list[str]]:
@@ -242,16 +243,9 @@ def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
     run = d.run_ms
     gen = d.total("gen_dur_ms") / run if run else 0.0
     named = ", ".join(f"{means[u]:.0f} ms on {u}" for u in slow)
-    many = len(slow) > 1
-    title = (
-        f"Slow servers: {', '.join(f'{u} ({ratios[u]:.1f}x)' for u in slow)} take that many times as long as their "
-        "peers to a first token"
-        if many
-        else f"Slow server: {slow[0]} takes {ratios[slow[0]]:.1f}x as long as its peers to a first token"
-    )
     return Finding(
         kind="slow_server",
-        title=title,
+        title=_slow_title(slow, ratios, "a first token"),
         evidence=f"mean time to first token {named} vs {peers:.0f} ms on the {len(means) - len(slow)} other "
         f"server(s) (their /metrics, [server] lines; >= server_slow_ratio {th.server_slow_ratio:g}x): the requests "
         f"sent there wait longer for their answers",

@@ -114,12 +114,11 @@ def stages(d: Collected) -> list[Stage]:
             how = "slowest server per update: attempts that failed, and the backoff after them"
             rows.append(("weight update: failed attempts", "orchestrator", retry, how))
     if d.series["rate_limit_wait_ms"]:
-        # the collector's retries are its own ([collect] request.retry) when it is the run
-        offline = bool(d.series["collect_ms"]) and not d.series["gen_dur_ms"]
         rows.append(
             (
                 "rate-limit waits (429)",
-                "collector" if offline else "orchestrator",
+                # the collector's retries are its own ([collect] request.retry) when it is the run
+                "collector" if d.is_collector_run else "orchestrator",
                 d.rate_limited_ms(),
                 "time some request waited after a 429 (the union of the retry waits)",
             )

@@ -1,13 +1,13 @@
 """Stalls: the logs end (or go silent) inside a wait; say who waited on whom, since when, and what
 the other side's last line was.
 
-Three waits are recognised: the orchestrator waiting for ``weights/step_N`` (a ``[ckpt]
+Four waits are recognised: the orchestrator waiting for ``weights/step_N`` (a ``[ckpt]
 wait.start`` with no ``wait.done``: the trainer never wrote it), a weight update with no answer
 (``client.send`` without ``client.done``/``client.error``: the server never finished its rpc),
 a generation batch that never ended (``[gen] batch.start`` without ``batch.done``: the trainer
 waits for its rollouts), and the trainer waiting for rollouts no batch is making (``[train]
-wait.start`` without ``wait.done``, no batch open: the orchestrator died between batches, or hangs). A wait counts as a stall when it lasted ``stall_min_s`` to the
-end of the logs (the last line of any file), and three times the median of its kind (a run whose
+wait.start`` without ``wait.done``, no batch open: the orchestrator died between batches, or
+hangs). A wait counts as a stall when it lasted ``stall_min_s`` to the end of the logs (the last line of any file), and three times the median of its kind (a run whose
 steps take minutes waits that long every step), or when the other side fell silent before it
 began and stayed silent that long (logs read while the run goes on end inside ordinary waits, with
 the other side at work and silent for seconds). Waits from before a restart of the orchestrator
@@ -33,24 +33,24 @@ def _clock(ts: float | None) -> str:
     return local_time(ts)
 
 
+def _moved(d: Collected, path: object, ts: float | None) -> float | None:
+    """A time of file ``path`` on the orchestrator's clock: a server log on a clock of its own moved
+    by its offset (the trainer's were moved as they were read)."""
+    off = d.clock_offsets.get(log_of(str(path))) if path is not None and ts is not None else None
+    return ts - off[0] if off is not None else ts  # type: ignore[operator]
+
+
 def _last_lines(d: Collected) -> dict[str, tuple[float | None, str]]:
-    """Each file's last line with its time on the orchestrator's clock (a server log on a clock of
-    its own moved by its offset; the trainer's were moved as they were read)."""
-    out = {}
-    for path, (ts, text) in d.parse.last_lines.items():
-        off = d.clock_offsets.get(log_of(path))
-        out[path] = (ts - off[0] if ts is not None and off is not None else ts, text)
-    return out
+    """Each file's last line with its time on the orchestrator's clock (:func:`_moved`)."""
+    return {path: (_moved(d, path, ts), text) for path, (ts, text) in d.parse.last_lines.items()}
 
 
 def logs_end(d: Collected) -> float | None:
     """The latest timestamp of any line (tagged or not) of any file."""
     stamps = [ts for ts, _ in _last_lines(d).values() if ts is not None]
-    for e in d.last_events.values():  # each source's last tagged line
-        if e.ts is not None:
-            off = d.clock_offsets.get(log_of(str(e.path))) if e.path is not None else None
-            stamps.append(e.ts - off[0] if off is not None else e.ts)
-    return max(stamps) if stamps else None
+    # each source's last tagged line
+    stamps += [_moved(d, e.path, e.ts) for e in d.last_events.values() if e.ts is not None]
+    return max(stamps) if stamps else None  # type: ignore[type-var]
 
 
 def last_line(d: Collected, process: str, path: str | None = None) -> tuple[float | None, str] | None:

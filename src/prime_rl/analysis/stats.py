@@ -26,6 +26,7 @@ import polars as pl
 from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
+from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
@@ -878,9 +879,6 @@ def _collect(
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
 
-
-LAUNCHER = "rl"
-"""The label of the ``rl`` launcher's own log (:func:`~prime_rl.analysis.parser.label_for`)."""
 
 _COLLECT_EVENTS = (
     "rollout.done",

@@ -390,8 +390,8 @@ class TaggedLines:
         """The batch's lines counted by (tag, event), its first timestamp but a :data:`RUN_START`
         or :data:`TRAIN_WAIT` line's (a process starting, or the trainer starting to wait, begins no
         time of the run: the trainer starts and waits for its first rollouts while the servers load;
-        a batch of nothing else starts at its last) and its last (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in the
-        parse's thread, off the collector's)."""
+        a batch of nothing else starts at its last) and its last (made once:
+        :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")

@@ -80,9 +80,7 @@ class Update:
         wait before the last attempt; else 0. (An update that failed in the end is not counted: the
         orchestrator's health loop reloads a server that is down in the background, under updates
         that fail while it stays down, which the steps do not wait for.)"""
-        if self.retried:
-            return (self.done_ts - self.send_ts) * 1000.0 - self.wall_ms  # type: ignore[operator]
-        return 0.0
+        return self.waited_ms - self.wall_ms if self.retried else 0.0  # type: ignore[operator]
 
     @property
     def send_to_recv_ms(self) -> float | None:
