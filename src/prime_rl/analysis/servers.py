@@ -260,28 +260,33 @@ def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
 
 
 def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
-    """A collector run's slow server: its median generation time per sample ``server_slow_ratio``
-    times its peers', over at least ``server_min_updates`` samples each."""
+    """A collector run's slow servers: each whose median generation time per sample is
+    ``server_slow_ratio`` times its peers' (the median of the faster half's medians, as for updates:
+    :func:`_slower`), over at least ``server_min_updates`` samples each. Its share: each slow
+    server's share of the samples, times how much of their time the peers would not have taken."""
     rows = [r for r in server_rows(d) if r.samples >= th.server_min_updates]
     if len(rows) < 2:
         return None
     medians = {r.url: r.median("gen_ms") for r in rows}
-    slow_url = max(medians, key=lambda u: medians[u])
-    peers = statistics.median(v for u, v in medians.items() if u != slow_url)
-    ratio = medians[slow_url] / peers if peers > 0 else float("inf")
-    if ratio < th.server_slow_ratio:
+    medians = {u: m for u, m in medians.items() if m is not None}
+    if len(medians) < 2:
         return None
-    slow = next(r for r in rows if r.url == slow_url)
+    peers, ratios, slow = _slower(medians, th.server_slow_ratio)
+    if not slow:
+        return None
+    by_url = {r.url: r for r in rows}
     samples = sum(r.samples for r in rows)
+    where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
+    answered = "; ".join(f"{u} answered {by_url[u].samples} of {samples} samples" for u in slow)
     return Finding(
         kind="slow_server",
-        title=f"Slow server: {slow_url} takes {ratio:.1f}x as long as its peers to generate",
-        evidence=f"median generation {medians[slow_url]:.0f} ms per sample on {slow_url} vs {peers:.0f} ms on "
-        f"the {len(medians) - 1} other server(s) ({ratio:.1f}x >= server_slow_ratio {th.server_slow_ratio:g}); "
-        f"it answered {slow.samples} of {samples} samples",
-        share=slow.samples / samples * (1 - 1 / ratio) if samples else 0.0,
+        title=_slow_title(slow, ratios, "generate"),
+        evidence=f"median generation {where} per sample vs {peers:.0f} ms on the {len(medians) - len(slow)} other "
+        f"server(s) (>= server_slow_ratio {th.server_slow_ratio:g}x); {answered}",
+        share=sum(by_url[u].samples / samples * (1 - 1 / ratios[u]) for u in slow) if samples else 0.0,
         next=(
-            f"Check {slow_url}'s host (GPU health, other load, its batch size and KV cache in [server] lines).",
+            f"Check {' and '.join(slow)}'s host (GPU health, other load, its batch size and KV cache in [server] "
+            "lines).",
             "Drop it from --base_urls, or give it a smaller share until it is fixed.",
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),

@@ -99,6 +99,25 @@ def test_a_collector_s_servers_get_their_own_rows_and_a_slow_one_is_named(tmp_pa
     )
 
 
+def test_a_collector_s_two_slow_servers_of_four_are_both_named_against_the_two_that_are_not(
+    tmp_path, analyze
+):
+    # as for weight updates: the peers are the faster half, so one slow server is no peer of the other
+    log = _collect_log(
+        tmp_path / "collect.log",
+        {"http://a:1": 100.0, "http://b:1": 100.0, "http://c:1": 500.0, "http://d:1": 400.0},
+    )
+    summary, _ = analyze([log], tmp_path / "out")
+    slow = [f for f in summary["findings"] if f["kind"] == "slow_server"]
+    assert len(slow) == 1
+    assert slow[0]["title"] == (
+        "Slow servers: http://c:1 (5.0x), http://d:1 (4.0x) take that many times as long as their peers to generate"
+    )
+    assert "vs 100 ms on the 2 other server(s)" in slow[0]["evidence"]
+    # each slow server's quarter of the samples, less the time the peers would have taken
+    assert slow[0]["share"] == pytest.approx(0.25 * (1 - 1 / 5) + 0.25 * (1 - 1 / 4), abs=0.01)
+
+
 def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):
     log = _collect_log(tmp_path / "collect.log", {"http://a:1": 100.0, "http://b:1": 150.0})
     summary, _ = analyze([log], tmp_path / "out")
