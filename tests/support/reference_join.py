@@ -131,8 +131,18 @@ class ReferenceJoin:
         alone: list[Update] = []
         taken: set[int] = set()
         for (tid, source), parts in self.server.items():
+            paired: list[Update] = []  # by this file's earlier parts
             for s in parts:
                 c = _pair(s, mapping.get(source), clients_by_tid.get(tid, []), taken)
+                first = _first_attempt(s, paired, c)
+                if first is not None:  # a retry of an update the server received: one update
+                    if s.server_rpc_ms is not None:
+                        first.server_rpc_ms, first.lock_wait_ms = s.server_rpc_ms, s.lock_wait_ms
+                    first.target = s.target or first.target
+                    first.path = first.path or s.path
+                    continue
+                if c is not None:
+                    paired.append(c)
                 if c is None:
                     s.url = mapping.get(source)
                     alone.append(s)
@@ -157,3 +167,21 @@ def _pair(s: Update, url: str | None, clients: list[Update], taken: set[int]) ->
     if s.recv_ts is not None:
         return max(free, key=lambda c: c.send_ts if c.send_ts is not None else -math.inf)
     return free[0]
+
+
+def _first_attempt(s: Update, paired: list[Update], free: Update | None) -> Update | None:
+    """The client part, of those the server file's earlier parts took, still waiting when ``s`` was
+    received (sent by then, not done more than 1 s before), sent last; None when there is none or
+    ``free`` went to its URL later (another update under the same trace id)."""
+    best = None
+    for c in paired:
+        if s.recv_ts is None or c.send_ts is None or c.send_ts > s.recv_ts + 1.0:
+            continue
+        if c.done_ts is not None and s.recv_ts > c.done_ts + 1.0:
+            continue
+        if best is None or c.send_ts > best.send_ts:
+            best = c
+    later = free is not None and free.send_ts is not None and best is not None and free.send_ts > best.send_ts
+    if later and free.url == best.url:
+        return None
+    return best

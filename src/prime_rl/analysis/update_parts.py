@@ -3,7 +3,8 @@ usual pattern (:mod:`~prime_rl.analysis.update_columns` joins the usual ones fro
 
 One update goes to every server under one trace id, so the client's lines are kept apart by
 ``url=`` and the server's by the file they come from; :meth:`LineJoin.pair` then pairs each server
-part with its client part (see :func:`pair_one`). A trace id that repeats (logs appended over
+part with its client part (see :func:`pair_one`); the later attempts of a retried update that
+reached the same server are folded into it (:func:`attempt_of`). A trace id that repeats (logs appended over
 several runs) starts a new update at a client.send after a finished one. The events and their
 fields are defined in ``docs/design.md``.
 """
@@ -124,6 +125,8 @@ class LineJoin:
         self._first: dict[tuple[str, str], int] = {}
         """The first row of each (trace id, server file)."""
         self._by_tid_memo: dict[str, list[Update]] | None = None
+        self.attempts = 0
+        """Server parts that were a later attempt of an update (:func:`attempt_of`), folded into it."""
 
     def add_clients(self, *columns: list) -> None:
         """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue): a line
@@ -214,13 +217,19 @@ class LineJoin:
         taken: set[int] = set()
         for (tid, source), parts in self.server.items():
             clients = clients_by_tid.get(tid, [])
+            mine: list[Update] = []  # the client parts this file's earlier parts paired
             for place, s in enumerate(parts):
                 c = pair_one(s, mapping.get(source), clients, taken)
-                if c is None:
+                again = attempt_of(s, mine, c)
+                if again is not None:  # a later attempt of an update this server already received
+                    answer(again, s)
+                    self.attempts += 1
+                elif c is None:
                     s.url = mapping.get(source)
                     alone.append(((self._first[tid, source], place), s))
                 else:
                     taken.add(id(c))
+                    mine.append(c)
                     c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
                     c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
                     c.path = c.path or s.path
@@ -256,6 +265,42 @@ def pair_one(s: Update, url: str | None, clients: list[Update], taken: set[int])
     if s.recv_ts is not None:
         return max(free, key=lambda c: c.send_ts if c.send_ts is not None else -math.inf)
     return free[0]
+
+
+def attempt_of(s: Update, mine: list[Update], free: Update | None) -> Update | None:
+    """The update whose later attempt the server part ``s`` is, of ``mine`` (the client parts the same
+    server file's earlier parts of the trace id were paired with), or None. The admin client retries
+    a failed update under its trace id, so each attempt that reached the server logs its own
+    ``server.recv``; an update is one update however many attempts it took. ``s`` is an attempt of
+    the last of ``mine`` sent before the server received it (1 s of slack, as :func:`pair_one`) that
+    was still waiting then (not answered or given up more than 1 s before), unless ``free`` (the
+    client part ``s`` would pair with otherwise) was sent to its URL after it: a trace id that
+    repeats."""
+    if s.recv_ts is None or not mine:
+        return None
+    waiting = [
+        c
+        for c in mine
+        if c.send_ts is not None
+        and c.send_ts <= s.recv_ts + 1.0
+        and (c.done_ts is None or s.recv_ts <= c.done_ts + 1.0)
+    ]
+    if not waiting:
+        return None
+    c = max(waiting, key=lambda c: c.send_ts)  # type: ignore[arg-type,return-value]
+    if free is not None and free.url == c.url and free.send_ts is not None and free.send_ts > c.send_ts:  # type: ignore[operator]
+        return None
+    return c
+
+
+def answer(c: Update, s: Update) -> None:
+    """Fold the later attempt ``s`` into the update ``c``: the server's numbers are the answer's (the
+    last attempt's, where it logged them), its receipt stays the first attempt's (as the client's send
+    does)."""
+    if s.server_rpc_ms is not None:
+        c.server_rpc_ms, c.lock_wait_ms = s.server_rpc_ms, s.lock_wait_ms
+    c.target = s.target or c.target
+    c.path = c.path or s.path
 
 
 def late(send_ts: float | None, recv_ts: float | None) -> bool:

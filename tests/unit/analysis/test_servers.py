@@ -208,6 +208,83 @@ def test_an_update_retried_by_the_real_admin_client_counts_its_whole_wait(tmp_pa
     assert f"| {flaky.base_url} | 3 | 0 | 3 |" in md
 
 
+def test_attempts_that_reached_the_real_admin_server_are_one_update_each(tmp_path, analyze):
+    """Each attempt of a retried update that reaches the server logs its own server.recv under the
+    update's trace id. Those were each an update: three updates that failed once at the server (a
+    load that failed and rolled back, answered 500) counted six, three of them server parts with no
+    client. The admin routes (FirstByteMiddleware, the swapper with a fake engine) over real HTTP,
+    the real AdminClient, the server's and the client's lines in their own log files."""
+    import asyncio
+
+    import torch
+    from fastapi import FastAPI
+    from loguru import logger
+    from safetensors.torch import save_file
+    from tests.support.fake_engine import FakeEngine
+    from tests.support.http_server import ThreadedApp
+
+    from prime_rl.clients.admin import AdminClient
+    from prime_rl.clients.config import ClientConfig
+    from prime_rl.inference.admin import FirstByteMiddleware, ServedPolicy, WeightSwapper, build_admin_router
+    from prime_rl.logging import LOG_FORMAT
+    from prime_rl.transport.weights import write_file_manifest
+
+    base, root = tmp_path / "base", tmp_path / "weights"
+    base.mkdir()
+    save_file({"w": torch.zeros(2, 2)}, str(base / "model.safetensors"))
+    for step in range(3):
+        d = root / f"step_{step}"
+        d.mkdir(parents=True)
+        save_file({"w": torch.full((2, 2), float(step))}, str(d / "model.safetensors"))
+        write_file_manifest(d)
+        (d / "STABLE").touch()
+    engine = FakeEngine()
+    swapper = WeightSwapper(
+        engine=engine, base_files=[base / "model.safetensors"], weights_root=root, served=ServedPolicy()
+    )
+    app = FastAPI()
+    app.include_router(build_admin_router(swapper, None))
+    app.add_middleware(FirstByteMiddleware, served=swapper.served)
+    logs = tmp_path / "logs"
+    with ThreadedApp(app) as server:
+        server_thread = server._thread.ident
+        cfg = ClientConfig(base_urls=[server.base_url], admin={"backoff_s": 0.3})  # retries wait 0.15-0.3 s
+
+        async def updates() -> list[int]:
+            admin = AdminClient(cfg)
+            try:
+                attempts = []
+                for step in range(3):
+                    engine.fail_loads = 1  # the first load fails (and rolls back): a 500, retried
+                    results = await admin.update_weights(str(root / f"step_{step}"), trace_id=f"up{step}")
+                    attempts += [r.attempts for r in results]
+                return attempts
+            finally:
+                await admin.aclose()
+
+        sinks = [
+            logger.add(logs / "orchestrator.log", level="INFO", format=LOG_FORMAT,
+                       filter=lambda r: r["thread"].id != server_thread),
+            logger.add(logs / "inference.log", level="INFO", format=LOG_FORMAT,
+                       filter=lambda r: r["thread"].id == server_thread),
+        ]  # fmt: skip
+        try:
+            assert asyncio.run(updates()) == [2, 2, 2]
+        finally:
+            for sink in sinks:
+                logger.remove(sink)
+    assert (logs / "inference.log").read_text().count(" server.recv ") == 6  # two attempts each
+    summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
+    updates = summary["updates"]
+    assert [u["tid"] for u in updates] == ["up0", "up1", "up2"]
+    # the answer's server time (the second attempt's rpc.done), the first attempt's receipt
+    assert all(u["server"] is not None and abs(u["server_rpc_ms"] - u["rpc_ms"]) < 0.06 for u in updates)
+    assert all(u["target"] == f"step_{i}" for i, u in enumerate(updates))
+    assert all(0 <= u["send_to_recv_ms"] < 1000 for u in updates)
+    (row,) = summary["servers"]
+    assert (row["url"], row["updates"], row["retried"]) == (server.base_url, 3, 3)
+
+
 def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_path, analyze):
     """Thirty samples in flight wait a second each after the same 429 burst: that is one second of
     the run, not thirty (the stage read 334% of the run, labelled as the orchestrator's); the
