@@ -22,7 +22,6 @@ from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
 from prime_rl.analysis.output import RawJSON, dumps, md_text, write_text
 from prime_rl.analysis.report_sections import headline, sections_after_numbers
-from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.servers import server_dicts
 from prime_rl.analysis.spans import SpanColumns, span_columns
 from prime_rl.analysis.stages import stages
@@ -402,7 +401,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "spans_dropped": d.spans_dropped,
         "stages": [asdict(st) for st in stages(d)],
         "servers": server_dicts(d),
-        "restarts": [_restart_dict(r) for r in d.restarts],
+        "restarts": [asdict(r) for r in d.restarts],
         "bad_values": {"count": d.parse.bad_values, "examples": d.parse.bad_value_examples},
         "out_of_order": {"count": d.parse.out_of_order, "examples": d.parse.out_of_order_examples},
         "time_goes_back": {"count": d.parse.time_goes_back, "examples": d.parse.time_goes_back_examples},
@@ -422,10 +421,6 @@ def _updates_json(d: Collected) -> RawJSON:
     table = d.updates.frame.head(n) if isinstance(d.updates, UpdateTable) else frame_of(d.updates[:n])
     gaps = d.update_frame().get_column("send_to_recv").head(n).alias("send_to_recv_ms")
     return RawJSON(table.with_columns(gaps).write_json())
-
-
-def _restart_dict(r: Restart) -> dict[str, Any]:
-    return asdict(r) | {"redone": r.redone}
 
 
 def write_report(a: Analysis, out: Path) -> Path:

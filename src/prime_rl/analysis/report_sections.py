@@ -118,7 +118,7 @@ def per_server(d: Collected) -> list[str]:
 
 
 def restarts(d: Collected) -> list[str]:
-    """Where the logs hold a restart, and the steps done again (counted once)."""
+    """Where the logs hold a restart, and the steps done again (logged before and after it; counted once)."""
     if not d.restarts:
         return []
     lines = ["", "## Restarts", ""]
@@ -127,7 +127,8 @@ def restarts(d: Collected) -> list[str]:
         down = f", after {r.down_s:.0f} s without a line" if r.down_s is not None else ""
         lines.append(
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
-            f"resumed at step {r.resumed}; {r.redone} step(s) redone, counted once (the later run's numbers)."
+            f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again), counted "
+            "once (the later run's numbers)."
         )
     if d.down_seconds:
         lines += [

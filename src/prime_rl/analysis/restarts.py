@@ -8,12 +8,13 @@ trainer's ``[train] step.done step=`` at or below a step it already reached (a r
 fell between a checkpoint and the next step's line, has no step going back to show it). Each such
 line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
-step's), so a redone step is counted once.
+step's), so a redone step is counted once. A segment's redone steps are the steps of its step lines
+that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -40,11 +41,11 @@ class Restart:
     """The step it started again at."""
     down_s: float | None
     """Seconds between the process's last line before and this one (None without timestamps)."""
-
-    @property
-    def redone(self) -> int:
-        """Steps done again: ``resumed`` .. ``reached``."""
-        return self.reached - self.resumed + 1
+    redone: int = 0
+    """Steps done again: the distinct steps of the new segment's step lines that an earlier segment
+    of the process logged too (not ``resumed`` .. ``reached``: a step whose line an earlier segment
+    lacks, or one the new segment never reached, is none). Set when the segment ends
+    (:meth:`Segments.finish`)."""
 
 
 class Segments:
@@ -57,6 +58,12 @@ class Segments:
         self._reached: dict[str, int] = {}
         self._last_ts: dict[str, float] = {}
         self._gap: dict[str, float] = {}
+        self._logged: dict[str, np.ndarray] = {}
+        """By process, the steps its ended segments logged (sorted, once each)."""
+        self._open: dict[str, list[np.ndarray]] = {}
+        """By process, the steps its current segment logged so far (an array per batch)."""
+        self._opened_by: dict[str, int] = {}
+        """By process, the index in :attr:`restarts` of the restart that began its current segment."""
 
     def observe(self, lines: TaggedLines) -> list[int]:
         """Fold a batch of one process's lines; the rows that start a new segment of it. The downtime
@@ -86,8 +93,14 @@ class Segments:
             reach = np.where(start, steps - 1, steps)
             before = np.concatenate([[-1 if reached is None else reached], reach[:-1]])
             seen = np.arange(len(steps)) > 0 if reached is None else np.ones(len(steps), dtype=bool)
+            done = np.where(start, -1, steps)  # the steps logged (a run.start's is none)
+            ended = 0  # where the current segment's lines in the batch begin
             # a restart: the step went back, or the process started again after lines of its own
             for k in np.flatnonzero(np.where(start, seen, steps <= before)).tolist():
+                self._log(source, done[ended:k])
+                ended = k
+                self._end_segment(source)
+                self._opened_by[source] = len(self.restarts)
                 since = stepped[k - 1] + 1 if k else 0  # the step lines since the last step
                 gap = float(longest[since : stepped[k] + 1].max())
                 if not k:  # the first step of the batch: the silence carried from the last batch too
@@ -105,12 +118,41 @@ class Segments:
                     )
                 )
                 out.append(i)
+            self._log(source, done[ended:])
             self._reached[source] = int(reach[-1])
             carried, longest = -np.inf, longest[stepped[-1] + 1 :]
         gap = max(carried, float(longest.max()))
         if gap > -np.inf:
             self._gap[source] = gap
         return out
+
+    def finish(self) -> None:
+        """End every process's current segment (the logs end): each restart's :attr:`Restart.redone`
+        is set."""
+        for source in list(self._open):
+            self._end_segment(source)
+
+    def _log(self, source: str, steps: np.ndarray) -> None:
+        """The current segment of ``source`` logged ``steps`` (-1: none); every 64 batches its steps
+        are merged, once each (memory: the steps, not the lines)."""
+        steps = steps[steps >= 0]
+        if len(steps):
+            parts = self._open.setdefault(source, [])
+            parts.append(steps.astype(np.int64))
+            if len(parts) >= 64:
+                parts[:] = [np.unique(np.concatenate(parts))]
+
+    def _end_segment(self, source: str) -> None:
+        """End the current segment of ``source``: the restart that began it counts the steps it
+        logged that an earlier one did too, and they join the steps logged."""
+        logged = self._logged.get(source, np.empty(0, dtype=np.int64))
+        parts = self._open.pop(source, [])
+        steps = np.unique(np.concatenate(parts)) if parts else logged[:0]
+        k = self._opened_by.pop(source, None)
+        if k is not None:
+            again = int(np.isin(steps, logged, assume_unique=True).sum())
+            self.restarts[k] = replace(self.restarts[k], redone=again)
+        self._logged[source] = np.union1d(logged, steps)
 
     def down_seconds(self) -> float:
         """Seconds in which the whole run was down: for each restart of the orchestrator, the time

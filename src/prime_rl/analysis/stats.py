@@ -845,6 +845,7 @@ def _collect(
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
+    c.segments.finish()
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs = _this_runs(c.hangs, first_ts, c.segments)

@@ -3,6 +3,8 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -152,7 +154,20 @@ def test_every_staleness_violation_is_listed_with_its_step(tmp_path, analyze):
 
 
 class _LineByLine(Segments):
-    """The fold before it was column-wise (the oracle): each step line in turn."""
+    """The fold before it was column-wise (the oracle): each step line in turn; the steps each
+    segment logged kept as sets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: dict[str, list[tuple[int | None, set[int]]]] = {}
+        """By process, each segment's restart (its index; None: the first) and the steps it logged."""
+
+    def finish(self) -> None:
+        for segments in self.logged.values():
+            for n, (k, steps) in enumerate(segments):
+                if k is not None:
+                    earlier = set().union(*(s for _, s in segments[:n]))
+                    self.restarts[k] = dataclasses.replace(self.restarts[k], redone=len(steps & earlier))
 
     def observe(self, lines: TaggedLines) -> list[int]:
         source = lines.source
@@ -169,8 +184,12 @@ class _LineByLine(Segments):
             step, reached = int(raw), self._reached.get(source)
             # a run.start: a restart after any line of its own; the next step line goes on from it
             self._reached[source] = step - 1 if starts[k] else step
+            segments = self.logged.setdefault(source, [(None, set())])
             if reached is None or (not starts[k] and step > reached):
+                if not starts[k]:
+                    segments[-1][1].add(step)
                 continue
+            segments.append((len(self.restarts), set() if starts[k] else {step}))
             ev = lines.event(i)
             self.restarts.append(
                 Restart(source, ev.where(), ev.ts, reached, step, gap if gap > -np.inf else None)
@@ -194,8 +213,8 @@ STEP_LINE = st.tuples(
 @given(batches=st.lists(st.lists(STEP_LINE, max_size=8), max_size=5))
 def test_restarts_found_column_wise_are_the_line_by_line_fold_s(batches):
     """Where the step goes back, when, after how long a silence (carried across batches, over step
-    lines without a step): the same restarts and rows as the line-by-line fold, whatever the steps
-    (digits, none, signs, words, other scripts' digits: no crash)."""
+    lines without a step), the steps redone: the same restarts and rows as the line-by-line fold,
+    whatever the steps (digits, none, signs, words, other scripts' digits: no crash)."""
     new, old = Segments(), _LineByLine()
     for n, rows in enumerate(batches):
         events = [
@@ -205,6 +224,8 @@ def test_restarts_found_column_wise_are_the_line_by_line_fold_s(batches):
         if events:
             lines = TaggedLines.from_events(events)
             assert new.observe(lines) == old.observe(lines)
+    new.finish()
+    old.finish()
     assert new.restarts == old.restarts and new._reached == old._reached
     assert {k: v for k, v in new._gap.items() if v > -np.inf} == {
         k: v for k, v in old._gap.items() if v > -np.inf
@@ -468,3 +489,33 @@ def test_a_trainer_waiting_for_rollouts_the_orchestrator_died_writing_is_a_stall
     )
     summary, _ = analyze(run.write(tmp_path / "computing").values(), tmp_path / "out2")
     assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
+
+
+def _orchestrator_log(path, segments: list[tuple[int | None, list[int]]]):
+    """An orchestrator log of ``segments``: each (the step of a ``run.start`` line before it, or None
+    for none; the steps it logs, one batch.start and batch.done each), one second a line."""
+    lines = []
+    for start, steps in segments:
+        tagged = [] if start is None else [format_tagged("gen", "run.start", step=start, resume=True)]
+        for step in steps:
+            tagged.append(format_tagged("gen", "batch.start", step=step, inflight=64, target_batch=256))
+            tagged.append(format_tagged("gen", "batch.done", step=step, completions=256, dur_ms=1000.0))
+        lines += tagged
+    stamped = [f"2026-01-01 12:{i // 60:02d}:{i % 60:02d}.000 | INFO    | {x}" for i, x in enumerate(lines)]
+    path.write_text("\n".join(stamped) + "\n")
+    return path
+
+
+def test_the_steps_redone_are_those_logged_again_not_every_step_up_to_the_one_reached(tmp_path, analyze):
+    """Steps 5..7 were never logged (their lines lost), then a resume at 3 that crashed after step 6,
+    then a resume at 5 that went on to 12: the first redid 3 and 4 (not 3..9: 7), the second 5, 6, 8
+    and 9 (not 5..6: 2). Each counts the steps of its run that an earlier run had logged."""
+    log = _orchestrator_log(
+        tmp_path / "orchestrator.log",
+        [(None, [0, 1, 2, 3, 4, 8, 9]), (None, [3, 4, 5, 6]), (5, list(range(5, 13)))],
+    )
+    summary, md = analyze([log], tmp_path / "out")
+    found = [(r["reached"], r["resumed"], r["redone"]) for r in summary["restarts"]]
+    assert found == [(9, 3, 2), (6, 5, 4)]
+    assert summary["counts"]["redone.gen_dur_ms"] == 2 + 4  # the per-step series agree
+    assert "resumed at step 3; 2 step(s) redone" in md and "resumed at step 5; 4 step(s) redone" in md
