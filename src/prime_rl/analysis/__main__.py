@@ -66,7 +66,8 @@ def _arg_parser() -> argparse.ArgumentParser:
         dest="async_level",
         type=int,
         default=None,
-        help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json)",
+        help="the run's async_level, for the staleness warning (default: from <run>/configs/orchestrator.json); "
+        "a run whose [gen] run.start line says its own async_level is judged by that, the one it ran with",
     )
     parser.add_argument(
         "--compare",

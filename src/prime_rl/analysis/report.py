@@ -313,12 +313,11 @@ def _staleness(d: Collected) -> list[str]:
     hist = d.staleness_histogram()
     if not hist:
         return []
-    bound = "unknown" if d.async_level is None else str(d.async_level)
     lines = [
         "",
         "## Staleness",
         "",
-        f"async_level {bound}; steps per staleness of their batch (its oldest sample):",
+        f"async_level {d.async_level_text()}; steps per staleness of their batch (its oldest sample):",
         "",
     ]
     lines += ["| staleness | steps |", "|---|---|"] + [f"| {s} | {n} |" for s, n in hist.items()]
@@ -386,6 +385,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "staleness": {
             "histogram": {str(k): v for k, v in d.staleness_histogram().items()},
             "violations": [{"step": step, "staleness": s} for step, s in d.staleness_violations()],
+            "async_levels": d.async_levels(),
         },
         "thresholds": {name: getattr(a.thresholds, name) for name in Thresholds.model_fields},
         "parse": {

@@ -18,18 +18,18 @@ Check = Callable[[Collected, Thresholds], str | None]
 
 
 def staleness_above_async_level(d: Collected, th: Thresholds) -> str | None:
-    """[rollout] staleness above the run's async_level (when it is known), with every step."""
+    """[rollout] staleness above the async_level of the run it is in (when it is known), with every
+    step; else a value without a step above every run's."""
     bad = d.staleness_violations()
     if bad:
         steps = ", ".join(f"{step} ({s})" for step, s in bad[:20]) + (
             f" and {len(bad) - 20} more" if len(bad) > 20 else ""
         )
-        return (
-            f"staleness above async_level {d.async_level} at {len(bad)} step(s): {steps} (step (staleness))"
-        )
-    staleness = d.series["staleness"]
-    if d.async_level is not None and staleness and max(staleness) > d.async_level:
-        return f"staleness reached {max(staleness):.0f}, above async_level {d.async_level}"
+        level = d.async_level_text()
+        return f"staleness above async_level {level} at {len(bad)} step(s): {steps} (step (staleness))"
+    staleness, bound = d.series["staleness"], max(d.async_levels(), default=d.async_level)
+    if bound is not None and staleness and max(staleness) > bound:
+        return f"staleness reached {max(staleness):.0f}, above async_level {bound}"
     return None
 
 

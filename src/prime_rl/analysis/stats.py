@@ -34,6 +34,7 @@ from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.tagged import (
     EXAMPLES,
     NUMBER,
+    RUN_START,
     STEP_NUMBER,
     Event,
     ParseStats,
@@ -148,11 +149,15 @@ class Collected:
     """Each :data:`SERIES` as an ``array('d')`` of its values (8 bytes a value)."""
     counts: Counter
     async_level: int | None
+    """The ``async_level`` given (``--async-level``, else the run's config): the bound of the
+    staleness of [rollout] lines whose run did not say its own (a ``[gen] run.start`` without
+    ``async_level=``, or before any); a run that said its own is judged by that, what it ran with."""
     run_seconds: float | None = None
     """First to last timestamped event, less :attr:`down_seconds` (None with fewer than two distinct
     timestamps)."""
     staleness_by_step: StepStaleness = field(default_factory=StepStaleness)
-    """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``."""
+    """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``, with each
+    line's run's ``async_level``."""
     restarts: list[Restart] = field(default_factory=list)
     """Where a process started again in the same log (a crash and a ``--resume``)."""
     last_events: dict[str, Event] = field(default_factory=dict)
@@ -248,10 +253,23 @@ class Collected:
         return self.staleness_by_step.histogram()
 
     def staleness_violations(self) -> list[tuple[int, int]]:
-        """(step, staleness) of every step whose staleness is above the run's async_level."""
-        if self.async_level is None:
-            return []
+        """(step, staleness) of every step whose staleness is above the async_level of its run
+        (:attr:`async_level` where the run did not say; unknown: none)."""
         return self.staleness_by_step.above(self.async_level)
+
+    def async_levels(self) -> list[int]:
+        """The async_level the [rollout] lines were judged by, each once, in the order of the runs
+        (:meth:`StepStaleness.levels`)."""
+        return self.staleness_by_step.levels(self.async_level)
+
+    def async_level_text(self) -> str:
+        """:meth:`async_levels` as the report names them: ``1``; ``2, then 1 (each run's own, ...)``
+        where the runs' differ or differ from the one given; ``unknown``."""
+        levels = self.async_levels()
+        text = ", then ".join(map(str, levels)) or "unknown"
+        if len(levels) > 1 or (self.async_level is not None and levels != [self.async_level]):
+            text += " (each run's own, from its [gen] run.start line; else the one given)"
+        return text
 
     @property
     def nothing_tagged(self) -> bool:
@@ -399,6 +417,12 @@ class _Collector:
         self.last_wait: tuple[Position, TaggedLines, int, str] | None = None
         """The last [ckpt] wait.start with no wait.done after it: where, its batch, row, target."""
         self.staleness_by_step = StepStaleness()
+        self.run_level = -1
+        """The ``async_level`` of the orchestrator's current run (its last ``[gen] run.start``'s; -1:
+        not said)."""
+        self.run_starts: tuple[np.ndarray, np.ndarray, int] = (np.empty(0), np.empty(0, np.int64), -1)
+        """The batch's ``[gen] run.start`` lines (their ``line``, in order), their ``async_level``
+        (-1: none) and the level before the batch (:meth:`_run_levels`)."""
         self.by_step: dict[str, _PerStep] = {k: _PerStep() for k in PER_STEP}
         self.batches_started = 0
         self.segments = Segments()
@@ -552,7 +576,11 @@ class _Collector:
         self._per_step("staleness", b, "current_step", staleness)
         both = staleness.is_not_null() & step_num.is_not_null()
         if both.any():
-            self.staleness_by_step.add(step_num.filter(both), staleness.filter(both))
+            # each line's run: the last run.start before it in the orchestrator's lines
+            starts, levels, before = self.run_starts
+            line = b.frame.get_column("line").filter(both).to_numpy()
+            level = np.concatenate(([before], levels))[np.searchsorted(starts, line, side="right")]
+            self.staleness_by_step.add(step_num.filter(both), staleness.filter(both), level)
 
     def verify(self, seq: int, b: TaggedLines) -> None:
         """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU
@@ -721,6 +749,7 @@ class _Collector:
         restarts = self.segments.observe(b)
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
+        self.run_starts = self._run_levels(b)
         for tag, lines in b.by_tag():
             handler = self.handler(tag)
             if handler is not None:
@@ -728,6 +757,21 @@ class _Collector:
                     handler(seq, lines)
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
+
+    def _run_levels(self, b: TaggedLines) -> tuple[np.ndarray, np.ndarray, int]:
+        """The batch's ``[gen] run.start`` lines (their ``line``), the ``async_level`` each says (-1:
+        none, an older orchestrator's) and the level before the batch; :attr:`run_level` moves on to
+        the last (a [rollout] line of the batch takes the last run.start before it, by line order)."""
+        before = self.run_level
+        if not any((tag, event) == ("gen", RUN_START) for tag, event, _ in b.overview().counts):
+            return np.empty(0, np.int64), np.empty(0, np.int64), before
+        frame = b.frame
+        ours = (frame.get_column("tag") == "gen") & (frame.get_column("event") == RUN_START)
+        rows = np.flatnonzero(ours.fill_null(False).to_numpy())
+        said = step_numbers(pl.Series(b.rows_text(rows, "async_level"), dtype=pl.String))
+        levels = said.fill_null(-1).to_numpy()
+        self.run_level = int(levels[-1])
+        return frame.get_column("line").to_numpy()[rows], levels, before
 
     def update_spans(self, frame: pl.DataFrame) -> None:
         """The joined updates' series and spans (``frame``: :func:`~prime_rl.analysis.updates.update_frame`)."""

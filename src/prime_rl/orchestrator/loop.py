@@ -131,8 +131,15 @@ class Orchestrator:
             await self.admin.start()  # connections for weight updates, open before the streams start
             self.server_metrics.start()  # [server] metrics lines every server_metrics.interval_s
             start = await self._resume() if self.cfg.resume.enabled else 0
-            # where this run starts: the analyzer splits a log appended over a crash and a resume here
-            log_tagged("gen", "run.start", step=start, resume=self.cfg.resume.enabled)
+            # where this run starts: the analyzer splits a log appended over a crash and a resume here,
+            # and judges this run's staleness by its own async_level (a resume may change it)
+            log_tagged(
+                "gen",
+                "run.start",
+                step=start,
+                resume=self.cfg.resume.enabled,
+                async_level=self.cfg.async_level,
+            )
             producer = asyncio.create_task(self._produce())
             health = asyncio.create_task(self._health_loop())
             for step in range(start, self.cfg.max_steps):

@@ -519,3 +519,45 @@ def test_the_steps_redone_are_those_logged_again_not_every_step_up_to_the_one_re
     assert found == [(9, 3, 2), (6, 5, 4)]
     assert summary["counts"]["redone.gen_dur_ms"] == 2 + 4  # the per-step series agree
     assert "resumed at step 3; 2 step(s) redone" in md and "resumed at step 5; 4 step(s) redone" in md
+
+
+def _rollout_log(path, runs: list[tuple[int | None, list[tuple[int, int]]]]):
+    """An orchestrator log of ``runs``: each its run.start's async_level (None: a run.start without
+    one, as before the field) and its (step, staleness) [rollout] lines, one second a line."""
+    lines = []
+    for level, pairs in runs:
+        fields = {} if level is None else {"async_level": level}
+        lines.append(format_tagged("gen", "run.start", step=pairs[0][0], resume=bool(lines), **fields))
+        lines += [
+            format_tagged("rollout", None, trunc_pct=0.0, current_step=s, ckpt_step=s - v, staleness=v)
+            for s, v in pairs
+        ]
+    stamped = [f"2026-01-01 12:{i // 60:02d}:{i % 60:02d}.000 | INFO    | {x}" for i, x in enumerate(lines)]
+    path.write_text("\n".join(stamped) + "\n")
+    return path
+
+
+def test_each_run_s_staleness_is_judged_by_the_async_level_it_ran_with(tmp_path, analyze):
+    """The first run had async_level 2 (staleness 2: legal), the resume async_level 1: the config's 1
+    listed the first run's steps 2..5 as violations. Step 7 at 2 in the second run is one; a run.start
+    without async_level (an older orchestrator) falls back to the given level."""
+    log = _rollout_log(
+        tmp_path / "orchestrator.log",
+        [
+            (2, [(0, 0), (1, 1), (2, 2), (3, 2), (4, 2), (5, 2)]),
+            (1, [(4, 1), (5, 1), (6, 1), (7, 2), (8, 1)]),
+        ],
+    )
+    summary, md = analyze([log], tmp_path / "out", "--async-level", "1")
+    assert summary["staleness"]["violations"] == [{"step": 7, "staleness": 2}]
+    assert summary["staleness"]["async_levels"] == [2, 1]
+    assert "async_level 2, then 1 (each run's own" in md and "Above async_level: steps 7." in md
+    assert summary["async_level"] == 1  # the level given
+    old = _rollout_log(tmp_path / "old.log", [(None, [(0, 0), (1, 1), (2, 2)]), (2, [(2, 2), (3, 3)])])
+    summary, md = analyze([old], tmp_path / "out2", "--async-level", "1")
+    assert summary["staleness"]["violations"] == [{"step": 2, "staleness": 2}, {"step": 3, "staleness": 3}]
+    assert summary["staleness"]["async_levels"] == [1, 2]
+    single = _rollout_log(tmp_path / "single.log", [(1, [(0, 0), (1, 1), (2, 2)])])
+    summary, md = analyze([single], tmp_path / "out3")  # no level given: the run.start's
+    assert summary["staleness"]["violations"] == [{"step": 2, "staleness": 2}]
+    assert "async_level 1; steps per staleness" in md and "Above async_level: steps 2." in md

@@ -16,12 +16,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
+from loguru import logger
 from tests.support.http_server import LocalTestServer
 
 from prime_rl.orchestrator.barrier import groups_wanted, is_usable, update_target
 from prime_rl.orchestrator.config import OrchestratorConfig
 from prime_rl.orchestrator.loop import Orchestrator
 from prime_rl.paths import RunPaths, mark_stable
+from prime_rl.tracing import parse_tagged
 
 
 @dataclass
@@ -132,10 +134,18 @@ def test_the_orchestrator_asks_for_exactly_the_groups_its_batches_take(tmp_path,
             advantage={"filter_zero": False},  # the fake server's answers all score the same
         )
         orch = Orchestrator(cfg)
-        asyncio.run(orch.run())
+        said: list[str] = []
+        sink = logger.add(lambda m: said.append(m.record["message"]), level="INFO")
+        try:
+            asyncio.run(orch.run())
+        finally:
+            logger.remove(sink)
         asked = sum(1 for path, _, _ in server.state.seen if path.endswith("completions"))
     assert orch.counters["stale_dropped"] == 0
     assert asked == steps * groups_per_step  # not one group more than the batches took
     rows = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
     staleness = [r["staleness"] for r in rows if r.get("process") == "orchestrator"]
     assert len(staleness) == steps and all(0 <= x <= async_level for x in staleness)
+    # its run.start names the async_level it runs with (the analyzer judges each run's staleness by it)
+    starts = [p.fields for p in map(parse_tagged, said) if p and (p.tag, p.event) == ("gen", "run.start")]
+    assert starts == [{"step": "0", "resume": "false", "async_level": str(async_level)}]
