@@ -28,9 +28,12 @@ class ReferenceJoin:
         self.replied = Sample(CLIENT_SAMPLE, PROBE)
         self.received: dict[str, Sample] = {}
 
-    def add(self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock) -> None:
+    def add(
+        self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock, background=False
+    ) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
-        client.done and rpc.done, the other numbers for their own events)."""
+        client.done and rpc.done, the other numbers for their own events; ``background``: the line
+        says ``background=true``)."""
         if not tid:
             return
         h = tid_hashes(pl.Series([tid]))[0]
@@ -47,11 +50,11 @@ class ReferenceJoin:
             elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
                 entry[1] = ts
         if event.startswith("client."):
-            self._client(event, tid, ts, url, path, t, wall, rpc, queue)
+            self._client(event, tid, ts, url, path, t, wall, rpc, queue, background)
         elif event in ("server.recv", "rpc.start", "rpc.done"):
             self._server(event, tid, source, ts, t, path, target, op, rpc, lock)
 
-    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue) -> None:
+    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue, background) -> None:
         url = url or self.last_url.get(tid)
         occ = self.client.setdefault((tid, url), [])
         self.last_url[tid] = url
@@ -63,6 +66,8 @@ class ReferenceJoin:
             if u.send_ts is None and u.send_t is None:
                 u.send_ts, u.send_t = ts, t
             u.path = path
+            if background:  # any attempt's send that says so
+                u.background = True
             return
         if not occ:
             occ.append(Update(tid, url=url, path=path))

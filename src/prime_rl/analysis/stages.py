@@ -45,7 +45,9 @@ def update_group() -> tuple[pl.Expr, pl.Expr]:
 def update_critical(d: Collected) -> tuple[float, float, float, float]:
     """(wall, rpc, queue, retry) ms summed over updates, each update taken at its slowest server: what
     the orchestrator waits for before it generates again (``retry``: the failed attempts and the
-    backoff of retried updates, in their wall time)."""
+    backoff of retried updates, in their wall time, and the whole wait of those that failed in the
+    end). The health loop's updates (:attr:`~prime_rl.analysis.updates.Update.background`) are left
+    out: no step waits for them."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
@@ -54,7 +56,12 @@ def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
     if not d.updates:
         return 0.0, 0.0, 0.0, 0.0
-    frame = d.update_frame().select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
+    # the health loop's updates (a server brought back) are no step's wait
+    frame = (
+        d.update_frame()
+        .filter(~pl.col("background"))
+        .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
+    )
     server = pl.col("server_rpc").fill_null(0.0)
     slowest = frame.with_row_index("i").with_columns(
         ms=pl.coalesce("wall", server),

@@ -159,7 +159,11 @@ def first_unanswered(d: Collected) -> Update | None:
         d.update_frame()
         .with_row_index("i")
         .filter(
-            col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
+            col("send_ts").is_not_null()
+            & col("done_ts").is_null()
+            & ~col("failed")
+            & col("wall").is_null()
+            & ~col("background")  # the health loop's: no step waits for it
         )
         .filter(col("send_ts") >= max(restarted) if restarted else pl.lit(True))
         .sort("send_ts", "i")

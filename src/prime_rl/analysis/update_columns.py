@@ -30,8 +30,10 @@ CLIENT_SCHEMA = {
     "wall": pl.Float64,
     "rpc": pl.Float64,
     "queue": pl.Float64,
+    "background": pl.Boolean,
 }
-"""The client lines' columns (``t`` of client.send, the numbers of client.done, else null). Every
+"""The client lines' columns (``t`` of client.send, the numbers of client.done, else null;
+``background``: the line says ``background=true``). Every
 update's lines are kept until the join; the words that repeat on every line (event, URL, path, and
 the server's file and op below) are categories, kept once each (the 10M-line all-tagged log's peak
 RSS 1.53-1.61 GB -> 1.23-1.30 GB); a trace id or a target names one update and stays text."""
@@ -120,6 +122,7 @@ def client_part_fields(parts: pl.DataFrame) -> pl.DataFrame:
         url=pl.when(_truthy("url")).then("url"),
         send_ts="ts",
         send_t="t",
+        background=pl.col("background").fill_null(False),
         done_ts="done_ts",
         wall=wall,
         rpc=rpc,
@@ -229,6 +232,7 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
         failed=pl.lit(False),
         server=joined("source"),
         lock_wait_ms=joined("lock"),
+        background="background",
     )
     server_only = (
         "j",

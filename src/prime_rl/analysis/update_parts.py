@@ -57,6 +57,9 @@ class Update:
     """The server log file the server's lines came from (None: no server lines)."""
     lock_wait_ms: float | None = None
     """The server's wait for its swap lock (rpc.done lock_wait_ms): server-side queueing."""
+    background: bool = False
+    """No step waited for it: the orchestrator's health loop brought a server back (its
+    ``client.send`` says ``background=true``). It counts in its server's row, not in the steps' time."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with ``send_to_recv_ms`` (summary.json)."""
@@ -70,17 +73,27 @@ class Update:
         return (self.done_ts - self.send_ts) * 1000.0 - self.wall_ms > RETRY_GAP_MS
 
     @property
+    def gave_up(self) -> bool:
+        """A steps' update that failed in the end (``client.error``; not :attr:`background`) with the
+        times of its first send and its end."""
+        return self.failed and not self.background and self.send_ts is not None and self.done_ts is not None
+
+    @property
     def waited_ms(self) -> float | None:
         """The client's whole wait for the update at its server: ``wall_ms``, or from its first send
-        to its answer when it was retried (:attr:`retried`)."""
-        return (self.done_ts - self.send_ts) * 1000.0 if self.retried else self.wall_ms  # type: ignore[operator]
+        to its answer when it was retried (:attr:`retried`) or to its error when it failed in the
+        end (:attr:`gave_up`)."""
+        if self.retried or self.gave_up:
+            return (self.done_ts - self.send_ts) * 1000.0  # type: ignore[operator]
+        return self.wall_ms
 
     @property
     def retry_ms(self) -> float:
         """The time its failed attempts took, with the backoff after them: of a retried update, its
-        wait before the last attempt; else 0. (An update that failed in the end is not counted: the
-        orchestrator's health loop reloads a server that is down in the background, under updates
-        that fail while it stays down, which the steps do not wait for.)"""
+        wait before the last attempt; of one that failed in the end, its whole wait; else 0. (The
+        health loop's updates, which no step waits for, are :attr:`background` and not counted.)"""
+        if self.gave_up:
+            return self.waited_ms  # type: ignore[return-value]
         return self.waited_ms - self.wall_ms if self.retried else 0.0  # type: ignore[operator]
 
     @property
@@ -129,12 +142,12 @@ class LineJoin:
         """Server parts that were a later attempt of an update (:func:`attempt_of`), folded into it."""
 
     def add_clients(self, *columns: list) -> None:
-        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue): a line
-        without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a ``client.send``
-        starts a new update when the last one is finished, any line starts one when there is none,
-        and a retried send keeps the first attempt's times."""
+        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, background): a
+        line without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a
+        ``client.send`` starts a new update when the last one is finished, any line starts one when
+        there is none, and a retried send keeps the first attempt's times."""
         client, last_url, order = self.client, self._last_url, self.order
-        for row, event, tid, ts, url, path, t, wall, rpc, queue in zip(*columns, strict=True):
+        for row, event, tid, ts, url, path, t, wall, rpc, queue, background in zip(*columns, strict=True):
             url = url or last_url.get(tid)
             occ = client.get((tid, url))
             if occ is None:
@@ -148,6 +161,7 @@ class LineJoin:
                 if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
                     u.send_ts, u.send_t = ts, t
                 u.path = path
+                u.background = u.background or bool(background)
                 continue
             if not occ:
                 occ.append(Update(tid, url=url, path=path))

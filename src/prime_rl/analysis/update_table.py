@@ -21,13 +21,15 @@ _TEXT = frozenset(("tid", "target"))
 _WORDS = frozenset(("path", "url", "server"))
 """Text columns with a few values among all updates: categories (4 bytes a row, each word kept once);
 the trace id and the target are one per update and stay text."""
+_FLAGS = frozenset(("failed", "background"))
+"""Boolean columns (False where a frame lacks them)."""
 UPDATE_SCHEMA: dict[str, pl.DataType] = {
     f.name: pl.String()
     if f.name in _TEXT
     else pl.Categorical()
     if f.name in _WORDS
     else pl.Boolean()
-    if f.name == "failed"
+    if f.name in _FLAGS
     else pl.Float64()
     for f in fields(Update)
 }
@@ -47,7 +49,7 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(
         pl.col(name).cast(dtype)
         if name in frame.columns
-        else pl.lit(False if name == "failed" else None, dtype).alias(name)
+        else pl.lit(False if name in _FLAGS else None, dtype).alias(name)
         for name, dtype in UPDATE_SCHEMA.items()
     )
 

@@ -49,7 +49,18 @@ __all__ = [
     "update_frame",
 ]
 
-WEIGHTS_FIELDS = ("url", "path", "t", "wall_ms", "queue_ms", "rpc_ms", "lock_wait_ms", "target", "op")
+WEIGHTS_FIELDS = (
+    "url",
+    "path",
+    "t",
+    "wall_ms",
+    "queue_ms",
+    "rpc_ms",
+    "lock_wait_ms",
+    "target",
+    "op",
+    "background",
+)
 """The fields of ``[weights]`` lines the join reads."""
 
 WEIGHTS_NUMBERS = (
@@ -99,6 +110,7 @@ def weights_frames(
             "path": path,
             "wall": numbers["wall_ms"],
             "queue": numbers["queue_ms"],
+            "background": lines.text_series("background") == "true",
         }
         clients = _frame(columns, CLIENT_SCHEMA, client)
     if server.any():
@@ -434,6 +446,7 @@ _FRAME_COLUMNS = {
         )
     },
     "failed": ("failed", pl.Boolean),
+    "background": ("background", pl.Boolean),
     "server": ("server", pl.String),
 }
 """update_frame's first columns: name -> (the Update attribute, its type)."""
@@ -442,9 +455,10 @@ _FRAME_COLUMNS = {
 def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its
-    answer when it was retried: :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``,
-    ``queue``, ``lock``, ``send_to_recv``, ``failed``, ``retried``, ``retry`` (:attr:`Update.retry_ms`:
-    the failed attempts and the backoff after them), ``took``: how long it took,
+    answer when it was retried, or to its error when the steps' update failed in the end:
+    :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
+    ``send_to_recv``, ``failed``, ``background`` (:attr:`Update.background`), ``retried``, ``retry``
+    (:attr:`Update.retry_ms`: the failed attempts and the backoff after them), ``took``: how long it took,
     ``wall or server_rpc_ms`` (the first that is neither None nor 0; null when neither is), and
     ``send_ts``, ``recv_ts``, ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an
     :class:`UpdateTable`'s columns, or from records."""
@@ -457,10 +471,13 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
         )
     col = pl.col
     waited = (col("done_ts") - col("send_ts")) * 1000.0
-    frame = frame.with_columns(retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False))
     frame = frame.with_columns(
-        wall=pl.when("retried").then(waited).otherwise("wall"),
-        retry=pl.when("retried").then(waited - col("wall")).otherwise(0.0),
+        retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False),
+        gave_up=(col("failed") & ~col("background") & waited.is_not_null()).fill_null(False),
+    )
+    frame = frame.with_columns(
+        wall=pl.when(col("retried") | col("gave_up")).then(waited).otherwise("wall"),
+        retry=pl.when("gave_up").then(waited).when("retried").then(waited - col("wall")).otherwise(0.0),
     )
     truthy = lambda c: col(c).is_not_null() & (col(c) != 0)  # noqa: E731  # Python's "x or ..."
     start = pl.coalesce("send_ts", "recv_ts")
@@ -485,6 +502,7 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
         .when(col("send_ts").is_not_null() & col("recv_ts").is_not_null())
         .then((col("recv_ts") - col("send_ts")) * 1000.0),
         failed="failed",
+        background="background",
         retried="retried",
         retry="retry",
         took=took,

@@ -168,24 +168,33 @@ class AdminClient:
             self._own = None
 
     async def update_weights(
-        self, weight_dir: str, trace_id: str | None = None, urls: list[str] | None = None
+        self,
+        weight_dir: str,
+        trace_id: str | None = None,
+        urls: list[str] | None = None,
+        background: bool = False,
     ) -> list[AdminResult]:
-        """Tell every server (or ``urls``) to load ``weight_dir``; :class:`WeightUpdateError` if any fails."""
-        return await self._broadcast("/update_weights", {"weight_dir": str(weight_dir)}, trace_id, urls)
+        """Tell every server (or ``urls``) to load ``weight_dir``; :class:`WeightUpdateError` if any
+        fails. ``background``: no step waits for it (a server brought back), said on its
+        ``client.send`` lines (``background=true``) so that the analyzer leaves it off the steps' time."""
+        return await self._broadcast(
+            "/update_weights", {"weight_dir": str(weight_dir)}, trace_id, urls, background
+        )
 
     async def reload_weights(
-        self, trace_id: str | None = None, urls: list[str] | None = None
+        self, trace_id: str | None = None, urls: list[str] | None = None, background: bool = False
     ) -> list[AdminResult]:
-        """Tell every server (or ``urls``) to go back to its base weights."""
-        return await self._broadcast("/reload_weights", {}, trace_id, urls)
+        """Tell every server (or ``urls``) to go back to its base weights (``background``: as for
+        :meth:`update_weights`)."""
+        return await self._broadcast("/reload_weights", {}, trace_id, urls, background)
 
     async def _broadcast(
-        self, path: str, body: dict, trace_id: str | None, urls: list[str] | None
+        self, path: str, body: dict, trace_id: str | None, urls: list[str] | None, background: bool
     ) -> list[AdminResult]:
         tid = trace_id or new_trace_id()
         targets = self.base_urls if urls is None else [normalise_url(u) for u in urls]
         outcomes = await asyncio.gather(
-            *(self._call(url, path, body, tid) for url in targets), return_exceptions=True
+            *(self._call(url, path, body, tid, background) for url in targets), return_exceptions=True
         )
         errors: list[AdminError] = []
         results: list[AdminResult] = []
@@ -206,19 +215,20 @@ class AdminClient:
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
-    async def _call(self, url: str, path: str, body: dict, tid: str) -> AdminResult:
+    async def _call(self, url: str, path: str, body: dict, tid: str, background: bool) -> AdminResult:
         self._busy[url] += 1
         try:
-            return await self._attempts(url, path, body, tid)
+            return await self._attempts(url, path, body, tid, background)
         finally:
             self._busy[url] -= 1
 
-    async def _attempts(self, url: str, path: str, body: dict, tid: str) -> AdminResult:
+    async def _attempts(self, url: str, path: str, body: dict, tid: str, background: bool) -> AdminResult:
         attempts = 0
+        said = {"background": True} if background else {}  # the steps' updates: as before
         while True:
             attempts += 1
             start = now()
-            log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts)
+            log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts, **said)
             await self._after_ping(url)  # inside wall_ms: the update waited for it
             try:
                 reply = await request_json(

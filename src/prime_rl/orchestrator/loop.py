@@ -631,10 +631,10 @@ class Orchestrator:
                     try:
                         if target > 0:
                             await self.admin.update_weights(
-                                str(self.paths.weights_dir(target).resolve()), urls=[url]
+                                str(self.paths.weights_dir(target).resolve()), urls=[url], background=True
                             )
                         else:
-                            await self.admin.reload_weights(urls=[url])
+                            await self.admin.reload_weights(urls=[url], background=True)
                     except WeightUpdateError:
                         continue
                     if target != self.ckpt_step:  # the barrier moved on meanwhile: load that first

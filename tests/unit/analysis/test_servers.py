@@ -285,6 +285,58 @@ def test_attempts_that_reached_the_real_admin_server_are_one_update_each(tmp_pat
     assert (row["url"], row["updates"], row["retried"]) == (server.base_url, 3, 3)
 
 
+def test_a_steps_update_that_failed_in_the_end_counts_its_wait_and_the_health_loop_s_counts_none(
+    tmp_path, analyze
+):
+    """An update of the steps that failed in the end kept the orchestrator waiting through every
+    attempt (20 s here) and added nothing to the run's time; the health loop's update that brought
+    the server back (background=true: no step waits for it) added its 5 s to the weight-update
+    stages. Now the first is the failed attempts' time and the second counts only in its server's row."""
+    from prime_rl.tracing import format_tagged
+
+    a, b = "http://a:1", "http://b:1"
+
+    def line(second: float, event: str, tid: str, **fields) -> str:
+        minute, sec = divmod(second, 60)
+        return f"2026-01-01 12:{int(minute):02d}:{sec:06.3f} | INFO    | " + format_tagged(
+            "weights", event, tid, **fields
+        )
+
+    def done(second: float, tid: str, url: str, wall: float, rpc: float) -> list[str]:
+        return [
+            line(second, "client.send", tid, url=url, path="/update_weights", t=second, attempt=1),
+            line(second + wall / 1000, "client.done", tid, url=url, path="/update_weights", wall_ms=wall,
+                 rpc_ms=rpc, server_ms=rpc, queue_ms=wall - rpc, attempts=1),
+        ]  # fmt: skip
+
+    lines = [*done(0, "s0", a, 100, 90), *done(10, "s1", a, 100, 90), *done(20, "s2", a, 100, 90)]
+    for attempt, second in enumerate((20, 25, 32), start=1):  # s2 to b: three attempts, then given up
+        lines.append(
+            line(second, "client.send", "s2", url=b, path="/update_weights", t=second, attempt=attempt)
+        )
+    lines.append(
+        line(40, "client.error", "s2", url=b, path="/update_weights", wall_ms=8000, status=503, attempts=3)
+    )
+    lines.append(
+        line(45, "client.send", "h1", url=b, path="/update_weights", t=45, attempt=1, background=True)
+    )
+    lines.append(line(50, "client.done", "h1", url=b, path="/update_weights", wall_ms=5000, rpc_ms=4900,
+                      server_ms=4900, queue_ms=100, attempts=1))  # fmt: skip
+    lines += done(60, "s3", a, 100, 90)
+    assert "background=true" in lines[-4]
+    log = tmp_path / "orchestrator.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    assert stages["weight update: failed attempts"] == pytest.approx(20_000)  # s2's whole wait at b
+    assert stages["weight update: rpc"] == pytest.approx(3 * 90)  # s0, s1, s3; s2's b had no answer; not h1
+    assert stages["weight update: queue"] == pytest.approx(3 * 10)
+    assert summary["primary"]["kind"] == "failed_attempts"  # 20 s of a 60 s run
+    by_url = {s["url"]: s for s in summary["servers"]}
+    assert (by_url[b]["updates"], by_url[b]["failed"]) == (2, 1)  # the health loop's update is b's
+    assert [u["background"] for u in summary["updates"] if u["url"] == b] == [False, True]
+
+
 def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_path, analyze):
     """Thirty samples in flight wait a second each after the same 429 burst: that is one second of
     the run, not thirty (the stage read 334% of the run, labelled as the orchestrator's); the
