@@ -118,7 +118,9 @@ def per_server(d: Collected) -> list[str]:
 
 
 def restarts(d: Collected) -> list[str]:
-    """Where the logs hold a restart, and the steps done again (logged before and after it; counted once)."""
+    """Where the logs hold a restart, and the steps done again (logged before and after it; counted once);
+    under a restart of the orchestrator, the watchdog's hangs before it (the run hung, was killed and
+    resumed)."""
     if not d.restarts:
         return []
     lines = ["", "## Restarts", ""]
@@ -130,6 +132,11 @@ def restarts(d: Collected) -> list[str]:
             f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again), counted "
             "once (the later run's numbers)."
         )
+        lines += [
+            f"  - before it, the launcher's watchdog saw a hang at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} "
+            f"({h.where}): {h.said}."
+            for h in r.hangs_before
+        ]
     if d.down_seconds:
         lines += [
             "",

@@ -10,19 +10,43 @@ line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
 step's), so a redone step is counted once. A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
+A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
+killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.tagged import RUN_START, TaggedLines, step_numbers
+from prime_rl.analysis.tagged import RUN_START, Event, TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
+
+
+def hang_said(ev: Event) -> str:
+    """What a ``[hang] detected`` line says: how long nothing moved, and who waited on whom."""
+    f = ev.fields
+    return (
+        f"no progress for {f.get('silent_s', '?')} s (threshold {f.get('threshold_s', '?')} s, median step "
+        f"{f.get('median_step_s', '?')} s); waits: {f.get('waits', 'none').replace(',', ', ')}"
+    )
+
+
+@dataclass(frozen=True)
+class HangBefore:
+    """A hang the launcher's watchdog saw before a restart (``[hang] detected`` in rl.log)."""
+
+    ts: float
+    """The [hang] line's time."""
+    where: str
+    """``file:line`` of the [hang] line."""
+    said: str
+    """What it says (:func:`hang_said`): no progress for how long, who waited on whom."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,28 @@ class Restart:
     of the process logged too (not ``resumed`` .. ``reached``: a step whose line an earlier segment
     lacks, or one the new segment never reached, is none). Set when the segment ends
     (:meth:`Segments.finish`)."""
+    hangs_before: tuple[HangBefore, ...] = ()
+    """The watchdog's hangs of this run since the orchestrator's restart before this one (or the
+    run's start), for a restart of the orchestrator: the run hung, then was killed and resumed
+    (:func:`with_hangs_before`)."""
+
+
+def with_hangs_before(restarts: list[Restart], hangs: list[Event]) -> list[Restart]:
+    """``restarts`` with each of ``hangs`` (each before a restart of the orchestrator; one with no
+    time is left out) kept, in time order, by the first restart of the orchestrator after it."""
+    timed = sorted(
+        (r.ts, k) for k, r in enumerate(restarts) if r.process == "orchestrator" and r.ts is not None
+    )
+    at = [ts for ts, _ in timed]
+    before: dict[int, list[HangBefore]] = {}
+    for h in hangs:
+        if h.ts is not None:
+            k = timed[bisect.bisect_right(at, h.ts)][1]
+            before.setdefault(k, []).append(HangBefore(h.ts, h.where(), hang_said(h)))
+    return [
+        replace(r, hangs_before=tuple(sorted(before[k], key=lambda h: h.ts))) if k in before else r
+        for k, r in enumerate(restarts)
+    ]
 
 
 class Segments:

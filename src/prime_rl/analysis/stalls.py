@@ -23,6 +23,7 @@ import polars as pl
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import label_for, log_of
+from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
@@ -256,12 +257,7 @@ def hang(d: Collected, th: Thresholds) -> Finding | None:
     if not d.hangs:
         return None
     first = d.hangs[0]
-    waits = first.fields.get("waits", "none")
-    said = (
-        f"{len(d.hangs)} time(s), first at {_clock(first.ts)} ({first.where()}): no progress for "
-        f"{first.fields.get('silent_s', '?')} s (threshold {first.fields.get('threshold_s', '?')} s, median step "
-        f"{first.fields.get('median_step_s', '?')} s); waits: {waits.replace(',', ', ')}"
-    )
+    said = f"{len(d.hangs)} time(s), first at {_clock(first.ts)} ({first.where()}): {hang_said(first)}"
     return Finding(
         kind="hang",
         title="Hang: the launcher's watchdog saw no process make progress",

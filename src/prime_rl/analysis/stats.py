@@ -27,7 +27,7 @@ from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
-from prime_rl.analysis.restarts import Restart, Segments
+from prime_rl.analysis.restarts import Restart, Segments, with_hangs_before
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -159,7 +159,8 @@ class Collected:
     """[rollout] staleness of each step's batch (its oldest sample), by ``current_step``, with each
     line's run's ``async_level``."""
     restarts: list[Restart] = field(default_factory=list)
-    """Where a process started again in the same log (a crash and a ``--resume``)."""
+    """Where a process started again in the same log (a crash and a ``--resume``), each restart of the
+    orchestrator with the watchdog's hangs before it (:attr:`Restart.hangs_before`)."""
     last_events: dict[str, Event] = field(default_factory=dict)
     """The last tagged event of each process (by file label)."""
     open_wait: tuple[str, float | None, Event] | None = None
@@ -177,7 +178,8 @@ class Collected:
     server_gen_ms: dict[str, array] = field(default_factory=dict)
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
-    """The ``rl`` launcher watchdog's ``[hang] detected`` lines: no process made progress."""
+    """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart:
+    no process made progress (those before it are in :attr:`restarts`)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     spill_failed: str | None = None
@@ -835,17 +837,21 @@ def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first:
         windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
 
 
-def _this_runs(hangs: list[Event], first_ts: float, segments: Segments) -> list[Event]:
+def _this_runs(hangs: list[Event], first_ts: float, segments: Segments) -> tuple[list[Event], list[Event]]:
     """The watchdog's hangs of this run: not of an earlier one (rl.log keeps them), from before the
-    run's first line (``first_ts``) or its first ``run.start`` (a hang while the servers load), nor
-    from before the orchestrator's last restart (the run resumed). Without the processes' times
-    (rl.log alone), every one."""
+    run's first line (``first_ts``) or its first ``run.start`` (a hang while the servers load); as
+    (those since the orchestrator's last restart, those before it: the run resumed after them).
+    Without the processes' times (rl.log alone), every one, since."""
     begun = [t for t in (first_ts, segments.first_start) if t is not None and math.isfinite(t)]
     if not begun:
-        return list(hangs)
+        return list(hangs), []
     restarts = [r.ts for r in segments.restarts if r.process == "orchestrator" and r.ts is not None]
-    since = max([min(begun), *restarts])
-    return [h for h in hangs if h.ts is None or h.ts >= since]
+    start = min(begun)
+    since = max([start, *restarts])
+    ours = [h for h in hangs if h.ts is None or h.ts >= start]
+    return [h for h in ours if h.ts is None or h.ts >= since], [
+        h for h in ours if h.ts is not None and h.ts < since
+    ]
 
 
 def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
@@ -892,7 +898,7 @@ def _collect(
     c.segments.finish()
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
-    hangs = _this_runs(c.hangs, first_ts, c.segments)
+    hangs, resumed_after = _this_runs(c.hangs, first_ts, c.segments)
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -903,7 +909,7 @@ def _collect(
         async_level,
         run_s,
         c.staleness_by_step,
-        c.segments.restarts,
+        with_hangs_before(c.segments.restarts, resumed_after),
         {source: b.event(i) for source, (b, i) in last_events.items()},
         c.open_wait_event(),
         c.open_batch_event(),

@@ -4,6 +4,7 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -561,3 +562,81 @@ def test_each_run_s_staleness_is_judged_by_the_async_level_it_ran_with(tmp_path,
     summary, md = analyze([single], tmp_path / "out3")  # no level given: the run.start's
     assert summary["staleness"]["violations"] == [{"step": 2, "staleness": 2}]
     assert "async_level 1; steps per staleness" in md and "Above async_level: steps 2." in md
+
+
+def _hung_and_resumed(tmp_path, after: bool = False):
+    """A run that hung at step 9 (the watchdog's [hang] line 130 s after the orchestrator's last
+    line), was killed and resumed at step 6 ten minutes later (each process's run.start line), and
+    finished; ``after``: a second hang, of the resumed run, at its end. rl.log holds an earlier
+    run's hang too, a day before."""
+    first = make_run("healthy", steps=10, seed=1)
+    second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=6)
+    for name, tag in (("orchestrator", "gen"), ("trainer", "train")):
+        lines = getattr(second, name)
+        lines.insert(0, _stamp(lines[0], -1.0) + format_tagged(tag, "run.start", step=6, resume=True))
+    paths = _appended(tmp_path, first, second)
+    hang = lambda waits: format_tagged(  # noqa: E731
+        "hang", "detected", silent_s=130.0, threshold_s=120.0, median_step_s=1.5, waits=waits
+    )
+    lines = [
+        _stamp(first.orchestrator[0], -86400.0) + hang("none"),
+        _stamp(first.orchestrator[-1], 130.0) + hang("orchestrator>trainer:weights/step_9"),
+    ]
+    if after:
+        lines.append(_stamp(second.orchestrator[-1], 130.0) + hang("trainer>orchestrator:rollouts/step_13"))
+    (tmp_path / "logs" / "rl.log").write_text("\n".join(lines) + "\n")
+    return [*paths, tmp_path / "logs" / "rl.log"], first
+
+
+def test_a_hang_before_the_last_restart_is_listed_beside_the_restart_and_is_no_finding(tmp_path, analyze):
+    """The run hung, was killed and resumed, and finished: the hang before the restart was dropped
+    with the earlier runs' and left no trace. It is listed beside the restart it preceded (not a
+    finding: the resumed run finished); an earlier run's hang (a day before) is not."""
+    from datetime import datetime, timedelta
+
+    paths, first = _hung_and_resumed(tmp_path)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    hung_at = datetime.strptime(first.orchestrator[-1][:23], "%Y-%m-%d %H:%M:%S.%f") + timedelta(seconds=130)
+    said = "no progress for 130 s (threshold 120 s, median step 1.5 s); waits: orchestrator>trainer:weights/step_9"
+    assert restarts["orchestrator"]["hangs_before"] == [
+        {"ts": hung_at.timestamp(), "where": f"{tmp_path / 'logs' / 'rl.log'}:2", "said": said}
+    ]
+    assert restarts["trainer"]["hangs_before"] == []
+    section = md.split("## Restarts", 1)[1].split("\n## ", 1)[0]
+    assert (
+        f"  - before it, the launcher's watchdog saw a hang at {hung_at:%Y-%m-%d %H:%M:%S} "
+        f"({tmp_path / 'logs' / 'rl.log'}:2): {said}." in section
+    )
+    assert section.count("watchdog saw a hang") == 1  # the day-old hang is another run's
+
+
+def test_each_hang_is_kept_by_the_first_restart_of_the_orchestrator_after_it():
+    from prime_rl.analysis.restarts import with_hangs_before
+
+    restarts = [_restart("orchestrator", 1000.0, 10.0), _restart("trainer", 1500.0, 10.0)]
+    restarts.append(_restart("orchestrator", 2000.0, 10.0))
+    rl = Path("rl.log")
+    out = with_hangs_before(
+        restarts,
+        [
+            Event("hang", "detected", None, {"waits": "a>b:c"}, ts, "rl", rl, n)
+            for ts, n in ((1600.0, 3), (900.0, 1), (950.0, 2))
+        ],
+    )
+    assert [[h.where for h in r.hangs_before] for r in out] == [["rl.log:1", "rl.log:2"], [], ["rl.log:3"]]
+    assert out[0].hangs_before[0].said == "no progress for ? s (threshold ? s, median step ? s); waits: a>b:c"
+
+
+def test_a_hang_after_the_last_restart_is_still_the_finding(tmp_path, analyze):
+    paths, _ = _hung_and_resumed(tmp_path, after=True)
+    summary, md = analyze(paths, tmp_path / "out")
+    hang = summary["primary"]
+    assert hang["kind"] == "hang", summary["findings"]
+    assert (
+        hang["evidence"].startswith("1 time(s)")
+        and "trainer>orchestrator:rollouts/step_13" in hang["evidence"]
+    )
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    assert [h["where"].rsplit(":", 1)[1] for h in restarts["orchestrator"]["hangs_before"]] == ["2"]
