@@ -81,8 +81,8 @@ def where_time_goes(d: Collected) -> list[str]:
 
 def per_server(d: Collected) -> list[str]:
     """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`),
-    retries and failures; for a collector run, samples,
-    generation time, retries and failures."""
+    retries and failures; the collector's samples, failures and generation time in place of the
+    updates' figures for a collector run, beside them when a trio's logs are analysed with it."""
     rows = server_rows(d)
     if not rows:
         return []
@@ -90,24 +90,19 @@ def per_server(d: Collected) -> list[str]:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    if not any(r.updates for r in rows) and any(r.samples for r in rows):  # a collector run: samples
-        head = ["server", "samples", "failed", "gen_ms p50", "429 retries", "other retries"]
-        cells = [[r.url, str(r.samples), str(r.failed), f(r.median("gen_ms"))] for r in rows]
-    else:
-        head = ["server", "updates", "failed", "retried", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
-        head += ["429 retries", "other retries"]
-        cells = [
-            [
-                r.url,
-                str(r.updates),
-                str(r.failed),
-                str(r.retried),
-                f(r.median("wall_ms")),
-                f(r.median("rpc_ms")),
-                f(r.median("queue_ms")),
-            ]
-            for r in rows
-        ]
+    samples = any(r.samples or r.samples_failed for r in rows)
+    updates = any(r.updates for r in rows) or not samples
+    head, cells = ["server"], [[r.url] for r in rows]
+    if updates:
+        head += ["updates", "failed", "retried", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
+        for r, row in zip(rows, cells, strict=True):
+            row += [str(r.updates), str(r.updates_failed), str(r.retried)]
+            row += [f(r.median(key)) for key in ("wall_ms", "rpc_ms", "queue_ms")]
+    if samples:
+        head += ["samples", "failed samples" if updates else "failed", "gen_ms p50"]
+        for r, row in zip(rows, cells, strict=True):
+            row += [str(r.samples), str(r.samples_failed), f(r.median("gen_ms"))]
+    head += ["429 retries", "other retries"]
     for r, row in zip(rows, cells, strict=True):
         row += [
             str(r.retries.get("retry.429", 0)),

@@ -49,6 +49,9 @@ class ServerRow:
     url: str
     updates: int = 0
     failed: int = 0
+    """Its failed updates (``client.error``) and the collector's failed samples ([collect]
+    rollout.failed url=): in a report of one kind, that kind's (both: :attr:`updates_failed`,
+    :attr:`samples_failed`)."""
     retried: int = 0
     """Its updates that were retried (their wall time counts from the first attempt:
     :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`)."""
@@ -61,7 +64,14 @@ class ServerRow:
     """Samples the collector got from this server ([collect] rollout.done url=)."""
     gen_ms: Sequence[float] = field(default_factory=list)
     """Their generation times."""
+    samples_failed: int = 0
+    """Of :attr:`failed`, the collector's samples."""
     _medians: dict[str, float | None] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def updates_failed(self) -> int:
+        """Of :attr:`failed`, the updates."""
+        return self.failed - self.samples_failed
 
     def median(self, key: str) -> float | None:
         """The median of ``wall_ms``, ``rpc_ms``, ``queue_ms`` or ``gen_ms`` (None: no values),
@@ -82,6 +92,7 @@ class ServerRow:
             "queue_ms_p50": self.median("queue_ms"),
             "retries": dict(self.retries),
             "samples": self.samples,
+            "samples_failed": self.samples_failed,
             "gen_ms_p50": self.median("gen_ms"),
         }
 
@@ -117,7 +128,8 @@ def _server_rows(d: Collected) -> list[ServerRow]:
             rows[u] = ServerRow(u, n, failed, retried, *(v[k].to_numpy() for v in values))
     for url, counts in d.server_counts.items():
         row = rows.setdefault(url, ServerRow(url))
-        row.failed += counts.get("failed", 0)
+        row.samples_failed = counts.get("failed", 0)  # only [collect] rollout.failed counts these
+        row.failed += row.samples_failed
         row.retries.update({k: v for k, v in counts.items() if k != "failed"})
     for url, gen in d.server_gen_ms.items():
         row = rows.setdefault(url, ServerRow(url))

@@ -145,10 +145,11 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     rows.extend(_publish_rows(d))
     busy = d.total("collect_ms")
-    if busy and run:
+    span = (d.collect_seconds or 0) * 1000.0 or run  # the collector's own time (a trio's run beside it)
+    if busy and span:
         # samples overlap: a stage's summed time over the mean number of samples in flight (Little's
-        # law: busy time / wall time) is its wall-time equivalent, its share that of the samples' time
-        inflight = busy / run
+        # law: busy time / the collector's wall time) is its wall-time equivalent
+        inflight = busy / span
         for key, name in (
             ("collect_gen_ms", "generation"),
             ("collect_verify_ms", "verification"),

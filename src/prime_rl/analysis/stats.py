@@ -198,6 +198,10 @@ class Collected:
     """The trainer's wait for rollouts open where its log ends ([train] wait.start, no wait.done)."""
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
+    collect_seconds: float | None = None
+    """The offline collector's own time, its first to last ``[collect]`` line (None: fewer than two
+    distinct times): its samples in flight are measured over it, not over the run, which a trio's
+    logs analysed beside it make longer."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -441,6 +445,8 @@ class _Collector:
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
+        self.collect_span: tuple[float, float] | None = None
+        """The first and last time of the [collect] lines."""
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -727,6 +733,10 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list())
+        ts = b.frame.get_column("ts").drop_nulls().to_numpy()
+        if len(ts):
+            first, last, was = float(ts.min()), float(ts.max()), self.collect_span
+            self.collect_span = (min(was[0], first), max(was[1], last)) if was else (first, last)
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -925,6 +935,7 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
+        collect_seconds=(c.collect_span[1] - c.collect_span[0] or None) if c.collect_span else None,
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above

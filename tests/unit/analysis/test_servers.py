@@ -501,3 +501,43 @@ def test_servers_whose_peers_take_no_time_name_none():
     assert _slower({"a": 0.0, "b": 0.0, "c": 50.0}, 2.0) == (0.0, {}, [])
     peers, ratios, slow = _slower({"a": 10.0, "b": 11.0, "c": 50.0, "d": 52.0}, 2.0)
     assert peers == 10.5 and slow == ["d", "c"] and ratios["a"] == pytest.approx(10 / 10.5)
+
+
+def test_a_collector_analysed_with_a_trio_run_keeps_its_per_server_figures_and_its_own_time(
+    tmp_path, analyze
+):
+    """A directory with a trio run's logs and an offline collector's: the per-server table took the
+    updates' layout, so the collector's servers showed 0 (their samples, failures and gen_ms p50
+    lost), and the collector's samples in flight were measured over both runs' time (the trio ran
+    ten minutes later), not the collector's own minute."""
+    run = make_run("healthy", steps=12, seed=2, start_offset_s=600.0, shape=Shape(servers=2))
+    files = list(run.write(tmp_path / "logs").values())
+    # 20 samples on each of two servers (http://h:8000 is the trio's too), 12:00:00..12:00:39; a failed one at 12:00:59
+    collector = _collect_log(tmp_path / "logs" / "collect.log", {"http://h:8000": 100.0, "http://c:1": 300.0})
+    summary, md = analyze([*files, collector], tmp_path / "out")
+    by_url = {s["url"]: s for s in summary["servers"]}
+    assert {
+        u: (s["updates"], s["samples"], s["samples_failed"], s["gen_ms_p50"]) for u, s in by_url.items()
+    } == {
+        "http://c:1": (0, 20, 1, 300.0),
+        "http://h1:8000": (10, 0, 0, None),
+        "http://h:8000": (10, 20, 0, 100.0),
+    }
+    table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "| server | updates | failed | retried | wall_ms p50 | rpc_ms p50 | queue_ms p50 | samples | failed samples "
+        "| gen_ms p50 | 429 retries | other retries |" in table
+    )
+    assert "| http://c:1 | 0 | 0 | 0 | - | - | - | 20 | 1 | 300.0 | 1 | 0 |" in table
+    h = by_url["http://h:8000"]
+    assert (
+        f"| http://h:8000 | 10 | 0 | 0 | {h['wall_ms_p50']:.1f} | {h['rpc_ms_p50']:.1f} | {h['queue_ms_p50']:.1f} | 20 | 0 | 100.0 | 0 | 0 |"
+        in table
+    )
+    # samples in flight: the samples' summed time (20 x 105 ms + 20 x 305 ms + the failed one's 5 ms)
+    # over the collector's own 59 s (its first to last [collect] line), not the ~10-minute run
+    inflight = (20 * 105.0 + 20 * 305.0 + 5.0) / 59_000.0
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == f"[collect] gen_ms summed / {inflight:.1f} samples in flight (mean)"
+    assert stage["total_ms"] == pytest.approx((20 * 100.0 + 20 * 300.0) / inflight)
+    assert summary["run_seconds"] > 600
