@@ -29,11 +29,26 @@ class ReferenceJoin:
         self.received: dict[str, Sample] = {}
 
     def add(
-        self, event, tid, source, ts, url, path, t, wall, rpc, queue, target, op, lock, background=False
+        self,
+        event,
+        tid,
+        source,
+        ts,
+        url,
+        path,
+        t,
+        wall,
+        rpc,
+        queue,
+        target,
+        op,
+        lock,
+        background=False,
+        first=False,
     ) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
         client.done and rpc.done, the other numbers for their own events; ``background``: the line
-        says ``background=true``)."""
+        says ``background=true``; ``first``: it says ``attempt=1``)."""
         if not tid:
             return
         h = tid_hashes(pl.Series([tid]))[0]
@@ -50,16 +65,24 @@ class ReferenceJoin:
             elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
                 entry[1] = ts
         if event.startswith("client."):
-            self._client(event, tid, ts, url, path, t, wall, rpc, queue, background)
+            self._client(event, tid, ts, url, path, t, wall, rpc, queue, background, first)
         elif event in ("server.recv", "rpc.start", "rpc.done"):
             self._server(event, tid, source, ts, t, path, target, op, rpc, lock)
 
-    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue, background) -> None:
+    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue, background, first) -> None:
         url = url or self.last_url.get(tid)
         occ = self.client.setdefault((tid, url), [])
         self.last_url[tid] = url
         if event == "client.send":
-            if not occ or occ[-1].done_ts is not None or occ[-1].failed or occ[-1].wall_ms is not None:
+            last = occ[-1] if occ else None
+            sent = last is not None and (last.send_ts is not None or last.send_t is not None)
+            if (
+                last is None
+                or last.done_ts is not None
+                or last.failed
+                or last.wall_ms is not None
+                or (first and sent)
+            ):
                 occ.append(Update(tid, url=url))
                 self.order.append(occ[-1])
             u = occ[-1]

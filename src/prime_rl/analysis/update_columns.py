@@ -31,9 +31,10 @@ CLIENT_SCHEMA = {
     "rpc": pl.Float64,
     "queue": pl.Float64,
     "background": pl.Boolean,
+    "first": pl.Boolean,
 }
 """The client lines' columns (``t`` of client.send, the numbers of client.done, else null;
-``background``: the line says ``background=true``). Every
+``background``: the line says ``background=true``; ``first``: ``attempt=1``, null without ``attempt=``). Every
 update's lines are kept until the join; the words that repeat on every line (event, URL, path, and
 the server's file and op below) are categories, kept once each (the 10M-line all-tagged log's peak
 RSS 1.53-1.61 GB -> 1.23-1.30 GB); a trace id or a target names one update and stays text."""

@@ -142,23 +142,27 @@ class LineJoin:
         """Server parts that were a later attempt of an update (:func:`attempt_of`), folded into it."""
 
     def add_clients(self, *columns: list) -> None:
-        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, background): a
-        line without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a
-        ``client.send`` starts a new update when the last one is finished, any line starts one when
-        there is none, and a retried send keeps the first attempt's times."""
+        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, background,
+        first): a line without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a
+        ``client.send`` starts a new update when the last one is finished or when it says
+        ``attempt=1`` after a send of the last one (a trace id sent again, the last update never
+        answered: a crash and a resume, replayed logs), any line starts one when there is none, and a
+        retried send keeps the first attempt's times."""
         client, last_url, order = self.client, self._last_url, self.order
-        for row, event, tid, ts, url, path, t, wall, rpc, queue, background in zip(*columns, strict=True):
+        for row, event, tid, ts, url, path, t, wall, rpc, queue, background, first in zip(
+            *columns, strict=True
+        ):
             url = url or last_url.get(tid)
             occ = client.get((tid, url))
             if occ is None:
                 occ = client[tid, url] = []
             last_url[tid] = url
             if event == "client.send":
-                if not occ or _finished(u := occ[-1]):
+                if not occ or _finished(u := occ[-1]) or (first and _sent(u)):
                     u = Update(tid, url=url)
                     occ.append(u)
                     order.append((row, u))
-                if u.send_ts is None and u.send_t is None:  # first attempt (retries keep the same trace id)
+                if not _sent(u):  # first attempt (retries keep the same trace id)
                     u.send_ts, u.send_t = ts, t
                 u.path = path
                 u.background = u.background or bool(background)
@@ -330,6 +334,11 @@ def _by_tid(parts: dict[tuple[str, str | None], list[Update]]) -> dict[str, list
         have = out.get(tid)
         out[tid] = those if have is None else have + those
     return out
+
+
+def _sent(u: Update) -> bool:
+    """A ``client.send`` of the update was read (it has the first attempt's times)."""
+    return u.send_ts is not None or u.send_t is not None
 
 
 def _finished(u: Update) -> bool:

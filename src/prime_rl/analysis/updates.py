@@ -60,6 +60,7 @@ WEIGHTS_FIELDS = (
     "target",
     "op",
     "background",
+    "attempt",
 )
 """The fields of ``[weights]`` lines the join reads."""
 
@@ -111,6 +112,7 @@ def weights_frames(
             "wall": numbers["wall_ms"],
             "queue": numbers["queue_ms"],
             "background": lines.text_series("background") == "true",
+            "first": lines.text_series("attempt") == "1",
         }
         clients = _frame(columns, CLIENT_SCHEMA, client)
     if server.any():

@@ -640,3 +640,33 @@ def test_a_hang_after_the_last_restart_is_still_the_finding(tmp_path, analyze):
     )
     restarts = {r["process"]: r for r in summary["restarts"]}
     assert [h["where"].rsplit(":", 1)[1] for h in restarts["orchestrator"]["hangs_before"]] == ["2"]
+
+
+def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_path, analyze):
+    """The orchestrator died waiting for update deadbeef; the resumed run sent deadbeef again
+    (attempt=1: replayed or synthetic logs repeat trace ids) and got its answer in 0.3 s. The second
+    send continued the unanswered update as a retry: the outage (10 minutes) read as failed
+    attempts, the primary finding. Now it starts a new update."""
+    send = {"url": "http://h:8000", "path": "/update_weights"}
+    first = make_run("healthy", steps=10, seed=1)
+    first.orchestrator.append(
+        _stamp(first.orchestrator[-1], 0.1)
+        + format_tagged("weights", "client.send", "deadbeef", **send, t=2e3, attempt=1)
+    )
+    second = make_run("healthy", steps=12, seed=2, start_offset_s=600.0, first_step=8)
+    at = second.orchestrator[-1]
+    second.orchestrator += [
+        _stamp(at, 0.1) + format_tagged("weights", "client.send", "deadbeef", **send, t=3e3, attempt=1),
+        _stamp(at, 0.4)
+        + format_tagged(
+            "weights", "client.done", "deadbeef", **send, wall_ms=300.0, rpc_ms=250.0, server_ms=250.0,
+            queue_ms=50.0, attempts=1,
+        ),
+    ]  # fmt: skip
+    summary, _ = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    again = [u for u in summary["updates"] if u["tid"] == "deadbeef"]
+    assert [(u["wall_ms"], u["done_ts"] is None) for u in again] == [(None, True), (300.0, False)]
+    assert "weight update: failed attempts" not in {s["name"] for s in summary["stages"]}
+    assert not any(f["kind"] in ("failed_attempts", "stall") for f in summary["findings"]), summary[
+        "findings"
+    ]

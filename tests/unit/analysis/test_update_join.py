@@ -45,6 +45,7 @@ LINE = st.fixed_dictionaries(
         "target": st.sampled_from(["", "step_1", "step_2"]),
         "op": st.sampled_from(["", "update_weights", "reload_weights", "pause"]),
         "background": st.sampled_from(["true", "false", ""]),
+        "attempt": st.sampled_from(["1", "2", ""]),
     },
 )
 
@@ -88,6 +89,7 @@ def _reference(events: list[Event]) -> ReferenceJoin:
             ev.fields.get("op"),
             num("lock_wait_ms", "rpc.done"),
             ev.fields.get("background") == "true",
+            ev.fields.get("attempt") == "1",
         )
     return ref
 
