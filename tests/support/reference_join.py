@@ -43,12 +43,12 @@ class ReferenceJoin:
         target,
         op,
         lock,
-        background=False,
+        background=None,
         first=False,
     ) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
         client.done and rpc.done, the other numbers for their own events; ``background``: the line
-        says ``background=true``; ``first``: it says ``attempt=1``)."""
+        says ``background=true`` (False: another value, None: no ``background=``); ``first``: it says ``attempt=1``)."""
         if not tid:
             return
         h = tid_hashes(pl.Series([tid]))[0]
@@ -89,8 +89,8 @@ class ReferenceJoin:
             if u.send_ts is None and u.send_t is None:
                 u.send_ts, u.send_t = ts, t
             u.path = path
-            if background:  # any attempt's send that says so
-                u.background = True
+            if background is not None:  # true on any attempt's send wins
+                u.background = True if background else (u.background or False)
             return
         if not occ:
             occ.append(Update(tid, url=url, path=path))

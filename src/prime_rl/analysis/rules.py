@@ -105,9 +105,10 @@ def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
 
 def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
     """Weight updates lose time to attempts that failed: their failed attempts and the backoff after
-    them (a retried update's wait before its last attempt, at the slowest server of each update,
-    which the orchestrator waits for) above ``update_share`` of the run. With one server no slow
-    server is named for them: this says it."""
+    them (a retried update's wait before its last attempt; the whole wait of a steps' update that
+    failed in the end; at the slowest server of each update, which the orchestrator waits for) above
+    ``update_share`` of the run. With one server no slow server is named for them: this says it.
+    The health loop's updates (``background=true``) are not the steps' and not counted."""
     if not d.updates:
         return None
     retry = update_critical(d)[3]
@@ -116,7 +117,7 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
         return None
     frame = d.update_frame()
     by_url = (
-        frame.filter(pl.col("retried") | pl.col("failed"))
+        frame.filter((pl.col("retried") | pl.col("failed")) & ~pl.col("background").fill_null(False))
         .group_by("url", maintain_order=True)
         .agg(retried=pl.col("retried").sum(), failed=pl.col("failed").sum())
         .rows()

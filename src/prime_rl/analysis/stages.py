@@ -53,20 +53,24 @@ def update_critical(d: Collected) -> tuple[float, float, float, float]:
 
 def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
-    server's rpc_ms, else 0; the first of equals), summed in the groups' order."""
+    server's rpc_ms, else 0; the first of equals), summed in the groups' order; one that failed in
+    the end (:attr:`~prime_rl.analysis.updates.Update.gave_up`) counts as failed attempts alone."""
     if not d.updates:
         return 0.0, 0.0, 0.0, 0.0
     # the health loop's updates (a server brought back) are no step's wait
     frame = (
         d.update_frame()
-        .filter(~pl.col("background"))
-        .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry")
+        .filter(~pl.col("background").fill_null(False))
+        .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "gave_up")
     )
     server = pl.col("server_rpc").fill_null(0.0)
+    # an update that failed in the end: its whole wait is failed attempts (a server that finished
+    # after the client gave up has an rpc_ms the steps did not wait for on top)
+    lost = lambda c: pl.when("gave_up").then(0.0).otherwise(c)  # noqa: E731
     slowest = frame.with_row_index("i").with_columns(
         ms=pl.coalesce("wall", server),
-        rpc=pl.coalesce("rpc", server),
-        queue=pl.col("queue").fill_null(0.0),
+        rpc=lost(pl.coalesce("rpc", server)),
+        queue=lost(pl.col("queue").fill_null(0.0)),
     )
     # one server: every update its own group (the group_by's groups would cost 170 MB for the
     # 714k updates of the 10M-line all-tagged benchmark, the check 18 MB)

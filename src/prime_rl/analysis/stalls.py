@@ -164,7 +164,7 @@ def first_unanswered(d: Collected) -> Update | None:
             & col("done_ts").is_null()
             & ~col("failed")
             & col("wall").is_null()
-            & ~col("background")  # the health loop's: no step waits for it
+            & ~col("background").fill_null(False)  # the health loop's: no step waits for it
         )
         .filter(col("send_ts") >= max(restarted) if restarted else pl.lit(True))
         .sort("send_ts", "i")

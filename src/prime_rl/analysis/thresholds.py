@@ -60,7 +60,7 @@ class Thresholds(BaseModel):
     verify_util_high: float = 0.8
     """Verification-bound when the verifier workers are busy more than this share of the batch wall time (cpu_ms / (workers x batch ms)); needs workers= or the run's config."""
     server_slow_ratio: float = 2.0
-    """A server is named as slow when its median update wall_ms (a collector's: its median gen_ms per sample) is this multiple of its peers' (the median of the faster half's medians)."""
+    """A server is named as slow when its median update wall_ms (a collector's: its median gen_ms per sample) is this multiple of its peers' (the median of the faster half's medians; never more than half the servers)."""
     server_min_updates: int = 3
     """... and it has at least this many updates."""
     stall_min_s: float = 30.0

@@ -34,7 +34,7 @@ CLIENT_SCHEMA = {
     "first": pl.Boolean,
 }
 """The client lines' columns (``t`` of client.send, the numbers of client.done, else null;
-``background``: the line says ``background=true``; ``first``: ``attempt=1``, null without ``attempt=``). Every
+``background``: the line says ``background=true`` (null without ``background=``); ``first``: ``attempt=1``, null without ``attempt=``). Every
 update's lines are kept until the join; the words that repeat on every line (event, URL, path, and
 the server's file and op below) are categories, kept once each (the 10M-line all-tagged log's peak
 RSS 1.53-1.61 GB -> 1.23-1.30 GB); a trace id or a target names one update and stays text."""
@@ -123,7 +123,7 @@ def client_part_fields(parts: pl.DataFrame) -> pl.DataFrame:
         url=pl.when(_truthy("url")).then("url"),
         send_ts="ts",
         send_t="t",
-        background=pl.col("background").fill_null(False),
+        background="background",
         done_ts="done_ts",
         wall=wall,
         rpc=rpc,

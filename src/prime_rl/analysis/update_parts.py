@@ -57,9 +57,10 @@ class Update:
     """The server log file the server's lines came from (None: no server lines)."""
     lock_wait_ms: float | None = None
     """The server's wait for its swap lock (rpc.done lock_wait_ms): server-side queueing."""
-    background: bool = False
-    """No step waited for it: the orchestrator's health loop brought a server back (its
-    ``client.send`` says ``background=true``). It counts in its server's row, not in the steps' time."""
+    background: bool | None = None
+    """True: no step waited for it, the orchestrator's health loop brought a server back (its
+    ``client.send`` says ``background=true``; it counts in its server's row, not in the steps' time).
+    False: a steps' update (``background=false``). None: not said (a log from before the field)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with ``send_to_recv_ms`` (summary.json)."""
@@ -74,9 +75,12 @@ class Update:
 
     @property
     def gave_up(self) -> bool:
-        """A steps' update that failed in the end (``client.error``; not :attr:`background`) with the
-        times of its first send and its end."""
-        return self.failed and not self.background and self.send_ts is not None and self.done_ts is not None
+        """A steps' update (``background=false``: a log from before the field cannot tell it from the
+        health loop's) that failed in the end (``client.error``), with the times of its first send and
+        its end."""
+        return (
+            self.failed and self.background is False and self.send_ts is not None and self.done_ts is not None
+        )
 
     @property
     def waited_ms(self) -> float | None:
@@ -138,8 +142,6 @@ class LineJoin:
         self._first: dict[tuple[str, str], int] = {}
         """The first row of each (trace id, server file)."""
         self._by_tid_memo: dict[str, list[Update]] | None = None
-        self.attempts = 0
-        """Server parts that were a later attempt of an update (:func:`attempt_of`), folded into it."""
 
     def add_clients(self, *columns: list) -> None:
         """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, background,
@@ -165,7 +167,8 @@ class LineJoin:
                 if not _sent(u):  # first attempt (retries keep the same trace id)
                     u.send_ts, u.send_t = ts, t
                 u.path = path
-                u.background = u.background or bool(background)
+                if background is not None:  # any attempt's background=true wins
+                    u.background = bool(u.background) or background
                 continue
             if not occ:
                 occ.append(Update(tid, url=url, path=path))
@@ -241,7 +244,6 @@ class LineJoin:
                 again = attempt_of(s, mine, c)
                 if again is not None:  # a later attempt of an update this server already received
                     answer(again, s)
-                    self.attempts += 1
                 elif c is None:
                     s.url = mapping.get(source)
                     alone.append(((self._first[tid, source], place), s))

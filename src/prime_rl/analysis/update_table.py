@@ -22,7 +22,7 @@ _WORDS = frozenset(("path", "url", "server"))
 """Text columns with a few values among all updates: categories (4 bytes a row, each word kept once);
 the trace id and the target are one per update and stay text."""
 _FLAGS = frozenset(("failed", "background"))
-"""Boolean columns (False where a frame lacks them)."""
+"""Boolean columns (``failed`` False where a frame lacks it, ``background`` null: not said)."""
 UPDATE_SCHEMA: dict[str, pl.DataType] = {
     f.name: pl.String()
     if f.name in _TEXT
@@ -49,7 +49,7 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select(
         pl.col(name).cast(dtype)
         if name in frame.columns
-        else pl.lit(False if name in _FLAGS else None, dtype).alias(name)
+        else pl.lit(False if name == "failed" else None, dtype).alias(name)
         for name, dtype in UPDATE_SCHEMA.items()
     )
 

@@ -459,7 +459,8 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its
     answer when it was retried, or to its error when the steps' update failed in the end:
     :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
-    ``send_to_recv``, ``failed``, ``background`` (:attr:`Update.background`), ``retried``, ``retry``
+    ``send_to_recv``, ``failed``, ``background`` (:attr:`Update.background`), ``gave_up``
+    (:attr:`Update.gave_up`), ``retried``, ``retry``
     (:attr:`Update.retry_ms`: the failed attempts and the backoff after them), ``took``: how long it took,
     ``wall or server_rpc_ms`` (the first that is neither None nor 0; null when neither is), and
     ``send_ts``, ``recv_ts``, ``recv_t``, ``done_ts``, ``server`` as the updates have them. From an
@@ -475,7 +476,7 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     waited = (col("done_ts") - col("send_ts")) * 1000.0
     frame = frame.with_columns(
         retried=(waited - col("wall") > RETRY_GAP_MS).fill_null(False),
-        gave_up=(col("failed") & ~col("background") & waited.is_not_null()).fill_null(False),
+        gave_up=(col("failed") & col("background").eq_missing(False) & waited.is_not_null()).fill_null(False),
     )
     frame = frame.with_columns(
         wall=pl.when(col("retried") | col("gave_up")).then(waited).otherwise("wall"),
@@ -505,6 +506,7 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
         .then((col("recv_ts") - col("send_ts")) * 1000.0),
         failed="failed",
         background="background",
+        gave_up="gave_up",
         retried="retried",
         retry="retry",
         took=took,

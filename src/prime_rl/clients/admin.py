@@ -175,8 +175,9 @@ class AdminClient:
         background: bool = False,
     ) -> list[AdminResult]:
         """Tell every server (or ``urls``) to load ``weight_dir``; :class:`WeightUpdateError` if any
-        fails. ``background``: no step waits for it (a server brought back), said on its
-        ``client.send`` lines (``background=true``) so that the analyzer leaves it off the steps' time."""
+        fails. ``background``: no step waits for it (a server brought back); every ``client.send``
+        says which (``background=true|false``), so that the analyzer leaves the health loop's off the
+        steps' time and counts a steps' update that failed in the end as time lost."""
         return await self._broadcast(
             "/update_weights", {"weight_dir": str(weight_dir)}, trace_id, urls, background
         )
@@ -224,11 +225,19 @@ class AdminClient:
 
     async def _attempts(self, url: str, path: str, body: dict, tid: str, background: bool) -> AdminResult:
         attempts = 0
-        said = {"background": True} if background else {}  # the steps' updates: as before
         while True:
             attempts += 1
             start = now()
-            log_tagged("weights", "client.send", tid, url=url, path=path, t=start, attempt=attempts, **said)
+            log_tagged(
+                "weights",
+                "client.send",
+                tid,
+                url=url,
+                path=path,
+                t=start,
+                attempt=attempts,
+                background=background,
+            )
             await self._after_ping(url)  # inside wall_ms: the update waited for it
             try:
                 reply = await request_json(

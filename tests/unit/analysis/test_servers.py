@@ -118,6 +118,27 @@ def test_a_collector_s_two_slow_servers_of_four_are_both_named_against_the_two_t
     assert slow[0]["share"] == pytest.approx(0.25 * (1 - 1 / 5) + 0.25 * (1 - 1 / 4), abs=0.01)
 
 
+def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
+    # of five at 20, 20, 100, 100 and 100 ms the two are fast: the three were named "5.0x slow"
+    log = _collect_log(
+        tmp_path / "collect.log",
+        {
+            "http://a:1": 20.0,
+            "http://b:1": 20.0,
+            "http://c:1": 100.0,
+            "http://d:1": 100.0,
+            "http://e:1": 100.0,
+        },
+    )
+    summary, _ = analyze([log], tmp_path / "out")
+    assert not any(f["kind"] == "slow_server" for f in summary["findings"]), summary["findings"]
+    # and three of five at 5x the other two's: no more slow than fast ones either way
+    from prime_rl.analysis.servers import _slower
+
+    assert _slower({"a": 20, "b": 20, "c": 100, "d": 100, "e": 100}, 2.0)[2] == []
+    assert _slower({"a": 20, "b": 20, "c": 20, "d": 100, "e": 100}, 2.0)[2] == ["d", "e"]
+
+
 def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):
     log = _collect_log(tmp_path / "collect.log", {"http://a:1": 100.0, "http://b:1": 150.0})
     summary, _ = analyze([log], tmp_path / "out")
@@ -285,56 +306,77 @@ def test_attempts_that_reached_the_real_admin_server_are_one_update_each(tmp_pat
     assert (row["url"], row["updates"], row["retried"]) == (server.base_url, 3, 3)
 
 
+@pytest.mark.parametrize("marked", [True, False], ids=["background-said", "older-log"])
 def test_a_steps_update_that_failed_in_the_end_counts_its_wait_and_the_health_loop_s_counts_none(
-    tmp_path, analyze
+    tmp_path, analyze, marked
 ):
     """An update of the steps that failed in the end kept the orchestrator waiting through every
     attempt (20 s here) and added nothing to the run's time; the health loop's update that brought
     the server back (background=true: no step waits for it) added its 5 s to the weight-update
-    stages. Now the first is the failed attempts' time and the second counts only in its server's row."""
+    stages. Now the first is the failed attempts' time (without the rpc_ms of the server that finished
+    after the client gave up) and the second counts only in its server's row. A log from before
+    ``background=`` cannot tell the steps' updates from the health loop's: there a failed update still
+    adds nothing (the health loop's failures would read as the steps')."""
     from prime_rl.tracing import format_tagged
 
     a, b = "http://a:1", "http://b:1"
+    said = lambda background: {"background": background} if marked else {}  # noqa: E731
 
-    def line(second: float, event: str, tid: str, **fields) -> str:
+    def line(second: float, event: str, tid: str, tag: str = "weights", **fields) -> str:
         minute, sec = divmod(second, 60)
-        return f"2026-01-01 12:{int(minute):02d}:{sec:06.3f} | INFO    | " + format_tagged(
-            "weights", event, tid, **fields
-        )
+        stamp = f"2026-01-01 12:{int(minute):02d}:{sec:06.3f} | INFO    | "
+        return stamp + format_tagged(tag, event, tid, **fields)
 
-    def done(second: float, tid: str, url: str, wall: float, rpc: float) -> list[str]:
+    def send(second: float, tid: str, url: str, attempt: int = 1, background: bool = False) -> str:
+        fields = {"url": url, "path": "/update_weights", "t": second, "attempt": attempt, **said(background)}
+        return line(second, "client.send", tid, **fields)
+
+    def done(
+        second: float, tid: str, url: str, wall: float, rpc: float, background: bool = False
+    ) -> list[str]:
         return [
-            line(second, "client.send", tid, url=url, path="/update_weights", t=second, attempt=1),
+            send(second, tid, url, background=background),
             line(second + wall / 1000, "client.done", tid, url=url, path="/update_weights", wall_ms=wall,
                  rpc_ms=rpc, server_ms=rpc, queue_ms=wall - rpc, attempts=1),
         ]  # fmt: skip
 
+    def served(recv: float, tid: str, rpc: float) -> list[str]:  # b's own log of an update
+        return [
+            line(recv, "server.recv", tid, path="/update_weights", t=recv),
+            line(recv, "rpc.start", tid, op="update_weights", t=recv, target="step_2"),
+            line(recv + rpc / 1000, "rpc.done", tid, op="update_weights", t=recv + rpc / 1000, rpc_ms=rpc),
+        ]
+
     lines = [*done(0, "s0", a, 100, 90), *done(10, "s1", a, 100, 90), *done(20, "s2", a, 100, 90)]
-    for attempt, second in enumerate((20, 25, 32), start=1):  # s2 to b: three attempts, then given up
-        lines.append(
-            line(second, "client.send", "s2", url=b, path="/update_weights", t=second, attempt=attempt)
-        )
+    lines += [send(second, "s2", b, attempt) for attempt, second in enumerate((20, 25, 32), start=1)]
+    # s2 to b given up at 40 s; b finished its third attempt at 45 s
     lines.append(
         line(40, "client.error", "s2", url=b, path="/update_weights", wall_ms=8000, status=503, attempts=3)
     )
-    lines.append(
-        line(45, "client.send", "h1", url=b, path="/update_weights", t=45, attempt=1, background=True)
-    )
-    lines.append(line(50, "client.done", "h1", url=b, path="/update_weights", wall_ms=5000, rpc_ms=4900,
-                      server_ms=4900, queue_ms=100, attempts=1))  # fmt: skip
+    lines += done(46, "h1", b, 5000, 4900, background=True)
     lines += done(60, "s3", a, 100, 90)
-    assert "background=true" in lines[-4]
-    log = tmp_path / "orchestrator.log"
-    log.write_text("\n".join(lines) + "\n")
-    summary, _ = analyze([log], tmp_path / "out")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "orchestrator.log").write_text("\n".join(lines) + "\n")
+    (logs / "inference.log").write_text(
+        "\n".join(served(32.0, "s2", 13_000) + served(46.01, "h1", 4900)) + "\n"
+    )
+    summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
     stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
-    assert stages["weight update: failed attempts"] == pytest.approx(20_000)  # s2's whole wait at b
-    assert stages["weight update: rpc"] == pytest.approx(3 * 90)  # s0, s1, s3; s2's b had no answer; not h1
-    assert stages["weight update: queue"] == pytest.approx(3 * 10)
-    assert summary["primary"]["kind"] == "failed_attempts"  # 20 s of a 60 s run
     by_url = {s["url"]: s for s in summary["servers"]}
     assert (by_url[b]["updates"], by_url[b]["failed"]) == (2, 1)  # the health loop's update is b's
-    assert [u["background"] for u in summary["updates"] if u["url"] == b] == [False, True]
+    s2 = next(u for u in summary["updates"] if u["tid"] == "s2" and u["url"] == b)
+    assert s2["server_rpc_ms"] == 13_000  # b's own log, joined
+    if marked:
+        assert stages["weight update: failed attempts"] == pytest.approx(20_000)  # s2's whole wait at b
+        # s0, s1, s3; not s2 at b (its 13 s on the server came after the client gave up), not h1
+        assert stages["weight update: rpc"] == pytest.approx(3 * 90)
+        assert stages["weight update: queue"] == pytest.approx(3 * 10)
+        assert summary["primary"]["kind"] == "failed_attempts"  # 20 s of a 60 s run
+        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [False, True]
+    else:
+        assert "weight update: failed attempts" not in stages
+        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [None, None]
 
 
 def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_path, analyze):

@@ -88,7 +88,7 @@ def _reference(events: list[Event]) -> ReferenceJoin:
             ev.fields.get("target"),
             ev.fields.get("op"),
             num("lock_wait_ms", "rpc.done"),
-            ev.fields.get("background") == "true",
+            None if "background" not in ev.fields else ev.fields["background"] == "true",
             ev.fields.get("attempt") == "1",
         )
     return ref
@@ -258,7 +258,7 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
             recv_ts=st.one_of(st.none(), st.sampled_from([1.0, 700.0])),
             done_ts=st.one_of(st.none(), st.sampled_from([0.2, 10.3, 611.0, 1300.25])),  # some retried
             failed=st.booleans(),
-            background=st.booleans(),
+            background=st.sampled_from([None, False, True]),
             wall_ms=MS,
             rpc_ms=MS,
             server_rpc_ms=MS,
@@ -271,7 +271,8 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals; a
     retried one by its whole wait, its retries apart too, and so does one of the steps that failed in
     the end); summed in order, as the loop over the groups did; the health loop's updates
-    (background) are no step's and count nowhere."""
+    (background) are no step's and count nowhere; one that failed in the end has no rpc or queue
+    time, all of it is its failed attempts."""
     from prime_rl.analysis.stages import _update_critical
 
     def _update_ms(u: Update) -> float:
@@ -281,8 +282,9 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     for group in update_groups([u for u in updates if not u.background]):
         slow = max(group, key=_update_ms)
         wall += _update_ms(slow)
-        rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
-        queue += slow.queue_ms or 0.0
+        if not slow.gave_up:  # one that failed in the end is its failed attempts alone
+            rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
+            queue += slow.queue_ms or 0.0
         retry += slow.retry_ms
     d = collect(iter([]), ParseStats())
     d.updates = updates

@@ -64,11 +64,11 @@ def test_a_server_that_was_down_serves_again_only_with_the_current_policy(tmp_pa
     # first and took it out of rotation is a race) and came back on a newer policy than it lost
     assert b.loaded[reload_at] > 2, b.loaded
     # the health loop's loads say background=true (no step waits for them: the analyzer leaves them
-    # off the steps' time); the steps' updates, to both servers, say nothing
+    # off the steps' time); the steps' updates, to both servers, background=false
     sends = [p for p in tagged if (p.tag, p.event) == ("weights", "client.send")]
-    background = [p for p in sends if p.fields.get("background") == "true"]
+    background = [p for p in sends if p.fields["background"] == "true"]
     assert background and {p.fields["url"] for p in background} == {b.base_url.rstrip("/")}
-    assert {p.fields["url"] for p in sends if "background" not in p.fields} == {
+    assert {p.fields["url"] for p in sends if p.fields["background"] == "false"} == {
         s.base_url.rstrip("/") for s in (a, b)
     }
     assert orch.down == set()
