@@ -254,7 +254,19 @@ def _server_update(
     """One server's part of one update (client and server lines); returns its wall time in seconds."""
     recv_gap = queue * 0.95
     run.orchestrator.append(
-        _line(wall, format_tagged("weights", "client.send", tid, url=url, path="/update_weights", t=mono))
+        _line(
+            wall,
+            format_tagged(
+                "weights",
+                "client.send",
+                tid,
+                url=url,
+                path="/update_weights",
+                t=mono,
+                attempt=1,
+                background=False,
+            ),
+        )
     )
     at = recv_gap / 1000.0
     server_log.append(

@@ -42,12 +42,13 @@ def verdict(a: Analysis) -> str:
 
 SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (
     ("updates", lambda r: r.updates),
-    ("failed", lambda r: r.failed),
+    ("failed updates", lambda r: r.updates_failed),
     ("retried updates", lambda r: r.retried),
     ("wall_ms p50", lambda r: r.median("wall_ms")),
     ("rpc_ms p50", lambda r: r.median("rpc_ms")),
     ("queue_ms p50", lambda r: r.median("queue_ms")),
     ("samples", lambda r: r.samples),
+    ("failed samples", lambda r: r.samples_failed),
     ("gen_ms p50", lambda r: r.median("gen_ms")),
     ("429 retries", lambda r: r.retries.get("retry.429", 0)),
     ("other retries", lambda r: sum(n for k, n in r.retries.items() if k != "retry.429")),

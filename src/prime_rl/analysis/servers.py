@@ -226,15 +226,20 @@ def _slow_title(slow: list[str], ratios: dict[str, float], what: str) -> str:
 def _slower(values: dict[str, float], ratio: float) -> tuple[float, dict[str, float], list[str]]:
     """(the peers' value, each server's ratio to it, the servers at ``ratio`` or more, slowest
     first) of each server's ``values``: the peers' value is the median of the faster half's, so
-    that with two slow servers of four each is measured against the two that are not. More than half
-    the servers are never slow: of five at 20, 20, 100, 100 and 100 ms the two are fast, not three slow."""
+    that with two slow servers of four each is measured against the two that are not. At most half
+    the servers are slow, the slowest, and of servers equally slow all or none: of five at 20, 20,
+    100, 100 and 100 ms the two are fast, not three slow; of 10, 10, 25, 25 and 100 ms the last is
+    slow, not the 25 ms pair with it."""
     ranked = sorted(values.values())
     peers = statistics.median(ranked[: (len(ranked) + 1) // 2])
     if peers <= 0:  # the peers took no time (a server that reports none): nothing to be a multiple of
         return peers, {}, []
     ratios = {u: v / peers for u, v in values.items()}
     slow = sorted((u for u, r in ratios.items() if r >= ratio), key=lambda u: -values[u])
-    return peers, ratios, slow if 2 * len(slow) <= len(values) else []
+    half = len(values) // 2
+    if len(slow) > half:  # the first one left out, and any as slow as it, are not slow
+        slow = [u for u in slow[:half] if values[u] > values[slow[half]]]
+    return peers, ratios, slow
 
 
 def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:

@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.updates import unanswered
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ def update_critical(d: Collected) -> tuple[float, float, float, float]:
     the orchestrator waits for before it generates again (``retry``: the failed attempts and the
     backoff of retried updates, in their wall time, and the whole wait of those that failed in the
     end). The health loop's updates (:attr:`~prime_rl.analysis.updates.Update.background`) are left
-    out: no step waits for them."""
+    out: no step waits for them; so are those left unanswered before the orchestrator's last restart
+    (it died waiting: down time)."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
@@ -57,10 +59,13 @@ def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     the end (:attr:`~prime_rl.analysis.updates.Update.gave_up`) counts as failed attempts alone."""
     if not d.updates:
         return 0.0, 0.0, 0.0, 0.0
-    # the health loop's updates (a server brought back) are no step's wait
+    # the health loop's updates (a server brought back) are no step's wait, nor one the orchestrator
+    # died waiting for (it is down time, and a resend under its trace id would share its group)
+    restarted = d.orchestrator_restarted
+    over = unanswered() & (pl.col("send_ts") < restarted) if restarted is not None else pl.lit(False)
     frame = (
         d.update_frame()
-        .filter(~pl.col("background").fill_null(False))
+        .filter(~pl.col("background").fill_null(False) & ~over)
         .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "gave_up")
     )
     server = pl.col("server_rpc").fill_null(0.0)

@@ -27,7 +27,7 @@ from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.updates import Update
+from prime_rl.analysis.updates import Update, unanswered
 
 
 def _clock(ts: float | None) -> str:
@@ -151,25 +151,18 @@ def _step(value: object) -> int | None:
 
 
 def first_unanswered(d: Collected) -> Update | None:
-    """The first sent of the weight updates sent and never answered (no client.done, no
-    client.error, no wall time) after the orchestrator's last restart (an update in flight when it
-    died is over), the first in order of equals; None: there is none."""
-    col = pl.col
-    restarted = [r.ts for r in d.restarts if r.process == "orchestrator" and r.ts is not None]
-    unanswered = (
+    """The first sent of the steps' weight updates sent and never answered (:func:`unanswered`; not
+    the health loop's) after the orchestrator's last restart (an update in flight when it died is
+    over), the first in order of equals; None: there is none."""
+    restarted = d.orchestrator_restarted
+    waiting = (
         d.update_frame()
         .with_row_index("i")
-        .filter(
-            col("send_ts").is_not_null()
-            & col("done_ts").is_null()
-            & ~col("failed")
-            & col("wall").is_null()
-            & ~col("background").fill_null(False)  # the health loop's: no step waits for it
-        )
-        .filter(col("send_ts") >= max(restarted) if restarted else pl.lit(True))
+        .filter(unanswered() & ~pl.col("background").fill_null(False))  # the health loop's: no step waits
+        .filter(pl.col("send_ts") >= restarted if restarted is not None else pl.lit(True))
         .sort("send_ts", "i")
     )
-    return d.updates[unanswered.item(0, "i")] if unanswered.height else None
+    return d.updates[waiting.item(0, "i")] if waiting.height else None
 
 
 def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, str, float | None] | None:

@@ -199,8 +199,9 @@ class Collected:
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     collect_seconds: float | None = None
-    """The offline collector's own time, its first to last ``[collect]`` line (None: fewer than two
-    distinct times): its samples in flight are measured over it, not over the run, which a trio's
+    """The offline collector's own time, from the start of its first sample (a ``[collect]`` line's
+    time less its ``dur_ms``: the line is written as the sample ends) to its last ``[collect]`` line
+    (None: no time between them): its samples in flight are measured over it, not over the run, which a trio's
     logs analysed beside it make longer."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -229,6 +230,14 @@ class Collected:
         if key not in self._memo:
             self._memo[key] = make()
         return self._memo[key]
+
+    @property
+    def orchestrator_restarted(self) -> float | None:
+        """The time of the orchestrator's last restart (None: none with a time): what it waited for
+        before is over."""
+        return max(
+            (r.ts for r in self.restarts if r.process == "orchestrator" and r.ts is not None), default=None
+        )
 
     def update_frame(self) -> pl.DataFrame:
         """The updates as columns, in order (:func:`~prime_rl.analysis.updates.update_frame`, made once)."""
@@ -446,7 +455,8 @@ class _Collector:
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.collect_span: tuple[float, float] | None = None
-        """The first and last time of the [collect] lines."""
+        """When the collector began its first sample ([collect] lines' time less their dur_ms) and its
+        last [collect] line's time."""
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -733,9 +743,11 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list())
-        ts = b.frame.get_column("ts").drop_nulls().to_numpy()
-        if len(ts):
-            first, last, was = float(ts.min()), float(ts.max()), self.collect_span
+        # a sample's line is written as it ends: the collector was at work from its start, dur_ms before
+        stamps = b.frame.get_column("ts")
+        began = (stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0).drop_nulls()
+        if len(began):
+            first, last, was = float(began.min()), float(stamps.max()), self.collect_span  # type: ignore[arg-type]
             self.collect_span = (min(was[0], first), max(was[1], last)) if was else (first, last)
 
     def env(self, seq: int, b: TaggedLines) -> None:

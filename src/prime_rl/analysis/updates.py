@@ -454,6 +454,13 @@ _FRAME_COLUMNS = {
 """update_frame's first columns: name -> (the Update attribute, its type)."""
 
 
+def unanswered() -> pl.Expr:
+    """Of :func:`update_frame`'s rows: the updates sent and never answered (no client.done, no
+    client.error, no wall time): the orchestrator still waited when its log ended or it died."""
+    col = pl.col
+    return col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
+
+
 def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its

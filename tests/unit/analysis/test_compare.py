@@ -70,6 +70,33 @@ def test_compare_of_collector_runs_lists_each_server_s_figures(tmp_path, capsys)
     assert "| http://b:1 | gen_ms p50 | 300.0 | 100.0 | 0.33x |" in md
 
 
+def test_compare_keeps_a_server_s_failed_samples_apart_from_its_failed_updates(tmp_path, capsys):
+    """SUMMARY.md's per-server table has failed updates and failed samples apart; the comparison had
+    one "failed" figure adding them up."""
+    from prime_rl.tracing import format_tagged
+
+    _collector_log(tmp_path / "a" / "collect.log", {"http://a:1": 100.0})
+    _collector_log(tmp_path / "b" / "collect.log", {"http://a:1": 100.0})
+    failed = format_tagged(
+        "collect",
+        "rollout.failed",
+        "f1",
+        task=99,
+        repeat=0,
+        status=500,
+        dur_ms=5.0,
+        kind="X",
+        url="http://a:1",
+    )
+    with (tmp_path / "a" / "collect.log").open("a") as f:
+        f.write(f"2026-01-01 12:00:11.000 | INFO    | {failed}\n")
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    figures = {(r["url"], r["figure"]): (r["a"], r["b"]) for r in data["servers"]}
+    assert figures[("http://a:1", "failed samples")] == (1, 0)
+    assert figures.get(("http://a:1", "failed updates"), (0, 0)) == (0, 0)
+
+
 def test_compare_says_a_run_without_tagged_lines_has_nothing_to_analyse(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "orchestrator.log").write_text("hello\nworld\n")

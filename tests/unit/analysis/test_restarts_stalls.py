@@ -646,13 +646,22 @@ def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_p
     """The orchestrator died waiting for update deadbeef; the resumed run sent deadbeef again
     (attempt=1: replayed or synthetic logs repeat trace ids) and got its answer in 0.3 s. The second
     send continued the unanswered update as a retry: the outage (10 minutes) read as failed
-    attempts, the primary finding. Now it starts a new update."""
+    attempts, the primary finding. Now it starts a new update. And the 40 s load the server finished
+    for the first after the orchestrator died (down time) made the steps' weight updates a slow
+    reload: an update left unanswered before the orchestrator's last restart counts no time."""
     send = {"url": "http://h:8000", "path": "/update_weights"}
     first = make_run("healthy", steps=10, seed=1)
     first.orchestrator.append(
         _stamp(first.orchestrator[-1], 0.1)
         + format_tagged("weights", "client.send", "deadbeef", **send, t=2e3, attempt=1)
     )
+    # the server outlived the orchestrator and finished that load 40 s later: down time, no step's
+    first.inference += [
+        _stamp(first.orchestrator[-1], 0.2)
+        + format_tagged("weights", "server.recv", "deadbeef", path="/update_weights", t=2e3),
+        _stamp(first.orchestrator[-1], 40.2)
+        + format_tagged("weights", "rpc.done", "deadbeef", op="update_weights", t=2040.0, rpc_ms=39_998.0),
+    ]
     second = make_run("healthy", steps=12, seed=2, start_offset_s=600.0, first_step=8)
     at = second.orchestrator[-1]
     second.orchestrator += [
@@ -667,6 +676,8 @@ def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_p
     again = [u for u in summary["updates"] if u["tid"] == "deadbeef"]
     assert [(u["wall_ms"], u["done_ts"] is None) for u in again] == [(None, True), (300.0, False)]
     assert "weight update: failed attempts" not in {s["name"] for s in summary["stages"]}
-    assert not any(f["kind"] in ("failed_attempts", "stall") for f in summary["findings"]), summary[
-        "findings"
-    ]
+    findings = [f["kind"] for f in summary["findings"]]
+    assert not {"failed_attempts", "stall", "slow_reload"} & set(findings), findings
+    # every step's update at its client's rpc_ms; the 40 s load the dead orchestrator waited for: none
+    rpc = {s["name"]: s["total_ms"] for s in summary["stages"]}["weight update: rpc"]
+    assert rpc == pytest.approx(sum(u["rpc_ms"] for u in summary["updates"] if u["rpc_ms"] is not None))

@@ -137,6 +137,31 @@ def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
 
     assert _slower({"a": 20, "b": 20, "c": 100, "d": 100, "e": 100}, 2.0)[2] == []
     assert _slower({"a": 20, "b": 20, "c": 20, "d": 100, "e": 100}, 2.0)[2] == ["d", "e"]
+    # more than half at the ratio: the slowest up to half, none of a tie at the cut; a 10x server stays named
+    assert _slower({"a": 10, "b": 10, "c": 25, "d": 25, "e": 100}, 2.0)[2] == ["e"]
+    assert _slower({"a": 10, "b": 10, "c": 25, "d": 50, "e": 100}, 2.0)[2] == ["e", "d"]
+
+
+def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp_path, analyze):
+    """A collector's line is written as its sample ends: four slots of 30 s samples from 12:00:00 to
+    12:02:00 are 4.0 in flight, not 16 samples' time over the 90 s from the first line (5.3)."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for r in range(4):
+        for slot in range(4):
+            tagged = format_tagged(
+                "collect", "rollout.done", f"t{r}-{slot}", task=r, repeat=slot, status=200, dur_ms=30_000.0,
+                queue_ms=0.0, gen_ms=29_000.0, verify_ms=1000.0, out_tokens=8, attempts=1, url="http://a:1",
+            )  # fmt: skip
+            minute, second = divmod(30 * (r + 1), 60)
+            lines.append(f"2026-01-01 12:{minute:02d}:{second:02d}.{slot:03d} | INFO    | {tagged}")
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+    assert stage["total_ms"] == pytest.approx(16 * 29_000.0 / (16 * 30_000.0 / 120_003.0))
 
 
 def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):
@@ -353,6 +378,11 @@ def test_a_steps_update_that_failed_in_the_end_counts_its_wait_and_the_health_lo
     lines.append(
         line(40, "client.error", "s2", url=b, path="/update_weights", wall_ms=8000, status=503, attempts=3)
     )
+    # the health loop's first try to bring b back failed too; its second did
+    lines.append(send(41, "h0", b, background=True))
+    lines.append(
+        line(43, "client.error", "h0", url=b, path="/update_weights", wall_ms=2000, status=503, attempts=1)
+    )
     lines += done(46, "h1", b, 5000, 4900, background=True)
     lines += done(60, "s3", a, 100, 90)
     logs = tmp_path / "logs"
@@ -364,7 +394,7 @@ def test_a_steps_update_that_failed_in_the_end_counts_its_wait_and_the_health_lo
     summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
     stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
     by_url = {s["url"]: s for s in summary["servers"]}
-    assert (by_url[b]["updates"], by_url[b]["failed"]) == (2, 1)  # the health loop's update is b's
+    assert (by_url[b]["updates"], by_url[b]["failed"]) == (3, 2)  # the health loop's updates are b's
     s2 = next(u for u in summary["updates"] if u["tid"] == "s2" and u["url"] == b)
     assert s2["server_rpc_ms"] == 13_000  # b's own log, joined
     if marked:
@@ -373,10 +403,11 @@ def test_a_steps_update_that_failed_in_the_end_counts_its_wait_and_the_health_lo
         assert stages["weight update: rpc"] == pytest.approx(3 * 90)
         assert stages["weight update: queue"] == pytest.approx(3 * 10)
         assert summary["primary"]["kind"] == "failed_attempts"  # 20 s of a 60 s run
-        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [False, True]
+        assert f"{b}: 0 retried, 1 failed" in summary["primary"]["evidence"]  # s2; not the health loop's h0
+        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [False, True, True]
     else:
         assert "weight update: failed attempts" not in stages
-        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [None, None]
+        assert [u["background"] for u in summary["updates"] if u["url"] == b] == [None, None, None]
 
 
 def test_a_collector_s_429s_are_counted_once_and_their_waits_are_wall_time(tmp_path, analyze):
@@ -577,8 +608,9 @@ def test_a_collector_analysed_with_a_trio_run_keeps_its_per_server_figures_and_i
         in table
     )
     # samples in flight: the samples' summed time (20 x 105 ms + 20 x 305 ms + the failed one's 5 ms)
-    # over the collector's own 59 s (its first to last [collect] line), not the ~10-minute run
-    inflight = (20 * 105.0 + 20 * 305.0 + 5.0) / 59_000.0
+    # over the collector's own 59.105 s (from its first sample's start, 105 ms before its line at
+    # 12:00:00, to its last [collect] line), not the ~10-minute run
+    inflight = (20 * 105.0 + 20 * 305.0 + 5.0) / 59_105.0
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == f"[collect] gen_ms summed / {inflight:.1f} samples in flight (mean)"
     assert stage["total_ms"] == pytest.approx((20 * 100.0 + 20 * 300.0) / inflight)
