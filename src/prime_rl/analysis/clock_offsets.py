@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -60,9 +61,14 @@ may see the server finish later."""
 _HASH_SEED = 20261128
 
 
+def tid_hash(tid: pl.Expr) -> pl.Expr:
+    """The hash that samples trace ids (:class:`Sample`): the same for an id in any batch."""
+    return tid.cast(pl.String).hash(seed=_HASH_SEED)
+
+
 def tid_hashes(tids: pl.Series) -> list[int]:
-    """The hashes that sample trace ids (:class:`Sample`): the same for an id in any batch."""
-    return tids.cast(pl.String).hash(seed=_HASH_SEED).to_list()
+    """:func:`tid_hash` of each of ``tids``."""
+    return pl.select(tid_hash(pl.lit(tids))).to_series().to_list()
 
 
 class Sample:
@@ -73,7 +79,7 @@ class Sample:
     line. Two samples share the ids both keep: a server log's sample and the client's share the
     whole log when it is short and early (the head), and a sample of it when it is long."""
 
-    __slots__ = ("cap", "head", "every", "entries", "hashes", "first")
+    __slots__ = ("cap", "head", "every", "entries", "hashes", "first", "_first_ids")
 
     def __init__(self, cap: int, head: int = 0) -> None:
         self.cap = cap
@@ -83,6 +89,13 @@ class Sample:
         self.hashes: dict[str, int] = {}
         self.first: set[str] = set()
         """The head's ids."""
+        self._first_ids: pl.Series | None = None
+
+    def first_hashes(self) -> pl.Series:
+        """The hashes of :attr:`first` as a column (made again only when the head grew)."""
+        if self._first_ids is None or len(self._first_ids) != len(self.first):
+            self._first_ids = pl.Series("h", [self.hashes[t] for t in self.first], dtype=pl.UInt64)
+        return self._first_ids
 
     @property
     def full(self) -> bool:
@@ -118,51 +131,82 @@ class ClockProbe:
         self.received: dict[str, Sample] = {}
         """Server log: trace id -> [the time of its first server.recv there, of its first rpc.done]."""
 
-    def add(self, client: pl.DataFrame | None, server: pl.DataFrame | None) -> None:
-        """A batch's client and server lines (the join's frames: ``event``, ``tid``, ``ts`` and, of
-        the server's, ``source``: the file), in line order."""
-        if client is not None:
-            sends = client.filter(pl.col("event") == "client.send").unique(
-                "tid", keep="first", maintain_order=True
-            )
-            for tid, ts, h in _sampled(sends, self.sent).select("tid", "ts", "h").iter_rows():
-                self.sent.add(tid, h, [ts])
-            replies = client.filter(
-                pl.col("event").cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null()
-            )
-            last = replies.group_by("tid", maintain_order=True).agg(pl.col("ts").max())
-            for tid, ts, h in _sampled(last, self.replied).select("tid", "ts", "h").iter_rows():
-                self.replied.add(tid, h, [-math.inf])
-                if (entry := self.replied.entries.get(tid)) is not None:
-                    entry[0] = max(entry[0], ts)
-        if server is not None:
-            lines = server.filter(pl.col("event").cast(pl.String).is_in(("server.recv", "rpc.done"))).select(
-                pl.col("source").cast(pl.String), pl.col("event").cast(pl.String), "tid", "ts"
-            )
-            for (source,), rows in lines.partition_by("source", maintain_order=True, as_dict=True).items():
-                if source is None:  # no file to name (events made, not read)
-                    continue
-                got = self.received.setdefault(log_of(source), Sample(PROBE))
-                for event, tid, ts, h in _sampled(rows, got).select("event", "tid", "ts", "h").iter_rows():
-                    if event == "server.recv":
-                        got.add(tid, h, [ts, None])
-                    elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
-                        entry[1] = ts
+    def add(self, lines: ProbeLines) -> None:
+        """A batch's lines as :func:`probe_lines` reduced them, in line order."""
+        for tid, ts, h in _sampled(lines.sends, self.sent).iter_rows():
+            self.sent.add(tid, h, [ts])
+        for tid, ts, h in _sampled(lines.replies, self.replied).iter_rows():
+            self.replied.add(tid, h, [-math.inf])
+            if (entry := self.replied.entries.get(tid)) is not None:
+                entry[0] = max(entry[0], ts)
+        for source, rows in lines.received:
+            got = self.received.setdefault(log_of(source), Sample(PROBE))
+            for event, tid, ts, h in _sampled(rows, got).iter_rows():
+                if event == "server.recv":
+                    got.add(tid, h, [ts, None])
+                elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
+                    entry[1] = ts
 
     def offsets(self) -> Offsets:
         """The server logs whose clock is off the orchestrator's (:data:`Offsets`)."""
         return probe_offsets(self.sent, self.replied, self.received)
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeLines:
+    """A batch's ``[weights]`` lines as :class:`ClockProbe` reads them, each with its trace id's hash
+    ``h`` (:func:`tid_hash`): what does not depend on the samples, made by :func:`probe_lines` in the
+    parse's thread (its hashes, first sends and last replies of every line cost 0.9 s of the
+    collector's thread on the 10M-line all-tagged log); the probe samples them in order."""
+
+    sends: pl.DataFrame
+    """``tid``, ``ts``, ``h`` of each trace id's first client.send, in line order."""
+    replies: pl.DataFrame
+    """``tid``, ``ts`` (the latest), ``h`` of each trace id's replies, in first-seen order."""
+    received: list[tuple[str, pl.DataFrame]]
+    """Per server file (first seen first): ``event``, ``tid``, ``ts``, ``h`` of its server.recv and
+    rpc.done lines."""
+
+
+def probe_lines(client: pl.DataFrame | None, server: pl.DataFrame | None) -> ProbeLines:
+    """A batch's client and server lines (the join's frames: ``event``, ``tid``, ``ts`` and, of the
+    server's, ``source``: the file), in line order, reduced for :meth:`ClockProbe.add`."""
+    h = tid_hash(pl.col("tid")).alias("h")
+    empty = pl.DataFrame(schema={"tid": pl.String, "ts": pl.Float64, "h": pl.UInt64})
+    sends = replies = empty
+    if client is not None:
+        event = pl.col("event")
+        sends = (
+            client.filter(event == "client.send")
+            .unique("tid", keep="first", maintain_order=True)
+            .select("tid", "ts", h)
+        )
+        replies = (
+            client.filter(event.cast(pl.String).is_in(_REPLIES) & pl.col("ts").is_not_null())
+            .group_by("tid", maintain_order=True)
+            .agg(pl.col("ts").max())
+            .select("tid", "ts", h)
+        )
+    received = []
+    if server is not None:
+        lines = server.filter(pl.col("event").cast(pl.String).is_in(("server.recv", "rpc.done"))).select(
+            pl.col("source").cast(pl.String), pl.col("event").cast(pl.String), "tid", "ts", h
+        )
+        for (source,), rows in lines.partition_by("source", maintain_order=True, as_dict=True).items():
+            if source is not None:  # None: no file to name (events made, not read)
+                received.append((source, rows.drop("source")))
+    return ProbeLines(sends, replies, received)
+
+
 def _sampled(rows: pl.DataFrame, sample: Sample) -> pl.DataFrame:
-    """The ``rows`` (with their trace id's hash, ``h``) ``sample`` may keep or keeps: all while its
-    head is not complete, then those of its head and those whose hash is a multiple of its power."""
-    hashes = pl.Series("h", tid_hashes(rows.get_column("tid")), dtype=pl.UInt64)
-    rows = rows.with_columns(h=hashes)
+    """The ``rows`` (``h``: their trace id's :func:`tid_hash`) ``sample`` may keep or keeps: all while
+    its head is not complete, then those of its head and those whose hash is a multiple of its power.
+    The head's are found by their hashes (numbers, not text): an id that shares one passes and is let
+    go by :meth:`Sample.add`, which keeps an id by its hash or as one of the head it knows by name."""
     if not sample.full:
         return rows
     kept = pl.col("h") % sample.every == 0
-    return rows.filter(kept | pl.col("tid").is_in(list(sample.first)) if sample.first else kept)
+    return rows.filter(kept | pl.col("h").is_in(sample.first_hashes().implode()) if sample.first else kept)
 
 
 def probe_offsets(sent: Sample, replied: Sample, received: Mapping[str, Sample]) -> Offsets:

@@ -12,7 +12,15 @@ import polars as pl
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
-from prime_rl.analysis.clock_offsets import CLIENT_SAMPLE, PROBE, ClockProbe, Sample, offsets_of, tid_hashes
+from prime_rl.analysis.clock_offsets import (
+    CLIENT_SAMPLE,
+    PROBE,
+    ClockProbe,
+    Sample,
+    offsets_of,
+    probe_lines,
+    tid_hashes,
+)
 from prime_rl.tracing import format_tagged
 
 
@@ -267,8 +275,8 @@ def test_a_short_early_log_and_a_long_late_one_are_measured_in_a_run_of_40000_up
     client, server = _client_and_server(tids, server_tids, 3600.0)
     probe = ClockProbe()
     for start in range(0, client.height, 4096):
-        probe.add(client.slice(start, 4096), None)
-    probe.add(None, server)
+        probe.add(probe_lines(client.slice(start, 4096), None))
+    probe.add(probe_lines(None, server))
     ((log, (off, n)),) = probe.offsets().items()
     assert log == "/logs/inference_1.log" and off == pytest.approx(3600.0 - 0.1, abs=1e-6)
     assert n == 20 if server_at == "first 20" else 60 <= n <= 250
