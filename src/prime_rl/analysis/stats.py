@@ -199,9 +199,9 @@ class Collected:
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     collect_seconds: float | None = None
-    """The offline collector's own time, from the start of its first sample (a ``[collect]`` line's
-    time less its ``dur_ms``: the line is written as the sample ends) to its last ``[collect]`` line
-    (None: no time between them): its samples in flight are measured over it, not over the run, which a trio's
+    """The offline collector's sampling time, from the start of its first sample (a ``[collect]``
+    line's time less its ``dur_ms``: the line is written as the sample ends) to its last ``[collect]``
+    line but a deferred verification's ``verify.done`` (None: no time between them): its samples in flight are measured over it, not over the run, which a trio's
     logs analysed beside it make longer."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -456,7 +456,7 @@ class _Collector:
         self.server_gen_ms: dict[str, array] = {}
         self.collect_span: tuple[float, float] | None = None
         """When the collector began its first sample ([collect] lines' time less their dur_ms) and its
-        last [collect] line's time."""
+        last [collect] line's time (but verify.done: a deferred verification pass)."""
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -743,9 +743,11 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list())
-        # a sample's line is written as it ends: the collector was at work from its start, dur_ms before
-        stamps = b.frame.get_column("ts")
-        began = (stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0).drop_nulls()
+        # a sample's line is written as it ends: the collector was at work from its start, dur_ms before;
+        # a deferred verification (collect-rollouts verify, maybe hours later) is no time of sampling
+        sampling = (event != "verify.done").fill_null(True)
+        stamps = b.frame.get_column("ts").filter(sampling)
+        began = (stamps - dur.filter(sampling).clip(lower_bound=0.0).fill_null(0.0) / 1000.0).drop_nulls()
         if len(began):
             first, last, was = float(began.min()), float(stamps.max()), self.collect_span  # type: ignore[arg-type]
             self.collect_span = (min(was[0], first), max(was[1], last)) if was else (first, last)
@@ -917,6 +919,8 @@ def _collect(
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
+    if c.collect_span is not None:  # a collector's first line is written as its first sample ends
+        first_ts = min(first_ts, c.collect_span[0])
     c.segments.finish()
     down_s = c.segments.down_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None

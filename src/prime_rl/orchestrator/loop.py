@@ -130,9 +130,10 @@ class Orchestrator:
             await self.wait_for_servers()
             await self.admin.start()  # connections for weight updates, open before the streams start
             self.server_metrics.start()  # [server] metrics lines every server_metrics.interval_s
-            start = await self._resume() if self.cfg.resume.enabled else 0
+            start = self._resume() if self.cfg.resume.enabled else 0
             # where this run starts: the analyzer splits a log appended over a crash and a resume here,
-            # and judges this run's staleness by its own async_level (a resume may change it)
+            # and judges this run's staleness by its own async_level (a resume may change it); logged
+            # before the resume's weight load, so that a load that hangs is this run's, not the last's
             log_tagged(
                 "gen",
                 "run.start",
@@ -140,6 +141,9 @@ class Orchestrator:
                 resume=self.cfg.resume.enabled,
                 async_level=self.cfg.async_level,
             )
+            if self.cfg.resume.enabled:
+                logger.info(f"resuming at step {start}: loading weights/step_{start} on every server")
+                await self._load_weights(start)
             producer = asyncio.create_task(self._produce())
             health = asyncio.create_task(self._health_loop())
             for step in range(start, self.cfg.max_steps):
@@ -706,12 +710,11 @@ class Orchestrator:
         mark_stable(part)
         log_tagged("ckpt", "save.done", step=next_step, component=COMPONENT)
 
-    async def _resume(self) -> int:
+    def _resume(self) -> int:
+        """The step to resume at, with the task ledger as it was there (the caller loads its weights)."""
         root = self.paths.checkpoints_root
         step = resolve_resume_step(root, self.cfg.resume.step, COMPONENT)
         progress = json.loads((root / f"step_{step}" / COMPONENT / "progress.json").read_text())
         self.ledger = TaskLedger.restore(progress)
-        logger.info(f"resuming at step {step}: loading weights/step_{step} on every server")
         self.step = step
-        await self._load_weights(step)
         return step

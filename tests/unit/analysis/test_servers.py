@@ -144,7 +144,9 @@ def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
 
 def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp_path, analyze):
     """A collector's line is written as its sample ends: four slots of 30 s samples from 12:00:00 to
-    12:02:00 are 4.0 in flight, not 16 samples' time over the 90 s from the first line (5.3)."""
+    12:02:00 are 4.0 in flight, not 16 samples' time over the 90 s from the first line (5.3), and
+    the run began with them (generation read 128.9% of a run that began at the first line); a deferred
+    verification pass an hour later leaves the samples in flight as they were (it read 0.1)."""
     from prime_rl.tracing import format_tagged
 
     lines = []
@@ -162,6 +164,19 @@ def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
     assert stage["total_ms"] == pytest.approx(16 * 29_000.0 / (16 * 30_000.0 / 120_003.0))
+    # of a run that began as the first samples did, not at the first line: 96.7%, not 128.9%
+    assert summary["run_seconds"] == pytest.approx(120.003)
+    assert stage["share"] == pytest.approx(stage["total_ms"] / 120_003.0)
+    # a deferred verification an hour later (collect-rollouts verify) is no time of sampling
+    verified = [
+        f"2026-01-01 13:00:{k:02d}.000 | INFO    | "
+        + format_tagged("collect", "verify.done", None, task=k // 4, repeat=k % 4, dur_ms=500.0)
+        for k in range(16)
+    ]
+    log.write_text("\n".join(lines + verified) + "\n")
+    summary, _ = analyze([log], tmp_path / "out2")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
 
 
 def test_a_collector_s_servers_that_agree_are_not_named(tmp_path, analyze):

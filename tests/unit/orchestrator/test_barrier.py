@@ -149,3 +149,35 @@ def test_the_orchestrator_asks_for_exactly_the_groups_its_batches_take(tmp_path,
     # its run.start names the async_level it runs with (the analyzer judges each run's staleness by it)
     starts = [p.fields for p in map(parse_tagged, said) if p and (p.tag, p.event) == ("gen", "run.start")]
     assert starts == [{"step": "0", "resume": "false", "async_level": str(async_level)}]
+
+
+def test_a_resumed_orchestrator_says_run_start_before_it_loads_the_resume_weights(tmp_path):
+    """The analyzer splits a log at run.start; the resume's weight load came before it, so a load
+    that hung was the crashed run's ("an update the orchestrator died waiting for": no time, no
+    stall) instead of this run's stall."""
+    paths = RunPaths(tmp_path)
+    for step in range(1, 7):
+        paths.weights_dir(step).mkdir(parents=True)
+        mark_stable(paths.weights_dir(step))
+    with LocalTestServer() as server:
+        base = dict(
+            output_dir=tmp_path,
+            client={"base_urls": [server.base_url]},
+            verify={"workers": 1},
+            batch_size=4,
+            rollouts_per_example=2,
+            async_level=1,
+            ckpt_interval=2,
+            advantage={"filter_zero": False},
+        )
+        asyncio.run(Orchestrator(OrchestratorConfig(**base, max_steps=4)).run())
+        said: list[str] = []
+        sink = logger.add(lambda m: said.append(m.record["message"]), level="INFO")
+        try:
+            asyncio.run(Orchestrator(OrchestratorConfig(**base, max_steps=6, resume=True)).run())
+        finally:
+            logger.remove(sink)
+    lines = [(p.tag, p.event, p.fields) for p in map(parse_tagged, said) if p]
+    first = lines[0]
+    assert first == ("gen", "run.start", {"step": "4", "resume": "true", "async_level": "1"}), lines[:3]
+    assert ("ckpt", "wait.start", {"target_step": "4"}) in lines[1:]  # the resume's load, after it
