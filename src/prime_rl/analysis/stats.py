@@ -299,6 +299,11 @@ class Collected:
         return has("collect.") and not any(has(p) for p in trio)
 
 
+SAMPLE_BEFORE_S = 3600.0
+"""A collector sample whose ``dur_ms`` puts its start more than this before the collector's first
+line is a bad value (counted, named; its time not used): the default ``time_jump_s``, past which a
+line's own time counts as a wrong clock."""
+
 _TAGS = frozenset(
     ("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server", "hang")
 )
@@ -454,6 +459,8 @@ class _Collector:
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
+        self.collect_first: float | None = None
+        """The time of the first timed [collect] line."""
         self.collect_span: tuple[float, float] | None = None
         """When the collector began its first sample ([collect] lines' time less their dur_ms) and its
         last [collect] line's time (but verify.done: a deferred verification pass)."""
@@ -711,6 +718,16 @@ class _Collector:
             if e not in ("request.retry", "verify.done")
         ]
         dur = b.num_series("dur_ms", lines)
+        # a sample that would have begun long before the collector's first line: its dur_ms is wrong
+        # (it would move the run's start by that much: 1e12 ms made a 2-minute run 31 years long)
+        stamps = b.frame.get_column("ts")
+        if self.collect_first is None and stamps.null_count() < len(stamps):
+            self.collect_first = float(stamps.min())  # type: ignore[arg-type]
+        if self.collect_first is not None:
+            before = (stamps - dur / 1000.0 < self.collect_first - SAMPLE_BEFORE_S).fill_null(False)
+            if before.any():
+                b.refuse("dur_ms", before)
+                dur = dur.zip_with(~before, pl.Series("dur_ms", [None] * len(dur), dtype=pl.Float64))
         done = ("rollout.done",)
         queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
         verify = verify.fill_null(b.num_series("dur_ms", ("verify.done",)))

@@ -142,11 +142,8 @@ def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
     assert _slower({"a": 10, "b": 10, "c": 25, "d": 50, "e": 100}, 2.0)[2] == ["e", "d"]
 
 
-def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp_path, analyze):
-    """A collector's line is written as its sample ends: four slots of 30 s samples from 12:00:00 to
-    12:02:00 are 4.0 in flight, not 16 samples' time over the 90 s from the first line (5.3), and
-    the run began with them (generation read 128.9% of a run that began at the first line); a deferred
-    verification pass an hour later leaves the samples in flight as they were (it read 0.1)."""
+def _four_slots() -> list[str]:
+    """A collector's log lines: four slots of 30 s samples from 12:00:00 to 12:02:00 (16 samples)."""
     from prime_rl.tracing import format_tagged
 
     lines = []
@@ -158,6 +155,17 @@ def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp
             )  # fmt: skip
             minute, second = divmod(30 * (r + 1), 60)
             lines.append(f"2026-01-01 12:{minute:02d}:{second:02d}.{slot:03d} | INFO    | {tagged}")
+    return lines
+
+
+def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp_path, analyze):
+    """A collector's line is written as its sample ends: four slots of 30 s samples from 12:00:00 to
+    12:02:00 are 4.0 in flight, not 16 samples' time over the 90 s from the first line (5.3), and
+    the run began with them (generation read 128.9% of a run that began at the first line); a deferred
+    verification pass an hour later leaves the samples in flight as they were (it read 0.1)."""
+    from prime_rl.tracing import format_tagged
+
+    lines = _four_slots()
     log = tmp_path / "collect.log"
     log.write_text("\n".join(lines) + "\n")
     summary, _ = analyze([log], tmp_path / "out")
@@ -175,6 +183,34 @@ def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp
     ]
     log.write_text("\n".join(lines + verified) + "\n")
     summary, _ = analyze([log], tmp_path / "out2")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+
+
+def test_a_collector_sample_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
+    """A failed sample's dur_ms of 1e12 put its start 31 years before the log: the run's length
+    (1e9 s) made every share 0.0. It is a bad value now, named with its line, and its time unused."""
+    from prime_rl.tracing import format_tagged
+
+    failed = format_tagged(
+        "collect",
+        "rollout.failed",
+        "f1",
+        task=9,
+        repeat=0,
+        status=500,
+        dur_ms=1e12,
+        kind="X",
+        url="http://a:1",
+    )
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join([*_four_slots(), f"2026-01-01 12:01:10.000 | INFO    | {failed}"]) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["run_seconds"] == pytest.approx(120.003)
+    assert summary["bad_values"]["count"] == 1
+    assert summary["bad_values"]["examples"] == [
+        f"{log}:17: dur_ms=1000000000000.0 ([collect] rollout.failed)"
+    ]
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
 
