@@ -65,6 +65,18 @@ def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_p
     assert after.startswith(complete)  # nothing finished before a kill was rewritten
     assert keys(out) == Counter({(t, r): 1 for t in range(150) for r in range(2)})
     assert json.loads((tmp_path / "out_aggregate_metrics.json").read_text())["num_records"] == 300
+    # each run says where it starts in the log it appends to; the analyzer splits the log there
+    log = tmp_path / "out_collect.log"
+    assert log.read_text().count("[collect] run.start") == 4
+    report = tmp_path / "report"
+    subprocess.run(
+        [sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    summary = json.loads((report / "summary.json").read_text())
+    assert [r["process"] for r in summary["restarts"]] == ["collector"] * 3
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -122,6 +122,12 @@ def restarts(d: Collected) -> list[str]:
     for r in d.restarts:
         when = local_time(r.ts, "%Y-%m-%d %H:%M:%S")
         down = f", after {r.down_s:.0f} s without a line" if r.down_s is not None else ""
+        if r.reached is None:  # the collector: a collect-rollouts run again, appended to its log
+            lines.append(
+                f"- {r.process} started again at {when} ({r.where}){down}: its samples in flight are "
+                "measured over each run's own time."
+            )
+            continue
         lines.append(
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
             f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again), counted "

@@ -54,15 +54,15 @@ class Restart:
     """One restart of one process."""
 
     process: str
-    """``orchestrator`` or ``trainer``."""
+    """``orchestrator``, ``trainer`` or ``collector`` (a collect-rollouts run appended to its log)."""
     where: str
     """``file:line`` of the first line of the new segment."""
     ts: float | None
     """Its timestamp."""
-    reached: int
-    """The highest step the process had reached before."""
-    resumed: int
-    """The step it started again at."""
+    reached: int | None
+    """The highest step the process had reached before (None: the collector, which has no steps)."""
+    resumed: int | None
+    """The step it started again at (None: the collector)."""
     down_s: float | None
     """Seconds between the process's last line before and this one (None without timestamps)."""
     redone: int = 0

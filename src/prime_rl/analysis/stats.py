@@ -294,9 +294,14 @@ class Collected:
     @property
     def is_collector_run(self) -> bool:
         """[collect] lines and none of the trio's: an offline collection, which never updates weights."""
-        trio = ("gen.", "ckpt.", "train.", "weights.", "rollout.", "verify.batch")
-        has = lambda prefix: any(k.startswith(prefix) and n for k, n in self.counts.items())  # noqa: E731
-        return has("collect.") and not any(has(p) for p in trio)
+        return collector_only(self.counts)
+
+
+def collector_only(counts: Counter) -> bool:
+    """The lines counted (``tag.event``) are [collect] lines and none of the trio's."""
+    trio = ("gen.", "ckpt.", "train.", "weights.", "rollout.", "verify.batch")
+    has = lambda prefix: any(k.startswith(prefix) and n for k, n in counts.items())  # noqa: E731
+    return has("collect.") and not any(has(p) for p in trio)
 
 
 SAMPLE_BEFORE_S = 3600.0
@@ -461,9 +466,12 @@ class _Collector:
         self.server_gen_ms: dict[str, array] = {}
         self.collect_first: float | None = None
         """The time of the first timed [collect] line."""
-        self.collect_span: tuple[float, float] | None = None
-        """When the collector began its first sample ([collect] lines' time less their dur_ms) and its
-        last [collect] line's time (but verify.done: a deferred verification pass)."""
+        self.collect_runs: list[list[float]] = []
+        """Each collector run's [start, end]: its ``run.start`` line's time (else when its first sample
+        began: a [collect] line's time less its dur_ms) and its last [collect] line's time (but
+        verify.done: a deferred verification pass)."""
+        self.collect_restarts: list[Restart] = []
+        """The collector's runs after the first in the same log (:meth:`_collect_runs`)."""
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -760,14 +768,36 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list())
-        # a sample's line is written as it ends: the collector was at work from its start, dur_ms before;
-        # a deferred verification (collect-rollouts verify, maybe hours later) is no time of sampling
-        sampling = (event != "verify.done").fill_null(True)
-        stamps = b.frame.get_column("ts").filter(sampling)
-        began = (stamps - dur.filter(sampling).clip(lower_bound=0.0).fill_null(0.0) / 1000.0).drop_nulls()
-        if len(began):
-            first, last, was = float(began.min()), float(stamps.max()), self.collect_span  # type: ignore[arg-type]
-            self.collect_span = (min(was[0], first), max(was[1], last)) if was else (first, last)
+        self._collect_runs(b, event, dur)
+
+    def _collect_runs(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> None:
+        """The collector's sampling time, run by run (:attr:`collect_runs`): a ``[collect] run.start``
+        line begins a run (collect-rollouts run again appends to its log: a crash and a resume), and
+        the restart is kept. A sample's line is written as it ends: a run (of a log without run.start
+        lines) was at work from its first sample's start, dur_ms before its line; a deferred
+        verification (collect-rollouts verify, maybe hours later) is no time of sampling."""
+        stamps = b.frame.get_column("ts")
+        began_all = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
+        starts = (event == RUN_START).fill_null(False)
+        cuts = starts.arg_true().to_list() if starts.any() else []
+        bounds = sorted({0, *cuts, len(event)})
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            if lo in cuts and (ts := stamps[lo]) is not None:
+                runs = self.collect_runs
+                if runs:  # a run before it in the log: this one started again
+                    ev = b.event(lo)
+                    gap = max(0.0, ts - runs[-1][1])
+                    self.collect_restarts.append(Restart("collector", ev.where(), ts, None, None, gap))
+                runs.append([ts, ts])
+            sampling = (event.slice(lo, hi - lo) != "verify.done").fill_null(True)
+            began = began_all.slice(lo, hi - lo).filter(sampling).drop_nulls()
+            if not len(began):
+                continue
+            first, last = float(began.min()), float(stamps.slice(lo, hi - lo).filter(sampling).max())  # type: ignore[arg-type]
+            if not self.collect_runs:
+                self.collect_runs.append([first, last])
+            run = self.collect_runs[-1]
+            run[0], run[1] = min(run[0], first), max(run[1], last)
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -936,10 +966,12 @@ def _collect(
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
-    if c.collect_span is not None:  # a collector's first line is written as its first sample ends
-        first_ts = min(first_ts, c.collect_span[0])
+    if c.collect_runs:  # a collector's first line is written as its first sample ends
+        first_ts = min(first_ts, c.collect_runs[0][0])
     c.segments.finish()
     down_s = c.segments.down_seconds()
+    if collector_only(counts):  # between two collector runs nothing ran (with a trio's logs, it did)
+        down_s += sum(r.down_s or 0.0 for r in c.collect_restarts)
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs, resumed_after = _this_runs(c.hangs, first_ts, c.segments)
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
@@ -952,7 +984,7 @@ def _collect(
         async_level,
         run_s,
         c.staleness_by_step,
-        with_hangs_before(c.segments.restarts, resumed_after),
+        with_hangs_before(c.segments.restarts, resumed_after) + c.collect_restarts,
         {source: b.event(i) for source, (b, i) in last_events.items()},
         c.open_wait_event(),
         c.open_batch_event(),
@@ -968,7 +1000,7 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
-        collect_seconds=(c.collect_span[1] - c.collect_span[0] or None) if c.collect_span else None,
+        collect_seconds=sum(end - start for start, end in c.collect_runs) or None,
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
@@ -976,6 +1008,7 @@ def _collect(
 
 
 _COLLECT_EVENTS = (
+    RUN_START,
     "rollout.done",
     "rollout.failed",
     "request.retry",

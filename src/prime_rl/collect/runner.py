@@ -662,6 +662,11 @@ class Collector:
             )
         started = time.monotonic()
         if r.todo:
+            # where this run starts: run again, the collector appends to its log, and the analyzer
+            # measures each run's samples in flight over its own time
+            log_tagged(
+                "collect", "run.start", None, todo=r.todo, done=r.already_done, resume=bool(state.records)
+            )
             await self._collect(sel, todo, state.first)
         r.wall_s = time.monotonic() - started
         r.min_parallel, r.final_parallel = self.limiter.min_seen, self.limiter.current

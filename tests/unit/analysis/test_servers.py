@@ -187,6 +187,33 @@ def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp
     assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
 
 
+def test_a_collector_run_again_into_the_same_log_is_measured_run_by_run(tmp_path, analyze):
+    """collect-rollouts run again (a crash, then the same command) appends to its log: the hour
+    between the runs was sampling time, so the samples in flight read 0.1 and generation 96.7% of a
+    run of 1 h 4 min. Each run now starts at its run.start line, the restart is listed, and the hour
+    between is no time of the run."""
+    from prime_rl.tracing import format_tagged
+
+    def start(at: str, done: int) -> str:
+        return f"2026-01-01 {at} | INFO    | " + format_tagged(
+            "collect", "run.start", None, todo=16, done=done, resume=bool(done)
+        )
+
+    # the second run: the same four slots of 30 s, an hour later
+    later = [line.replace("2026-01-01 12:", "2026-01-01 13:", 1) for line in _four_slots()]
+    lines = [start("12:00:00.000", 0), *_four_slots(), start("13:00:00.000", 16), *later]
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, md = analyze([log], tmp_path / "out")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+    assert summary["run_seconds"] == pytest.approx(2 * 120.003)
+    (restart,) = summary["restarts"]
+    assert (restart["process"], restart["reached"], restart["where"]) == ("collector", None, f"{log}:18")
+    assert restart["down_s"] == pytest.approx(3600 - 120.003)
+    assert f"- collector started again at 2026-01-01 13:00:00 ({log}:18), after 3480 s without a line" in md
+
+
 def test_a_collector_sample_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
     """A failed sample's dur_ms of 1e12 put its start 31 years before the log: the run's length
     (1e9 s) made every share 0.0. It is a bad value now, named with its line, and its time unused."""
