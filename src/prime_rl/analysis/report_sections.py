@@ -142,7 +142,8 @@ def restarts(d: Collected) -> list[str]:
         lines += [
             "",
             f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
-            "crash and its resume): every share of the run is of the time it ran.",
+            "crash and its resume, or between two runs of the collector): every share of the run is of "
+            "the time it ran.",
         ]
     return lines
 

@@ -25,6 +25,7 @@ import polars as pl
 
 from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
+from prime_rl.analysis.collector_runs import CollectorRuns
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.restarts import Restart, Segments, with_hangs_before
@@ -189,7 +190,8 @@ class Collected:
     """Every span of each kind, kept or not, as merged bars (:mod:`~prime_rl.analysis.bars`): the
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
-    """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`):
+    """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`; of
+    a collector's logs alone, when none of its runs was at work: :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
@@ -303,11 +305,6 @@ def collector_only(counts: Counter) -> bool:
     has = lambda prefix: any(k.startswith(prefix) and n for k, n in counts.items())  # noqa: E731
     return has("collect.") and not any(has(p) for p in trio)
 
-
-SAMPLE_BEFORE_S = 3600.0
-"""A collector sample whose ``dur_ms`` puts its start more than this before the collector's first
-line is a bad value (counted, named; its time not used): the default ``time_jump_s``, past which a
-line's own time counts as a wrong clock."""
 
 _TAGS = frozenset(
     ("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server", "hang")
@@ -464,14 +461,7 @@ class _Collector:
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
-        self.collect_first: float | None = None
-        """The time of the first timed [collect] line."""
-        self.collect_runs: list[list[float]] = []
-        """Each collector run's [start, end]: its ``run.start`` line's time (else when its first sample
-        began: a [collect] line's time less its dur_ms) and its last [collect] line's time (but
-        verify.done: a deferred verification pass)."""
-        self.collect_restarts: list[Restart] = []
-        """The collector's runs after the first in the same log (:meth:`_collect_runs`)."""
+        self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
 
@@ -726,16 +716,10 @@ class _Collector:
             if e not in ("request.retry", "verify.done")
         ]
         dur = b.num_series("dur_ms", lines)
-        # a sample that would have begun long before the collector's first line: its dur_ms is wrong
-        # (it would move the run's start by that much: 1e12 ms made a 2-minute run 31 years long)
-        stamps = b.frame.get_column("ts")
-        if self.collect_first is None and stamps.null_count() < len(stamps):
-            self.collect_first = float(stamps.min())  # type: ignore[arg-type]
-        if self.collect_first is not None:
-            before = (stamps - dur / 1000.0 < self.collect_first - SAMPLE_BEFORE_S).fill_null(False)
-            if before.any():
-                b.refuse("dur_ms", before)
-                dur = dur.zip_with(~before, pl.Series("dur_ms", [None] * len(dur), dtype=pl.Float64))
+        # the runs of the collector's log; a sample that would have begun before its run: a bad dur_ms
+        refused = self.collector_runs.observe(b, event, dur)
+        if refused.any():
+            dur = dur.zip_with(~refused, pl.Series("dur_ms", [None] * len(dur), dtype=pl.Float64))
         done = ("rollout.done",)
         queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
         verify = verify.fill_null(b.num_series("dur_ms", ("verify.done",)))
@@ -768,36 +752,6 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list())
-        self._collect_runs(b, event, dur)
-
-    def _collect_runs(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> None:
-        """The collector's sampling time, run by run (:attr:`collect_runs`): a ``[collect] run.start``
-        line begins a run (collect-rollouts run again appends to its log: a crash and a resume), and
-        the restart is kept. A sample's line is written as it ends: a run (of a log without run.start
-        lines) was at work from its first sample's start, dur_ms before its line; a deferred
-        verification (collect-rollouts verify, maybe hours later) is no time of sampling."""
-        stamps = b.frame.get_column("ts")
-        began_all = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
-        starts = (event == RUN_START).fill_null(False)
-        cuts = starts.arg_true().to_list() if starts.any() else []
-        bounds = sorted({0, *cuts, len(event)})
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            if lo in cuts and (ts := stamps[lo]) is not None:
-                runs = self.collect_runs
-                if runs:  # a run before it in the log: this one started again
-                    ev = b.event(lo)
-                    gap = max(0.0, ts - runs[-1][1])
-                    self.collect_restarts.append(Restart("collector", ev.where(), ts, None, None, gap))
-                runs.append([ts, ts])
-            sampling = (event.slice(lo, hi - lo) != "verify.done").fill_null(True)
-            began = began_all.slice(lo, hi - lo).filter(sampling).drop_nulls()
-            if not len(began):
-                continue
-            first, last = float(began.min()), float(stamps.slice(lo, hi - lo).filter(sampling).max())  # type: ignore[arg-type]
-            if not self.collect_runs:
-                self.collect_runs.append([first, last])
-            run = self.collect_runs[-1]
-            run[0], run[1] = min(run[0], first), max(run[1], last)
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -966,12 +920,12 @@ def _collect(
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
-    if c.collect_runs:  # a collector's first line is written as its first sample ends
-        first_ts = min(first_ts, c.collect_runs[0][0])
+    if (began := c.collector_runs.first) is not None:  # its first line is written as a sample ends
+        first_ts = min(first_ts, began)
     c.segments.finish()
     down_s = c.segments.down_seconds()
     if collector_only(counts):  # between two collector runs nothing ran (with a trio's logs, it did)
-        down_s += sum(r.down_s or 0.0 for r in c.collect_restarts)
+        down_s += c.collector_runs.idle_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs, resumed_after = _this_runs(c.hangs, first_ts, c.segments)
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
@@ -984,7 +938,7 @@ def _collect(
         async_level,
         run_s,
         c.staleness_by_step,
-        with_hangs_before(c.segments.restarts, resumed_after) + c.collect_restarts,
+        with_hangs_before(c.segments.restarts, resumed_after) + c.collector_runs.restarts,
         {source: b.event(i) for source, (b, i) in last_events.items()},
         c.open_wait_event(),
         c.open_batch_event(),
@@ -1000,7 +954,7 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
-        collect_seconds=sum(end - start for start, end in c.collect_runs) or None,
+        collect_seconds=c.collector_runs.seconds(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above

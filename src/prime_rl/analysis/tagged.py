@@ -659,7 +659,7 @@ class TaggedLines:
         """Count the rows ``bad`` (a Boolean column) of field ``key`` as bad values: numbers a handler
         finds impossible where they are (a collector sample that began long before its log)."""
         if bad.any():
-            self._count_bad(key, self._raw(key), bad)
+            self._count_bad(key, self.text_series(key), bad)
 
     def _count_bad(self, key: str, raw: pl.Series, bad: pl.Series) -> None:
         """Count the rows ``bad`` of field ``key`` as bad values, each row and key once."""

@@ -214,6 +214,86 @@ def test_a_collector_run_again_into_the_same_log_is_measured_run_by_run(tmp_path
     assert f"- collector started again at 2026-01-01 13:00:00 ({log}:18), after 3480 s without a line" in md
 
 
+def _collect_lines(lines: list[str], hours: int = 0) -> list[str]:
+    """``lines`` of a collector's log moved ``hours`` later."""
+    return [line.replace("2026-01-01 12:", f"2026-01-01 {12 + hours}:", 1) for line in lines]
+
+
+def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_together(tmp_path, analyze):
+    """Two --shard logs of the same hour: 8.0 samples in flight over 120 s. Read as one collector's
+    runs, the second log's run.start was a restart "after 0 s" and the runs' times were added up
+    (4.0 in flight, generation 192.5% of the run); a newer log read before an older one made every
+    sample of the older one a bad value. Each log's runs are its own; the collector's time is their
+    union."""
+    from prime_rl.tracing import format_tagged
+
+    start = "2026-01-01 12:00:00.000 | INFO    | " + format_tagged(
+        "collect", "run.start", None, todo=16, done=0, resume=False
+    )
+    logs = []
+    for shard in (0, 1):
+        logs.append(tmp_path / f"shard{shard}_collect.log")
+        logs[-1].write_text("\n".join([start, *_four_slots()]) + "\n")
+    summary, _ = analyze(logs, tmp_path / "out")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 8.0 samples in flight (mean)"
+    assert summary["restarts"] == [] and summary["run_seconds"] == pytest.approx(120.003)
+    # an older log (no run.start: from before it) read after a newer one: none of its samples is bad
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "a_collect.log").write_text(
+        "\n".join(_collect_lines([start, *_four_slots()], 2)) + "\n"
+    )
+    (tmp_path / "new" / "b_collect.log").write_text("\n".join(_four_slots()) + "\n")
+    summary, _ = analyze(sorted((tmp_path / "new").iterdir()), tmp_path / "out2")
+    assert summary["bad_values"]["count"] == 0
+    assert summary["run_seconds"] == pytest.approx(2 * 120.003, abs=0.01)  # the two hours between: idle
+
+
+def test_samples_of_an_hour_and_a_half_in_a_log_from_before_run_start_are_no_bad_values(tmp_path, analyze):
+    """Such a log's first line is its first sample's end: a 90-minute sample began 90 minutes before
+    it (refused as a bad value by a first version of the rule, which allowed one hour)."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for slot in range(4):
+        tagged = format_tagged(
+            "collect", "rollout.done", f"t{slot}", task=slot, repeat=0, status=200, dur_ms=5_400_000.0,
+            queue_ms=0.0, gen_ms=5_399_000.0, verify_ms=1000.0, out_tokens=8, attempts=1, url="http://a:1",
+        )  # fmt: skip
+        lines.append(f"2026-01-01 13:30:00.{slot:03d} | INFO    | {tagged}")
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["bad_values"]["count"] == 0 and summary["run_seconds"] == pytest.approx(5400.003)
+
+
+def test_a_refused_sample_is_a_bad_value_on_the_events_path_too(tmp_path):
+    """collect() of events (what tests and small callers use): refusing a dur_ms raised KeyError
+    there and the whole [collect] batch was lost."""
+    from prime_rl.analysis.parser import parse_files
+    from prime_rl.analysis.stats import collect
+    from prime_rl.analysis.tagged import ParseStats
+    from prime_rl.tracing import format_tagged
+
+    failed = format_tagged(
+        "collect",
+        "rollout.failed",
+        "f1",
+        task=9,
+        repeat=0,
+        status=500,
+        dur_ms=1e12,
+        kind="X",
+        url="http://a:1",
+    )
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join([*_four_slots(), f"2026-01-01 12:01:10.000 | INFO    | {failed}"]) + "\n")
+    stats = ParseStats()
+    d = collect(list(parse_files([("collect", log)])), stats)
+    assert stats.bad_values == 1 and d.counts["completions"] == 16
+    assert d.collect_seconds == pytest.approx(120.003)
+
+
 def test_a_collector_sample_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
     """A failed sample's dur_ms of 1e12 put its start 31 years before the log: the run's length
     (1e9 s) made every share 0.0. It is a bad value now, named with its line, and its time unused."""

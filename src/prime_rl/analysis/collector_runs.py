@@ -1,0 +1,117 @@
+"""An offline collector's sampling time, run by run and log by log.
+
+``collect-rollouts`` logs ``[collect] run.start`` as a run starts and appends to its log when it is
+run again (a crash, then the same command), so one log may hold several runs with hours between
+them; several logs (shards) may run at the same time. A ``[collect]`` line is written as its sample
+ends: a run of a log from before ``run.start`` began at its first sample's start (the line's time
+less its ``dur_ms``). The collector's sampling time is the union of its runs (overlapping shards
+count once); the time between runs, when no run was at work, is no sampling time. A deferred
+verification (``collect-rollouts verify``: ``verify.done``) is no sampling either.
+
+A sample that would have begun before its run's ``run.start`` (more than :data:`SLACK_S`), or, in a
+log without ``run.start``, more than :data:`OLD_LOG_BEFORE_S` before the log's first line, has a
+wrong ``dur_ms``: a bad value, not used (``dur_ms=1e12`` made a two-minute run 31 years long).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from prime_rl.analysis.restarts import Restart
+from prime_rl.analysis.tagged import RUN_START, TaggedLines
+
+SLACK_S = 1.0
+"""How far before its run's ``run.start`` a sample may seem to begin (the line's milliseconds)."""
+OLD_LOG_BEFORE_S = 86_400.0
+"""In a log without ``run.start``: how far before the log's first line a sample may begin (a day:
+the first line is the first sample's end, and a sample may take hours)."""
+
+
+@dataclass
+class _Log:
+    """One collector log's runs."""
+
+    first: float | None = None
+    """The time of its first timed [collect] line."""
+    start: float | None = None
+    """The time of its current run's ``run.start`` (None: none yet)."""
+    runs: list[list[float]] = field(default_factory=list)
+    """Each run's [start, end]."""
+
+
+class CollectorRuns:
+    """The [collect] lines' runs, per log (:meth:`observe`, batch by batch in line order)."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, _Log] = {}
+        self.restarts: list[Restart] = []
+        """A run after the first in the same log: ``Restart("collector", ...)`` (no steps)."""
+
+    def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> pl.Series:
+        """Fold a batch's [collect] lines (their ``event`` and ``dur_ms``, null where none); returns
+        where their ``dur_ms`` is a bad value (see the module docstring), which is counted here."""
+        log = self._logs.setdefault(str(b.path) if b.path is not None else b.source, _Log())
+        stamps = b.frame.get_column("ts")
+        began = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
+        starts = (event == RUN_START).fill_null(False)
+        cuts = starts.arg_true().to_list() if starts.any() else []
+        bounds = sorted({0, *cuts, len(event)})
+        wrong: list[pl.Series] = []
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            if lo in cuts and (ts := stamps[lo]) is not None:
+                self._run_start(log, b, lo, ts)
+            n = hi - lo
+            part_stamps, part_began = stamps.slice(lo, n), began.slice(lo, n)
+            if log.first is None and part_stamps.null_count() < n:
+                log.first = float(part_stamps.min())  # type: ignore[arg-type]
+            floor = log.start - SLACK_S if log.start is not None else (log.first or 0.0) - OLD_LOG_BEFORE_S
+            bad = (part_began < floor).fill_null(False) & dur.slice(lo, n).is_not_null()
+            wrong.append(bad)
+            sampling = (event.slice(lo, n) != "verify.done").fill_null(True) & ~bad
+            first = part_began.filter(sampling).min()
+            if first is None:
+                continue
+            last = float(part_stamps.filter(sampling).max())  # type: ignore[arg-type]
+            if not log.runs:
+                log.runs.append([float(first), last])  # type: ignore[arg-type]
+            run = log.runs[-1]
+            run[0], run[1] = min(run[0], float(first)), max(run[1], last)  # type: ignore[arg-type]
+        refused = pl.concat(wrong) if wrong else pl.Series(dtype=pl.Boolean)
+        b.refuse("dur_ms", refused)
+        return refused
+
+    def _run_start(self, log: _Log, b: TaggedLines, row: int, ts: float) -> None:
+        """A ``run.start`` line: a new run of the log (after earlier lines of it: a restart)."""
+        if log.runs:
+            gap = max(0.0, ts - log.runs[-1][1])
+            self.restarts.append(Restart("collector", b.event(row).where(), ts, None, None, gap))
+        log.start = ts
+        log.runs.append([ts, ts])
+
+    def _merged(self) -> list[tuple[float, float]]:
+        """Every log's runs as one time line: overlapping runs (shards) merged, in time order."""
+        spans = sorted((s, e) for log in self._logs.values() for s, e in log.runs)
+        out: list[tuple[float, float]] = []
+        for s, e in spans:
+            if out and s <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], e))
+            else:
+                out.append((s, e))
+        return out
+
+    @property
+    def first(self) -> float | None:
+        """When the first run began (None: no run)."""
+        merged = self._merged()
+        return merged[0][0] if merged else None
+
+    def seconds(self) -> float | None:
+        """The collector's sampling time: the union of its runs (None: none)."""
+        return sum(e - s for s, e in self._merged()) or None
+
+    def idle_seconds(self) -> float:
+        """The time between the first run's start and the last run's end in which no run was at work."""
+        merged = self._merged()
+        return sum(b[0] - a[1] for a, b in zip(merged, merged[1:], strict=False))
