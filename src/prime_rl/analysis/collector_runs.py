@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.tagged import RUN_START, TaggedLines
 
@@ -26,7 +27,8 @@ SLACK_S = 1.0
 """How far before its run's ``run.start`` a sample may seem to begin (the line's milliseconds)."""
 OLD_LOG_BEFORE_S = 86_400.0
 """In a log without ``run.start``: how far before the log's first line a sample may begin (a day:
-the first line is the first sample's end, and a sample may take hours)."""
+the first line is the first sample's end, and a sample may take hours; a wrong value below a day
+passes there, as a unit slip of hours would)."""
 
 
 @dataclass
@@ -52,7 +54,8 @@ class CollectorRuns:
     def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> pl.Series:
         """Fold a batch's [collect] lines (their ``event`` and ``dur_ms``, null where none); returns
         where their ``dur_ms`` is a bad value (see the module docstring), which is counted here."""
-        log = self._logs.setdefault(str(b.path) if b.path is not None else b.source, _Log())
+        # rotated parts of one log (collect.log.1, then collect.log) are one log
+        log = self._logs.setdefault(log_of(str(b.path)) if b.path is not None else b.source, _Log())
         stamps = b.frame.get_column("ts")
         began = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
         starts = (event == RUN_START).fill_null(False)

@@ -718,11 +718,15 @@ class _Collector:
         dur = b.num_series("dur_ms", lines)
         # the runs of the collector's log; a sample that would have begun before its run: a bad dur_ms
         refused = self.collector_runs.observe(b, event, dur)
-        if refused.any():
-            dur = dur.zip_with(~refused, pl.Series("dur_ms", [None] * len(dur), dtype=pl.Float64))
         done = ("rollout.done",)
         queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
         verify = verify.fill_null(b.num_series("dur_ms", ("verify.done",)))
+        if refused.any():  # its other times are no better: none of the sample's is used
+            kept = ~refused
+            dur, queue, gen, verify = (
+                s.zip_with(kept, pl.Series([None] * len(s), dtype=pl.Float64))
+                for s in (dur, queue, gen, verify)
+            )
         url, status = b.text_series("url"), b.text_series("status")
         is_done = (event == "rollout.done").fill_null(False)
         has_url = (url.is_not_null() & (url != "")).fill_null(False)

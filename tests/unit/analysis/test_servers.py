@@ -249,6 +249,30 @@ def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_
     assert summary["run_seconds"] == pytest.approx(2 * 120.003, abs=0.01)  # the two hours between: idle
 
 
+def test_a_collector_log_rotated_mid_run_is_one_log_and_a_refused_sample_counts_no_time(tmp_path, analyze):
+    """collect.log.1 holds the run.start and the first samples, collect.log the rest and a sample
+    whose dur_ms (3 h) begins it long before its run: the parts were two logs, the second without a
+    run.start, and the sample passed (a run of 3 h at 1.0 in flight); refused, its gen_ms still
+    counted."""
+    from prime_rl.tracing import format_tagged
+
+    start = "2026-01-01 12:00:00.000 | INFO    | " + format_tagged(
+        "collect", "run.start", None, todo=17, done=0, resume=False
+    )
+    wrong = "2026-01-01 12:01:50.000 | INFO    | " + format_tagged(
+        "collect", "rollout.done", "w", task=9, repeat=0, status=200, dur_ms=10_800_000.0, queue_ms=0.0,
+        gen_ms=10_799_000.0, verify_ms=1000.0, out_tokens=8, attempts=1, url="http://a:1",
+    )  # fmt: skip
+    samples = _four_slots()
+    (tmp_path / "collect.log.1").write_text("\n".join([start, *samples[:8]]) + "\n")
+    (tmp_path / "collect.log").write_text("\n".join([*samples[8:], wrong]) + "\n")
+    summary, _ = analyze([tmp_path], tmp_path / "out")
+    assert summary["bad_values"]["count"] == 1 and summary["run_seconds"] == pytest.approx(120.003)
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+    assert stage["total_ms"] == pytest.approx(16 * 29_000.0 / 4.0, rel=1e-4)  # not the refused 3 h
+
+
 def test_samples_of_an_hour_and_a_half_in_a_log_from_before_run_start_are_no_bad_values(tmp_path, analyze):
     """Such a log's first line is its first sample's end: a 90-minute sample began 90 minutes before
     it (refused as a bad value by a first version of the rule, which allowed one hour)."""
