@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from prime_rl.analysis.parser import log_of
@@ -29,6 +30,11 @@ OLD_LOG_BEFORE_S = 86_400.0
 """In a log without ``run.start``: how far before the log's first line a sample may begin (a day:
 the first line is the first sample's end, and a sample may take hours; a wrong value below a day
 passes there, as a unit slip of hours would)."""
+
+
+def _key(b: TaggedLines) -> str:
+    """The log a batch is of: rotated parts (collect.log.1, then collect.log) are one log."""
+    return log_of(str(b.path)) if b.path is not None else b.source
 
 
 @dataclass
@@ -50,12 +56,24 @@ class CollectorRuns:
         self._logs: dict[str, _Log] = {}
         self.restarts: list[Restart] = []
         """A run after the first in the same log: ``Restart("collector", ...)`` (no steps)."""
+        self._batch: tuple[str, np.ndarray, np.ndarray] | None = None
+        """The last batch :meth:`see` was given: its log, every line's number and time."""
+
+    def see(self, b: TaggedLines) -> None:
+        """A collector log's whole batch, every tag, before its [collect] lines are folded: each line's
+        time ends the run it falls in (a collector that hung still logs its [server] lines: that is
+        run time, not time between runs)."""
+        frame = b.frame
+        self._batch = (_key(b), frame.get_column("line").to_numpy(), frame.get_column("ts").to_numpy())
 
     def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> pl.Series:
         """Fold a batch's [collect] lines (their ``event`` and ``dur_ms``, null where none); returns
         where their ``dur_ms`` is a bad value (see the module docstring), which is counted here."""
-        # rotated parts of one log (collect.log.1, then collect.log) are one log
-        log = self._logs.setdefault(log_of(str(b.path)) if b.path is not None else b.source, _Log())
+        key = _key(b)
+        log = self._logs.setdefault(key, _Log())
+        # the whole batch's lines (see), to end each run at its log's last line of any tag
+        full = self._batch if self._batch is not None and self._batch[0] == key else None
+        numbers = b.frame.get_column("line").to_numpy()
         stamps = b.frame.get_column("ts")
         began = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
         starts = (event == RUN_START).fill_null(False)
@@ -65,6 +83,13 @@ class CollectorRuns:
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             if lo in cuts and (ts := stamps[lo]) is not None:
                 self._run_start(log, b, lo, ts)
+            if full is not None and log.runs:  # the batch's lines of any tag up to the next run.start
+                after = numbers[lo] if lo in cuts else -np.inf
+                before = numbers[hi] if hi < len(numbers) else np.inf
+                times = full[2][(full[1] >= after) & (full[1] < before)]
+                times = times[~np.isnan(times)]
+                if len(times):
+                    log.runs[-1][1] = max(log.runs[-1][1], float(times.max()))
             n = hi - lo
             part_stamps, part_began = stamps.slice(lo, n), began.slice(lo, n)
             if log.first is None and part_stamps.null_count() < n:

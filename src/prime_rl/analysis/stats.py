@@ -781,6 +781,8 @@ class _Collector:
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
+        if b.source == "collect":  # a collector's log: its lines of every tag end its runs
+            self.collector_runs.see(b)
         for tag, lines in b.by_tag():
             handler = self.handler(tag)
             if handler is not None:

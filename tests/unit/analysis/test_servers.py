@@ -219,6 +219,48 @@ def _collect_lines(lines: list[str], hours: int = 0) -> list[str]:
     return [line.replace("2026-01-01 12:", f"2026-01-01 {12 + hours}:", 1) for line in lines]
 
 
+def test_a_collector_that_hung_then_was_run_again_keeps_its_hang_as_run_time(tmp_path, analyze):
+    """The collector hung for 30 minutes after its last sample (its scrapes of the server still
+    logged, the samples never finished), was killed and run again at 14:00: the hang was taken for
+    time between runs and left out of the run. A run ends at its log's last line of any tag."""
+    from prime_rl.tracing import format_tagged
+
+    def start(at: str) -> str:
+        return f"2026-01-01 {at} | INFO    | " + format_tagged(
+            "collect", "run.start", None, todo=16, done=0, resume=False
+        )
+
+    scrapes = [
+        f"2026-01-01 12:{minute:02d}:30.000 | INFO    | "
+        + format_tagged(
+            "server",
+            "metrics",
+            None,
+            url="http://a:1",
+            running=4,
+            waiting=0,
+            kv_cache_pct=10.0,
+            preemptions=0,
+            requests=0,
+            scrape_ms=1.0,
+        )  # fmt: skip
+        for minute in range(2, 33)
+    ]
+    lines = [
+        start("12:00:00.000"),
+        *_four_slots(),
+        *scrapes,
+        start("14:00:00.000"),
+        *_collect_lines(_four_slots(), 2),
+    ]
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["run_seconds"] == pytest.approx(32 * 60 + 30 + 120.003, abs=0.01)
+    (restart,) = summary["restarts"]
+    assert restart["down_s"] == pytest.approx(2 * 3600 - (32 * 60 + 30))
+
+
 def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_together(tmp_path, analyze):
     """Two --shard logs of the same hour: 8.0 samples in flight over 120 s. Read as one collector's
     runs, the second log's run.start was a restart "after 0 s" and the runs' times were added up
