@@ -39,6 +39,17 @@ def completions_seen(server: LocalTestServer) -> int:
     return sum(1 for path, _, _ in server.state.seen if path.endswith("completions"))
 
 
+def analysed(log, report) -> dict:
+    """summary.json of ``analyze-logs LOG --out REPORT``, run as a user runs it."""
+    subprocess.run(
+        [sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return json.loads((report / "summary.json").read_text())
+
+
 def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 150)
     out = tmp_path / "out.jsonl"
@@ -68,14 +79,7 @@ def test_sigkill_at_several_points_then_rerun_keeps_each_pair_exactly_once(tmp_p
     # each run says where it starts in the log it appends to; the analyzer splits the log there
     log = tmp_path / "out_collect.log"
     assert log.read_text().count("[collect] run.start") == 4
-    report = tmp_path / "report"
-    subprocess.run(
-        [sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    summary = json.loads((report / "summary.json").read_text())
+    summary = analysed(log, tmp_path / "report")
     assert [r["process"] for r in summary["restarts"]] == ["collector"] * 3
 
 
@@ -234,14 +238,7 @@ def test_the_analyzer_reads_the_collector_log(tmp_path, case):
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = tmp_path / "out_collect.log"
     assert log.read_text().count("rollout.done") == 30
-    report = tmp_path / "report"
-    subprocess.run(
-        [sys.executable, "-m", "prime_rl.analysis", str(log), "--out", str(report)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    summary = json.loads((report / "summary.json").read_text())
+    summary = analysed(log, tmp_path / "report")
     kinds = [f["kind"] for f in summary["findings"]]
     if case == "slow_verifier":
         assert summary["primary"]["kind"] == "verification_bound", kinds

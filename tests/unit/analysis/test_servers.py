@@ -333,12 +333,8 @@ def test_samples_of_an_hour_and_a_half_in_a_log_from_before_run_start_are_no_bad
     assert summary["bad_values"]["count"] == 0 and summary["run_seconds"] == pytest.approx(5400.003)
 
 
-def test_a_refused_sample_is_a_bad_value_on_the_events_path_too(tmp_path):
-    """collect() of events (what tests and small callers use): refusing a dur_ms raised KeyError
-    there and the whole [collect] batch was lost."""
-    from prime_rl.analysis.parser import parse_files
-    from prime_rl.analysis.stats import collect
-    from prime_rl.analysis.tagged import ParseStats
+def _with_a_sample_31_years_long(log):
+    """``log`` written with :func:`_four_slots` and, as line 17, a failed sample of dur_ms 1e12."""
     from prime_rl.tracing import format_tagged
 
     failed = format_tagged(
@@ -352,8 +348,18 @@ def test_a_refused_sample_is_a_bad_value_on_the_events_path_too(tmp_path):
         kind="X",
         url="http://a:1",
     )
-    log = tmp_path / "collect.log"
     log.write_text("\n".join([*_four_slots(), f"2026-01-01 12:01:10.000 | INFO    | {failed}"]) + "\n")
+    return log
+
+
+def test_a_refused_sample_is_a_bad_value_on_the_events_path_too(tmp_path):
+    """collect() of events (what tests and small callers use): refusing a dur_ms raised KeyError
+    there and the whole [collect] batch was lost."""
+    from prime_rl.analysis.parser import parse_files
+    from prime_rl.analysis.stats import collect
+    from prime_rl.analysis.tagged import ParseStats
+
+    log = _with_a_sample_31_years_long(tmp_path / "collect.log")
     stats = ParseStats()
     d = collect(list(parse_files([("collect", log)])), stats)
     assert stats.bad_values == 1 and d.counts["completions"] == 16
@@ -363,21 +369,7 @@ def test_a_refused_sample_is_a_bad_value_on_the_events_path_too(tmp_path):
 def test_a_collector_sample_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
     """A failed sample's dur_ms of 1e12 put its start 31 years before the log: the run's length
     (1e9 s) made every share 0.0. It is a bad value now, named with its line, and its time unused."""
-    from prime_rl.tracing import format_tagged
-
-    failed = format_tagged(
-        "collect",
-        "rollout.failed",
-        "f1",
-        task=9,
-        repeat=0,
-        status=500,
-        dur_ms=1e12,
-        kind="X",
-        url="http://a:1",
-    )
-    log = tmp_path / "collect.log"
-    log.write_text("\n".join([*_four_slots(), f"2026-01-01 12:01:10.000 | INFO    | {failed}"]) + "\n")
+    log = _with_a_sample_31_years_long(tmp_path / "collect.log")
     summary, _ = analyze([log], tmp_path / "out")
     assert summary["run_seconds"] == pytest.approx(120.003)
     assert summary["bad_values"]["count"] == 1
