@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from prime_rl.analysis.bars import merge_intervals
 from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.tagged import RUN_START, TaggedLines
@@ -118,28 +119,26 @@ class CollectorRuns:
         log.start = ts
         log.runs.append([ts, ts])
 
-    def _merged(self) -> list[tuple[float, float]]:
-        """Every log's runs as one time line: overlapping runs (shards) merged, in time order."""
-        spans = sorted((s, e) for log in self._logs.values() for s, e in log.runs)
-        out: list[tuple[float, float]] = []
-        for s, e in spans:
-            if out and s <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], e))
-            else:
-                out.append((s, e))
-        return out
+    def _merged(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every log's runs as one time line (starts, ends): overlapping runs (shards) merged, in
+        time order (:func:`~prime_rl.analysis.bars.merge_intervals`)."""
+        runs = np.array([run for log in self._logs.values() for run in log.runs], dtype=np.float64).reshape(
+            -1, 2
+        )
+        return merge_intervals(runs[:, 0], runs[:, 1], 0.0)
 
     @property
     def first(self) -> float | None:
         """When the first run began (None: no run)."""
-        merged = self._merged()
-        return merged[0][0] if merged else None
+        start, _ = self._merged()
+        return float(start[0]) if len(start) else None
 
     def seconds(self) -> float | None:
         """The collector's sampling time: the union of its runs (None: none)."""
-        return sum(e - s for s, e in self._merged()) or None
+        start, end = self._merged()
+        return float(np.sum(end - start)) or None
 
     def idle_seconds(self) -> float:
         """The time between the first run's start and the last run's end in which no run was at work."""
-        merged = self._merged()
-        return sum(b[0] - a[1] for a, b in zip(merged, merged[1:], strict=False))
+        start, end = self._merged()
+        return float(np.sum(start[1:] - end[:-1]))

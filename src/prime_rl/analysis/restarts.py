@@ -76,6 +76,12 @@ class Restart:
     (:func:`with_hangs_before`)."""
 
 
+def last_restart(restarts: list[Restart], process: str = "orchestrator") -> float | None:
+    """The time of ``process``'s last restart with a time (None: none): what it waited for before is
+    over."""
+    return max((r.ts for r in restarts if r.process == process and r.ts is not None), default=None)
+
+
 def with_hangs_before(restarts: list[Restart], hangs: list[Event]) -> list[Restart]:
     """``restarts`` with each of ``hangs`` (each before a restart of the orchestrator; one with no
     time is left out) kept, in time order, by the first restart of the orchestrator after it."""

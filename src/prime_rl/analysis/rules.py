@@ -19,6 +19,7 @@ from prime_rl.analysis.stages import update_critical, verify_wall_ms
 from prime_rl.analysis.stalls import hang, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import of_the_steps
 
 Rule = Callable[[Collected, Thresholds], Finding | None]
 
@@ -117,7 +118,7 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
         return None
     frame = d.update_frame()
     by_url = (
-        frame.filter((pl.col("retried") | pl.col("failed")) & ~pl.col("background").fill_null(False))
+        frame.filter((pl.col("retried") | pl.col("failed")) & of_the_steps())
         .group_by("url", maintain_order=True)
         .agg(retried=pl.col("retried").sum(), failed=pl.col("failed").sum())
         .rows()

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
-from prime_rl.analysis.updates import unanswered
+from prime_rl.analysis.updates import of_the_steps, unanswered
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _update_critical(d: Collected) -> tuple[float, float, float, float]:
     over = unanswered() & (pl.col("send_ts") < restarted) if restarted is not None else pl.lit(False)
     frame = (
         d.update_frame()
-        .filter(~pl.col("background").fill_null(False) & ~over)
+        .filter(of_the_steps() & ~over)
         .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "gave_up")
     )
     server = pl.col("server_rpc").fill_null(0.0)

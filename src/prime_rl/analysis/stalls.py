@@ -27,7 +27,7 @@ from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.updates import Update, unanswered
+from prime_rl.analysis.updates import Update, of_the_steps, unanswered
 
 
 def _clock(ts: float | None) -> str:
@@ -158,7 +158,7 @@ def first_unanswered(d: Collected) -> Update | None:
     waiting = (
         d.update_frame()
         .with_row_index("i")
-        .filter(unanswered() & ~pl.col("background").fill_null(False))  # the health loop's: no step waits
+        .filter(unanswered() & of_the_steps())
         .filter(pl.col("send_ts") >= restarted if restarted is not None else pl.lit(True))
         .sort("send_ts", "i")
     )

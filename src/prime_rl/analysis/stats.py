@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.bars import Bars
+from prime_rl.analysis.bars import Bars, merge_intervals
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
-from prime_rl.analysis.restarts import Restart, Segments, with_hangs_before
+from prime_rl.analysis.restarts import Restart, Segments, last_restart, with_hangs_before
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -201,10 +201,9 @@ class Collected:
     rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
     collect_seconds: float | None = None
-    """The offline collector's sampling time, from the start of its first sample (a ``[collect]``
-    line's time less its ``dur_ms``: the line is written as the sample ends) to its last ``[collect]``
-    line but a deferred verification's ``verify.done`` (None: no time between them): its samples in flight are measured over it, not over the run, which a trio's
-    logs analysed beside it make longer."""
+    """The offline collector's sampling time: the union of its runs, log by log
+    (:class:`~prime_rl.analysis.collector_runs.CollectorRuns`; None: none). Its samples in flight
+    are measured over it, not over the run, which a trio's logs analysed beside it make longer."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -218,13 +217,8 @@ class Collected:
         if not self.rate_limit_windows:
             return min(self.total("rate_limit_wait_ms"), self.run_ms or math.inf)
         start, end = np.frombuffer(self.rate_limit_windows, dtype=np.float64).reshape(-1, 2).T
-        order = np.argsort(start, kind="stable")
-        start, end = start[order], np.maximum.accumulate(end[order])
-        # a window starts a new stretch where it begins after every earlier one ended
-        new = np.concatenate(([True], start[1:] > end[:-1]))
-        firsts = np.flatnonzero(new)
-        lasts = np.concatenate((firsts[1:] - 1, [len(start) - 1]))
-        return float(np.sum(end[lasts] - start[firsts])) * 1000.0
+        start, end = merge_intervals(start, end, 0.0)  # the stretches in which some request waited
+        return float(np.sum(end - start)) * 1000.0
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
         """``make()`` computed once for this collection (rules and report sections ask for the same
@@ -237,9 +231,7 @@ class Collected:
     def orchestrator_restarted(self) -> float | None:
         """The time of the orchestrator's last restart (None: none with a time): what it waited for
         before is over."""
-        return max(
-            (r.ts for r in self.restarts if r.process == "orchestrator" and r.ts is not None), default=None
-        )
+        return last_restart(self.restarts)
 
     def update_frame(self) -> pl.DataFrame:
         """The updates as columns, in order (:func:`~prime_rl.analysis.updates.update_frame`, made once)."""
@@ -876,9 +868,8 @@ def _this_runs(hangs: list[Event], first_ts: float, segments: Segments) -> tuple
     begun = [t for t in (first_ts, segments.first_start) if t is not None and math.isfinite(t)]
     if not begun:
         return list(hangs), []
-    restarts = [r.ts for r in segments.restarts if r.process == "orchestrator" and r.ts is not None]
     start = min(begun)
-    since = max([start, *restarts])
+    since = max(start, last_restart(segments.restarts) or -math.inf)
     ours = [h for h in hangs if h.ts is None or h.ts >= start]
     return [h for h in ours if h.ts is None or h.ts >= since], [
         h for h in ours if h.ts is not None and h.ts < since

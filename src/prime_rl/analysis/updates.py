@@ -462,6 +462,12 @@ _FRAME_COLUMNS = {
 """update_frame's first columns: name -> (the Update attribute, its type)."""
 
 
+def of_the_steps() -> pl.Expr:
+    """Of :func:`update_frame`'s rows: the updates the steps wait for, not the health loop's
+    (:attr:`Update.background`; a log from before the field: the steps')."""
+    return ~pl.col("background").fill_null(False)
+
+
 def unanswered() -> pl.Expr:
     """Of :func:`update_frame`'s rows: the updates sent and never answered (no client.done, no
     client.error, no wall time): the orchestrator still waited when its log ended or it died."""
