@@ -65,6 +65,9 @@ class CollectorRuns:
         time ends the run it falls in (a collector that hung still logs its [server] lines: that is
         run time, not time between runs)."""
         frame = b.frame
+        # but a deferred verification's (collect-rollouts verify), which is no run's sampling
+        verify = (frame.get_column("tag") == "collect") & (frame.get_column("event") == "verify.done")
+        frame = frame.filter(~verify.fill_null(False))
         self._batch = (_key(b), frame.get_column("line").to_numpy(), frame.get_column("ts").to_numpy())
 
     def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> pl.Series:

@@ -185,6 +185,14 @@ def test_a_collector_s_samples_in_flight_count_from_its_first_sample_s_start(tmp
     summary, _ = analyze([log], tmp_path / "out2")
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+    # and in a log whose run says where it starts (the run's lines of every tag end it: not these)
+    start = "2026-01-01 12:00:00.000 | INFO    | " + format_tagged(
+        "collect", "run.start", None, todo=16, done=0, resume=False
+    )
+    log.write_text("\n".join([start, *lines, *verified]) + "\n")
+    summary, _ = analyze([log], tmp_path / "out3")
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
 
 
 def test_a_collector_run_again_into_the_same_log_is_measured_run_by_run(tmp_path, analyze):
