@@ -79,7 +79,7 @@ class Sample:
     line. Two samples share the ids both keep: a server log's sample and the client's share the
     whole log when it is short and early (the head), and a sample of it when it is long."""
 
-    __slots__ = ("cap", "head", "every", "entries", "hashes", "first", "_first_ids")
+    __slots__ = ("cap", "head", "every", "entries", "hashes", "first", "_first_hashes")
 
     def __init__(self, cap: int, head: int = 0) -> None:
         self.cap = cap
@@ -89,13 +89,13 @@ class Sample:
         self.hashes: dict[str, int] = {}
         self.first: set[str] = set()
         """The head's ids."""
-        self._first_ids: pl.Series | None = None
+        self._first_hashes: pl.Series | None = None
 
     def first_hashes(self) -> pl.Series:
         """The hashes of :attr:`first` as a column (made again only when the head grew)."""
-        if self._first_ids is None or len(self._first_ids) != len(self.first):
-            self._first_ids = pl.Series("h", [self.hashes[t] for t in self.first], dtype=pl.UInt64)
-        return self._first_ids
+        if self._first_hashes is None or len(self._first_hashes) != len(self.first):
+            self._first_hashes = pl.Series("h", [self.hashes[t] for t in self.first], dtype=pl.UInt64)
+        return self._first_hashes
 
     @property
     def full(self) -> bool:
