@@ -41,7 +41,10 @@ STAT_FILES = {
     "rpc_ms_stats.txt": ("rpc_ms", "Server RPC time per weight update (client view)"),
     "server_rpc_ms_stats.txt": ("server_rpc_ms", "Server RPC time per weight update (server log)"),
     "send_to_recv_ms_stats.txt": ("send_to_recv_ms", "client.send -> server.recv per weight update"),
-    "ckpt_wait_stats.txt": ("ckpt_wait_ms", "Orchestrator wait for weights/step_N/STABLE (wait_ms)"),
+    "ckpt_wait_stats.txt": (
+        "ckpt_wait_ms",
+        "Orchestrator wait for weights/step_N/STABLE (wait_ms), every wait",
+    ),
     "write_ms_stats.txt": ("write_ms", "Trainer weight write ([ckpt] write.done write_ms)"),
     "publish_ms_stats.txt": (
         "publish_ms",

@@ -131,7 +131,7 @@ def restarts(d: Collected) -> list[str]:
         lines.append(
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
             f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again), counted "
-            "once (the later run's numbers)."
+            "once (the later run's numbers; every wait for weights counts, in either run)."
         )
         lines += [
             f"  - before it, the launcher's watchdog saw a hang at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} "

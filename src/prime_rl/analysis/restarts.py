@@ -8,7 +8,8 @@ trainer's ``[train] step.done step=`` at or below a step it already reached (a r
 fell between a checkpoint and the next step's line, has no step going back to show it). Each such
 line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
-step's), so a redone step is counted once. A segment's redone steps are the steps of its step lines
+step's), so a redone step is counted once (the orchestrator's waits for weights are no per-step
+series: each wait counts, in either run). A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
 killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.

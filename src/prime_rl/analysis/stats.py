@@ -97,11 +97,13 @@ PER_STEP = {
     "staleness": "rollout",
     "train_wait_ms": "train",
     "train_ms": "train",
-    "ckpt_wait_ms": "wait",
     "write_ms": "write",
     "publish_ms": "train",
 }
-"""Series with one value per step: a step done again after a restart replaces its first value."""
+"""Series with one value per step: a step done again after a restart replaces its first value. Not
+``ckpt_wait_ms``: every wait for weights is time the orchestrator waited (a resumed orchestrator's
+long wait for weights step N and a later wait for the same N alike), so each ``[ckpt] wait.done``
+adds its ``wait_ms``, in line order."""
 
 SPANS_KEPT = 20_000
 """Spans of each kind kept from the start of the run, and as many from its end: timeline.txt and
@@ -512,7 +514,8 @@ class _Collector:
         event, ts = frame.get_column("event"), frame.get_column("ts")
         target, step = b.text_series("target_step"), b.text_series("step")
         wait, write = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-        self._per_step("ckpt_wait_ms", b, "target_step", wait)
+        _extend(self.series["ckpt_wait_ms"], wait)  # every wait, not one per target (see PER_STEP)
+        b.step_numbers("target_step")  # a target that is no step number: a bad value, as a step's
         self._per_step("write_ms", b, "step", write)
         starts, dones = (event == "wait.start").fill_null(False), (event == "wait.done").fill_null(False)
         key = pl.select(or_unknown(target)).to_series()

@@ -681,3 +681,44 @@ def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_p
     # every step's update at its client's rpc_ms; the 40 s load the dead orchestrator waited for: none
     rpc = {s["name"]: s["total_ms"] for s in summary["stages"]}["weight update: rpc"]
     assert rpc == pytest.approx(sum(u["rpc_ms"] for u in summary["updates"] if u["rpc_ms"] is not None))
+
+
+def _resumed_twice(path: Path) -> Path:
+    """An orchestrator resumed at step 5 that waits 40 s for weights step 5 (the trainer publishes it
+    again), dies after step 5, and resumes at 5 again, where the weights are there: 0.1 s."""
+    stamp = lambda s: f"2026-01-01 12:{s // 60:02d}:{s % 60:02d}.000 | INFO    | "  # noqa: E731
+    lines = []
+    for at, wait_ms in ((0, 40_000.0), (60, 100.0)):
+        done = at + int(wait_ms // 1000)
+        lines += [
+            stamp(at) + format_tagged("gen", "run.start", step=5, resume=True, async_level=1),
+            stamp(at) + format_tagged("ckpt", "wait.start", target_step=5),
+            stamp(done) + format_tagged("ckpt", "wait.done", target_step=5, wait_ms=wait_ms),
+            stamp(done) + format_tagged("gen", "batch.start", step=5, inflight=64, target_batch=256),
+            stamp(done + 2) + format_tagged("gen", "batch.done", step=5, completions=256, dur_ms=2000.0),
+        ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_wait_for_weights_counts_also_a_second_wait_for_the_same_step(tmp_path, analyze):
+    """The checkpoint waits were a per-step series keyed by target_step: the resumed orchestrator's
+    40 s wait for weights step 5 was replaced by the next run's 0.1 s wait for step 5, and 40 s of
+    the run's 40.1 s of waits vanished from the checkpoint-wait stage and ckpt_wait_stats.txt. Each
+    wait counts now; so do the waits of a crashed run and of its resume for the same steps."""
+    summary, _ = analyze([_resumed_twice(tmp_path / "orchestrator.log")], tmp_path / "out")
+    waits = summary["stats"]["ckpt_wait_ms"]
+    assert (waits["count"], waits["min"], waits["max"]) == (2, 100.0, 40_000.0)
+    stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
+    assert stage["total_ms"] == 40_100.0
+    assert summary["counts"]["redone.gen_dur_ms"] == 1  # the steps' own series still count step 5 once
+    assert "count:   2" in (tmp_path / "out" / "ckpt_wait_stats.txt").read_text()
+    # a crash after step 9 and a resume at 6: both runs waited for weights steps 5..8
+    first = make_run("healthy", steps=10, seed=1)
+    second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=6)
+    (tmp_path / "appended").mkdir()
+    summary, _ = analyze(_appended(tmp_path / "appended", first, second), tmp_path / "out2")
+    waited = first.values["ckpt_wait_ms"] + second.values["ckpt_wait_ms"]
+    assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waited) == 8 + 8
+    stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
+    assert stage["total_ms"] == pytest.approx(sum(waited), abs=1.0)

@@ -50,7 +50,8 @@ def reference_ckpt(self, seq: int, b: TaggedLines) -> None:
     events, ts, number = b.column("event"), b.column("ts"), b.column("line")
     target_s, step_s = b.text_series("target_step"), b.text_series("step")
     wait_s, write_s = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-    self._per_step("ckpt_wait_ms", b, "target_step", wait_s)
+    self._extend("ckpt_wait_ms", wait_s.to_list())  # every wait, in line order
+    b.step_numbers("target_step")
     self._per_step("write_ms", b, "step", write_s)
     target, step, wait_ms, write_ms = (
         target_s.to_list(),
