@@ -44,6 +44,7 @@ SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (
     ("updates", lambda r: r.updates),
     ("failed updates", lambda r: r.updates_failed),
     ("retried updates", lambda r: r.retried),
+    ("unanswered updates", lambda r: r.unanswered),
     ("wall_ms p50", lambda r: r.median("wall_ms")),
     ("rpc_ms p50", lambda r: r.median("rpc_ms")),
     ("queue_ms p50", lambda r: r.median("queue_ms")),

@@ -29,6 +29,7 @@ from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.timeline_plot import ROWS, PlotData, draw
 from prime_rl.analysis.update_table import UpdateTable, frame_of
+from prime_rl.analysis.updates import Update, died_waiting
 
 TIMELINE_LINES = 50_000
 """timeline.txt lists at most this many spans (the rest are counted)."""
@@ -156,19 +157,22 @@ def _second(whole: int) -> str | None:
 
 
 def slowest_updates(d: Collected, n: int = 10) -> str:
-    """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped."""
-    slowest = (  # the row numbers and times alone: a sort of every column would copy them all
-        d.update_frame()
-        .select(
-            pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
-            pl.col("took").fill_null(0.0),
-            timed=pl.col("wall").is_not_null() | pl.col("server_rpc").is_not_null(),
-        )
-        .filter("timed")
+    """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped.
+    The updates the orchestrator died waiting for (:func:`~prime_rl.analysis.updates.died_waiting`:
+    down time, which the stages count as none) are not ranked; a line under the list names them."""
+    rows = d.update_frame().select(  # the row numbers and times alone: a sort of every column would copy them all
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
+        pl.col("took").fill_null(0.0),
+        timed=pl.col("wall").is_not_null() | pl.col("server_rpc").is_not_null(),
+        dead=died_waiting(d.orchestrator_restarted),
+    )
+    slowest = (
+        rows.filter(pl.col("timed") & ~pl.col("dead"))
         .sort("took", descending=True, maintain_order=True)  # equals keep their order
         .head(n)
     )
     ups = [d.updates[i] for i in slowest["i"].to_list()]
+    dead = [d.updates[i] for i in rows.filter("dead")["i"].to_list()]
     gens = _gen_overlaps(d)
     out = [
         f"{'trace_id':14} {'start':12} {'wall_ms':>10} {'rpc_ms':>10} {'queue_ms':>10} {'send->recv':>10}  {'server':24} in flight"
@@ -181,8 +185,24 @@ def slowest_updates(d: Collected, n: int = 10) -> str:
             f"{_fmt(u.queue_ms):>10} {_fmt(gap):>10}  {u.url or '-':24} {', '.join(overlapping) or '-'}"
         )
     if not ups:
-        out.append("(no weight updates in these logs)")
+        out.append(
+            "(no answered weight updates in these logs)" if dead else "(no weight updates in these logs)"
+        )
+    if dead:
+        out.append(_died_waiting_note(d, dead))
     return "\n".join(out) + "\n"
+
+
+def _died_waiting_note(d: Collected, dead: list[Update]) -> str:
+    """The line under slowest_updates.txt's list that names the updates the orchestrator died waiting
+    for (the first five; the rest counted)."""
+    named = ", ".join(f"{u.tid} to {u.url or 'a server not named'}" for u in dead[:5])
+    more = f" and {len(dead) - 5} more" if len(dead) > 5 else ""
+    return (
+        f"(not ranked: {len(dead)} update(s) the orchestrator died waiting for, sent before its restart at "
+        f"{_clock(d.orchestrator_restarted)} and never answered: {named}{more}; down time, no step waited for "
+        "them, as in the stages)"
+    )
 
 
 def _gen_overlaps(d: Collected) -> _Overlaps:

@@ -80,7 +80,8 @@ def where_time_goes(d: Collected) -> list[str]:
 
 
 def per_server(d: Collected) -> list[str]:
-    """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`),
+    """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`;
+    those the orchestrator died waiting for apart, in an ``unanswered`` column when there are any),
     retries and failures; the collector's samples, failures and generation time in place of the
     updates' figures for a collector run, beside them when a trio's logs are analysed with it."""
     rows = server_rows(d)
@@ -91,13 +92,18 @@ def per_server(d: Collected) -> list[str]:
         return "-" if v is None else f"{v:.1f}"
 
     samples = any(r.samples or r.samples_failed for r in rows)
-    updates = any(r.updates for r in rows) or not samples
+    unanswered = any(r.unanswered for r in rows)
+    updates = any(r.updates for r in rows) or unanswered or not samples
     head, cells = ["server"], [[r.url] for r in rows]
     if updates:
         head += ["updates", "failed", "retried", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
         for r, row in zip(rows, cells, strict=True):
             row += [str(r.updates), str(r.updates_failed), str(r.retried)]
             row += [f(r.median(key)) for key in ("wall_ms", "rpc_ms", "queue_ms")]
+    if unanswered:
+        head.append("unanswered")
+        for r, row in zip(rows, cells, strict=True):
+            row.append(str(r.unanswered))
     if samples:
         head += ["samples", "failed samples" if updates else "failed", "gen_ms p50"]
         for r, row in zip(rows, cells, strict=True):
@@ -109,7 +115,15 @@ def per_server(d: Collected) -> list[str]:
             str(sum(n for k, n in r.retries.items() if k != "retry.429")),
         ]
     lines = ["", "## Per server", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(map(md_cell, row)) + " |" for row in cells]
+    lines += ["| " + " | ".join(map(md_cell, row)) + " |" for row in cells]
+    return lines + (["", UNANSWERED_NOTE] if unanswered else [])
+
+
+UNANSWERED_NOTE = (
+    "`unanswered`: weight updates the orchestrator died waiting for (sent before its last restart, never "
+    "answered). They are down time, not a wait of the steps: not in `updates`, the medians, the stages or "
+    "slowest_updates.txt."
+)
 
 
 def restarts(d: Collected) -> list[str]:

@@ -8,7 +8,9 @@ SUMMARY.md table, and :func:`server_dicts` puts it beside the figures above in s
 Weight updates come from the client's ``[weights]`` lines (``url=``), one update per trace id and
 server (:mod:`~prime_rl.analysis.updates`); retries (429 and errors) from ``[gen] request.retry
 url=``; failed updates from ``client.error``; an update's wall time is the client's whole wait for
-it, the failed attempts of a retried one included (:func:`~prime_rl.analysis.updates.update_frame`).
+it, the failed attempts of a retried one included (:func:`~prime_rl.analysis.updates.update_frame`);
+an update the orchestrator died waiting for is counted apart (``unanswered``), as the stages count it:
+down time (:func:`~prime_rl.analysis.updates.died_waiting`).
 A server whose median update wall time is ``server_slow_ratio`` times its peers' median is named,
 with the ratio.
 """
@@ -29,6 +31,7 @@ from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_group
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.analysis.updates import died_waiting
 
 
 def _median(values: Sequence[float]) -> float:
@@ -66,6 +69,10 @@ class ServerRow:
     """Their generation times."""
     samples_failed: int = 0
     """Of :attr:`failed`, the collector's samples."""
+    unanswered: int = 0
+    """Its updates the orchestrator died waiting for (sent before its last restart, never answered:
+    :func:`~prime_rl.analysis.updates.died_waiting`): down time, as the stages count them, so not in
+    :attr:`updates` nor in the value lists."""
     _medians: dict[str, float | None] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -94,6 +101,7 @@ class ServerRow:
             "samples": self.samples,
             "samples_failed": self.samples_failed,
             "gen_ms_p50": self.median("gen_ms"),
+            "unanswered": self.unanswered,
         }
 
 
@@ -107,25 +115,32 @@ def _server_rows(d: Collected) -> list[ServerRow]:
     rows: dict[str, ServerRow] = {}
     if d.updates:  # per URL, column-wise: each value list in the updates' order
         url = pl.col("url")
+        # the updates the orchestrator died waiting for are counted apart, their values left out
+        dead = pl.col("dead")
+        kept = lambda c: c.filter(~dead)  # noqa: E731
         per_url = (
             d.update_frame()
             .filter(url.is_not_null() & (url != ""))
+            .with_columns(dead=died_waiting(d.orchestrator_restarted))
             .group_by("url", maintain_order=True)
             .agg(
-                n=pl.len(),
-                failed=pl.col("failed").sum(),
+                n=(~dead).sum(),
+                failed=pl.col("failed").sum(),  # an unanswered update neither failed nor was retried
                 retried=pl.col("retried").sum(),
-                wall=pl.col("wall").drop_nulls(),
-                rpc=pl.coalesce("rpc", "server_rpc").drop_nulls(),
-                queue=pl.col("queue").drop_nulls(),
+                wall=kept(pl.col("wall")).drop_nulls(),
+                rpc=kept(pl.coalesce("rpc", "server_rpc")).drop_nulls(),
+                queue=kept(pl.col("queue")).drop_nulls(),
+                unanswered=dead.sum(),
             )
         )
         values = [per_url.get_column(name) for name in ("wall", "rpc", "queue")]
-        for k, (u, n, failed, retried) in enumerate(
-            per_url.select("url", "n", "failed", "retried").iter_rows()
+        for k, (u, n, failed, retried, unanswered) in enumerate(
+            per_url.select("url", "n", "failed", "retried", "unanswered").iter_rows()
         ):
             # each value list as an array: a long run's as Python floats would cost 32 bytes a value
-            rows[u] = ServerRow(u, n, failed, retried, *(v[k].to_numpy() for v in values))
+            row = ServerRow(u, n, failed, retried, *(v[k].to_numpy() for v in values))
+            row.unanswered = unanswered
+            rows[u] = row
     for url, counts in d.server_counts.items():
         row = rows.setdefault(url, ServerRow(url))
         row.samples_failed = counts.get("failed", 0)  # only [collect] rollout.failed counts these

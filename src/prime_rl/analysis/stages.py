@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
-from prime_rl.analysis.updates import of_the_steps, unanswered
+from prime_rl.analysis.updates import died_waiting, of_the_steps
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def update_critical(d: Collected) -> tuple[float, float, float, float]:
     backoff of retried updates, in their wall time, and the whole wait of those that failed in the
     end). The health loop's updates (:attr:`~prime_rl.analysis.updates.Update.background`) are left
     out: no step waits for them; so are those left unanswered before the orchestrator's last restart
-    (it died waiting: down time)."""
+    (it died waiting: down time, :func:`~prime_rl.analysis.updates.died_waiting`)."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
@@ -61,11 +61,9 @@ def _update_critical(d: Collected) -> tuple[float, float, float, float]:
         return 0.0, 0.0, 0.0, 0.0
     # the health loop's updates (a server brought back) are no step's wait, nor one the orchestrator
     # died waiting for (it is down time, and a resend under its trace id would share its group)
-    restarted = d.orchestrator_restarted
-    over = unanswered() & (pl.col("send_ts") < restarted) if restarted is not None else pl.lit(False)
     frame = (
         d.update_frame()
-        .filter(of_the_steps() & ~over)
+        .filter(of_the_steps() & ~died_waiting(d.orchestrator_restarted))
         .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "gave_up")
     )
     server = pl.col("server_rpc").fill_null(0.0)

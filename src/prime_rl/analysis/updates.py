@@ -475,6 +475,16 @@ def unanswered() -> pl.Expr:
     return col("send_ts").is_not_null() & col("done_ts").is_null() & ~col("failed") & col("wall").is_null()
 
 
+def died_waiting(restarted: float | None) -> pl.Expr:
+    """Of :func:`update_frame`'s rows: the updates left :func:`unanswered` before the orchestrator's
+    last restart at ``restarted`` (None: it never restarted, none): it died waiting for them. That is
+    down time, no step's wait: the stages count no time for them, slowest_updates.txt leaves them
+    out and the per-server table counts them apart (``unanswered``)."""
+    if restarted is None:
+        return pl.lit(False)
+    return unanswered() & (pl.col("send_ts") < restarted)
+
+
 def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     """The updates as columns, in order: ``tid``, ``url``, ``start``, ``end`` (the properties of
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its

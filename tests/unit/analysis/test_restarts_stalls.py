@@ -4,6 +4,7 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -649,6 +650,21 @@ def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_p
     attempts, the primary finding. Now it starts a new update. And the 40 s load the server finished
     for the first after the orchestrator died (down time) made the steps' weight updates a slow
     reload: an update left unanswered before the orchestrator's last restart counts no time."""
+    summary, _ = analyze(_died_waiting_for_deadbeef(tmp_path), tmp_path / "out")
+    again = [u for u in summary["updates"] if u["tid"] == "deadbeef"]
+    assert [(u["wall_ms"], u["done_ts"] is None) for u in again] == [(None, True), (300.0, False)]
+    assert "weight update: failed attempts" not in {s["name"] for s in summary["stages"]}
+    findings = [f["kind"] for f in summary["findings"]]
+    assert not {"failed_attempts", "stall", "slow_reload"} & set(findings), findings
+    # every step's update at its client's rpc_ms; the 40 s load the dead orchestrator waited for: none
+    rpc = {s["name"]: s["total_ms"] for s in summary["stages"]}["weight update: rpc"]
+    assert rpc == pytest.approx(sum(u["rpc_ms"] for u in summary["updates"] if u["rpc_ms"] is not None))
+
+
+def _died_waiting_for_deadbeef(tmp_path: Path) -> list[Path]:
+    """A run whose orchestrator died waiting for update deadbeef, which its server finished 40 s later
+    (rpc_ms 39998), resumed ten minutes later; the resumed run sends deadbeef again (attempt=1), answered
+    in 0.3 s. The logs appended, as `rl --resume` appends them."""
     send = {"url": "http://h:8000", "path": "/update_weights"}
     first = make_run("healthy", steps=10, seed=1)
     first.orchestrator.append(
@@ -672,15 +688,33 @@ def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_p
             queue_ms=50.0, attempts=1,
         ),
     ]  # fmt: skip
-    summary, _ = analyze(_appended(tmp_path, first, second), tmp_path / "out")
-    again = [u for u in summary["updates"] if u["tid"] == "deadbeef"]
-    assert [(u["wall_ms"], u["done_ts"] is None) for u in again] == [(None, True), (300.0, False)]
-    assert "weight update: failed attempts" not in {s["name"] for s in summary["stages"]}
-    findings = [f["kind"] for f in summary["findings"]]
-    assert not {"failed_attempts", "stall", "slow_reload"} & set(findings), findings
-    # every step's update at its client's rpc_ms; the 40 s load the dead orchestrator waited for: none
-    rpc = {s["name"]: s["total_ms"] for s in summary["stages"]}["weight update: rpc"]
-    assert rpc == pytest.approx(sum(u["rpc_ms"] for u in summary["updates"] if u["rpc_ms"] is not None))
+    return _appended(tmp_path, first, second)
+
+
+def test_an_update_the_orchestrator_died_waiting_for_is_not_ranked_and_its_server_counts_it_apart(
+    tmp_path, analyze
+):
+    """The stages count no time for update deadbeef (the orchestrator died waiting for it), yet
+    slowest_updates.txt ranked it first (rpc 39998.0 ms, no wall time) and its server's row counted it
+    among its 21 updates (22), its 40 s in the rpc_ms median's values. Now it is named under the list,
+    not ranked, and counted in the row's own 'unanswered' column, which the report explains."""
+    summary, md = analyze(_died_waiting_for_deadbeef(tmp_path), tmp_path / "out")
+    slowest = (tmp_path / "out" / "slowest_updates.txt").read_text().splitlines()
+    ranked, note = slowest[1:-1], slowest[-1]
+    assert len(ranked) == 10 and not any("39998.0" in row for row in ranked), ranked
+    assert note.startswith(
+        "(not ranked: 1 update(s) the orchestrator died waiting for, sent before its restart"
+    )
+    assert "never answered: deadbeef to http://h:8000; down time" in note
+    answered = [u for u in summary["updates"] if u["done_ts"] is not None and u["url"] == "http://h:8000"]
+    (server,) = summary["servers"]
+    assert (server["updates"], server["unanswered"]) == (len(answered), 1) == (21, 1)
+    assert server["rpc_ms_p50"] == statistics.median(u["rpc_ms"] for u in answered)  # not its 39998.0
+    table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
+    head = "| server | updates | failed | retried | wall_ms p50 | rpc_ms p50 | queue_ms p50 | unanswered |"
+    p50 = " | ".join(f"{server[f'{key}_p50']:.1f}" for key in ("wall_ms", "rpc_ms", "queue_ms"))
+    assert head in table and f"| http://h:8000 | 21 | 0 | 0 | {p50} | 1 | 0 | 0 |" in table
+    assert "`unanswered`: weight updates the orchestrator died waiting for" in table
 
 
 def _resumed_twice(path: Path) -> Path:
