@@ -14,7 +14,7 @@ from typing import Any
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
 from prime_rl.analysis.report import STAT_FILES
-from prime_rl.analysis.servers import ServerRow, server_rows
+from prime_rl.analysis.servers import ServerRow, retry_counts, server_rows
 from prime_rl.analysis.stages import stages
 
 
@@ -51,8 +51,10 @@ SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (
     ("samples", lambda r: r.samples),
     ("failed samples", lambda r: r.samples_failed),
     ("gen_ms p50", lambda r: r.median("gen_ms")),
-    ("429 retries", lambda r: r.retries.get("retry.429", 0)),
-    ("other retries", lambda r: sum(n for k, n in r.retries.items() if k != "retry.429")),
+    ("429 retries (orchestrator)", lambda r: retry_counts(r.orchestrator_retries)[0]),
+    ("other retries (orchestrator)", lambda r: retry_counts(r.orchestrator_retries)[1]),
+    ("429 retries (collector)", lambda r: retry_counts(r.sample_retries)[0]),
+    ("other retries (collector)", lambda r: retry_counts(r.sample_retries)[1]),
 )
 """The per-server table's figures (SUMMARY.md's "Per server": a trio's updates, a collector's samples)."""
 

@@ -9,7 +9,7 @@ from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
-from prime_rl.analysis.servers import server_load_section, server_rows
+from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
 from prime_rl.analysis.stages import run_limit, stages
 from prime_rl.analysis.stats import Collected
 
@@ -83,7 +83,9 @@ def per_server(d: Collected) -> list[str]:
     """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`;
     those the orchestrator died waiting for apart, in an ``unanswered`` column when there are any),
     retries and failures; the collector's samples, failures and generation time in place of the
-    updates' figures for a collector run, beside them when a trio's logs are analysed with it."""
+    updates' figures for a collector run, beside them when a trio's logs are analysed with it; the
+    retries by 429 and other, the orchestrator's and the collector's in columns of their own when
+    both are there."""
     rows = server_rows(d)
     if not rows:
         return []
@@ -108,12 +110,20 @@ def per_server(d: Collected) -> list[str]:
         head += ["samples", "failed samples" if updates else "failed", "gen_ms p50"]
         for r, row in zip(rows, cells, strict=True):
             row += [str(r.samples), str(r.samples_failed), f(r.median("gen_ms"))]
-    head += ["429 retries", "other retries"]
-    for r, row in zip(rows, cells, strict=True):
-        row += [
-            str(r.retries.get("retry.429", 0)),
-            str(sum(n for k, n in r.retries.items() if k != "retry.429")),
+    # the orchestrator's and the collector's retries apart when both are in the table (the sum of a
+    # trio's 429s and a collector's is neither's rate limit); else whoever's there are
+    apart = (updates and samples) or (
+        any(r.orchestrator_retries for r in rows) and any(r.sample_retries for r in rows)
+    )
+    if apart:
+        head += [
+            f"{kind} retries ({who})" for who in ("orchestrator", "collector") for kind in ("429", "other")
         ]
+    else:
+        head += ["429 retries", "other retries"]
+    for r, row in zip(rows, cells, strict=True):
+        counts = (r.orchestrator_retries, r.sample_retries) if apart else (r.retries,)
+        row += [str(n) for c in counts for n in retry_counts(c)]
     lines = ["", "## Per server", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(map(md_cell, row)) + " |" for row in cells]
     return lines + (["", UNANSWERED_NOTE] if unanswered else [])

@@ -29,7 +29,7 @@ from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_group
-from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.stats import SAMPLE_RETRY, Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import died_waiting
 
@@ -63,12 +63,17 @@ class ServerRow:
     rpc_ms: Sequence[float] = field(default_factory=list)
     queue_ms: Sequence[float] = field(default_factory=list)
     retries: Counter = field(default_factory=Counter)
+    """Retried requests to it by ``retry.<status>``: the orchestrator's ([gen] request.retry) and the
+    collector's ([collect] request.retry) when both logs are analysed (apart:
+    :attr:`orchestrator_retries`, :attr:`sample_retries`)."""
     samples: int = 0
     """Samples the collector got from this server ([collect] rollout.done url=)."""
     gen_ms: Sequence[float] = field(default_factory=list)
     """Their generation times."""
     samples_failed: int = 0
     """Of :attr:`failed`, the collector's samples."""
+    sample_retries: Counter = field(default_factory=Counter)
+    """Of :attr:`retries`, the collector's."""
     unanswered: int = 0
     """Its updates the orchestrator died waiting for (sent before its last restart, never answered:
     :func:`~prime_rl.analysis.updates.died_waiting`): down time, as the stages count them, so not in
@@ -79,6 +84,11 @@ class ServerRow:
     def updates_failed(self) -> int:
         """Of :attr:`failed`, the updates."""
         return self.failed - self.samples_failed
+
+    @property
+    def orchestrator_retries(self) -> Counter:
+        """Of :attr:`retries`, the orchestrator's."""
+        return self.retries - self.sample_retries
 
     def median(self, key: str) -> float | None:
         """The median of ``wall_ms``, ``rpc_ms``, ``queue_ms`` or ``gen_ms`` (None: no values),
@@ -98,11 +108,18 @@ class ServerRow:
             "rpc_ms_p50": self.median("rpc_ms"),
             "queue_ms_p50": self.median("queue_ms"),
             "retries": dict(self.retries),
+            "sample_retries": dict(self.sample_retries),
             "samples": self.samples,
             "samples_failed": self.samples_failed,
             "gen_ms_p50": self.median("gen_ms"),
             "unanswered": self.unanswered,
         }
+
+
+def retry_counts(retries: Counter) -> tuple[int, int]:
+    """(429s, the other retries) of a server's retries by ``retry.<status>``."""
+    n429 = retries.get("retry.429", 0)
+    return n429, sum(retries.values()) - n429
 
 
 def server_rows(d: Collected) -> list[ServerRow]:
@@ -145,7 +162,12 @@ def _server_rows(d: Collected) -> list[ServerRow]:
         row = rows.setdefault(url, ServerRow(url))
         row.samples_failed = counts.get("failed", 0)  # only [collect] rollout.failed counts these
         row.failed += row.samples_failed
-        row.retries.update({k: v for k, v in counts.items() if k != "failed"})
+        for key, n in counts.items():  # the collector's retries (collect.retry.429) in both counters
+            if key != "failed":
+                retry = key.removeprefix(SAMPLE_RETRY)
+                row.retries[retry] += n
+                if retry != key:
+                    row.sample_retries[retry] += n
     for url, gen in d.server_gen_ms.items():
         row = rows.setdefault(url, ServerRow(url))
         row.samples, row.gen_ms = len(gen), gen

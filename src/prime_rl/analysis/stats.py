@@ -173,7 +173,9 @@ class Collected:
     last_write: Event | None = None
     """The trainer's last [ckpt] write.done."""
     server_counts: dict[str, Counter] = field(default_factory=dict)
-    """Per server URL: retried requests by status (``retry.429``, ``retry.error``, ...)."""
+    """Per server URL: the orchestrator's retried requests by status (``retry.429``, ``retry.error``,
+    ...; ``[gen] request.retry``), the collector's apart (``collect.retry.429``, ...; ``[collect]
+    request.retry``), and the collector's failed samples (``failed``)."""
     verify_workers: int | None = None
     """Verifier processes ([verify] workers= or the run's config), for verification's utilisation."""
     server_load: dict[str, ServerLoadSeries] = field(default_factory=dict)
@@ -482,8 +484,10 @@ class _Collector:
         """Add every value that is not None (a series with no per-step values)."""
         self.series[key].extend(v for v in values if v is not None)
 
-    def _retry(self, b: TaggedLines, rows: list[int]) -> None:
-        """request.retry lines: by status, their waits, per server URL."""
+    def _retry(self, b: TaggedLines, rows: list[int], by: str = "") -> None:
+        """request.retry lines: by status, their waits, per server URL (there under ``by`` +
+        ``retry.<status>``: ``""`` the orchestrator's, ``"collect."`` the collector's, which may share
+        a server with it)."""
         status, url = b.text("status"), b.text("url")
         wait = b.num("wait_ms", ("request.retry",))
         ts = b.column("ts")
@@ -496,7 +500,7 @@ class _Collector:
                 if wait[i] is not None and ts[i] is not None:
                     self.rate_limit_windows.extend((ts[i], ts[i] + wait[i] / 1000.0))
             if url[i]:
-                self.server_counts.setdefault(url[i], Counter())[f"retry.{code}"] += 1
+                self.server_counts.setdefault(url[i], Counter())[f"{by}retry.{code}"] += 1
 
     def hang(self, seq: int, b: TaggedLines) -> None:
         self.hangs.extend(b.event(i) for i, e in enumerate(b.column("event")) if e == "detected")
@@ -750,7 +754,7 @@ class _Collector:
             for u, n in per_url.iter_rows():
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
-            self._retry(b, retry.arg_true().to_list())
+            self._retry(b, retry.arg_true().to_list(), by=SAMPLE_RETRY)
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -960,6 +964,9 @@ def _collect(
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
 
+
+SAMPLE_RETRY = "collect."
+"""The prefix of the collector's retries in :attr:`Collected.server_counts` (``collect.retry.429``)."""
 
 _COLLECT_EVENTS = (
     RUN_START,

@@ -16,6 +16,7 @@ from prime_rl.analysis.stats import (
     _COLLECT_EVENTS,
     FIELD_KINDS,
     FIELDS,
+    SAMPLE_RETRY,
     Collected,
     TaggedLines,
     _Collector,
@@ -55,7 +56,7 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
         elif status[i] == "429" and e not in _COLLECT_EVENTS:  # an older collector's 429
             self.counts["retry.429"] += 1
     if retries:
-        self._retry(b, retries)
+        self._retry(b, retries, by=SAMPLE_RETRY)
 
 
 EVENTS = ["rollout.done", "rollout.failed", "request.retry", "rollout.start", "verify.done", None]

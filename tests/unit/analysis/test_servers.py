@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 import statistics
 from array import array
+from collections import Counter
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import Shape, make_run
 
+from prime_rl.analysis.compare import SERVER_FIGURES
 from prime_rl.analysis.servers import ServerRow, _median
 
 
@@ -823,12 +825,13 @@ def test_a_collector_analysed_with_a_trio_run_keeps_its_per_server_figures_and_i
     table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
     assert (
         "| server | updates | failed | retried | wall_ms p50 | rpc_ms p50 | queue_ms p50 | samples | failed samples "
-        "| gen_ms p50 | 429 retries | other retries |" in table
+        "| gen_ms p50 | 429 retries (orchestrator) | other retries (orchestrator) | 429 retries (collector) "
+        "| other retries (collector) |" in table
     )
-    assert "| http://c:1 | 0 | 0 | 0 | - | - | - | 20 | 1 | 300.0 | 1 | 0 |" in table
+    assert "| http://c:1 | 0 | 0 | 0 | - | - | - | 20 | 1 | 300.0 | 0 | 0 | 1 | 0 |" in table
     h = by_url["http://h:8000"]
     assert (
-        f"| http://h:8000 | 10 | 0 | 0 | {h['wall_ms_p50']:.1f} | {h['rpc_ms_p50']:.1f} | {h['queue_ms_p50']:.1f} | 20 | 0 | 100.0 | 0 | 0 |"
+        f"| http://h:8000 | 10 | 0 | 0 | {h['wall_ms_p50']:.1f} | {h['rpc_ms_p50']:.1f} | {h['queue_ms_p50']:.1f} | 20 | 0 | 100.0 | 0 | 0 | 0 | 0 |"
         in table
     )
     # samples in flight: the samples' summed time (20 x 105 ms + 20 x 305 ms + the failed one's 5 ms)
@@ -839,3 +842,35 @@ def test_a_collector_analysed_with_a_trio_run_keeps_its_per_server_figures_and_i
     assert stage["how"] == f"[collect] gen_ms summed / {inflight:.1f} samples in flight (mean)"
     assert stage["total_ms"] == pytest.approx((20 * 100.0 + 20 * 300.0) / inflight)
     assert summary["run_seconds"] > 600
+
+
+def test_the_orchestrator_s_and_the_collector_s_429s_on_one_server_are_counted_apart(tmp_path, analyze):
+    """A rate-limited trio run (ten [gen] request.retry status=429 a step on http://h:8000, 120 in all)
+    analysed with a collector's log whose one 429 was on the same server: the per-server table's
+    '429 retries' said 121, neither's number. Each has its column now, in the table, in summary.json
+    (retries, sample_retries: the collector's part) and in the comparison."""
+    run = make_run("rate_limited", steps=12, seed=2, start_offset_s=600.0)
+    files = list(run.write(tmp_path / "logs").values())
+    collector = _collect_log(tmp_path / "logs" / "collect.log", {"http://h:8000": 100.0})
+    summary, md = analyze([*files, collector], tmp_path / "out")
+    table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
+    head, _, row = ([c.strip() for c in line.strip("|").split("|")] for line in table.strip().splitlines())
+    assert dict(zip(head[-4:], row[-4:], strict=True)) == {
+        "429 retries (orchestrator)": "120",
+        "other retries (orchestrator)": "0",
+        "429 retries (collector)": "1",
+        "other retries (collector)": "0",
+    }
+    (h,) = summary["servers"]
+    assert h["retries"] == {"retry.429": 121} and h["sample_retries"] == {"retry.429": 1}
+    server = ServerRow("http://h:8000", retries=Counter({"retry.429": 121, "retry.500": 2}))
+    server.sample_retries.update({"retry.429": 1})
+    figures = {
+        name: value(server) for name, value in SERVER_FIGURES if "retries" in name and "updates" not in name
+    }
+    assert figures == {
+        "429 retries (orchestrator)": 120,
+        "other retries (orchestrator)": 2,
+        "429 retries (collector)": 1,
+        "other retries (collector)": 0,
+    }
