@@ -444,6 +444,12 @@ class _Collector:
         self.by_step: dict[str, _PerStep] = {k: _PerStep() for k in PER_STEP}
         self.batches_started = 0
         self.segments = Segments()
+        self.segment_starts: tuple[np.ndarray, int] = (np.empty(0, np.int64), 0)
+        """The batch's lines that start a new segment of its process (their ``line``, in order) and
+        the segment its lines before them are in (:meth:`_segment_starts`)."""
+        self.segments_begun: Counter = Counter()
+        """By process, its restarts before the current batch: the segment its lines are in there
+        (the first is 0)."""
         self.restarted: Position = (-1, -1)
         """Where the orchestrator last started again: what was open before it is no longer waited on."""
         self.last_start: tuple[Position, TaggedLines, int] | None = None
@@ -473,9 +479,14 @@ class _Collector:
 
     def _per_step(self, key: str, b: TaggedLines, step_key: str, values: pl.Series) -> None:
         """A per-step series (:data:`PER_STEP`) keeps one value per step (field ``step_key``), the
-        last; a value on a line without a step is kept as it is."""
+        last; a value on a line without a step is kept as it is. ``redone.{key}`` counts the steps
+        set again in a later segment of their process than one that set them (a restart), once per
+        segment; a step logged twice in one run is none."""
         steps = b.text_series(step_key)
-        again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key))
+        starts, before = self.segment_starts
+        line = b.frame.get_column("line").to_numpy()
+        segments = before + np.searchsorted(starts, line, side="right")  # each line's segment
+        again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key), segments)
         if again:
             self.counts[f"redone.{key}"] += again
         self.series[key].extend(loose)
@@ -777,6 +788,7 @@ class _Collector:
     def fold(self, seq: int, b: TaggedLines) -> None:
         """One batch (one source): restarts first, then each tag's lines."""
         restarts = self.segments.observe(b)
+        self.segment_starts = self._segment_starts(b, restarts)
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
@@ -789,6 +801,16 @@ class _Collector:
                     handler(seq, lines)
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
+
+    def _segment_starts(self, b: TaggedLines, restarts: list[int]) -> tuple[np.ndarray, int]:
+        """The lines of batch ``b`` that start a new segment of its process (rows ``restarts``;
+        their ``line``) and the segment of its lines before them; :attr:`segments_begun` moves on
+        past them (a line's segment: the one before the batch, and one for each start at or before it)."""
+        before = self.segments_begun[b.source]
+        if not restarts:
+            return np.empty(0, np.int64), before
+        self.segments_begun[b.source] += len(restarts)
+        return b.frame.get_column("line").to_numpy()[restarts], before
 
     def _run_levels(self, b: TaggedLines) -> tuple[np.ndarray, np.ndarray, int]:
         """The batch's ``[gen] run.start`` lines (their ``line``), the ``async_level`` each says (-1:
@@ -982,24 +1004,32 @@ _COLLECT_EVENTS = (
 
 class _PerStep:
     """One value per step, the last: a float array indexed by the step number (NaN where a step
-    has none; values are finite), a dict for steps that are no small integer."""
+    has none; values are finite), a dict for steps that are no small integer; beside each, the
+    segment of its process (:mod:`~prime_rl.analysis.restarts`) that last set it."""
 
-    __slots__ = ("by_number", "size", "other")
+    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment")
 
     def __init__(self) -> None:
         self.by_number = np.full(1024, np.nan)
+        self.segment_of = np.full(1024, -1, dtype=np.int64)
+        """The segment that last set each numbered step (-1: none)."""
         self.size = 0
         """Numbered steps below this may have a value."""
         self.other: dict[str, float] = {}
+        self.other_segment: dict[str, int] = {}
 
     def set_many(
         self,
         steps: pl.Series | list[str | None],
         values: pl.Series | list[float | None],
         numbers: pl.Series | None = None,
+        segments: np.ndarray | None = None,
     ) -> tuple[int, list[float]]:
-        """Set each step's value, in order (the last of a step wins). Returns how many were set again
-        (a step done again, as after a restart) and the values without a step. A step is numbered
+        """Set each step's value, in order (the last of a step wins). Returns how many steps were
+        redone and the values without a step. ``segments``: each line's segment of its process
+        (0, 1, ... by restart, never falling; None: all in segment 0). A step is redone once in each
+        segment that sets it after an earlier segment did (a resume that logs it again); a step
+        logged twice in one segment is not. A step is numbered
         when it is 1-8 ASCII digits (``numbers``: :func:`~prime_rl.analysis.tagged.step_numbers` of
         ``steps``, made here when not given) below the steps seen so far plus 100,000 (a step number
         far beyond the others is kept by name); column-wise, the few named steps one by one."""
@@ -1007,6 +1037,7 @@ class _PerStep:
         values = pl.Series("value", values, dtype=pl.Float64) if isinstance(values, list) else values
         numbers = step_numbers(steps) if numbers is None else numbers
         value = values.to_numpy()  # null: NaN (the values are finite)
+        segment = np.zeros(len(value), np.int64) if segments is None else np.asarray(segments, np.int64)
         keep = ~np.isnan(value)
         if not keep.any():
             return 0, []
@@ -1018,26 +1049,34 @@ class _PerStep:
         named = keep & has_step & ~numbered
         again = 0
         if named.any():
-            for name, v in zip(steps.filter(pl.Series(named)).to_list(), value[named].tolist(), strict=True):
-                again += name in self.other
+            names = steps.filter(pl.Series(named)).to_list()
+            for name, v, g in zip(names, value[named].tolist(), segment[named].tolist(), strict=True):
+                again += self.other_segment.get(name, g) < g
                 self.other[name] = v
+                self.other_segment[name] = g
         if numbered.any():
-            again += self._set_numbered(number[numbered].astype(np.int64), value[numbered])
+            again += self._set_numbered(number[numbered].astype(np.int64), value[numbered], segment[numbered])
         return again, loose
 
-    def _set_numbered(self, idx: np.ndarray, values: np.ndarray) -> int:
+    def _set_numbered(self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray) -> int:
+        """Set the numbered steps ``idx`` (with their lines' ``segment``); how many were redone."""
         top = int(idx.max()) + 1
         if top > len(self.by_number):
-            grown = np.full(max(top, 2 * len(self.by_number)), np.nan)
-            grown[: self.size] = self.by_number[: self.size]
-            self.by_number = grown
+            size = max(top, 2 * len(self.by_number))
+            grown, segments = np.full(size, np.nan), np.full(size, -1, dtype=np.int64)
+            grown[: self.size], segments[: self.size] = (
+                self.by_number[: self.size],
+                self.segment_of[: self.size],
+            )
+            self.by_number, self.segment_of = grown, segments
         self.size = max(self.size, top)
         if len(idx) < 2 or bool((idx[1:] > idx[:-1]).all()):  # the usual case: steps in order, once each
             last = np.arange(len(idx))
         else:  # the last value of each step (numpy's assignment does not promise an order for repeats)
             last = len(idx) - 1 - np.unique(idx[::-1], return_index=True)[1]
-        again = len(idx) - len(last) + int((~np.isnan(self.by_number[idx[last]])).sum())
+        again = _redone(idx, segment, self.segment_of)
         self.by_number[idx[last]] = values[last]
+        self.segment_of[idx[last]] = segment[last]  # the segments never fall: the last is the latest
         return again
 
     def extend_into(self, out: array) -> None:
@@ -1046,6 +1085,21 @@ class _PerStep:
         numbered = self.by_number[: self.size]
         out.frombytes(numbered[~np.isnan(numbered)].astype(np.float64).tobytes())
         out.extend(self.other.values())
+
+
+def _redone(idx: np.ndarray, segment: np.ndarray, segment_of: np.ndarray) -> int:
+    """How many of the (step, segment) pairs of lines at steps ``idx`` in ``segment`` (never
+    falling) are a step redone: set in a segment later than one that set it before, once each;
+    ``segment_of``: the segment that last set each step before these lines (-1: none)."""
+    order = np.lexsort((segment, idx))
+    step, seg = idx[order], segment[order]
+    pair = np.ones(len(step), dtype=bool)  # each (step, segment) once
+    pair[1:] = (step[1:] != step[:-1]) | (seg[1:] != seg[:-1])
+    step, seg = step[pair], seg[pair]
+    first = np.ones(len(step), dtype=bool)  # a step's first segment here, else a later one
+    first[1:] = step[1:] != step[:-1]
+    before = segment_of[step]
+    return int((~first).sum()) + int((first & (before >= 0) & (before < seg)).sum())
 
 
 class _Spans:

@@ -756,3 +756,60 @@ def test_every_wait_for_weights_counts_also_a_second_wait_for_the_same_step(tmp_
     assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waited) == 8 + 8
     stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
     assert stage["total_ms"] == pytest.approx(sum(waited), abs=1.0)
+
+
+def _stamped(path, tagged: list[str]):
+    """``tagged`` lines written to ``path``, one second a line."""
+    stamped = [f"2026-01-01 12:{i // 60:02d}:{i % 60:02d}.000 | INFO    | {x}" for i, x in enumerate(tagged)]
+    path.write_text("\n".join(stamped) + "\n")
+    return path
+
+
+def _twice_in_a_run(tmp_path):
+    """An orchestrator and a trainer log of a run (steps 0..4) resumed at step 3 (3..6), each run
+    logging one step's lines twice: step 2's in the first run, step 4's in the second (a batch.done,
+    a [rollout] line, a [ckpt] write.done written again, without any restart between them)."""
+    orchestrator, trainer = [], []
+    for start, steps, twice in ((0, range(5), 2), (3, range(3, 7), 4)):
+        orchestrator.append(format_tagged("gen", "run.start", step=start, resume=start > 0))
+        trainer.append(format_tagged("train", "run.start", step=start, resume=start > 0))
+        for step in steps:
+            done = format_tagged("gen", "batch.done", step=step, completions=8, dur_ms=1000.0 + step)
+            rollout = format_tagged(
+                "rollout", None, trunc_pct=0.0, current_step=step, ckpt_step=step, staleness=0
+            )
+            write = format_tagged("ckpt", "write.done", step=step, write_ms=50.0, bytes=1, shards=1)
+            orchestrator += [
+                format_tagged("gen", "batch.start", step=step, inflight=8, target_batch=8),
+                done,
+                rollout,
+            ]
+            trainer += [format_tagged("train", "step.done", step=step, wait_ms=1.0, train_ms=900.0), write]
+            if step == twice:
+                orchestrator += [done, rollout]
+                trainer.append(write)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return [_stamped(logs / "orchestrator.log", orchestrator), _stamped(logs / "trainer.log", trainer)]
+
+
+def test_a_step_logged_twice_within_one_run_is_not_redone(tmp_path, analyze):
+    """Step 2's lines logged twice in the first run and step 4's twice in the resumed one: redone.*
+    counted each as a step redone (redone.gen_dur_ms 4, redone.write_ms 4), with no restart between
+    the two lines. Redone is logged again in a later run than one that logged it: 3 and 4, once each."""
+    summary, md = analyze(_twice_in_a_run(tmp_path), tmp_path / "out")
+    assert [(r["process"], r["reached"], r["resumed"], r["redone"]) for r in summary["restarts"]] == [
+        ("orchestrator", 4, 3, 2),
+        ("trainer", 4, 3, 2),
+    ]
+    redone = {k: n for k, n in summary["counts"].items() if k.startswith("redone.")}
+    assert redone == {
+        "redone.gen_dur_ms": 2,
+        "redone.trunc_pct": 2,
+        "redone.staleness": 2,
+        "redone.train_wait_ms": 2,
+        "redone.train_ms": 2,
+        "redone.write_ms": 2,
+    }
+    assert summary["stats"]["gen_dur_ms"]["count"] == 7  # one value per step, 0..6
+    assert "resumed at step 3; 2 step(s) redone" in md

@@ -234,10 +234,13 @@ def test_per_step_values_keep_the_last_of_each_step_in_step_order():
     p = _PerStep()
     steps = ["3", "1", "3", "warmup", "warmup", None, "2", "2"]
     values = [1.0, 2.0, 5.0, 7.0, 8.0, 6.0, None, 4.0]
-    # 3 and warmup were set again; the value without a step is handed back; a step without a value
-    # sets nothing
-    assert p.set_many(steps, values) == (2, [6.0])
-    assert p.set_many(["1", "999999999"], [3.0, 9.0]) == (1, [])  # a step far beyond the others: by name
+    # 3 and warmup were set again in the same run (segment): none redone; the value without a step is
+    # handed back; a step without a value sets nothing
+    assert p.set_many(steps, values) == (0, [6.0])
+    # 1 again in a later segment (a restart): redone; a step far beyond the others: by name
+    assert p.set_many(["1", "999999999"], [3.0, 9.0], segments=np.array([1, 1])) == (1, [])
+    # each step redone once in each later segment: warmup in 1, 1 in 2 (not in 1 again)
+    assert p.set_many(["warmup", "1", "1"], [8.0, 3.0, 3.0], segments=np.array([1, 1, 2])) == (2, [])
     out = array("d")
     p.extend_into(out)
     assert out.tolist() == [3.0, 4.0, 5.0, 8.0, 9.0]
@@ -382,29 +385,32 @@ def _check_blocks(stats, blocks, kept):
 
 class _PerStepOracle:
     """_PerStep's rules one value at a time: a step is numbered (by its integer) when it is 1-8
-    ASCII digits below the numbered steps seen before the call plus 100,000, else kept by name."""
+    ASCII digits below the numbered steps seen before the call plus 100,000, else kept by name; it is
+    redone where a later segment than the last that set it sets it."""
 
     def __init__(self) -> None:
         self.numbered: dict[int, float] = {}
         self.size = 0
         self.other: dict[str, float] = {}
+        self.segment: dict[int | str, int] = {}
 
-    def set_many(self, steps, values):
+    def set_many(self, steps, values, segments):
         import re
 
         limit, again, loose = self.size + 100_000, 0, []
-        for step, value in zip(steps, values, strict=True):
+        for step, value, segment in zip(steps, values, segments, strict=True):
             if value is None:
                 continue
             if step is None:
                 loose.append(value)
-            elif re.fullmatch(r"[0-9]{1,8}", step) and int(step) < limit:
-                again += int(step) in self.numbered
-                self.numbered[int(step)] = value
+                continue
+            if re.fullmatch(r"[0-9]{1,8}", step) and int(step) < limit:
+                key, kept = int(step), self.numbered
                 self.size = max(self.size, int(step) + 1)
             else:
-                again += step in self.other
-                self.other[step] = value
+                key, kept = step, self.other
+            again += self.segment.get(key, segment) < segment
+            kept[key], self.segment[key] = value, segment
         return again, loose
 
     def values(self):
@@ -426,18 +432,26 @@ _STEP_TEXT = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.lists(st.tuples(_STEP_TEXT, st.one_of(st.none(), st.floats(-1e6, 1e6))), max_size=30), max_size=4
+        st.lists(
+            st.tuples(_STEP_TEXT, st.one_of(st.none(), st.floats(-1e6, 1e6)), st.integers(0, 1)), max_size=30
+        ),
+        max_size=4,
     )
 )
 def test_per_step_values_column_wise_equal_one_at_a_time(calls):
     """The column-wise set_many (an integer cast and sign checks for "1-8 digits", a sorted-steps fast
-    path for the last value of each) against the rules applied one value at a time."""
+    path for the last value of each, the steps redone by (step, segment) pairs) against the rules
+    applied one value at a time; each line's segment is the one before it or the next (a restart)."""
     from prime_rl.analysis.stats import _PerStep
 
-    p, oracle = _PerStep(), _PerStepOracle()
-    for pairs in calls:
-        steps, values = [s for s, _ in pairs], [v for _, v in pairs]
-        assert p.set_many(steps, values) == oracle.set_many(steps, values)
+    p, oracle, segment = _PerStep(), _PerStepOracle(), 0
+    for rows in calls:
+        steps, values = [s for s, _, _ in rows], [v for _, v, _ in rows]
+        segments = segment + np.cumsum([restart for _, _, restart in rows], dtype=np.int64)
+        segment = int(segments[-1]) if len(segments) else segment
+        assert p.set_many(steps, values, segments=segments) == oracle.set_many(
+            steps, values, segments.tolist()
+        )
     out = array("d", [-1.0])
     p.extend_into(out)  # appended after what the series holds
     assert out.tolist() == [-1.0, *oracle.values()]
