@@ -9,6 +9,7 @@ from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
+from prime_rl.analysis.restarts import HangBefore
 from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
 from prime_rl.analysis.stages import run_limit, stages
 from prime_rl.analysis.stats import Collected
@@ -158,8 +159,7 @@ def restarts(d: Collected) -> list[str]:
             "once (the later run's numbers; every wait for weights counts, in either run)."
         )
         lines += [
-            f"  - before it, the launcher's watchdog saw a hang at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} "
-            f"({h.where}): {h.said}."
+            f"  - before it, the launcher's watchdog saw a hang {_hang_time(h)}: {h.said}."
             for h in r.hangs_before
         ]
     if d.down_seconds:
@@ -170,6 +170,13 @@ def restarts(d: Collected) -> list[str]:
             "the time it ran.",
         ]
     return lines
+
+
+def _hang_time(h: HangBefore) -> str:
+    """When and where a hang before a restart was seen (one with no time: where, and that its place is its position)."""
+    if h.ts is None:
+        return f"({h.where}; its line has no time, placed by the lines around it)"
+    return f"at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} ({h.where})"
 
 
 def findings_and_steps(a: Analysis) -> list[str]:

@@ -13,11 +13,17 @@ series: each wait counts, in either run). A segment's redone steps are the steps
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
 killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.
+A hang is placed among the runs by its time; a ``[hang]`` line with none (a console capture, a time
+that could not be read) by its position: its segment of the orchestrator's log when it is in that
+log, else the times of the lines around it in its own file (a process writes its log in time order).
+One that a restart of the orchestrator may lie before or after cannot be placed
+(:func:`place_hangs`): it is neither this run's hang nor kept with a restart, and the report says so.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,8 +48,8 @@ def hang_said(ev: Event) -> str:
 class HangBefore:
     """A hang the launcher's watchdog saw before a restart (``[hang] detected`` in rl.log)."""
 
-    ts: float
-    """The [hang] line's time."""
+    ts: float | None
+    """The [hang] line's time (None: it has none, and was placed by its position)."""
     where: str
     """``file:line`` of the [hang] line."""
     said: str
@@ -74,7 +80,7 @@ class Restart:
     hangs_before: tuple[HangBefore, ...] = ()
     """The watchdog's hangs of this run since the orchestrator's restart before this one (or the
     run's start), for a restart of the orchestrator: the run hung, then was killed and resumed
-    (:func:`with_hangs_before`)."""
+    (:func:`place_hangs`)."""
 
 
 def last_restart(restarts: list[Restart], process: str = "orchestrator") -> float | None:
@@ -83,22 +89,140 @@ def last_restart(restarts: list[Restart], process: str = "orchestrator") -> floa
     return max((r.ts for r in restarts if r.process == process and r.ts is not None), default=None)
 
 
-def with_hangs_before(restarts: list[Restart], hangs: list[Event]) -> list[Restart]:
-    """``restarts`` with each of ``hangs`` (each before a restart of the orchestrator; one with no
-    time is left out) kept, in time order, by the first restart of the orchestrator after it."""
-    timed = sorted(
-        (r.ts, k) for k, r in enumerate(restarts) if r.process == "orchestrator" and r.ts is not None
-    )
+@dataclass(frozen=True)
+class Hang:
+    """A ``[hang] detected`` line of the watchdog, with what places it among the runs."""
+
+    event: Event
+    earliest: float
+    """The earliest time it can have: its own, or for a line with none the time of the line with one
+    before it in its file (-inf: none)."""
+    latest: float
+    """The latest: its own, or the time of the line with one after it in its file (inf: none)."""
+    segment: int | None = None
+    """For a line with no time in the orchestrator's log: the segment of that log it falls in (0:
+    before its first restart), by its position (None: in another file, or it has a time)."""
+
+
+class HangLines:
+    """Reads the watchdog's ``[hang] detected`` lines from every batch (:meth:`observe`), each with the
+    times around it in its file (:class:`Hang`); :meth:`finish` hands them over, in the order read."""
+
+    def __init__(self) -> None:
+        self._hangs: list[list] = []
+        """Each hang as [event, earliest, latest, segment] (latest None: waiting for a later line)."""
+        self._latest: dict[str, float] = {}
+        """By file, the latest time of its lines read so far."""
+        self._waiting: dict[str, list[int]] = {}
+        """By file, the hangs with no time and no line with one after them yet."""
+
+    def observe(self, b: TaggedLines, segment_starts: tuple[np.ndarray, int]) -> None:
+        """Fold a batch of one file: its first time ends the wait of that file's hangs waiting for
+        a later time; its hang lines are kept, each with the times around it (``segment_starts``:
+        the lines that start a new segment of the batch's process and the segment before them,
+        which place a hang with no time in the orchestrator's log)."""
+        key = str(b.path) if b.path is not None else b.source
+        counts, _, last = b.overview()
+        waiting = self._waiting.pop(key, None)
+        if waiting:
+            ts = b.frame.get_column("ts").drop_nulls()
+            if len(ts):
+                for k in waiting:
+                    self._hangs[k][2] = float(ts[0])
+            else:
+                self._waiting[key] = waiting
+        if any((tag, event) == ("hang", "detected") for tag, event, _ in counts):
+            self._add(b, key, segment_starts)
+        if last is not None:
+            self._latest[key] = max(self._latest.get(key, -math.inf), last)
+
+    def _add(self, b: TaggedLines, key: str, segment_starts: tuple[np.ndarray, int]) -> None:
+        """Keep the batch's hang lines: a line with no time between the last time before it (of the
+        batch, else of the file so far) and the first after it (else waiting for one)."""
+        frame = b.frame
+        hangs = (frame.get_column("tag") == "hang") & (frame.get_column("event") == "detected")
+        ts = frame.get_column("ts").to_numpy()
+        stamped = np.flatnonzero(~np.isnan(ts))
+        lines = frame.get_column("line").to_numpy()
+        starts, before = segment_starts
+        for i in np.flatnonzero(hangs.fill_null(False).to_numpy()).tolist():
+            if not np.isnan(ts[i]):
+                self._hangs.append([b.event(i), float(ts[i]), float(ts[i]), None])
+                continue
+            at = int(np.searchsorted(stamped, i))
+            earliest = float(ts[stamped[at - 1]]) if at else self._latest.get(key, -math.inf)
+            latest = float(ts[stamped[at]]) if at < len(stamped) else None
+            segment = None
+            if b.source == "orchestrator":  # its position among the log's restarts
+                segment = before + int(np.searchsorted(starts, lines[i], side="right"))
+            if latest is None:
+                self._waiting.setdefault(key, []).append(len(self._hangs))
+            self._hangs.append([b.event(i), earliest, latest, segment])
+
+    def finish(self, last_lines: dict[str, tuple[float | None, str]]) -> list[Hang]:
+        """The hangs read; one still waiting for a later time takes its file's last line's (a line
+        at or after it; none, or the hang line itself: inf)."""
+        for key, waiting in self._waiting.items():
+            ts = last_lines.get(key, (None, ""))[0]
+            for k in waiting:
+                self._hangs[k][2] = ts if ts is not None else math.inf
+        self._waiting = {}
+        return [Hang(*h) for h in self._hangs]
+
+
+@dataclass(frozen=True)
+class PlacedHangs:
+    """The watchdog's hangs placed among the runs (:func:`place_hangs`)."""
+
+    current: list[Event]
+    """This run's: since the orchestrator's last restart."""
+    restarts: list[Restart]
+    """The restarts, each of the orchestrator with its hangs before it (:attr:`Restart.hangs_before`)."""
+    unplaced: list[Event]
+    """Lines with no time that a restart of the orchestrator may lie before or after."""
+
+
+def place_hangs(restarts: list[Restart], hangs: list[Hang], start: float | None) -> PlacedHangs:
+    """Each of ``hangs`` placed: one of an earlier run (it ends before ``start``, the run's start;
+    rl.log keeps them over --clean) is left out; one before a restart of the orchestrator is kept
+    by the first after it, in time order (lines with none where they were read); the rest are this
+    run's. A hang in the orchestrator's log with no time goes by its segment of that log; any other
+    by its time, or with none by the times around it (:class:`Hang`): it cannot be placed when a
+    restart with a time lies between them. Without any process's time (``start`` None; rl.log
+    alone), a hang that is not in the orchestrator's log is this run's."""
+    ordered = [k for k, r in enumerate(restarts) if r.process == "orchestrator"]
+    timed = sorted((restarts[k].ts, k) for k in ordered if restarts[k].ts is not None)
     at = [ts for ts, _ in timed]
-    before: dict[int, list[HangBefore]] = {}
-    for h in hangs:
-        if h.ts is not None:
-            k = timed[bisect.bisect_right(at, h.ts)][1]
-            before.setdefault(k, []).append(HangBefore(h.ts, h.where(), hang_said(h)))
-    return [
-        replace(r, hangs_before=tuple(sorted(before[k], key=lambda h: h.ts))) if k in before else r
+    current, unplaced, before = [], [], {}
+    for n, h in enumerate(hangs):
+        if h.segment is not None:  # by its position in the orchestrator's log
+            k = ordered[h.segment] if h.segment < len(ordered) else None
+        elif start is None:
+            k = None
+        elif h.latest < start:  # an earlier run's
+            continue
+        else:
+            first, last = bisect.bisect_right(at, h.earliest), bisect.bisect_right(at, h.latest)
+            if first != last:
+                unplaced.append(h.event)
+                continue
+            k = timed[first][1] if first < len(timed) else None
+        if k is None:
+            current.append(h.event)
+        else:
+            before.setdefault(k, []).append((h.earliest, n, h))
+    kept = [
+        replace(r, hangs_before=tuple(_before(h) for *_, h in sorted(before[k], key=lambda x: x[:2])))
+        if k in before
+        else r
         for k, r in enumerate(restarts)
     ]
+    return PlacedHangs(current, kept, unplaced)
+
+
+def _before(h: Hang) -> HangBefore:
+    """A hang kept with the restart after it."""
+    return HangBefore(h.event.ts, h.event.where(), hang_said(h.event))
 
 
 class Segments:

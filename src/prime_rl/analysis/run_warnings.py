@@ -11,6 +11,7 @@ from collections.abc import Callable
 import polars as pl
 
 from prime_rl.analysis.clock_offsets import Offsets
+from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -164,6 +165,21 @@ def failed_samples(d: Collected, th: Thresholds) -> str | None:
     )
 
 
+def unplaced_hangs(d: Collected, th: Thresholds) -> str | None:
+    """The watchdog's [hang] lines with no time that a restart of the orchestrator may lie before or
+    after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's hang nor a restart's."""
+    if not d.hangs_unplaced:
+        return None
+    where = ", ".join(h.where() for h in d.hangs_unplaced[:5])
+    more = f" and {len(d.hangs_unplaced) - 5} more" if len(d.hangs_unplaced) > 5 else ""
+    return (
+        f"{len(d.hangs_unplaced)} [hang] line(s) of the launcher's watchdog have no time and cannot be placed "
+        f"among the runs these logs hold ({where}{more}; the first: {hang_said(d.hangs_unplaced[0])}): the lines "
+        "around them in their file do not tell whether the run hung before a restart of the orchestrator or "
+        "after its last one, so they are neither a finding of this run nor listed with a restart"
+    )
+
+
 WARNINGS: tuple[Check, ...] = (
     staleness_above_async_level,
     truncation,
@@ -172,4 +188,5 @@ WARNINGS: tuple[Check, ...] = (
     clock_offsets,
     failed_updates,
     failed_samples,
+    unplaced_hangs,
 )

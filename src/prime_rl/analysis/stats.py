@@ -28,7 +28,7 @@ from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
-from prime_rl.analysis.restarts import Restart, Segments, last_restart, with_hangs_before
+from prime_rl.analysis.restarts import HangLines, Restart, Segments, last_restart, place_hangs
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -184,7 +184,8 @@ class Collected:
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart:
-    no process made progress (those before it are in :attr:`restarts`)."""
+    no process made progress (those before it are in :attr:`restarts`; a line with no time goes by
+    its position, :func:`~prime_rl.analysis.restarts.place_hangs`)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     spill_failed: str | None = None
@@ -208,6 +209,9 @@ class Collected:
     """The offline collector's sampling time: the union of its runs, log by log
     (:class:`~prime_rl.analysis.collector_runs.CollectorRuns`; None: none). Its samples in flight
     are measured over it, not over the run, which a trio's logs analysed beside it make longer."""
+    hangs_unplaced: list[Event] = field(default_factory=list)
+    """``[hang] detected`` lines with no time that a restart of the orchestrator may lie before or
+    after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's nor a restart's."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -302,10 +306,9 @@ def collector_only(counts: Counter) -> bool:
     return has("collect.") and not any(has(p) for p in trio)
 
 
-_TAGS = frozenset(
-    ("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server", "hang")
-)
-"""The tags the collector folds, each by its method of the same name."""
+_TAGS = frozenset(("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server"))
+"""The tags the collector folds, each by its method of the same name (the [hang] lines are read
+with the lines around them, :class:`~prime_rl.analysis.restarts.HangLines`)."""
 
 FIELDS: dict[str, tuple[str, ...]] = {
     "weights": WEIGHTS_FIELDS,
@@ -458,7 +461,7 @@ class _Collector:
         self.server_counts: dict[str, Counter] = {}
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
-        self.hangs: list[Event] = []
+        self.hangs = HangLines()
         self.train_wait: tuple[TaggedLines, int] | None = None
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.rate_limit_windows = array("d")
@@ -512,9 +515,6 @@ class _Collector:
                     self.rate_limit_windows.extend((ts[i], ts[i] + wait[i] / 1000.0))
             if url[i]:
                 self.server_counts.setdefault(url[i], Counter())[f"{by}retry.{code}"] += 1
-
-    def hang(self, seq: int, b: TaggedLines) -> None:
-        self.hangs.extend(b.event(i) for i, e in enumerate(b.column("event")) if e == "detected")
 
     def server(self, seq: int, b: TaggedLines) -> None:
         for i in range(len(b)):
@@ -794,6 +794,7 @@ class _Collector:
         self.run_starts = self._run_levels(b)
         if b.source == "collect":  # a collector's log: its lines of every tag end its runs
             self.collector_runs.see(b)
+        self.hangs.observe(b, self.segment_starts)
         for tag, lines in b.by_tag():
             handler = self.handler(tag)
             if handler is not None:
@@ -889,20 +890,11 @@ def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first:
         windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
 
 
-def _this_runs(hangs: list[Event], first_ts: float, segments: Segments) -> tuple[list[Event], list[Event]]:
-    """The watchdog's hangs of this run: not of an earlier one (rl.log keeps them), from before the
-    run's first line (``first_ts``) or its first ``run.start`` (a hang while the servers load); as
-    (those since the orchestrator's last restart, those before it: the run resumed after them).
-    Without the processes' times (rl.log alone), every one, since."""
+def _run_start(first_ts: float, segments: Segments) -> float | None:
+    """Where this run begins for its hangs: its first line (``first_ts``) or its first ``run.start``
+    (a hang while the servers load is this run's); None without the processes' times (rl.log alone)."""
     begun = [t for t in (first_ts, segments.first_start) if t is not None and math.isfinite(t)]
-    if not begun:
-        return list(hangs), []
-    start = min(begun)
-    since = max(start, last_restart(segments.restarts) or -math.inf)
-    ours = [h for h in hangs if h.ts is None or h.ts >= start]
-    return [h for h in ours if h.ts is None or h.ts >= since], [
-        h for h in ours if h.ts is not None and h.ts < since
-    ]
+    return min(begun) if begun else None
 
 
 def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) -> Iterator[TaggedLines]:
@@ -953,7 +945,9 @@ def _collect(
     if collector_only(counts):  # between two collector runs nothing ran (with a trio's logs, it did)
         down_s += c.collector_runs.idle_seconds()
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
-    hangs, resumed_after = _this_runs(c.hangs, first_ts, c.segments)
+    hangs = place_hangs(
+        c.segments.restarts, c.hangs.finish(parse.last_lines), _run_start(first_ts, c.segments)
+    )
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -964,7 +958,7 @@ def _collect(
         async_level,
         run_s,
         c.staleness_by_step,
-        with_hangs_before(c.segments.restarts, resumed_after) + c.collector_runs.restarts,
+        hangs.restarts + c.collector_runs.restarts,
         {source: b.event(i) for source, (b, i) in last_events.items()},
         c.open_wait_event(),
         c.open_batch_event(),
@@ -973,7 +967,7 @@ def _collect(
         c.verify_workers,
         c.server_loads.by_url,
         c.server_gen_ms,
-        hangs,
+        hangs.current,
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
         c.spans.bars,
@@ -982,6 +976,7 @@ def _collect(
         rate_limit_windows=c.rate_limit_windows,
         collect_seconds=c.collector_runs.seconds(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
+        hangs_unplaced=hangs.unplaced,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -4,6 +4,7 @@ into segments with redone steps counted once, and logs that end inside a wait.""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import make_run
 
-from prime_rl.analysis.restarts import Restart, Segments
+from prime_rl.analysis.restarts import Hang, Restart, Segments, place_hangs
 from prime_rl.analysis.tagged import Event, TaggedLines
 from prime_rl.tracing import format_tagged
 
@@ -613,21 +614,64 @@ def test_a_hang_before_the_last_restart_is_listed_beside_the_restart_and_is_no_f
     assert section.count("watchdog saw a hang") == 1  # the day-old hang is another run's
 
 
-def test_each_hang_is_kept_by_the_first_restart_of_the_orchestrator_after_it():
-    from prime_rl.analysis.restarts import with_hangs_before
+def _hang(n: int, earliest: float, latest: float | None = None, segment: int | None = None) -> Hang:
+    """The hang on line ``n`` of rl.log: at ``earliest`` (a line with a time), or with none between
+    ``earliest`` and ``latest``; ``segment``: with none, in the orchestrator's log."""
+    ts = earliest if latest is None else None
+    ev = Event("hang", "detected", None, {"waits": "a>b:c"}, ts, "rl", Path("rl.log"), n)
+    return Hang(ev, earliest, earliest if latest is None else latest, segment)
 
+
+def test_each_hang_is_kept_by_the_first_restart_of_the_orchestrator_after_it():
     restarts = [_restart("orchestrator", 1000.0, 10.0), _restart("trainer", 1500.0, 10.0)]
     restarts.append(_restart("orchestrator", 2000.0, 10.0))
-    rl = Path("rl.log")
-    out = with_hangs_before(
+    out = place_hangs(restarts, [_hang(3, 1600.0), _hang(1, 900.0), _hang(2, 950.0), _hang(4, 2100.0)], 0.0)
+    assert [[h.where for h in r.hangs_before] for r in out.restarts] == [
+        ["rl.log:1", "rl.log:2"],
+        [],
+        ["rl.log:3"],
+    ]
+    assert (
+        out.restarts[0].hangs_before[0].said
+        == "no progress for ? s (threshold ? s, median step ? s); waits: a>b:c"
+    )
+    assert [h.where() for h in out.current] == ["rl.log:4"] and out.unplaced == []
+
+
+def test_a_hang_with_no_time_is_placed_by_the_lines_around_it_or_not_at_all():
+    """A [hang] line with no time was this run's (the last restart's) wherever it lay. It goes by the
+    times of the lines around it in its file when no restart of the orchestrator lies between them,
+    by its segment when it is in the orchestrator's log (its position there), and is placed nowhere
+    when a restart may lie before or after it; one whose next line is before the run's start is an
+    earlier run's."""
+    restarts = [_restart("orchestrator", 1000.0, 10.0), _restart("trainer", 1500.0, 10.0)]
+    restarts.append(_restart("orchestrator", 2000.0, 10.0))
+    out = place_hangs(
         restarts,
         [
-            Event("hang", "detected", None, {"waits": "a>b:c"}, ts, "rl", rl, n)
-            for ts, n in ((1600.0, 3), (900.0, 1), (950.0, 2))
+            _hang(1, 900.0, 950.0),  # before the first restart
+            _hang(2, 1100.0, 1900.0),  # between the two (the trainer's restart is no matter)
+            _hang(3, 2100.0, math.inf),  # after the last: this run's
+            _hang(4, 1900.0, 2100.0),  # the last restart may lie before or after it
+            _hang(5, -math.inf, math.inf),  # nothing around it with a time
+            _hang(6, -math.inf, 10.0),  # an earlier run's (the run starts at 500)
+            _hang(7, -math.inf, math.inf, segment=1),  # in the orchestrator's log, after its first restart
+            _hang(8, -math.inf, math.inf, segment=2),  # after its last
         ],
+        500.0,
     )
-    assert [[h.where for h in r.hangs_before] for r in out] == [["rl.log:1", "rl.log:2"], [], ["rl.log:3"]]
-    assert out[0].hangs_before[0].said == "no progress for ? s (threshold ? s, median step ? s); waits: a>b:c"
+    assert [[(h.ts, h.where) for h in r.hangs_before] for r in out.restarts] == [
+        [(None, "rl.log:1")],
+        [],
+        [(None, "rl.log:7"), (None, "rl.log:2")],
+    ]
+    assert [h.where() for h in out.current] == ["rl.log:3", "rl.log:8"]
+    assert [h.where() for h in out.unplaced] == ["rl.log:4", "rl.log:5"]
+    # without any process's time (rl.log alone) every hang but one placed in the orchestrator's log is this run's
+    alone = place_hangs(
+        restarts, [_hang(5, -math.inf, math.inf), _hang(7, -math.inf, math.inf, segment=1)], None
+    )
+    assert [h.where() for h in alone.current] == ["rl.log:5"] and alone.unplaced == []
 
 
 def test_a_hang_after_the_last_restart_is_still_the_finding(tmp_path, analyze):
@@ -641,6 +685,40 @@ def test_a_hang_after_the_last_restart_is_still_the_finding(tmp_path, analyze):
     )
     restarts = {r["process"]: r for r in summary["restarts"]}
     assert [h["where"].rsplit(":", 1)[1] for h in restarts["orchestrator"]["hangs_before"]] == ["2"]
+
+
+def test_a_hang_line_with_no_time_before_a_restart_is_no_finding_of_the_resumed_run(tmp_path, analyze):
+    """The run hung at step 9, was killed and resumed, and finished; the watchdog's [hang] line has no
+    time (a console capture, a time that could not be read). It was this run's hang, the primary
+    finding, wherever it lay. Now: between a day-old hang and the end of rl.log nothing tells whether
+    it came before the restart or after, and the report says it cannot be placed; a timed hang of the
+    first run after it places it before the restart; in the orchestrator's own log its position does."""
+    paths, _ = _hung_and_resumed(tmp_path)
+    rl = tmp_path / "logs" / "rl.log"
+    day_old, hung = rl.read_text().splitlines()
+    rl.write_text(f"{day_old}\n{hung[36:]}\n")  # the second line without its time
+    summary, md = analyze(paths, tmp_path / "unplaced")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    assert all(r["hangs_before"] == [] for r in summary["restarts"])
+    assert any(f"cannot be placed among the runs these logs hold ({rl}:2;" in w for w in summary["warnings"])
+    assert "orchestrator>trainer:weights/step_9" in md
+    # a timed hang of the first run after it (a minute later, before the restart) places it
+    rl.write_text(f"{day_old}\n{hung[36:]}\n{_stamp(hung, 60.0)}{hung[36:]}\n")
+    summary, md = analyze(paths, tmp_path / "placed")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    assert [(h["ts"], h["where"]) for h in restarts["orchestrator"]["hangs_before"]][0] == (None, f"{rl}:2")
+    assert f"saw a hang ({rl}:2; its line has no time, placed by the lines around it)" in md
+    assert not summary["warnings"] or "cannot be placed" not in " ".join(summary["warnings"])
+    # in the orchestrator's log, before its restart's run.start, with rl.log not given
+    orchestrator = tmp_path / "logs" / "orchestrator.log"
+    lines = orchestrator.read_text().splitlines()
+    start = next(i for i, x in enumerate(lines) if "[gen] run.start" in x)
+    orchestrator.write_text("\n".join([*lines[:start], hung[36:], *lines[start:]]) + "\n")
+    summary, md = analyze([p for p in paths if p != rl], tmp_path / "in_the_log")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    restarts = {r["process"]: r for r in summary["restarts"]}
+    assert [h["where"] for h in restarts["orchestrator"]["hangs_before"]] == [f"{orchestrator}:{start + 1}"]
 
 
 def test_a_trace_id_sent_again_after_a_restart_is_a_new_update_not_a_retry(tmp_path, analyze):

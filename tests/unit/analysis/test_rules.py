@@ -253,6 +253,7 @@ WARNS = {
         dict(counts={"collect.rollout.failed": 2, "collect.rollout.done": 8}),
         dict(counts={"collect.rollout.done": 8}),
     ),
+    run_warnings.unplaced_hangs: (dict(fields={"hangs_unplaced": [HANG]}), dict(fields={"hangs": [HANG]})),
 }
 
 
