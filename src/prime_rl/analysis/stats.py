@@ -464,6 +464,8 @@ class _Collector:
         self.hangs = HangLines()
         self.train_wait: tuple[TaggedLines, int] | None = None
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
+        self.trainer_starting = False
+        """The trainer started again (run.start) and has logged no step.done since."""
         self.rate_limit_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.collector_runs = CollectorRuns()
@@ -639,8 +641,9 @@ class _Collector:
         done = b.frame.get_column("event") == "step.done"
         only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
         # step 0's wait is start-up (the servers start, the first batch is generated with nothing
-        # to overlap it), not the steady state a bottleneck is judged on
-        self._per_step("train_wait_ms", b, "step", only((step_s != "0").fill_null(True), wait_s))
+        # to overlap it), not the steady state a bottleneck is judged on; so is a resumed run's first
+        start_up = (step_s == "0").fill_null(False) | pl.Series(self._first_steps(b, done.fill_null(False)))
+        self._per_step("train_wait_ms", b, "step", only(~start_up, wait_s))
         self._per_step("train_ms", b, "step", only(done, train_s))
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
@@ -651,6 +654,24 @@ class _Collector:
         if len(marks):  # the trainer's wait for rollouts open at the batch's end (a new run closes it)
             i = int(marks[-1])
             self.train_wait = (b, i) if events[i] == "wait.start" else None
+
+    def _first_steps(self, b: TaggedLines, done: pl.Series) -> np.ndarray:
+        """Which of the [train] lines ``b`` are the first ``step.done`` (``done``) of a run of the
+        trainer: the first after its ``run.start``, or in older logs a step.done that starts a new
+        segment (its step went back); :attr:`trainer_starting` carries a start with no step.done
+        yet to the next batch."""
+        lines = b.frame.get_column("line").to_numpy()
+        starts = (b.frame.get_column("event") == RUN_START).fill_null(False).to_numpy()
+        seen = np.cumsum(starts | np.isin(lines, self.segment_starts[0]))  # starts at or before each line
+        rows = np.flatnonzero(done.to_numpy())
+        first = np.zeros(len(lines), dtype=bool)
+        if len(rows):  # a step.done with a start since the one before it
+            first[rows[0]] = self.trainer_starting or seen[rows[0]] > 0
+            first[rows[1:]] = np.diff(seen[rows]) > 0
+            self.trainer_starting = bool(seen[-1] > seen[rows[-1]])
+        elif len(seen):
+            self.trainer_starting = self.trainer_starting or bool(seen[-1])
+        return first
 
     def _train_spans(
         self, b: TaggedLines, step: pl.Series, wait: pl.Series, train: pl.Series, write: pl.Series

@@ -885,9 +885,40 @@ def test_a_step_logged_twice_within_one_run_is_not_redone(tmp_path, analyze):
         "redone.gen_dur_ms": 2,
         "redone.trunc_pct": 2,
         "redone.staleness": 2,
-        "redone.train_wait_ms": 2,
+        "redone.train_wait_ms": 1,  # step 4: the resumed trainer's first wait (step 3) is start-up
         "redone.train_ms": 2,
         "redone.write_ms": 2,
     }
     assert summary["stats"]["gen_dur_ms"]["count"] == 7  # one value per step, 0..6
     assert "resumed at step 3; 2 step(s) redone" in md
+
+
+def test_a_resumed_trainer_s_first_wait_is_start_up_as_step_0_s(tmp_path, analyze):
+    """A trainer-bound run (steps 0..19) resumed at step 12: the trainer logged run.start and waited
+    240 s for the servers to load before its first step.done (wait_ms 240000). Step 0's wait, the
+    same start-up in the first run, is left out of the waits for rollouts; the resumed run's was
+    counted: train_wait_ms max 240000, and 'generation-bound' (49% of the run) came first. Now the
+    first step.done of each run of the trainer is start-up too (after its run.start, or in older
+    logs the step.done that went back), and the run reads trainer-bound."""
+    first = make_run("trainer_bound", steps=20, seed=1)
+    second = make_run("trainer_bound", steps=14, seed=2, start_offset_s=900.0, first_step=12)
+    orchestrator, trainer = second.orchestrator, second.trainer
+    orchestrator.insert(
+        0, _stamp(orchestrator[0], -1.0) + format_tagged("gen", "run.start", step=12, resume=True)
+    )
+    done = next(i for i, x in enumerate(trainer) if "step.done" in x)
+    trainer[done] = trainer[done].replace("wait_ms=30.0", "wait_ms=240000.0")
+    trainer.insert(
+        0, _stamp(trainer[done], -241.0) + format_tagged("train", "run.start", step=12, resume=True)
+    )
+    (tmp_path / "resumed").mkdir()
+    summary, _ = analyze(_appended(tmp_path / "resumed", first, second), tmp_path / "out")
+    assert summary["primary"]["kind"] == "trainer_bound", summary["findings"]
+    assert not any(f["kind"] == "generation_bound" for f in summary["findings"])
+    waits = summary["stats"]["train_wait_ms"]
+    assert (waits["count"], waits["max"]) == (25, 30.0)  # steps 1..25, step 12 the first run's
+    # an older log: no run.start, the resumed trainer's first step.done is where its step goes back
+    del trainer[0]
+    (tmp_path / "older").mkdir()
+    summary, _ = analyze(_appended(tmp_path / "older", first, second), tmp_path / "out2")
+    assert summary["stats"]["train_wait_ms"]["max"] == 30.0
