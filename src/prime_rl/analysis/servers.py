@@ -282,9 +282,8 @@ def _slower(values: dict[str, float], ratio: float) -> tuple[float, dict[str, fl
 def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
     """A trio's servers that answer markedly later than their peers: each whose mean time to first
     token (its /metrics, ``[server]`` lines) is ``server_slow_ratio`` times its peers', over at
-    least ``server_min_updates`` scrapes that saw one each. Its share is an estimate: generation's
-    share of the run, times the slow servers' share of the servers, times how much of their time
-    to first token the peers would not have taken."""
+    least ``server_min_updates`` scrapes that saw one each. Its share is an estimate of the time
+    that costs the run (:func:`_first_token_cost`)."""
     means = {
         url: s.weighted_mean(s.ttft_ms)
         for url, s in d.server_load.items()
@@ -297,21 +296,43 @@ def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
     if not slow:
         return None
     run = d.run_ms
-    gen = d.total("gen_dur_ms") / run if run else 0.0
+    extra = max(means[u] for u in slow) - peers
+    cost, how = _first_token_cost(d, extra)
     named = ", ".join(f"{means[u]:.0f} ms on {u}" for u in slow)
     return Finding(
         kind="slow_server",
         title=_slow_title(slow, ratios, "a first token"),
         evidence=f"mean time to first token {named} vs {peers:.0f} ms on the {len(means) - len(slow)} other "
         f"server(s) (their /metrics, [server] lines; >= server_slow_ratio {th.server_slow_ratio:g}x): the requests "
-        f"sent there wait longer for their answers",
-        share=min(1.0, gen * len(slow) / len(means) * (1 - 1 / min(ratios[u] for u in slow))),
+        f"sent there wait about {extra:.0f} ms longer for a first token{how}",
+        share=min(1.0, cost / run) if run else 0.0,
         next=(
             f"Check {' and '.join(slow)}: its queue and KV cache (Server load above), GPU health, other load on it.",
             "Take it out of the pool (orchestrator client.base_url), or give it fewer requests, until it is fixed.",
         ),
         thresholds=("server_slow_ratio", "server_min_updates"),
         explains="generation_bound",
+    )
+
+
+def _first_token_cost(d: Collected, extra_ms: float) -> tuple[float, str]:
+    """(ms, how it is estimated, for the evidence) the run loses to requests that wait ``extra_ms``
+    longer for a first token at a slow server. The requests of a batch are in flight together and
+    the batch waits for its last answer, so a batch takes about ``extra_ms`` longer, once for each
+    turn of an episode (a multi-turn episode's turns wait one after the other; the mean of its
+    ``[env] episode.done turns=``, else 1), and at most its own ``dur_ms``: not the batch's whole
+    time, which is mostly decoding. An estimate from means: the ``[server]`` line gives no batch's
+    slowest request. No ``[gen] batch.done`` (a collector's run): nothing is estimated (0)."""
+    batches = d.series["gen_dur_ms"]
+    if not batches:
+        return 0.0, ""
+    turns = d.stat("episode_turns", "mean") or 1.0
+    per_batch = extra_ms * turns
+    cost = sum(min(per_batch, b) for b in batches)
+    each = f"{extra_ms:.0f} ms x {turns:.1f} turns per episode" if turns != 1.0 else f"{extra_ms:.0f} ms"
+    return cost, (
+        f"; a batch waits for its last answer, so each of the {len(batches)} batches takes about {each} longer "
+        f"(at most its dur_ms): ~{cost / 1000:.1f} s of the run (estimated from the means)"
     )
 
 

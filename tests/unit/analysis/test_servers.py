@@ -756,6 +756,65 @@ def test_a_trio_server_slow_to_a_first_token_is_named_from_its_metrics(tmp_path,
     assert "mean time to first token 8000 ms on http://h1:8000 vs 100 ms" in slow["evidence"]
 
 
+def test_a_server_slow_to_a_first_token_costs_its_extra_wait_once_per_batch_not_the_batch(tmp_path, analyze):
+    """h1's requests waited 300 ms for a first token, h's 50 ms, in batches of some 1.5 s: the share
+    was generation's share of the run x half the servers x (1 - 50/300), as if the batches' whole
+    time were time to first token: 0.37 here, where 250 ms in each of 12 batches is 0.15 of the run.
+    Each batch waits for its last answer: about the 250 ms more, once per batch."""
+    from prime_rl.tracing import format_tagged
+
+    run = make_run("healthy", steps=12, seed=2, shape=Shape(servers=2))
+    t0 = run.orchestrator[0][:23]
+    for i in range(10):
+        for url, ttft in (("http://h:8000", 50.0), ("http://h1:8000", 300.0)):
+            line = format_tagged(
+                "server", "metrics", url=url, running=16, waiting=0, kv_cache_pct=50.0, preemptions=0,
+                queue_ms=ttft - 40, requests=20, ttft_ms=ttft, scrape_ms=3.0,
+            )  # fmt: skip
+            run.orchestrator.append(f"{t0[:17]}{10 + i:02d}{t0[19:]} | INFO    | {line}")
+    run.orchestrator.sort(key=lambda x: x[:23])
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    slow = next(f for f in summary["findings"] if f["kind"] == "slow_server")
+    assert slow["title"] == "Slow server: http://h1:8000 takes 6.0x as long as its peers to a first token"
+    batches = summary["stats"]["gen_dur_ms"]
+    assert batches["count"] == 12 and batches["min"] > 250.0
+    run_ms = summary["run_seconds"] * 1000.0
+    assert slow["share"] == pytest.approx(12 * 250.0 / run_ms)
+    old = batches["mean"] * batches["count"] / run_ms * 1 / 2 * (1 - 50 / 300)  # the share it had
+    assert slow["share"] < old / 2
+    assert (
+        "wait about 250 ms longer for a first token; a batch waits for its last answer, so each of the 12 "
+        in slow["evidence"]
+    )
+    assert (
+        "about 250 ms longer (at most its dur_ms): ~3.0 s of the run (estimated from the means)"
+        in slow["evidence"]
+    )
+
+
+def test_a_first_token_s_extra_wait_counts_once_per_turn_and_at_most_the_batch(collected):
+    """A multi-turn episode's turns wait one after the other, each its extra time to first token;
+    a batch cannot lose more than its own time."""
+    from prime_rl.analysis.server_load import ServerLoadSeries
+    from prime_rl.analysis.servers import slow_server
+    from prime_rl.analysis.tagged import Event
+    from prime_rl.analysis.thresholds import Thresholds
+
+    loads = {}
+    for url, ttft in (("http://h:8000", 50.0), ("http://h1:8000", 300.0)):
+        loads[url] = ServerLoadSeries(url)
+        for i in range(5):
+            loads[url].add(
+                Event("server", "metrics", None, {"url": url, "ttft_ms": str(ttft)}, 1000.0 + 5 * i, "o")
+            )
+    multi = collected(gen_dur_ms=[1000.0] * 10, episode_turns=[2.0, 4.0], fields={"server_load": loads})
+    found = slow_server(multi, Thresholds())
+    assert found.share == pytest.approx(10 * 250.0 * 3 / 100_000)  # 750 ms per batch of the 100 s run
+    assert "each of the 10 batches takes about 250 ms x 3.0 turns per episode longer" in found.evidence
+    short = collected(gen_dur_ms=[500.0] * 10, episode_turns=[3.0], fields={"server_load": loads})
+    assert slow_server(short, Thresholds()).share == pytest.approx(10 * 500.0 / 100_000)
+
+
 def test_retries_on_a_single_server_are_a_finding(tmp_path, analyze):
     """With one server no slow server can be named: the retries' 66% of a run read 'no bottleneck
     found'."""
