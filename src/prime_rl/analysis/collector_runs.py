@@ -5,12 +5,17 @@ run again (a crash, then the same command), so one log may hold several runs wit
 them; several logs (shards) may run at the same time. A ``[collect]`` line is written as its sample
 ends: a run of a log from before ``run.start`` began at its first sample's start (the line's time
 less its ``dur_ms``). The collector's sampling time is the union of its runs (overlapping shards
-count once); the time between runs, when no run was at work, is no sampling time. A deferred
-verification (``collect-rollouts verify``: ``verify.done``) is no sampling either.
+count once). A deferred verification pass (``collect-rollouts verify``: ``verify.done`` lines, in a
+log of its own or between runs of the same log) is no sampling: it ends no run and adds nothing
+to the samples in flight. It is the collector at work all the same: each verification's time (the
+line's time less its ``dur_ms``, to the line's time) is no time between runs, wherever the pass
+lies. The time between runs is the time in which neither a run nor a verification was at work.
 
 A sample that would have begun before its run's ``run.start`` (more than :data:`SLACK_S`), or, in a
 log without ``run.start``, more than :data:`OLD_LOG_BEFORE_S` before the log's first line, has a
-wrong ``dur_ms``: a bad value, not used (``dur_ms=1e12`` made a two-minute run 31 years long).
+wrong ``dur_ms``: a bad value, not used (``dur_ms=1e12`` made a two-minute run 31 years long). So
+has a verification that would have begun more than :data:`OLD_LOG_BEFORE_S` before its log's first
+line (a verify pass logs no ``run.start``: a ``run.start`` above its lines is another run's).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ OLD_LOG_BEFORE_S = 86_400.0
 """In a log without ``run.start``: how far before the log's first line a sample may begin (a day:
 the first line is the first sample's end, and a sample may take hours; a wrong value below a day
 passes there, as a unit slip of hours would)."""
+JOIN_S = 1.0
+"""Verifications (``verify.done``) less than this apart are one stretch of a verify pass (its
+verifier between two records), not time between runs."""
 
 
 def _key(b: TaggedLines) -> str:
@@ -48,6 +56,8 @@ class _Log:
     """The time of its current run's ``run.start`` (None: none yet)."""
     runs: list[list[float]] = field(default_factory=list)
     """Each run's [start, end]."""
+    verified: float = -np.inf
+    """The time of its last ``verify.done`` line so far (-inf: none): a line of the log, not of a run."""
 
 
 class CollectorRuns:
@@ -59,6 +69,8 @@ class CollectorRuns:
         """A run after the first in the same log: ``Restart("collector", ...)`` (no steps)."""
         self._batch: tuple[str, np.ndarray, np.ndarray] | None = None
         """The last batch :meth:`see` was given: its log, every line's number and time."""
+        self._verified: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+        """Every log's verifications (``verify.done``) as (starts, ends), merged (:data:`JOIN_S`)."""
 
     def see(self, b: TaggedLines) -> None:
         """A collector log's whole batch, every tag, before its [collect] lines are folded: each line's
@@ -70,16 +82,19 @@ class CollectorRuns:
         frame = frame.filter(~verify.fill_null(False))
         self._batch = (_key(b), frame.get_column("line").to_numpy(), frame.get_column("ts").to_numpy())
 
-    def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series) -> pl.Series:
-        """Fold a batch's [collect] lines (their ``event`` and ``dur_ms``, null where none); returns
-        where their ``dur_ms`` is a bad value (see the module docstring), which is counted here."""
+    def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series, deferred: pl.Series) -> pl.Series:
+        """Fold a batch's [collect] lines (their ``event``, the samples' ``dur_ms`` and the deferred
+        verifications' ``dur_ms``, null where none); returns where either ``dur_ms`` is a bad value
+        (see the module docstring), which is counted here."""
         key = _key(b)
         log = self._logs.setdefault(key, _Log())
         # the whole batch's lines (see), to end each run at its log's last line of any tag
         full = self._batch if self._batch is not None and self._batch[0] == key else None
         numbers = b.frame.get_column("line").to_numpy()
         stamps = b.frame.get_column("ts")
-        began = stamps - dur.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
+        verifying = (event == "verify.done").fill_null(False)
+        length = dur.fill_null(deferred)  # a sample's, or a verification's
+        began = stamps - length.clip(lower_bound=0.0).fill_null(0.0) / 1000.0
         starts = (event == RUN_START).fill_null(False)
         cuts = starts.arg_true().to_list() if starts.any() else []
         bounds = sorted({0, *cuts, len(event)})
@@ -98,10 +113,14 @@ class CollectorRuns:
             part_stamps, part_began = stamps.slice(lo, n), began.slice(lo, n)
             if log.first is None and part_stamps.null_count() < n:
                 log.first = float(part_stamps.min())  # type: ignore[arg-type]
-            floor = log.start - SLACK_S if log.start is not None else (log.first or 0.0) - OLD_LOG_BEFORE_S
-            bad = (part_began < floor).fill_null(False) & dur.slice(lo, n).is_not_null()
+            old_floor = (log.first or 0.0) - OLD_LOG_BEFORE_S
+            floor = log.start - SLACK_S if log.start is not None else old_floor
+            verify = verifying.slice(lo, n)
+            early = (part_began < floor) & ~verify | (part_began < old_floor) & verify
+            bad = early.fill_null(False) & length.slice(lo, n).is_not_null()
             wrong.append(bad)
-            sampling = (event.slice(lo, n) != "verify.done").fill_null(True) & ~bad
+            self._verifications(log, part_began, part_stamps, verify & ~bad)
+            sampling = ~verify & ~bad
             first = part_began.filter(sampling).min()
             if first is None:
                 continue
@@ -114,26 +133,43 @@ class CollectorRuns:
         b.refuse("dur_ms", refused)
         return refused
 
+    def _verifications(self, log: _Log, began: pl.Series, stamps: pl.Series, rows: pl.Series) -> None:
+        """Keep the verifications of ``rows`` (from their start, ``began``, to their line's time) with
+        every log's, and the last line's time in ``log``."""
+        timed = rows & stamps.is_not_null()
+        if not timed.any():
+            return
+        start, end = began.filter(timed).to_numpy(), stamps.filter(timed).to_numpy()
+        log.verified = max(log.verified, float(end.max()))
+        self._verified = merge_intervals(
+            np.concatenate([self._verified[0], start]), np.concatenate([self._verified[1], end]), JOIN_S
+        )
+
     def _run_start(self, log: _Log, b: TaggedLines, row: int, ts: float) -> None:
-        """A ``run.start`` line: a new run of the log (after earlier lines of it: a restart)."""
+        """A ``run.start`` line: a new run of the log (after earlier lines of it: a restart, after the
+        log's last line before it, of the run or of a verify pass)."""
         if log.runs:
-            gap = max(0.0, ts - log.runs[-1][1])
+            gap = max(0.0, ts - max(log.runs[-1][1], log.verified))
             self.restarts.append(Restart("collector", b.event(row).where(), ts, None, None, gap))
         log.start = ts
         log.runs.append([ts, ts])
 
-    def _merged(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every log's runs as one time line (starts, ends): overlapping runs (shards) merged, in
-        time order (:func:`~prime_rl.analysis.bars.merge_intervals`)."""
+    def _merged(self, verifications: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Every log's runs (and with ``verifications``, every verify pass's verifications) as one
+        time line (starts, ends): overlapping runs (shards) merged, in time order
+        (:func:`~prime_rl.analysis.bars.merge_intervals`)."""
         runs = np.array([run for log in self._logs.values() for run in log.runs], dtype=np.float64).reshape(
             -1, 2
         )
-        return merge_intervals(runs[:, 0], runs[:, 1], 0.0)
+        start, end = runs[:, 0], runs[:, 1]
+        if verifications:
+            start, end = np.concatenate([start, self._verified[0]]), np.concatenate([end, self._verified[1]])
+        return merge_intervals(start, end, 0.0)
 
     @property
     def first(self) -> float | None:
-        """When the first run began (None: no run)."""
-        start, _ = self._merged()
+        """When the first run or verification began (None: none)."""
+        start, _ = self._merged(verifications=True)
         return float(start[0]) if len(start) else None
 
     def seconds(self) -> float | None:
@@ -142,6 +178,7 @@ class CollectorRuns:
         return float(np.sum(end - start)) or None
 
     def idle_seconds(self) -> float:
-        """The time between the first run's start and the last run's end in which no run was at work."""
-        start, end = self._merged()
+        """The time between the first start and the last end of the runs and verifications in which
+        neither a run nor a verification was at work."""
+        start, end = self._merged(verifications=True)
         return float(np.sum(start[1:] - end[:-1]))

@@ -140,9 +140,10 @@ UNANSWERED_NOTE = (
 def restarts(d: Collected) -> list[str]:
     """Where the logs hold a restart, and the steps done again (logged before and after it; counted once);
     under a restart of the orchestrator, the watchdog's hangs before it (the run hung, was killed and
-    resumed)."""
+    resumed); the time in which no process ran, left out of the run (also without a restart: a
+    collector's verify pass an hour after its run)."""
     if not d.restarts:
-        return []
+        return ["", _down_time(d)] if d.down_seconds else []
     lines = ["", "## Restarts", ""]
     for r in d.restarts:
         when = local_time(r.ts, "%Y-%m-%d %H:%M:%S")
@@ -163,12 +164,7 @@ def restarts(d: Collected) -> list[str]:
             for h in r.hangs_before
         ]
     if d.down_seconds:
-        lines += [
-            "",
-            f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
-            "crash and its resume, or between two runs of the collector): every share of the run is of "
-            "the time it ran.",
-        ]
+        lines += ["", _down_time(d)]
     return lines
 
 
@@ -177,6 +173,15 @@ def _hang_time(h: HangBefore) -> str:
     if h.ts is None:
         return f"({h.where}; its line has no time, placed by the lines around it)"
     return f"at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} ({h.where})"
+
+
+def _down_time(d: Collected) -> str:
+    """The sentence that says how much time in which no process ran the run's wall time leaves out."""
+    return (
+        f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
+        "crash and its resume, or when neither a run of the collector nor a verify pass was at work): "
+        "every share of the run is of the time it ran."
+    )
 
 
 def findings_and_steps(a: Analysis) -> list[str]:

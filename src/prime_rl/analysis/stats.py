@@ -196,7 +196,8 @@ class Collected:
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
     """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`; of
-    a collector's logs alone, when none of its runs was at work: :meth:`CollectorRuns.idle_seconds`):
+    a collector's logs alone, when neither a run nor a deferred verification was at work:
+    :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
@@ -747,11 +748,12 @@ class _Collector:
             if e not in ("request.retry", "verify.done")
         ]
         dur = b.num_series("dur_ms", lines)
-        # the runs of the collector's log; a sample that would have begun before its run: a bad dur_ms
-        refused = self.collector_runs.observe(b, event, dur)
         done = ("rollout.done",)
         queue, gen, verify = (b.num_series(key, done) for key in ("queue_ms", "gen_ms", "verify_ms"))
-        verify = verify.fill_null(b.num_series("dur_ms", ("verify.done",)))
+        deferred = b.num_series("dur_ms", ("verify.done",))
+        # the runs of the collector's log; a sample that would have begun before its run: a bad dur_ms
+        refused = self.collector_runs.observe(b, event, dur, deferred)
+        verify = verify.fill_null(deferred)
         if refused.any():  # its other times are no better: none of the sample's is used
             kept = ~refused
             dur, queue, gen, verify = (

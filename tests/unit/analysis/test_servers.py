@@ -271,6 +271,77 @@ def test_a_collector_that_hung_then_was_run_again_keeps_its_hang_as_run_time(tmp
     assert restart["down_s"] == pytest.approx(2 * 3600 - (32 * 60 + 30))
 
 
+def _start(at: str, done: int = 0) -> str:
+    """A collector's ``run.start`` line at ``at`` (HH:MM:SS.mmm) on 2026-01-01."""
+    from prime_rl.tracing import format_tagged
+
+    return f"2026-01-01 {at} | INFO    | " + format_tagged(
+        "collect", "run.start", None, todo=16, done=done, resume=bool(done)
+    )
+
+
+def _verify_pass(hour: int) -> list[str]:
+    """A deferred verify pass's lines (collect-rollouts verify): 16 verifications of 60 s, four at a
+    time, from ``hour``:00:00 to ``hour``:04:00.003."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for k in range(16):
+        minute = k // 4 + 1
+        tagged = format_tagged("collect", "verify.done", None, task=k // 4, repeat=k % 4, dur_ms=60_000.0)
+        lines.append(f"2026-01-01 {hour}:{minute:02d}:00.{k % 4:03d} | INFO    | {tagged}")
+    return lines
+
+
+@pytest.mark.parametrize("own_log", [False, True])
+def test_a_verify_pass_is_run_time_between_two_runs_as_after_the_last(tmp_path, analyze, own_log):
+    """A verify pass of 4 minutes (13:00-13:04) an hour after a run (12:00-12:02) was run time, and the
+    hour before it with it (run_seconds 3840 where 6 minutes were at work); the same pass between two
+    runs (12:00-12:02, 14:00-14:02) was down time (run_seconds 240, its 4 minutes left out). A verify
+    pass is the collector at work wherever it lies, but no sampling (4.0 samples in flight still);
+    the time around it in which nothing was at work is down time. In a log of its own as in the
+    run's (``--log_file``), where the restart at 14:00 came 3360 s after the log's last line, not 7080."""
+    run = [_start("12:00:00.000"), *_four_slots()]
+    again = [_start("14:00:00.000", 16), *_collect_lines(_four_slots(), 2)]
+    one = 120.003  # a run's time, 12:00:00.000 to 12:02:00.003; the verify pass's is 240.003
+    for between in (True, False):
+        logs = tmp_path / f"between_{between}"
+        logs.mkdir()
+        if own_log:
+            (logs / "collect.log").write_text("\n".join(run + (again if between else [])) + "\n")
+            (logs / "scored_collect.log").write_text("\n".join(_verify_pass(13)) + "\n")
+        else:
+            (logs / "collect.log").write_text(
+                "\n".join(run + _verify_pass(13) + (again if between else [])) + "\n"
+            )
+        summary, md = analyze([logs], tmp_path / f"out_{between}")
+        assert summary["run_seconds"] == pytest.approx((2 if between else 1) * one + 240.003, abs=0.01)
+        idle = (3600 - one) + (3600 - 240.003 if between else 0.0)
+        assert summary["down_seconds"] == pytest.approx(idle, abs=0.01)
+        assert f"leaves out the {idle:.0f} s in which no process ran" in md
+        stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+        assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+        if between:
+            (restart,) = summary["restarts"]
+            down = 2 * 3600 - one if own_log else 3600 - 240.003  # since its own log's last line
+            assert restart["down_s"] == pytest.approx(down, abs=0.01)
+
+
+def test_a_verification_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
+    """A verify pass's verification of dur_ms 1e12 (31 years) would begin the pass, and the run, 31
+    years before its log: a bad value, named with its line, as a sample's."""
+    from prime_rl.tracing import format_tagged
+
+    wrong = "2026-01-01 13:04:30.000 | INFO    | " + format_tagged(
+        "collect", "verify.done", None, task=9, repeat=0, dur_ms=1e12
+    )
+    log = tmp_path / "scored_collect.log"
+    log.write_text("\n".join([*_verify_pass(13), wrong]) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["run_seconds"] == pytest.approx(270.0, abs=0.01)  # 13:00:00 to 13:04:30
+    assert summary["bad_values"]["examples"] == [f"{log}:17: dur_ms=1000000000000.0 ([collect] verify.done)"]
+
+
 def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_together(tmp_path, analyze):
     """Two --shard logs of the same hour: 8.0 samples in flight over 120 s. Read as one collector's
     runs, the second log's run.start was a restart "after 0 s" and the runs' times were added up
