@@ -41,6 +41,21 @@ JOIN_S = 1.0
 verifier between two records), not time between runs."""
 
 
+@dataclass(frozen=True)
+class VerifyPasses:
+    """The deferred verify passes' verifications (``verify.done``, those whose ``dur_ms`` was kept):
+    how many, their summed ``dur_ms`` and the passes' wall time (the union of their times)."""
+
+    count: int
+    summed_ms: float
+    seconds: float
+
+    @property
+    def in_flight(self) -> float:
+        """The mean number of verifications at work over the passes' wall time (Little's law)."""
+        return self.summed_ms / (1000.0 * self.seconds) if self.seconds else 0.0
+
+
 def _key(b: TaggedLines) -> str:
     """The log a batch is of: rotated parts (collect.log.1, then collect.log) are one log."""
     return log_of(str(b.path)) if b.path is not None else b.source
@@ -71,6 +86,8 @@ class CollectorRuns:
         """The last batch :meth:`see` was given: its log, every line's number and time."""
         self._verified: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
         """Every log's verifications (``verify.done``) as (starts, ends), merged (:data:`JOIN_S`)."""
+        self._verify_count, self._verify_ms = 0, 0.0
+        """How many verifications were kept, and their summed ``dur_ms``."""
 
     def see(self, b: TaggedLines) -> None:
         """A collector log's whole batch, every tag, before its [collect] lines are folded: each line's
@@ -119,7 +136,8 @@ class CollectorRuns:
             early = (part_began < floor) & ~verify | (part_began < old_floor) & verify
             bad = early.fill_null(False) & length.slice(lo, n).is_not_null()
             wrong.append(bad)
-            self._verifications(log, part_began, part_stamps, verify & ~bad)
+            self._verifications(length.slice(lo, n).filter(verify & ~bad))
+            self._verified_lines(log, part_began, part_stamps, verify & ~bad)
             sampling = ~verify & ~bad
             first = part_began.filter(sampling).min()
             if first is None:
@@ -133,7 +151,12 @@ class CollectorRuns:
         b.refuse("dur_ms", refused)
         return refused
 
-    def _verifications(self, log: _Log, began: pl.Series, stamps: pl.Series, rows: pl.Series) -> None:
+    def _verifications(self, durations: pl.Series) -> None:
+        """Count the kept verifications' ``dur_ms`` (``durations``, null where a line has none)."""
+        self._verify_count += len(durations) - durations.null_count()
+        self._verify_ms += float(durations.sum() or 0.0)
+
+    def _verified_lines(self, log: _Log, began: pl.Series, stamps: pl.Series, rows: pl.Series) -> None:
         """Keep the verifications of ``rows`` (from their start, ``began``, to their line's time) with
         every log's, and the last line's time in ``log``."""
         timed = rows & stamps.is_not_null()
@@ -176,6 +199,13 @@ class CollectorRuns:
         """The collector's sampling time: the union of its runs (None: none)."""
         start, end = self._merged()
         return float(np.sum(end - start)) or None
+
+    def verify_passes(self) -> VerifyPasses | None:
+        """The deferred verify passes' verifications, every log's (None: none kept)."""
+        if not self._verify_count:
+            return None
+        start, end = self._verified
+        return VerifyPasses(self._verify_count, self._verify_ms, float(np.sum(end - start)))
 
     def idle_seconds(self) -> float:
         """The time between the first start and the last end of the runs and verifications in which

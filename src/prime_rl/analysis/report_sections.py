@@ -65,7 +65,8 @@ def where_time_goes(d: Collected) -> list[str]:
         f"Share of the run's {d.run_ms / 1000:.1f} s wall time; "
         + (
             "a collector's samples overlap, so each stage's summed time is divided by the mean number of "
-            "samples in flight (its share of the samples' time)."
+            "samples in flight (its share of the samples' time)"
+            + ("; a deferred verify pass's by its verifications in flight." if d.verify_passes else ".")
             if all(s.process == "collector" for s in rows)
             else "the orchestrator's and the trainer's stages run side by side, so the columns of the two do "
             "not add up."

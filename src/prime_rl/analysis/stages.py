@@ -151,8 +151,21 @@ def stages(d: Collected) -> list[Stage]:
     if d.series["train_wait_ms"]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     rows.extend(_publish_rows(d))
+    rows.extend(_collector_rows(d))
+    out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]
+    order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
+    return sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+
+
+def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
+    """The offline collector's stages: its samples' generation, verification and client-side queue
+    over its samples in flight, and a deferred verify pass's verification (collect-rollouts verify)
+    over its own verifications in flight (its wall time)."""
+    rows = []
     busy = d.total("collect_ms")
-    span = (d.collect_seconds or 0) * 1000.0 or run  # the collector's own time (a trio's run beside it)
+    span = (d.collect_seconds or 0) * 1000.0 or d.run_ms  # the collector's own time (a trio's run beside it)
+    passes = d.verify_passes
+    deferred_n, deferred_ms = (passes.count, passes.summed_ms) if passes else (0, 0.0)
     if busy and span:
         # samples overlap: a stage's summed time over the mean number of samples in flight (Little's
         # law: busy time / the collector's wall time) is its wall-time equivalent
@@ -162,18 +175,22 @@ def stages(d: Collected) -> list[Stage]:
             ("collect_verify_ms", "verification"),
             ("collect_queue_ms", "client-side queue"),
         ):
-            if d.series[key]:
+            total, n = d.total(key), len(d.series[key])
+            if key == "collect_verify_ms":  # the samples' own (verify_ms): a verify pass's is its own row
+                total, n = max(total - deferred_ms, 0.0), n - deferred_n
+            if n:
                 rows.append(
                     (
                         f"collector {name}",
                         "collector",
-                        d.total(key) / inflight,
+                        total / inflight,
                         f"[collect] {key[8:]} summed / {inflight:.1f} samples in flight (mean)",
                     )
                 )
-    out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]
-    order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
-    return sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+    if passes and passes.seconds:
+        how = f"[collect] verify.done dur_ms summed / {passes.in_flight:.1f} verifications in flight (mean)"
+        rows.append(("collector deferred verification", "collector", passes.seconds * 1000.0, how))
+    return rows
 
 
 def _publish_rows(d: Collected) -> list[tuple[str, str, float, str]]:

@@ -25,7 +25,7 @@ import polars as pl
 
 from prime_rl.analysis.bars import Bars, merge_intervals
 from prime_rl.analysis.clock_offsets import Offsets, run_window
-from prime_rl.analysis.collector_runs import CollectorRuns
+from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.restarts import HangLines, Restart, Segments, last_restart, place_hangs
@@ -213,6 +213,10 @@ class Collected:
     hangs_unplaced: list[Event] = field(default_factory=list)
     """``[hang] detected`` lines with no time that a restart of the orchestrator may lie before or
     after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's nor a restart's."""
+    verify_passes: VerifyPasses | None = None
+    """The collector's deferred verify passes (``collect-rollouts verify``: ``verify.done``): their
+    verifications' count, summed ``dur_ms`` (also in the ``collect_verify_ms`` series) and wall time
+    (None: none)."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -998,6 +1002,7 @@ def _collect(
         clock_offsets=offsets,
         rate_limit_windows=c.rate_limit_windows,
         collect_seconds=c.collector_runs.seconds(),
+        verify_passes=c.collector_runs.verify_passes(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
         hangs_unplaced=hangs.unplaced,
     )

@@ -327,6 +327,32 @@ def test_a_verify_pass_is_run_time_between_two_runs_as_after_the_last(tmp_path, 
             assert restart["down_s"] == pytest.approx(down, abs=0.01)
 
 
+def test_a_verify_pass_has_a_verification_stage_of_its_own(tmp_path, analyze):
+    """A verify pass analysed alone (16 verifications of 60 s, 4 at a time, 13:00-13:04) had no stage
+    at all: the collector's stages were measured over its samples in flight, and it has none. Its
+    stage is its verifications' summed time over the verifications in flight (4.0): its wall time,
+    all of the run. Beside a run, its verifications were divided by the run's samples in flight too
+    (collector verification 244.0 s, the samples' own 4.0 s among it); they are its own row now."""
+    log = tmp_path / "scored_collect.log"
+    log.write_text("\n".join(_verify_pass(13)) + "\n")
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["run_seconds"] == pytest.approx(240.003)
+    (stage,) = summary["stages"]
+    assert (stage["name"], stage["process"]) == ("collector deferred verification", "collector")
+    assert stage["how"] == "[collect] verify.done dur_ms summed / 4.0 verifications in flight (mean)"
+    assert stage["total_ms"] == pytest.approx(240_003.0) and stage["share"] == pytest.approx(1.0)
+    assert "| collector | collector deferred verification | 240.0 | 100.0% |" in md
+    # beside a run (12:00-12:02): the samples' verify_ms over their 4.0 in flight, the pass on its own
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "collect.log").write_text("\n".join([_start("12:00:00.000"), *_four_slots()]) + "\n")
+    (runs / "scored_collect.log").write_text("\n".join(_verify_pass(13)) + "\n")
+    summary, _ = analyze([runs], tmp_path / "out2")
+    stages = {s["name"]: s for s in summary["stages"]}
+    assert stages["collector verification"]["total_ms"] == pytest.approx(16 * 1000.0 / 4.0, rel=1e-4)
+    assert stages["collector deferred verification"]["total_ms"] == pytest.approx(240_003.0)
+
+
 def test_a_verification_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
     """A verify pass's verification of dur_ms 1e12 (31 years) would begin the pass, and the run, 31
     years before its log: a bad value, named with its line, as a sample's."""
