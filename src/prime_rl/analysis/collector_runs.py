@@ -2,9 +2,10 @@
 
 ``collect-rollouts`` logs ``[collect] run.start`` as a run starts and appends to its log when it is
 run again (a crash, then the same command), so one log may hold several runs with hours between
-them; several logs (shards) may run at the same time. A ``[collect]`` line is written as its sample
-ends: a run of a log from before ``run.start`` began at its first sample's start (the line's time
-less its ``dur_ms``). The collector's sampling time is the union of its runs (overlapping shards
+them; several logs (shards) may run at the same time. ``collect-rollouts diagnose`` logs one
+``run.start`` per pass (``mode=diagnose pass=1``, then ``pass=2``): its passes are one run, no
+restart. A ``[collect]`` line is written as its sample ends: a run of a log from before
+``run.start`` began at its first sample's start (the line's time less its ``dur_ms``). The collector's sampling time is the union of its runs (overlapping shards
 count once). A deferred verification pass (``collect-rollouts verify``: ``verify.done`` lines, in a
 log of its own or between runs of the same log) is no sampling: it ends no run and adds nothing
 to the samples in flight. It is the collector at work all the same: each verification's time (the
@@ -54,6 +55,14 @@ class VerifyPasses:
     def in_flight(self) -> float:
         """The mean number of verifications at work over the passes' wall time (Little's law)."""
         return self.summed_ms / (1000.0 * self.seconds) if self.seconds else 0.0
+
+
+def next_pass(fields: dict[str, str]) -> bool:
+    """A ``run.start``'s ``fields`` say it is a pass after the first of one ``collect-rollouts
+    diagnose`` (``mode=diagnose pass=N``, N above 1): the same command's run goes on, no restart
+    (a collector's run.start from before ``mode=`` is a run of its own)."""
+    number = fields.get("pass", "")
+    return fields.get("mode") == "diagnose" and number.isascii() and number.isdigit() and int(number) > 1
 
 
 def _key(b: TaggedLines) -> str:
@@ -170,7 +179,12 @@ class CollectorRuns:
 
     def _run_start(self, log: _Log, b: TaggedLines, row: int, ts: float) -> None:
         """A ``run.start`` line: a new run of the log (after earlier lines of it: a restart, after the
-        log's last line before it, of the run or of a verify pass)."""
+        log's last line before it, of the run or of a verify pass); a ``collect-rollouts diagnose``
+        pass after the first goes on with the run of the pass before it (:func:`next_pass`)."""
+        if log.runs and next_pass(b.event(row).fields):
+            log.start = ts  # its samples begin after it
+            log.runs[-1][1] = max(log.runs[-1][1], ts)
+            return
         if log.runs:
             gap = max(0.0, ts - max(log.runs[-1][1], log.verified))
             self.restarts.append(Restart("collector", b.event(row).where(), ts, None, None, gap))

@@ -126,7 +126,7 @@ async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     rows = []
-    for level in (cfg.low, cfg.high):
+    for n, level in enumerate((cfg.low, cfg.high), 1):
         sub = cfg.model_copy(
             update={
                 "num_samples_in_parallel": level,
@@ -136,7 +136,7 @@ async def diagnose(cfg: DiagnoseConfig) -> dict[str, Any]:
             }
         )
         logger.info(f"diagnose: {cfg.limit} tasks x {cfg.num_repeats} at parallelism {level}")
-        rows.append(_row(await collect(sub), level))
+        rows.append(_row(await collect(sub, diagnose_pass=n), level))  # its run.start: mode=diagnose pass=n
     diagnosis = judge(*rows)
     report = {
         "runs": rows,

@@ -259,8 +259,11 @@ class CollectResult:
 
 
 class Collector:
-    def __init__(self, cfg: CollectConfig):
+    def __init__(self, cfg: CollectConfig, diagnose_pass: int | None = None):
         self.cfg = cfg
+        self.diagnose_pass = diagnose_pass
+        """Which pass of ``collect-rollouts diagnose`` this run is (1, 2; None: a collection), said on
+        its run.start line: the analyzer lists no pass after the first as a restart."""
         self.env = load_env(cfg.env, cfg.env_options) if cfg.env else None
         self.verify = self.env is not None and cfg.verify.enabled
         self.prices = PriceTable(cfg.prices)
@@ -663,9 +666,15 @@ class Collector:
         started = time.monotonic()
         if r.todo:
             # where this run starts: run again, the collector appends to its log, and the analyzer
-            # measures each run's samples in flight over its own time
+            # measures each run's samples in flight over its own time; a diagnose pass says so
             log_tagged(
-                "collect", "run.start", None, todo=r.todo, done=r.already_done, resume=bool(state.records)
+                "collect",
+                "run.start",
+                None,
+                todo=r.todo,
+                done=r.already_done,
+                resume=bool(state.records),
+                **self._mode(),
             )
             await self._collect(sel, todo, state.first)
         r.wall_s = time.monotonic() - started
@@ -674,6 +683,12 @@ class Collector:
         if cfg.estimate:
             r.estimate = self._estimate(sel)
         return r
+
+    def _mode(self) -> dict[str, object]:
+        """What this run is, for its run.start line: ``mode=collect``, or ``mode=diagnose pass=N``."""
+        if self.diagnose_pass is None:
+            return {"mode": "collect"}
+        return {"mode": "diagnose", "pass": self.diagnose_pass}
 
     async def _collect(self, sel: TaskSelection, todo: Pairs, first: dict | None) -> None:
         cfg, r = self.cfg, self.result
@@ -807,5 +822,6 @@ def write_json(path: Path, obj: Any) -> None:
         raise OutputWriteError(path, e) from None
 
 
-async def collect(cfg: CollectConfig) -> CollectResult:
-    return await Collector(cfg).run()
+async def collect(cfg: CollectConfig, diagnose_pass: int | None = None) -> CollectResult:
+    """Collect ``cfg``'s samples (``diagnose_pass``: as that pass of ``collect-rollouts diagnose``)."""
+    return await Collector(cfg, diagnose_pass).run()

@@ -144,8 +144,9 @@ def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
     assert _slower({"a": 10, "b": 10, "c": 25, "d": 50, "e": 100}, 2.0)[2] == ["e", "d"]
 
 
-def _four_slots() -> list[str]:
-    """A collector's log lines: four slots of 30 s samples from 12:00:00 to 12:02:00 (16 samples)."""
+def _four_slots(hour: int = 12, minute: int = 0) -> list[str]:
+    """A collector's log lines: four slots of 30 s samples from 12:00:00 to 12:02:00 (16 samples; or
+    from ``hour``:``minute``:00, two minutes)."""
     from prime_rl.tracing import format_tagged
 
     lines = []
@@ -155,8 +156,8 @@ def _four_slots() -> list[str]:
                 "collect", "rollout.done", f"t{r}-{slot}", task=r, repeat=slot, status=200, dur_ms=30_000.0,
                 queue_ms=0.0, gen_ms=29_000.0, verify_ms=1000.0, out_tokens=8, attempts=1, url="http://a:1",
             )  # fmt: skip
-            minute, second = divmod(30 * (r + 1), 60)
-            lines.append(f"2026-01-01 12:{minute:02d}:{second:02d}.{slot:03d} | INFO    | {tagged}")
+            at, second = divmod(30 * (r + 1), 60)
+            lines.append(f"2026-01-01 {hour}:{minute + at:02d}:{second:02d}.{slot:03d} | INFO    | {tagged}")
     return lines
 
 
@@ -271,13 +272,45 @@ def test_a_collector_that_hung_then_was_run_again_keeps_its_hang_as_run_time(tmp
     assert restart["down_s"] == pytest.approx(2 * 3600 - (32 * 60 + 30))
 
 
-def _start(at: str, done: int = 0) -> str:
-    """A collector's ``run.start`` line at ``at`` (HH:MM:SS.mmm) on 2026-01-01."""
+def _start(at: str, done: int = 0, **mode) -> str:
+    """A collector's ``run.start`` line at ``at`` (HH:MM:SS.mmm) on 2026-01-01 (``mode``: its
+    ``mode=``, ``pass=``; none: an older collector's)."""
     from prime_rl.tracing import format_tagged
 
     return f"2026-01-01 {at} | INFO    | " + format_tagged(
-        "collect", "run.start", None, todo=16, done=done, resume=bool(done)
+        "collect", "run.start", None, todo=16, done=done, resume=bool(done), **mode
     )
+
+
+def test_the_passes_of_a_diagnose_are_one_run_and_no_restart(tmp_path, analyze):
+    """collect-rollouts diagnose collects the same sample at low, then at high parallelism, each pass
+    a run of its own that logged run.start: the second pass was listed as a restart ('collector
+    started again at 12:02:00'). Its run.start says what it is (mode=diagnose pass=2): no restart,
+    the same command's run goes on. The same diagnose run again later (pass=1) is one; a log from
+    before mode= is read as before (each run.start a run)."""
+
+    def diagnose(hour: int) -> list[str]:
+        """A diagnose's two passes from ``hour``:00:00 (each four slots of 30 s, two minutes)."""
+        low = [_start(f"{hour}:00:00.000", mode="diagnose", **{"pass": 1}), *_four_slots(hour, 0)]
+        return [*low, _start(f"{hour}:02:00.100", mode="diagnose", **{"pass": 2}), *_four_slots(hour, 2)]
+
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join(diagnose(12)) + "\n")
+    summary, md = analyze([log], tmp_path / "out")
+    assert summary["restarts"] == [] and "## Restarts" not in md
+    assert summary["run_seconds"] == pytest.approx(240.003) and summary["down_seconds"] == 0.0
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.0 samples in flight (mean)"
+    # the diagnose run again an hour later: a restart, its two passes one run
+    log.write_text("\n".join(diagnose(12) + diagnose(14)) + "\n")
+    summary, _ = analyze([log], tmp_path / "out2")
+    (restart,) = summary["restarts"]
+    assert restart["where"] == f"{log}:35" and restart["down_s"] == pytest.approx(7200 - 240.003)
+    # an older collector's log (run.start without mode=): each run.start a run, as before
+    older = [line.split(" mode=")[0] for line in diagnose(12)]
+    log.write_text("\n".join(older) + "\n")
+    summary, _ = analyze([log], tmp_path / "out3")
+    assert [(r["where"], round(r["down_s"], 3)) for r in summary["restarts"]] == [(f"{log}:18", 0.097)]
 
 
 def _verify_pass(hour: int) -> list[str]:
