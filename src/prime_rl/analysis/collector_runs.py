@@ -12,7 +12,10 @@ to the samples in flight. It is the collector at work all the same: each verific
 line's time less its ``dur_ms``, to the line's time) is no time between runs, wherever the pass
 lies. The time between runs is the time in which neither a run nor a verification was at work.
 
-A sample that would have begun before its run's ``run.start`` (more than :data:`SLACK_S`), or, in a
+A line stamped before its run's ``run.start`` (more than :data:`SLACK_S`; written after it) has a
+wrong time (a clock set back): it is used nowhere, as a line's without one, and counted (its
+``dur_ms`` is kept: the collector measures it on a monotonic clock). A sample that would have
+begun before its run's ``run.start`` (more than :data:`SLACK_S`), or, in a
 log without ``run.start``, more than :data:`OLD_LOG_BEFORE_S` before the log's first line, has a
 wrong ``dur_ms``: a bad value, not used (``dur_ms=1e12`` made a two-minute run 31 years long). So
 has a verification that would have begun more than :data:`OLD_LOG_BEFORE_S` before its log's first
@@ -27,9 +30,10 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals
+from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.restarts import Restart
-from prime_rl.analysis.tagged import RUN_START, TaggedLines
+from prime_rl.analysis.tagged import EXAMPLES, RUN_START, TaggedLines
 
 SLACK_S = 1.0
 """How far before its run's ``run.start`` a sample may seem to begin (the line's milliseconds)."""
@@ -99,14 +103,45 @@ class CollectorRuns:
         """How many verifications were kept, and their summed ``dur_ms``."""
 
     def see(self, b: TaggedLines) -> None:
-        """A collector log's whole batch, every tag, before its [collect] lines are folded: each line's
-        time ends the run it falls in (a collector that hung still logs its [server] lines: that is
-        run time, not time between runs)."""
+        """A collector log's whole batch, every tag, before anything reads it: a line stamped before
+        its run's start has no time (:meth:`_forget_early`); each line's time ends the run it falls
+        in (a collector that hung still logs its [server] lines: that is run time, not time between
+        runs)."""
+        self._forget_early(b, self._logs.setdefault(_key(b), _Log()))
         frame = b.frame
         # but a deferred verification's (collect-rollouts verify), which is no run's sampling
         verify = (frame.get_column("tag") == "collect") & (frame.get_column("event") == "verify.done")
         frame = frame.filter(~verify.fill_null(False))
         self._batch = (_key(b), frame.get_column("line").to_numpy(), frame.get_column("ts").to_numpy())
+
+    def _forget_early(self, b: TaggedLines, log: _Log) -> None:
+        """The lines stamped more than :data:`SLACK_S` before the ``run.start`` above them (this
+        batch's, else ``log``'s current run's): written after it, they have a wrong time (a clock
+        set back), not a wrong ``dur_ms``. Their time is used nowhere
+        (:meth:`~prime_rl.analysis.tagged.TaggedLines.forget_times`), their values are; each is counted
+        and the first few named by file and line (:class:`~prime_rl.analysis.tagged.ParseStats`)."""
+        frame = b.frame
+        starts = (
+            (frame.get_column("tag") == "collect") & (frame.get_column("event") == RUN_START)
+        ).fill_null(False)
+        if log.start is None and not starts.any():
+            return
+        ts = frame.get_column("ts")
+        floor = ts.zip_with(starts, ts.clear(len(ts))).forward_fill()  # the last run.start's time
+        if log.start is not None:
+            floor = floor.fill_null(log.start)
+        early = (ts < floor - SLACK_S).fill_null(False) & ~starts
+        if not early.any():
+            return
+        stats = b.stats
+        if stats is not None:
+            stats.bad_times += int(early.sum())
+            for i in early.arg_true().to_list()[: max(EXAMPLES - len(stats.bad_time_examples), 0)]:
+                when = local_time(ts[i], "%Y-%m-%d %H:%M:%S")
+                stats.bad_time_examples.append(
+                    f"{b.event(i).where()}: {when}, {floor[i] - ts[i]:.1f} s before its run's start"
+                )
+        b.forget_times(early)
 
     def observe(self, b: TaggedLines, event: pl.Series, dur: pl.Series, deferred: pl.Series) -> pl.Series:
         """Fold a batch's [collect] lines (their ``event``, the samples' ``dur_ms`` and the deferred

@@ -428,6 +428,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "bad_values": {"count": d.parse.bad_values, "examples": d.parse.bad_value_examples},
         "out_of_order": {"count": d.parse.out_of_order, "examples": d.parse.out_of_order_examples},
         "time_goes_back": {"count": d.parse.time_goes_back, "examples": d.parse.time_goes_back_examples},
+        "bad_times": {"count": d.parse.bad_times, "examples": d.parse.bad_time_examples},
         "clock_offsets": {
             **{log: {"seconds": off, "updates": n} for log, (off, n) in d.clock_offsets.items()},
             **{log: {"seconds": off, "steps": n} for log, (off, n) in d.parse.clock_offsets.items()},

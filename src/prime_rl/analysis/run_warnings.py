@@ -66,8 +66,8 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
 
 def malformed_lines(d: Collected, th: Thresholds) -> str | None:
     """Tagged lines the parser had to skip, values that are no number, lines left out or kept out
-    of time order (each named by file:line), lines with a tag the analyzer does not read, and
-    compressed files it could not read to the end."""
+    of time order, a collector's lines stamped before their run's start (each named by file:line),
+    lines with a tag the analyzer does not read, and compressed files it could not read to the end."""
     p = d.parse
     parts = []
     if p.malformed:
@@ -85,6 +85,12 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
             f"{p.out_of_order} tagged line(s) left out: more than {th.time_jump_s:g} s from the lines before and after "
             f"them in their file, which agree (a wrong clock or a corrupt date; `time_jump_s`) "
             f"(e.g. {'; '.join(p.out_of_order_examples[:3])})"
+        )
+    if p.bad_times:
+        parts.append(
+            f"{p.bad_times} collector line(s) stamped more than a second before their run's [collect] run.start "
+            "(a clock set back after it): their time is not used, their values are "
+            f"(e.g. {'; '.join(p.bad_time_examples[:3])})"
         )
     if p.time_goes_back:
         parts.append(

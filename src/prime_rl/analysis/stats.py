@@ -819,8 +819,6 @@ class _Collector:
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
-        if b.source == "collect":  # a collector's log: its lines of every tag end its runs
-            self.collector_runs.see(b)
         self.hangs.observe(b, self.segment_starts)
         for tag, lines in b.by_tag():
             handler = self.handler(tag)
@@ -945,6 +943,8 @@ def _collect(
     windows: dict[str, tuple[float, float]] = {}  # each log's first and last time
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
+        if b.source == "collect":  # first: a line stamped before its run's start has no time, which
+            c.collector_runs.see(b)  # then begins nothing; the lines of every tag end the log's runs
         counts_of, first, last = b.overview()
         for tag, event, n in counts_of:
             lines[tag, event] += n

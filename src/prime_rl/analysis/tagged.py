@@ -50,6 +50,12 @@ class ParseStats:
     in their file, which lie within it of each other (:mod:`~prime_rl.analysis.time_order`)."""
     out_of_order_examples: list[str] = field(default_factory=list)
     """The first few as ``file:line: time``."""
+    bad_times: int = 0
+    """Tagged lines of a collector's log stamped more than a second before the ``[collect] run.start``
+    above them (a clock set back after it): their time is used nowhere, as a line's without one; their
+    values are (:mod:`~prime_rl.analysis.collector_runs`)."""
+    bad_time_examples: list[str] = field(default_factory=list)
+    """The first few as ``file:line: time, N s before its run's start``."""
     time_goes_back: int = 0
     """Lines kept where a file's time goes back by more than ``time_jump_s`` (logs joined out of
     order, a clock set back)."""
@@ -407,6 +413,22 @@ class TaggedLines:
             first = ts.min() if ts.null_count() < len(ts) else last
             self._overview = Overview(counts, first, last)  # type: ignore[arg-type]
         return self._overview
+
+    def forget_times(self, rows: pl.Series) -> None:
+        """The lines of ``rows`` (a Boolean column) have no time: one known to be wrong is used nowhere,
+        as a line's without one (the parts they are split into, and the events of a batch of events,
+        too)."""
+        lines = self.frame.get_column("line").filter(rows)
+        ts = pl.when(pl.col("line").is_in(lines.implode())).then(None).otherwise(pl.col("ts")).alias("ts")
+        self.frame = self.frame.with_columns(ts)
+        for _, part in self._parts or ():
+            part.frame = part.frame.with_columns(ts)
+            part._cols.pop("ts", None)
+            part._overview = None
+        for i in rows.arg_true().to_list() if self.events is not None else ():
+            self.events[i].ts = None  # type: ignore[index]
+        self._cols.pop("ts", None)
+        self._overview = None
 
     def move_clock(self, seconds: float) -> None:
         """Every time of these lines ``seconds`` earlier (a log on a clock of its own onto the

@@ -61,6 +61,7 @@ def test_json_lists_findings_as_dicts(collected):
         "bad_values",
         "out_of_order",
         "time_goes_back",
+        "bad_times",
         "clock_offsets",
         "unknown_tags",
     ]

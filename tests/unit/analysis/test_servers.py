@@ -401,6 +401,42 @@ def test_a_verification_that_began_long_before_its_log_is_a_bad_value(tmp_path, 
     assert summary["bad_values"]["examples"] == [f"{log}:17: dur_ms=1000000000000.0 ([collect] verify.done)"]
 
 
+def test_a_line_stamped_before_its_run_s_start_has_a_bad_time_not_a_bad_dur_ms(tmp_path, analyze):
+    """A clock set back after the run started: a sample's line (and a scrape's) written after the
+    run.start at 12:00:00 but stamped 11:59:45 (11:59:50). Its dur_ms (30 s, measured on a monotonic
+    clock, right) was refused as a bad value, and its time began the run 15 s early (run_seconds
+    135.003). The wrong value is the line's time: it is counted and named as such, used nowhere (the
+    run is 120.003 s again), and the sample's times count (17 samples: 4.2 in flight)."""
+    from prime_rl.tracing import format_tagged
+
+    sample = format_tagged(
+        "collect", "rollout.done", "e", task=9, repeat=0, status=200, dur_ms=30_000.0, queue_ms=0.0,
+        gen_ms=29_000.0, verify_ms=1000.0, out_tokens=8, attempts=1, url="http://a:1",
+    )  # fmt: skip
+    scrape = format_tagged(
+        "server", "metrics", None, url="http://a:1", running=4, waiting=0, kv_cache_pct=10.0,
+        preemptions=0, requests=0, scrape_ms=1.0,
+    )  # fmt: skip
+    slots = _four_slots()
+    early = [f"2026-01-01 11:59:45.000 | INFO    | {sample}", f"2026-01-01 11:59:50.000 | INFO    | {scrape}"]
+    log = tmp_path / "collect.log"
+    log.write_text("\n".join([_start("12:00:00.000"), *slots[:4], *early, *slots[4:]]) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["bad_values"]["count"] == 0
+    assert summary["bad_times"] == {
+        "count": 2,
+        "examples": [
+            f"{log}:6: 2026-01-01 11:59:45, 15.0 s before its run's start",
+            f"{log}:7: 2026-01-01 11:59:50, 10.0 s before its run's start",
+        ],
+    }
+    assert summary["run_seconds"] == pytest.approx(120.003)
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert stage["how"] == "[collect] gen_ms summed / 4.2 samples in flight (mean)"
+    assert stage["total_ms"] == pytest.approx(17 * 29_000.0 / (17 * 30_000.0 / 120_003.0))
+    assert any("2 collector line(s) stamped more than a second before" in w for w in summary["warnings"])
+
+
 def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_together(tmp_path, analyze):
     """Two --shard logs of the same hour: 8.0 samples in flight over 120 s. Read as one collector's
     runs, the second log's run.start was a restart "after 0 s" and the runs' times were added up
