@@ -70,13 +70,20 @@ def where_time_goes(d: Collected) -> list[str]:
             if all(s.process == "collector" for s in rows)
             else "the orchestrator's and the trainer's stages run side by side, so the columns of the two do "
             "not add up."
+        )
+        + (
+            ' A row marked "(within generation)" is a part of generation\'s time, not added to it.'
+            if any(s.within for s in rows)
+            else ""
         ),
         "",
         "| process | stage | total s | share | from |",
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {s.process} | {s.name} | {s.total_ms / 1000:.1f} | {100 * s.share:.1f}% | {s.how} |" for s in rows
+        f"| {s.process} | {f'(within {s.within}) ' if s.within else ''}{s.name} | {s.total_ms / 1000:.1f} | "
+        f"{100 * s.share:.1f}% | {s.how} |"
+        for s in rows
     ]
     return lines
 

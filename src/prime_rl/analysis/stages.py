@@ -11,6 +11,10 @@ time summed over concurrent workers, so its wall-time part of the batch is estim
 ``tail_ms`` when the line carries it (the batch's end spent only on scoring), else
 ``cpu_ms / workers`` when the worker count is known (``workers=`` or the run's config), else the
 summed time itself (an upper bound), never more than the batch.
+
+Time spent inside the generation batches is part of the generation row, not beside it: the waits
+after a 429. Such rows are marked ``within="generation"`` and are not added to the orchestrator's
+column.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class Stage:
     share: float
     how: str
     """Where the number comes from."""
+    within: str | None = None
+    """The stage whose time this one is a part of (``generation``), not added to its process's column."""
 
 
 def update_group() -> tuple[pl.Expr, pl.Expr]:
@@ -152,9 +158,16 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     rows.extend(_publish_rows(d))
     rows.extend(_collector_rows(d))
-    out = [Stage(name, proc, ms, ms / run if run else 0.0, how) for name, proc, ms, how in rows]
+    # the waits after a 429 happen inside the batches: a part of generation
+    parts = ("rate-limit waits (429)",) if d.series["gen_dur_ms"] else ()
+    out = [
+        Stage(name, proc, ms, ms / run if run else 0.0, how, "generation" if name in parts else None)
+        for name, proc, ms, how in rows
+    ]
     order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
-    return sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+    ranked = sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+    # each part right under the stage it is a part of
+    return [row for s in ranked if not s.within for row in (s, *(p for p in ranked if p.within == s.name))]
 
 
 def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
@@ -220,7 +233,7 @@ def run_limit(d: Collected) -> str | None:
             f"the trainer is the limit, as in a well-balanced run: it computes {100 * train / run:.0f}% of the "
             f"run and waits for rollouts only {100 * wait / run:.0f}%"
         )
-    busy = [s for s in stages(d) if s.process == "orchestrator"]
+    busy = [s for s in stages(d) if s.process == "orchestrator" and not s.within]
     if busy:
         top = max(busy, key=lambda s: s.total_ms)
         return f"the largest stage is {top.name} ({100 * top.share:.0f}% of the run), within the thresholds"
