@@ -15,7 +15,7 @@ import polars as pl
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
-from prime_rl.analysis.stages import update_critical, verify_wall_ms
+from prime_rl.analysis.stages import env_wall_ms, update_critical, verify_wall_ms
 from prime_rl.analysis.stalls import hang, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
@@ -318,12 +318,15 @@ def truncation(d: Collected, th: Thresholds) -> Finding | None:
 def environment_bound(d: Collected, th: Thresholds) -> Finding | None:
     """Multi-turn episodes spend more time in the environment (its ``step`` calls, tools included)
     than in generation: the sum of [env] episode.done env_ms above ``verify_ratio`` x the sum of
-    their gen_ms (both are per-episode times, so concurrency affects them alike)."""
+    their gen_ms (both are per-episode times, so concurrency affects them alike). Its share is the
+    environment's wall time (:func:`~prime_rl.analysis.stages.env_wall_ms`: the episodes run side by
+    side within the batches, so their summed env_ms is divided by the episodes in flight)."""
     env_total, gen_total = d.total("env_ms"), d.total("episode_gen_ms")
     if not d.series["env_ms"] or not gen_total or not env_total > th.verify_ratio * gen_total:
         return None
     tool_total = d.total("tool_ms")
     run_ms = d.run_ms
+    wall, how = env_wall_ms(d)
     episodes = len(d.series["env_ms"])
     errors = d.counts.get("episode.tool_errors", 0)
     return Finding(
@@ -331,8 +334,9 @@ def environment_bound(d: Collected, th: Thresholds) -> Finding | None:
         title="Environment-bound: episodes wait on the environment and its tools more than on generation",
         evidence=f"environment {env_total / 1000:.1f} s (tools {tool_total / 1000:.1f} s) vs generation "
         f"{gen_total / 1000:.1f} s over {episodes} episodes ({env_total / gen_total:.1f}x); "
-        f"{d.stat('episode_turns', 'mean') or 0:.1f} turns per episode, {errors} failed tool calls",
-        share=min(1.0, env_total / run_ms) if run_ms else 0.5,
+        f"{d.stat('episode_turns', 'mean') or 0:.1f} turns per episode, {errors} failed tool calls; "
+        f"the environment's wall time {wall / 1000:.1f} s, {100 * wall / max(run_ms, 1e-9):.0f}% of the run ({how})",
+        share=min(1.0, wall / run_ms) if run_ms else 0.5,
         next=(
             "Add verifier processes (verify.workers): the environment's turns run there.",
             "Make the tools cheaper (sandbox limits, caching), or cap episode.max_turns / episode.timeout_s.",

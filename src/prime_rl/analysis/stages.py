@@ -12,9 +12,10 @@ time summed over concurrent workers, so its wall-time part of the batch is estim
 ``cpu_ms / workers`` when the worker count is known (``workers=`` or the run's config), else the
 summed time itself (an upper bound), never more than the batch.
 
-Time spent inside the generation batches is part of the generation row, not beside it: the waits
-after a 429. Such rows are marked ``within="generation"`` and are not added to the orchestrator's
-column.
+Time spent inside the generation batches is part of the generation row, not beside it: the
+environment's (multi-turn episodes run side by side within the batches, so their summed ``env_ms``
+is divided by the episodes in flight) and the waits after a 429. Those rows are marked
+``within="generation"`` and are not added to the orchestrator's column.
 """
 
 from __future__ import annotations
@@ -110,6 +111,27 @@ def verify_wall_ms(d: Collected) -> tuple[float, str]:
     return min(cpu, gen or cpu), "summed scoring time (workers unknown: an upper bound)"
 
 
+def env_wall_ms(d: Collected) -> tuple[float, str]:
+    """The environment's (and its tools') wall time, and how it was had. Episodes run side by side
+    within the generation batches, so their summed ``env_ms`` is divided by the mean number of
+    episodes in flight (Little's law: their summed time, ``env_ms + gen_ms``, over the batches'
+    generation time, at least 1): the batches' time split between the environment and the model as
+    the episodes' time is. Without batch lines the run's wall time stands for the batches'."""
+    env = d.total("env_ms")
+    busy = env + d.total("episode_gen_ms")
+    span = generation_ms(d) if d.series["gen_dur_ms"] else d.run_ms
+    if not busy or not span:
+        return env, "[env] env_ms summed over episodes"
+    inflight = max(busy / span, 1.0)
+    where = "the batches' generation time" if d.series["gen_dur_ms"] else "the run"
+    return env / inflight, f"[env] env_ms summed / {inflight:.1f} episodes in flight (mean, over {where})"
+
+
+def generation_ms(d: Collected) -> float:
+    """The generation batches' wall time less scoring's (the stage "generation")."""
+    return max(d.total("gen_dur_ms") - verify_wall_ms(d)[0], 0.0)
+
+
 def stages(d: Collected) -> list[Stage]:
     """Every stage whose lines exist, largest share first within each process."""
     run = d.run_ms
@@ -121,9 +143,7 @@ def stages(d: Collected) -> list[Stage]:
     if d.series["verify_dur_ms"] or d.series["verify_tail_ms"]:
         rows.append(("verification (scoring)", "orchestrator", ver, how))
     if d.series["env_ms"]:
-        rows.append(
-            ("environment and tools", "orchestrator", d.total("env_ms"), "[env] env_ms summed over episodes")
-        )
+        rows.append(("environment and tools", "orchestrator", *env_wall_ms(d)))
     if d.series["ckpt_wait_ms"]:
         rows.append(("checkpoint wait", "orchestrator", d.total("ckpt_wait_ms"), "[ckpt] wait_ms"))
     if d.updates:
@@ -158,8 +178,8 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     rows.extend(_publish_rows(d))
     rows.extend(_collector_rows(d))
-    # the waits after a 429 happen inside the batches: a part of generation
-    parts = ("rate-limit waits (429)",) if d.series["gen_dur_ms"] else ()
+    # the environment's turns and the waits after a 429 happen inside the batches: parts of generation
+    parts = ("environment and tools", "rate-limit waits (429)") if d.series["gen_dur_ms"] else ()
     out = [
         Stage(name, proc, ms, ms / run if run else 0.0, how, "generation" if name in parts else None)
         for name, proc, ms, how in rows

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from tests.support.synthetic_logs import make_run
 
+from prime_rl.tracing import format_tagged
+
 
 def test_rate_limit_waits_are_a_part_of_generation_so_the_orchestrator_s_rows_add_up(tmp_path, analyze):
     # 10 requests of each ~1.5 s batch wait 500 ms after a 429, inside the batch: 10.0 s of a 34.8 s run,
@@ -24,3 +26,44 @@ def test_rate_limit_waits_are_a_part_of_generation_so_the_orchestrator_s_rows_ad
     assert sum(s["share"] for s in rows if not s["within"]) == pytest.approx(1.0, abs=0.01)
     assert "| orchestrator | (within generation) rate-limit waits (429) | 10.0 | 28.8% |" in md
     assert 'A row marked "(within generation)" is a part of generation\'s time, not added to it.' in md
+
+
+def _with_episodes(run, n: int, env_ms: float, gen_ms: float):
+    """``n`` multi-turn episodes per step, all within its batch (logged at its batch.done)."""
+    out = []
+    for line in run.orchestrator:
+        out.append(line)
+        if "[gen] batch.done" in line:
+            step = int(line.split("step=")[1].split()[0])
+            stamp = line[:23]
+            for task in range(n):
+                tagged = format_tagged(
+                    "env", "episode.done", step=step, task=task, turns=3, outcome="done", reward=1.0,
+                    env_ms=env_ms, tool_ms=0.7 * env_ms, gen_ms=gen_ms, tokens=300, tool_errors=0,
+                )  # fmt: skip
+                out.append(f"{stamp} | INFO    | {tagged}")
+    run.orchestrator = out
+    return run
+
+
+def test_concurrent_episodes_count_their_wall_time_and_do_not_outrank_a_trainer_bound_run(tmp_path, analyze):
+    # the trainer-bound run waits for weights 77% of its 145 s; 32 episodes run side by side in each
+    # ~1.5 s batch, 720 ms in the environment and 1200 ms generating each (0.6x: environment-bound).
+    # Their summed env_ms is 461 s: it was the stage's time (318% of the run) and the finding's share
+    # (capped at 1.0), which made it the primary bottleneck.
+    run = _with_episodes(make_run("trainer_bound", steps=20, seed=6), 32, 720.0, 1200.0)
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert summary["primary"]["kind"] == "trainer_bound", summary["findings"]
+    stage = {s["name"]: s for s in summary["stages"]}
+    env, gen = stage["environment and tools"], stage["generation"]
+    # the batches' generation time split as the episodes' time is: 720 of every 1920 ms
+    assert env["total_ms"] == pytest.approx(gen["total_ms"] * 720 / 1920, rel=1e-6)
+    assert env["within"] == "generation" and 0.07 < env["share"] < 0.08
+    assert "episodes in flight" in env["how"]
+    finding = next(f for f in summary["findings"] if f["kind"] == "environment_bound")
+    assert finding["share"] == pytest.approx(env["share"])
+    assert (
+        "0.6x" in finding["evidence"]
+        and "the environment's wall time 11.1 s, 8% of the run" in finding["evidence"]
+    )
+    assert "| orchestrator | (within generation) environment and tools | 11.1 | 7.7% |" in md
