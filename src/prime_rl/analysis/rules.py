@@ -15,7 +15,7 @@ import polars as pl
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
-from prime_rl.analysis.stages import env_wall_ms, update_critical, verify_wall_ms
+from prime_rl.analysis.stages import env_wall_ms, fewest_verify_workers, update_critical, verify_wall_ms
 from prime_rl.analysis.stalls import hang, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
@@ -246,8 +246,11 @@ def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
     """Scoring paces the generation batches, compared like with like (see
     :mod:`~prime_rl.analysis.stages`): with ``tail_ms``, scoring's wall time above ``verify_ratio`` of
     the batch time; with the worker count, the workers busy above ``verify_util_high`` of the batch
-    time; otherwise the summed scoring time per step (an upper bound of its wall time) above
-    ``verify_ratio`` x the batch time. Ranked above generation-bound, which it then explains."""
+    time; without it, when some step's scoring sums to more than its batch (the workers ran side by
+    side), the fewest workers the batches allow (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)
+    busy above ``verify_util_high`` (an upper bound: more workers would be less busy); otherwise the
+    summed scoring time per step (an upper bound of its wall time) above ``verify_ratio`` x the batch
+    time. Ranked above generation-bound, which it then explains."""
     gen = d.total("gen_dur_ms")
     if not d.series["verify_dur_ms"] or not gen:
         return None
@@ -263,6 +266,17 @@ def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
         util = cpu / (d.verify_workers * gen)
         fired = util > th.verify_util_high
         measure = f"{d.verify_workers} verifier workers busy {100 * util:.0f}% of the batch time (> verify_util_high {100 * th.verify_util_high:.0f}%)"
+        names = ("verify_util_high",)
+    elif (fewest := fewest_verify_workers(d))[0] > 1:
+        n, where = fewest
+        util = cpu / (n * gen)
+        fired = util > th.verify_util_high
+        measure = (
+            f"scoring {cpu / 1000:.1f} s summed over completions in {gen / 1000:.1f} s of batches: the workers ran "
+            f"side by side, at least {n} of them ({where}); their number is not logged (workers=), so this is "
+            f"an upper bound: {n} workers would be busy {100 * util:.0f}% of the batch time (> verify_util_high "
+            f"{100 * th.verify_util_high:.0f}%), more of them less"
+        )
         names = ("verify_util_high",)
     else:
         fired = cpu > th.verify_ratio * gen

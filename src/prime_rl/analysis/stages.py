@@ -10,7 +10,8 @@ Scoring is compared like with like: ``[verify] batch.done dur_ms`` (or ``cpu_ms`
 time summed over concurrent workers, so its wall-time part of the batch is estimated as
 ``tail_ms`` when the line carries it (the batch's end spent only on scoring), else
 ``cpu_ms / workers`` when the worker count is known (``workers=`` or the run's config), else the
-summed time itself (an upper bound), never more than the batch.
+summed time over the fewest workers the batches allow (a step whose scoring sums to 4.3x its batch
+had at least 5; one when none sums to more than its batch): an upper bound, never more than the batch.
 
 Time spent inside the generation batches is part of the generation row, not beside it: the
 environment's (multi-turn episodes run side by side within the batches, so their summed ``env_ms``
@@ -20,6 +21,7 @@ is divided by the episodes in flight) and the waits after a 429. Those rows are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,7 +110,34 @@ def verify_wall_ms(d: Collected) -> tuple[float, str]:
     cpu = d.total("verify_dur_ms")
     if d.verify_workers:
         return min(cpu / d.verify_workers, gen or cpu), f"summed scoring time / {d.verify_workers} workers"
+    fewest, _ = fewest_verify_workers(d)
+    if fewest > 1:
+        how = f"summed scoring time / {fewest} workers, the fewest the batches allow (workers unknown: an upper bound)"
+        return min(cpu / fewest, gen or cpu), how
     return min(cpu, gen or cpu), "summed scoring time (workers unknown: an upper bound)"
+
+
+WORKERS_SLACK = 0.01
+"""How far (a share) summed scoring time may exceed a whole number of batch times before one more
+verifier worker is taken as proven (:func:`fewest_verify_workers`)."""
+
+
+def fewest_verify_workers(d: Collected) -> tuple[int, str]:
+    """The fewest verifier workers the logs allow, when they do not say how many, and where that is
+    seen, in words: ``k`` workers score at most ``k`` times a batch's wall time, so a step whose scoring
+    sums to 4.3x its batch had at least 5 (:attr:`Collected.verify_busiest`; without a step that has
+    both lines, the batches together); 1 (and no words) when no scoring sums to more than its batch.
+    The two times are measured apart (and logged to 0.1 ms): a multiple within
+    :data:`WORKERS_SLACK` above a whole number counts as that number (4.02x: 4 workers)."""
+    if d.verify_busiest is not None:
+        step, cpu, gen = d.verify_busiest
+        where = f"step {step}: {cpu / 1000:.1f} s of scoring summed in a {gen / 1000:.2f} s batch"
+    else:
+        cpu, gen = d.total("verify_dur_ms"), d.total("gen_dur_ms")
+        where = f"{cpu / 1000:.1f} s of scoring summed in {gen / 1000:.1f} s of batches"
+    if not gen or cpu <= gen * (1 + WORKERS_SLACK):
+        return 1, ""
+    return math.ceil(cpu / gen / (1 + WORKERS_SLACK)), where
 
 
 def env_wall_ms(d: Collected) -> tuple[float, str]:

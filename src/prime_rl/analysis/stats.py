@@ -217,6 +217,11 @@ class Collected:
     """The collector's deferred verify passes (``collect-rollouts verify``: ``verify.done``): their
     verifications' count, summed ``dur_ms`` (also in the ``collect_verify_ms`` series) and wall time
     (None: none)."""
+    verify_busiest: tuple[str, float, float] | None = None
+    """The step whose scoring time summed over its completions ([verify] cpu_ms or dur_ms) is the
+    largest multiple of its batch's wall time ([gen] batch.done dur_ms): (step, summed ms, batch ms);
+    None without a step that has both. Above 1, the verifier's workers ran side by side: at least
+    that many of them (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -957,6 +962,7 @@ def _collect(
         _handler_error(parse, b.event(i), e)
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
+    busiest = _busiest_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
     for key in list(c.by_step):  # each let go once in its series, before the join
         c.by_step.pop(key).extend_into(c.series[key])
     updates = c.join.updates()
@@ -1005,6 +1011,7 @@ def _collect(
         verify_passes=c.collector_runs.verify_passes(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
         hangs_unplaced=hangs.unplaced,
+        verify_busiest=busiest,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
@@ -1023,6 +1030,20 @@ _COLLECT_EVENTS = (
     "verify.done",
 )
 """The events of the collector's [collect] lines (docs/design.md)."""
+
+
+def _busiest_scoring(scoring: _PerStep, batch: _PerStep) -> tuple[str, float, float] | None:
+    """:attr:`Collected.verify_busiest`: of the steps with both a summed scoring time and a batch
+    time above 0, the one whose scoring is the largest multiple of its batch (the first of equals)."""
+    size = min(scoring.size, batch.size)
+    cpu, wall = scoring.by_number[:size], batch.by_number[:size]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(~np.isnan(cpu) & (wall > 0), cpu / wall, -1.0)
+    pairs = [(k, v, batch.other[k]) for k, v in scoring.other.items() if batch.other.get(k, 0.0) > 0]
+    if size and ratio.max() >= 0:  # the numbered steps' busiest, then the named ones
+        i = int(np.argmax(ratio))
+        pairs.insert(0, (str(i), float(cpu[i]), float(wall[i])))
+    return max(pairs, key=lambda p: p[1] / p[2], default=None)
 
 
 class _PerStep:

@@ -6,8 +6,10 @@ not logged), and a healthy run's limit (named from the trainer's compute share a
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import Shape, make_run
 
 from prime_rl.tracing import format_tagged
 
@@ -67,3 +69,46 @@ def test_concurrent_episodes_count_their_wall_time_and_do_not_outrank_a_trainer_
         and "the environment's wall time 11.1 s, 8% of the run" in finding["evidence"]
     )
     assert "| orchestrator | (within generation) environment and tools | 11.1 | 7.7% |" in md
+
+
+def _scored(run, summed_ms: float):
+    """Every batch's scoring summed over its completions is ``summed_ms``; no workers=, no tail_ms."""
+    run.orchestrator = [
+        line.replace("dur_ms=30.0", f"dur_ms={summed_ms} cpu_ms={summed_ms}") if "[verify]" in line else line
+        for line in run.orchestrator
+    ]
+    return run
+
+
+def test_summed_scoring_beyond_its_batch_is_judged_on_the_fewest_workers_the_batches_allow(tmp_path, analyze):
+    # 6 s of scoring summed in each 1.4-1.7 s batch: the workers ran side by side, at least 5 of them
+    # (4.3x in the shortest batch); their number not logged, the summed time stood for wall time
+    # ("verification-bound", scoring 100% of the batches, generation 0%). 5 workers would be busy 78%
+    # of the batch time, more of them less: under verify_util_high (80%), no finding.
+    run = _scored(make_run("healthy", steps=20, seed=0), 6000.0)
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert summary["findings"] == [], summary["findings"]
+    batches = run.values["gen_dur_ms"]
+    fewest = math.ceil(max(6000.0 / b for b in batches) / 1.01)
+    assert fewest == 5
+    stage = {s["name"]: s for s in summary["stages"]}
+    assert stage["verification (scoring)"]["total_ms"] == pytest.approx(20 * 6000.0 / fewest)
+    assert stage["verification (scoring)"]["how"].startswith("summed scoring time / 5 workers, the fewest")
+    assert stage["generation"]["total_ms"] == pytest.approx(sum(batches) - 24000.0, abs=1.0)
+
+
+def test_scoring_that_fills_the_fewest_workers_is_verification_bound_and_says_it_is_an_upper_bound(
+    tmp_path, analyze
+):
+    # 4x every batch's time, summed: 4 workers (the fewest the batches allow) would be busy the whole
+    # batch; the evidence said "workers unknown, so summed time stands for wall time"
+    run = make_run("healthy", steps=20, shape=Shape(verify_ms=6000.0, gen_ms=1500.0))
+    summary, _ = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    primary = summary["primary"]
+    assert primary["kind"] == "verification_bound" and primary["thresholds"] == ["verify_util_high"]
+    assert "the workers ran side by side, at least 4 of them (step " in primary["evidence"]
+    assert (
+        "4 workers would be busy 100% of the batch time (> verify_util_high 80%), more of them less"
+        in (primary["evidence"])
+    )
+    assert "summed time stands for wall time" not in primary["evidence"]
