@@ -44,7 +44,7 @@ def headline(a: Analysis) -> list[str]:
         healthy.append(f"rpc_ms median {d.stat('rpc_ms', 'p50'):.1f} ms")
     if d.stat("ckpt_wait_ms", "count"):
         healthy.append(f"ckpt wait median {d.stat('ckpt_wait_ms', 'p50'):.1f} ms")
-    limit = run_limit(d)
+    limit = run_limit(d, a.thresholds)
     return [
         "**No bottleneck found: no threshold is crossed; queue delays and waits are within the thresholds.**",
         "",

@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import died_waiting, of_the_steps
 
 
@@ -271,17 +272,38 @@ def _publish_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     return rows
 
 
-def run_limit(d: Collected) -> str | None:
-    """What limits a run in which no threshold was crossed, as a finding in words (not an alarm)."""
+def run_limit(d: Collected, th: Thresholds) -> str | None:
+    """What limits a run in which no threshold was crossed, as a finding in words (not an alarm), named
+    from who waits on whom: the trainer when the orchestrator waits for its weights ([ckpt] wait_ms)
+    more than ``limit_wait_share`` of the run and the trainer waits for rollouts ([train] wait_ms)
+    less; generation when it is the other way round; both above it: the side waited for more, the
+    other's wait said too; both under it: balanced. Without either wait's lines, the largest of the
+    orchestrator's stages."""
     run = d.run_ms
     if not run:
         return None
-    train, wait = d.total("train_ms"), d.total("train_wait_ms")
-    if d.series["train_ms"] and train / run >= 0.5:
-        return (
-            f"the trainer is the limit, as in a well-balanced run: it computes {100 * train / run:.0f}% of the "
-            f"run and waits for rollouts only {100 * wait / run:.0f}%"
-        )
+    ckpt, rollouts = d.total("ckpt_wait_ms") / run, d.total("train_wait_ms") / run
+    has_ckpt, has_rollouts = bool(d.series["ckpt_wait_ms"]), bool(d.series["train_wait_ms"])
+    floor = th.limit_wait_share
+    orch = f"the orchestrator waits for the trainer's weights {100 * ckpt:.1f}% of the run"
+    trainer = f"the trainer waits for rollouts {100 * rollouts:.1f}%"
+    below = f"(limit_wait_share {100 * floor:g}%; no threshold crossed)"
+    if has_ckpt and has_rollouts:
+        if ckpt <= floor and rollouts <= floor:
+            return f"balanced, neither side waits much for the other: {orch}, {trainer} {below}"
+        if ckpt > floor and rollouts > floor:
+            first, second = (
+                ("the trainer", "generation") if ckpt >= rollouts else ("generation", "the trainer")
+            )
+            who = f"{first} is the limit more often than {second}"
+            return f"{who} (each waits for the other in turn): {orch}, {trainer} {below}"
+        if ckpt > floor:
+            return f"the trainer is the limit: {orch}, while {trainer} {below}"
+        return f"generation is the limit: {trainer} of the run, while {orch} {below}"
+    if has_ckpt and ckpt > floor:
+        return f"the trainer is the limit: {orch} (no trainer log) {below}"
+    if has_rollouts and rollouts > floor:
+        return f"generation is the limit: {trainer} of the run (no [ckpt] wait lines) {below}"
     busy = [s for s in stages(d) if s.process == "orchestrator" and not s.within]
     if busy:
         top = max(busy, key=lambda s: s.total_ms)

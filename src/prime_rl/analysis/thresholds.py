@@ -47,6 +47,8 @@ class Thresholds(BaseModel):
     """Generation-bound: the trainer waits for rollouts more than this share of the run ..."""
     gen_share: float = 0.8
     """... or, without a trainer log, generation takes more than this share of the run."""
+    limit_wait_share: float = 0.05
+    """A healthy run's limit (no alarm): the trainer when the orchestrator waits for its weights more than this share of the run and the trainer waits for rollouts less; generation the other way round; balanced when neither waits more."""
     verify_ratio: float = 0.5
     """Verification-bound: scoring time per step above this multiple of generation time per step."""
     rate_limited_frac: float = 0.01

@@ -45,10 +45,12 @@ def test_heavy_truncation_is_the_primary_finding(tmp_path, analyze):
     assert not any("trunc_pct" in w for w in summary["warnings"])  # a finding now, not also a warning
 
 
-def test_a_healthy_trainer_bound_run_says_so_without_alarm(tmp_path, analyze):
+def test_a_healthy_balanced_run_says_so_without_alarm(tmp_path, analyze):
+    # the orchestrator waits for weights 1.1% of the run and the trainer for rollouts 1.7%: neither
+    # side is the other's limit (this said "the trainer is the limit" from its compute share alone)
     summary, md = _run(tmp_path, analyze, "healthy", Shape())
     assert summary["primary"] is None and summary["findings"] == [] and summary["warnings"] == []
-    assert "Healthy run: the trainer is the limit" in md and "## Warnings" not in md
+    assert "Healthy run: balanced, neither side waits much for the other" in md and "## Warnings" not in md
     assert "## Where the time goes" in md and "| trainer | trainer compute |" in md
 
 

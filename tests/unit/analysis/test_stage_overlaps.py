@@ -11,6 +11,8 @@ import math
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
+from prime_rl.analysis.stages import run_limit
+from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.tracing import format_tagged
 
 
@@ -112,3 +114,38 @@ def test_scoring_that_fills_the_fewest_workers_is_verification_bound_and_says_it
         in (primary["evidence"])
     )
     assert "summed time stands for wall time" not in primary["evidence"]
+
+
+def test_a_healthy_run_s_limit_is_named_from_who_waits_on_whom(tmp_path, analyze):
+    # the orchestrator waits for weights 0.8% of the run, the trainer for rollouts 22% (under
+    # train_wait_share, 30%): generation paces the run; it said "the trainer is the limit" because
+    # the trainer computes 53% of the run
+    run = make_run("healthy", steps=20, seed=0, shape=Shape(gen_ms=2000.0, train_wait_frac=0.25))
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    assert summary["primary"] is None and summary["findings"] == []
+    assert (
+        "Healthy run: generation is the limit: the trainer waits for rollouts 21.6% of the run, while the "
+        "orchestrator waits for the trainer's weights 0.8% of the run (limit_wait_share 5%; no threshold "
+        "crossed)." in md
+    )
+    assert "the trainer is the limit" not in md
+
+
+@pytest.mark.parametrize(
+    ("ckpt_s", "rollouts_s", "says"),
+    [
+        (
+            10.0,
+            1.0,
+            "the trainer is the limit: the orchestrator waits for the trainer's weights 10.0% of the run",
+        ),
+        (1.0, 10.0, "generation is the limit: the trainer waits for rollouts 10.0% of the run"),
+        (2.0, 3.0, "balanced, neither side waits much for the other"),
+        (10.0, 6.0, "the trainer is the limit more often than generation (each waits for the other in turn)"),
+        (6.0, 10.0, "generation is the limit more often than the trainer (each waits for the other in turn)"),
+    ],
+)
+def test_the_limit_is_the_side_the_other_waits_for(collected, ckpt_s, rollouts_s, says):
+    # a 100 s run in which the trainer computes 60%: its share alone named it the limit in every case
+    d = collected(ckpt_wait_ms=[ckpt_s * 1000.0], train_wait_ms=[rollouts_s * 1000.0], train_ms=[60000.0])
+    assert run_limit(d, Thresholds()).startswith(says)
