@@ -45,10 +45,13 @@ class ReferenceJoin:
         lock,
         background=None,
         first=False,
+        handling=None,
+        validate=None,
     ) -> None:
         """One ``[weights]`` line (``t`` as read for client.send and server.recv, ``rpc`` for
         client.done and rpc.done, the other numbers for their own events; ``background``: the line
-        says ``background=true`` (False: another value, None: no ``background=``); ``first``: it says ``attempt=1``)."""
+        says ``background=true`` (False: another value, None: no ``background=``); ``first``: it says ``attempt=1``;
+        ``handling``: client.done's ``server_ms``, ``validate``: rpc.done's ``validate_ms``)."""
         if not tid:
             return
         h = tid_hashes(pl.Series([tid]))[0]
@@ -65,11 +68,11 @@ class ReferenceJoin:
             elif ts is not None and (entry := got.entries.get(tid)) is not None and entry[1] is None:
                 entry[1] = ts
         if event.startswith("client."):
-            self._client(event, tid, ts, url, path, t, wall, rpc, queue, background, first)
+            self._client(event, tid, ts, url, path, t, wall, rpc, queue, background, first, handling)
         elif event in ("server.recv", "rpc.start", "rpc.done"):
-            self._server(event, tid, source, ts, t, path, target, op, rpc, lock)
+            self._server(event, tid, source, ts, t, path, target, op, rpc, lock, validate)
 
-    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue, background, first) -> None:
+    def _client(self, event, tid, ts, url, path, t, wall, rpc, queue, background, first, handling) -> None:
         url = url or self.last_url.get(tid)
         occ = self.client.setdefault((tid, url), [])
         self.last_url[tid] = url
@@ -97,13 +100,14 @@ class ReferenceJoin:
             self.order.append(occ[-1])
         u = occ[-1]
         if event == "client.done":
-            u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
-            if queue is None and wall is not None and rpc is not None:
-                u.queue_ms = wall - rpc
+            u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms, u.server_ms = ts, wall, rpc, queue, handling
+            served = handling if handling is not None else rpc  # queue_ms = wall_ms - server_ms
+            if queue is None and wall is not None and served is not None:
+                u.queue_ms = wall - served
         elif event == "client.error":
             u.failed, u.done_ts = True, ts
 
-    def _server(self, event, tid, source, ts, t, path, target, op, rpc, lock) -> None:
+    def _server(self, event, tid, source, ts, t, path, target, op, rpc, lock, validate) -> None:
         occ = self.server.setdefault((tid, source), [])
         if event == "server.recv" or not occ:
             occ.append(Update(tid, server=source))
@@ -114,7 +118,7 @@ class ReferenceJoin:
             u.target = target
             u.path = u.path or OP_PATHS.get(op or "")
         else:
-            u.server_rpc_ms, u.lock_wait_ms = rpc, lock
+            u.server_rpc_ms, u.lock_wait_ms, u.validate_ms = rpc, lock, validate
             u.path = u.path or OP_PATHS.get(op or "")
 
     def server_urls(self) -> dict[str, str]:
@@ -166,6 +170,7 @@ class ReferenceJoin:
                 if first is not None:  # a retry of an update the server received: one update
                     if s.server_rpc_ms is not None:
                         first.server_rpc_ms, first.lock_wait_ms = s.server_rpc_ms, s.lock_wait_ms
+                        first.validate_ms = s.validate_ms
                     first.target = s.target or first.target
                     first.path = first.path or s.path
                     continue
@@ -178,6 +183,7 @@ class ReferenceJoin:
                     taken.add(id(c))
                     c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
                     c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
+                    c.validate_ms = s.validate_ms
                     c.path = c.path or s.path
         return [u for u in self.order + alone if u.path in UPDATE_PATHS]
 

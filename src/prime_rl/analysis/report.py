@@ -38,7 +38,14 @@ JSON_UPDATES = 10_000
 slowest_updates.txt has the slowest of all, the statistics use every one."""
 
 STAT_FILES = {
-    "queue_ms_stats.txt": ("queue_ms", "Queue delay (client wall_ms - server rpc_ms) per weight update"),
+    "queue_ms_stats.txt": (
+        "queue_ms",
+        "Queue delay per weight update (client queue_ms: wall_ms - server_ms; - rpc_ms in logs without server_ms)",
+    ),
+    "server_ms_stats.txt": (
+        "server_ms",
+        "Server handling per weight update (client server_ms: lock wait + validation + rpc)",
+    ),
     "rpc_ms_stats.txt": ("rpc_ms", "Server RPC time per weight update (client view)"),
     "server_rpc_ms_stats.txt": ("server_rpc_ms", "Server RPC time per weight update (server log)"),
     "send_to_recv_ms_stats.txt": ("send_to_recv_ms", "client.send -> server.recv per weight update"),

@@ -64,42 +64,94 @@ def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
     )
 
 
-def _update_rpc_queue(d: Collected) -> tuple[float, float]:
-    """rpc and queue ms summed over updates, each at its slowest server (the series when no update
-    objects were collected)."""
+def _update_server_queue(d: Collected) -> tuple[float, float]:
+    """The server's handling (lock wait, validation and rpc: ``server_ms``) and the queue, ms summed
+    over updates, each at its slowest server (:func:`~prime_rl.analysis.stages.update_critical`;
+    the series when no update objects were collected)."""
     if d.updates:
-        _, rpc, queue, _ = update_critical(d)
-        return rpc, queue
-    return sum(d.series["rpc_ms"] or d.series["server_rpc_ms"]), d.total("queue_ms")
+        t = update_critical(d)
+        return t.server, t.queue
+    return sum(d.series["server_ms"] or d.series["rpc_ms"] or d.series["server_rpc_ms"]), d.total("queue_ms")
 
 
-def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
-    """The server takes long to load new weights: median ``rpc_ms`` (the server's when the client
-    gives none) above ``rpc_ms_high``, or the updates' rpc time (the slowest server per update, which
-    the orchestrator waits for) above ``update_share`` of the run while it exceeds their queue time."""
-    r50, _ = _rpc_p50_mean(d)
-    rpc, queue = _update_rpc_queue(d)
-    run_ms = d.run_ms
-    by_median = r50 is not None and r50 > th.rpc_ms_high
-    by_share = bool(run_ms) and rpc > queue and rpc / run_ms > th.update_share
-    if r50 is None or not (by_median or by_share):
-        return None
-    p95 = d.stat("rpc_ms", "p95") or d.stat("server_rpc_ms", "p95")
-    why = ([f"> rpc_ms_high {th.rpc_ms_high:.0f} ms"] if by_median else []) + (
-        [f"{100 * rpc / run_ms:.0f}% of the run > update_share {100 * th.update_share:.0f}%"]
-        if by_share
-        else []
-    )
-    return Finding(
-        kind="slow_reload",
-        title="Slow engine reload: the server takes long to load new weights",
-        evidence=f"rpc_ms median {r50:.1f} ms (p95 {p95:.1f}), {rpc / 1000:.1f} s in all ({'; '.join(why)})",
-        share=rpc / run_ms if run_ms else 0.5,
-        next=(
+_SERVER_PARTS = {
+    "rpc": (
+        "Slow engine reload: the server takes long to load new weights",
+        (
             "Profile weight loading in the worker extension (load_ms in rpc.done): disk vs copy vs repack.",
             "Use faster storage (local NVMe) or in-memory sharing (shm/mmap) for weights/step_N.",
             "Use a smaller or quantised model (int8/int4) if the reload dominates.",
         ),
+    ),
+    "validate": (
+        "Slow weight update at the server: validating the weight dir takes long",
+        (
+            "Validation reads every byte of weights/step_N for the manifest's checksums (rpc.done validate_ms), "
+            "then the load reads it again: put output_dir on fast local storage (NVMe) or in memory (shm).",
+            "Use a smaller or quantised model (int8/int4): fewer bytes to check and load.",
+        ),
+    ),
+    "lock": (
+        "Slow weight update at the server: updates wait for the server's swap lock",
+        (
+            "Another update or reload held the server's swap lock (rpc.done lock_wait_ms): find what overlaps "
+            "the updates in timeline.txt (a health-loop reload, a timed-out update still loading when it was "
+            "retried, a second orchestrator).",
+            "If a timed-out update is retried while the first still loads, raise client.admin.timeout_s.",
+        ),
+    ),
+    "unsplit": (
+        "Slow weight update at the server: its lock wait and validation take long",
+        (
+            "Give the analyzer the servers' logs: their rpc.done lock_wait_ms and validate_ms tell the two apart.",
+            "Validation reads every byte of weights/step_N (fast local storage helps); a lock wait means another "
+            "update or reload held the server's swap lock.",
+        ),
+    ),
+}
+"""Per part of the server's handling that takes the most: the finding's title and next steps."""
+
+
+def slow_reload(d: Collected, th: Thresholds) -> Finding | None:
+    """The server takes long to handle the weight updates: median ``rpc_ms`` (the server's when the
+    client gives none) above ``rpc_ms_high``, or the server's whole handling of the updates (its lock
+    wait, validation and rpc: ``server_ms``, at the slowest server per update, which the orchestrator
+    waits for) above ``update_share`` of the run while it exceeds their queue time. Titled by the
+    part that takes the most of it."""
+    r50, _ = _rpc_p50_mean(d)
+    server, queue = _update_server_queue(d)
+    run_ms = d.run_ms
+    by_median = r50 is not None and r50 > th.rpc_ms_high
+    by_share = bool(run_ms) and server > queue and server / run_ms > th.update_share
+    if not (by_median or by_share):
+        return None
+    why = ([f"rpc_ms median > rpc_ms_high {th.rpc_ms_high:.0f} ms"] if by_median else []) + (
+        [f"{100 * server / run_ms:.0f}% of the run > update_share {100 * th.update_share:.0f}%"]
+        if by_share
+        else []
+    )
+    parts = {"rpc": server}
+    where = ""
+    if d.updates:
+        t = update_critical(d)
+        parts = {"rpc": t.rpc, "validate": t.validate, "lock": t.lock, "unsplit": t.unsplit}  # ties: rpc
+        named = [("lock wait", t.lock), ("validation", t.validate), ("rpc", t.rpc)]
+        named += [("lock wait and validation (not split)", t.unsplit), ("other", t.other)]
+        where = (
+            " at the slowest server per update: "
+            + ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in named if ms >= 50.0)
+            + f"; queue in front of the server {t.queue / 1000:.1f} s"
+        )
+    p95 = d.stat("rpc_ms", "p95") or d.stat("server_rpc_ms", "p95")
+    median = f"; rpc_ms median {r50:.1f} ms (p95 {p95:.1f})" if r50 is not None and p95 is not None else ""
+    title, steps = _SERVER_PARTS[max(parts, key=lambda k: parts[k])]
+    return Finding(
+        kind="slow_reload",
+        title=title,
+        evidence=f"the server's handling of the weight updates {server / 1000:.1f} s in all ({'; '.join(why)})"
+        f"{where}{median}",
+        share=server / run_ms if run_ms else 0.5,
+        next=steps,
         thresholds=(("rpc_ms_high",) if by_median else ()) + (("update_share",) if by_share else ()),
     )
 
@@ -112,7 +164,7 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
     The health loop's updates (``background=true``) are not the steps' and not counted."""
     if not d.updates:
         return None
-    retry = update_critical(d)[3]
+    retry = update_critical(d).retry
     run_ms = d.run_ms
     if not run_ms or retry / run_ms <= th.update_share:
         return None

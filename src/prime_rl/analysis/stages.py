@@ -53,48 +53,119 @@ def update_group() -> tuple[pl.Expr, pl.Expr]:
     return pl.col("tid"), (pl.col("start") // 600).cast(pl.Int64).alias("window")
 
 
-def update_critical(d: Collected) -> tuple[float, float, float, float]:
-    """(wall, rpc, queue, retry) ms summed over updates, each update taken at its slowest server: what
-    the orchestrator waits for before it generates again (``retry``: the failed attempts and the
-    backoff of retried updates, in their wall time, and the whole wait of those that failed in the
-    end). The health loop's updates (:attr:`~prime_rl.analysis.updates.Update.background`) are left
-    out: no step waits for them; so are those left unanswered before the orchestrator's last restart
-    (it died waiting: down time, :func:`~prime_rl.analysis.updates.died_waiting`)."""
+@dataclass(frozen=True)
+class UpdateTime:
+    """The weight updates' time the orchestrator waits for, ms, summed over the updates, each at its
+    slowest server (:func:`update_critical`); ``wall`` is the sum of the parts: ``queue``, the
+    server's handling (:attr:`server`: ``lock``, ``validate``, ``rpc``, ``other``, ``unsplit``) and
+    ``retry``."""
+
+    wall: float
+    queue: float
+    """Outside the server's handling: the client's ``wall_ms`` less the server's handling (``queue_ms``
+    = ``wall_ms - server_ms``: the connection pool, the network, the server's front end)."""
+    lock: float
+    """The server's wait for its swap lock (rpc.done ``lock_wait_ms``)."""
+    validate: float
+    """The server's validation of the weight dir (rpc.done ``validate_ms``: sizes and checksums)."""
+    rpc: float
+    """The engine's reload (``rpc_ms``: pause, load, resume)."""
+    other: float
+    """The rest of the server's handling (``server_ms`` less its lock wait, validation and rpc: holding
+    the weight files), of the updates whose server logged its lock wait or validation."""
+    unsplit: float
+    """``server_ms`` less ``rpc_ms`` of the updates whose server logged neither: lock wait and
+    validation together (no server log read)."""
+    retry: float
+    """The failed attempts and the backoff of retried updates, and the whole wait of those that
+    failed in the end."""
+    updates: int = 0
+
+    @property
+    def server(self) -> float:
+        """The server's whole handling (``server_ms``) summed."""
+        return self.lock + self.validate + self.rpc + self.other + self.unsplit
+
+
+def update_critical(d: Collected) -> UpdateTime:
+    """The weight updates' time, each update taken at its slowest server: what the orchestrator
+    waits for before it generates again (:class:`UpdateTime`). The health loop's updates
+    (:attr:`~prime_rl.analysis.updates.Update.background`) are left out: no step waits for them; so
+    are those left unanswered before the orchestrator's last restart (it died waiting: down time,
+    :func:`~prime_rl.analysis.updates.died_waiting`)."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
-def _update_critical(d: Collected) -> tuple[float, float, float, float]:
+def _update_critical(d: Collected) -> UpdateTime:
     """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
-    server's rpc_ms, else 0; the first of equals), summed in the groups' order; one that failed in
-    the end (:attr:`~prime_rl.analysis.updates.Update.gave_up`) counts as failed attempts alone."""
+    server's handling as its log gives it, else 0; the first of equals), summed in the groups' order.
+
+    An update's server handling is the client's ``server_ms``; in a log without it (``rpc_ms`` stood
+    for it and ``queue_ms`` held the rest), ``rpc_ms`` and the server log's lock wait and validation,
+    which then lay in the queue. It is split into the server log's lock wait, validation and rpc
+    (each at most what is left of the last attempt's ``wall_ms``: the parts add up to the wall
+    time) and the rest; the queue is ``wall_ms`` less the handling. One that failed in the end
+    (:attr:`~prime_rl.analysis.updates.Update.gave_up`) counts as failed attempts alone."""
     if not d.updates:
-        return 0.0, 0.0, 0.0, 0.0
+        return UpdateTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     # the health loop's updates (a server brought back) are no step's wait, nor one the orchestrator
     # died waiting for (it is down time, and a resend under its trace id would share its group)
     frame = (
         d.update_frame()
         .filter(of_the_steps() & ~died_waiting(d.orchestrator_restarted))
-        .select(*update_group(), "wall", "rpc", "server_rpc", "queue", "retry", "gave_up")
+        .select(
+            *update_group(), "wall", "rpc", "server_rpc", "retry", "gave_up", "lock", "validate", "handling"
+        )
     )
-    server = pl.col("server_rpc").fill_null(0.0)
+    col = pl.col
+    rpc = pl.coalesce("rpc", "server_rpc").fill_null(0.0)
+    lock, validate = col("lock").fill_null(0.0), col("validate").fill_null(0.0)
+    split = col("lock").is_not_null() | col("validate").is_not_null()
+    # what the server's log says it spent (lock wait and validation come before its rpc.start)
+    logged = rpc + lock + validate
+    handling = pl.max_horizontal(pl.coalesce("handling", "rpc", "server_rpc", pl.lit(0.0)), logged)
+    last = (col("wall") - col("retry")).clip(lower_bound=0.0)  # the last attempt's wall_ms
     # an update that failed in the end: its whole wait is failed attempts (a server that finished
     # after the client gave up has an rpc_ms the steps did not wait for on top)
     lost = lambda c: pl.when("gave_up").then(0.0).otherwise(c)  # noqa: E731
-    slowest = frame.with_row_index("i").with_columns(
-        ms=pl.coalesce("wall", server),
-        rpc=lost(pl.coalesce("rpc", server)),
-        queue=lost(pl.col("queue").fill_null(0.0)),
+    parts = (
+        frame.with_row_index("i")
+        .with_columns(
+            h=pl.when(col("wall").is_not_null()).then(pl.min_horizontal(handling, last)).otherwise(handling)
+        )
+        .with_columns(
+            ms=pl.coalesce("wall", "h"),
+            queue=lost(pl.when(col("wall").is_not_null()).then(last - col("h")).otherwise(0.0)),
+            rpc_p=pl.min_horizontal(rpc, col("h")),
+        )
+        .with_columns(lock_p=pl.min_horizontal(lock, col("h") - col("rpc_p")))
+        .with_columns(validate_p=pl.min_horizontal(validate, col("h") - col("rpc_p") - col("lock_p")))
+        .with_columns(rest=col("h") - col("rpc_p") - col("lock_p") - col("validate_p"))
+        .select(
+            "tid",
+            "window",
+            "i",
+            "ms",
+            "retry",
+            "queue",
+            lock=lost(col("lock_p")),
+            validate=lost(col("validate_p")),
+            rpc=lost(col("rpc_p")),
+            other=lost(pl.when(split).then("rest").otherwise(0.0)),
+            unsplit=lost(pl.when(split).then(0.0).otherwise("rest")),
+        )
     )
+    names = ("ms", "queue", "lock", "validate", "rpc", "other", "unsplit", "retry")
     # one server: every update its own group (the group_by's groups would cost 170 MB for the
     # 714k updates of the 10M-line all-tagged benchmark, the check 18 MB)
     if frame.get_column("tid").n_unique() < frame.height:
-        slowest = slowest.group_by("tid", "window", maintain_order=True).agg(
-            pl.col("ms", "rpc", "queue", "retry").sort_by("ms", "i", descending=[True, False]).first()
+        parts = parts.group_by("tid", "window", maintain_order=True).agg(
+            pl.col(*names).sort_by("ms", "i", descending=[True, False]).first()
         )
     # summed in order, as one update after another (a cumulative sum adds left to right, as a loop
     # would: the same float; a pairwise sum could differ in the last digits)
-    wall, rpc, queue, retry = (_in_order_sum(slowest.get_column(c)) for c in ("ms", "rpc", "queue", "retry"))
-    return wall, rpc, queue, retry
+    sums = [_in_order_sum(parts.get_column(c)) for c in names]
+    return UpdateTime(*sums, updates=parts.height)
 
 
 def _in_order_sum(values: pl.Series) -> float:
@@ -177,12 +248,7 @@ def stages(d: Collected) -> list[Stage]:
     if d.series["ckpt_wait_ms"]:
         rows.append(("checkpoint wait", "orchestrator", d.total("ckpt_wait_ms"), "[ckpt] wait_ms"))
     if d.updates:
-        wall, rpc, queue, retry = update_critical(d)
-        rows.append(("weight update: rpc", "orchestrator", rpc, "slowest server per update"))
-        rows.append(("weight update: queue", "orchestrator", queue, "slowest server per update"))
-        if retry:
-            how = "slowest server per update: attempts that failed, and the backoff after them"
-            rows.append(("weight update: failed attempts", "orchestrator", retry, how))
+        rows.extend(_update_rows(d))
     if d.series["rate_limit_wait_ms"]:
         rows.append(
             (
@@ -191,15 +257,6 @@ def stages(d: Collected) -> list[Stage]:
                 "collector" if d.is_collector_run else "orchestrator",
                 d.rate_limited_ms(),
                 "time some request waited after a 429 (the union of the retry waits)",
-            )
-        )
-    if d.series["lock_wait_ms"]:
-        rows.append(
-            (
-                "server-side queueing (swap lock)",
-                "inference",
-                d.total("lock_wait_ms"),
-                "rpc.done lock_wait_ms",
             )
         )
     if d.series["train_ms"]:
@@ -254,6 +311,46 @@ def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
         how = f"[collect] verify.done dur_ms summed / {passes.in_flight:.1f} verifications in flight (mean)"
         rows.append(("collector deferred verification", "collector", passes.seconds * 1000.0, how))
     return rows
+
+
+def _update_rows(d: Collected) -> list[tuple[str, str, float, str]]:
+    """The weight updates' time (:func:`update_critical`: each update at its slowest server, the one
+    the orchestrator waits for), in parts that add up to it: the queue in front of the server, the
+    server's lock wait, validation and rpc (its handling, ``server_ms``), failed attempts."""
+    t = update_critical(d)
+    at = "slowest server per update"
+    rows = [
+        ("weight update: rpc", "orchestrator", t.rpc, f"{at}: rpc_ms"),
+        (
+            "weight update: queue",
+            "orchestrator",
+            t.queue,
+            f"{at}: wall_ms less the server's handling (server_ms)",
+        ),
+    ]
+    if t.lock or d.series["lock_wait_ms"]:
+        rows.append(
+            ("weight update: server lock wait", "orchestrator", t.lock, f"{at}: rpc.done lock_wait_ms")
+        )
+    if t.validate or d.series["validate_ms"]:
+        rows.append(
+            ("weight update: server validation", "orchestrator", t.validate, f"{at}: rpc.done validate_ms")
+        )
+    if t.unsplit:
+        how = f"{at}: server_ms - rpc_ms (no rpc.done lock_wait_ms or validate_ms to split it)"
+        rows.append(("weight update: server lock wait and validation", "orchestrator", t.unsplit, how))
+    if t.other > OTHER_MS * t.updates:
+        how = f"{at}: server_ms less lock wait, validation and rpc (holding the weight files)"
+        rows.append(("weight update: server, other", "orchestrator", t.other, how))
+    if t.retry:
+        how = f"{at}: attempts that failed, and the backoff after them"
+        rows.append(("weight update: failed attempts", "orchestrator", t.retry, how))
+    return rows
+
+
+OTHER_MS = 0.2
+"""The rest of the server's handling (:attr:`UpdateTime.other`) gets a row of its own when it is more
+than this per update: below, it is the rounding of the four logged numbers (0.05 ms each)."""
 
 
 def _publish_rows(d: Collected) -> list[tuple[str, str, float, str]]:

@@ -80,12 +80,23 @@ SERIES = (
     "episode_turns",
     "verify_tail_ms",
     "lock_wait_ms",
+    "server_ms",
+    "validate_ms",
 )
 """Every per-metric series, in the order summary.json lists them."""
 
-UPDATE_SERIES = ("queue_ms", "rpc_ms", "wall_ms", "server_rpc_ms", "send_to_recv_ms", "lock_wait_ms")
+UPDATE_SERIES = (
+    "queue_ms",
+    "rpc_ms",
+    "wall_ms",
+    "server_rpc_ms",
+    "send_to_recv_ms",
+    "lock_wait_ms",
+    "server_ms",
+    "validate_ms",
+)
 """The series taken from the joined weight updates (one value per update)."""
-_UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock")
+_UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock", "handling", "validate")
 """Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
 
 

@@ -58,7 +58,7 @@ class Thresholds(BaseModel):
     trunc_pct_high: float = 30.0
     """Truncation is a finding (a cause of generation time, ranked above generation-bound) when mean trunc_pct is above this."""
     update_share: float = 0.25
-    """Slow engine reload whatever the queue does: weight updates (the slowest server's wall time per update, which the orchestrator waits for) above this share of the run, with rpc time above queue time."""
+    """Slow engine reload (slow weight update at the server) whatever the queue does: the server's whole handling of the weight updates (lock wait, validation and rpc: server_ms, at the slowest server per update, which the orchestrator waits for) above this share of the run, and above their queue time. Also: failed weight-update attempts above this share of the run."""
     verify_util_high: float = 0.8
     """Verification-bound when the verifier workers are busy more than this share of the batch wall time (cpu_ms / (workers x batch ms)); needs workers= or the run's config."""
     server_slow_ratio: float = 2.0

@@ -30,10 +30,12 @@ CLIENT_SCHEMA = {
     "wall": pl.Float64,
     "rpc": pl.Float64,
     "queue": pl.Float64,
+    "handling": pl.Float64,
     "background": pl.Boolean,
     "first": pl.Boolean,
 }
 """The client lines' columns (``t`` of client.send, the numbers of client.done, else null;
+``handling``: client.done's ``server_ms``;
 ``background``: the line says ``background=true`` (null without ``background=``); ``first``: ``attempt=1``, null without ``attempt=``). Every
 update's lines are kept until the join; the words that repeat on every line (event, URL, path, and
 the server's file and op below) are categories, kept once each (the 10M-line all-tagged log's peak
@@ -50,6 +52,7 @@ SERVER_SCHEMA = {
     "op": pl.Categorical,
     "rpc": pl.Float64,
     "lock": pl.Float64,
+    "validate": pl.Float64,
 }
 """The server lines' columns (``source``: the server log file; ``t`` of server.recv, the numbers of
 rpc.done, else null)."""
@@ -96,7 +99,13 @@ def _client_parts(clients: pl.DataFrame) -> pl.DataFrame:
     ends = (tid != tid.shift(-1)).fill_null(True).arg_true()
     n = (ends - starts + 1).alias("n")
     last = lines.select(
-        done_event="event", done_url="url", done_ts="ts", done_wall="wall", done_rpc="rpc", done_queue="queue"
+        done_event="event",
+        done_url="url",
+        done_ts="ts",
+        done_wall="wall",
+        done_rpc="rpc",
+        done_queue="queue",
+        done_handling="handling",
     )
     parts = (
         pl.concat([lines[starts], last[ends]], how="horizontal")
@@ -115,6 +124,9 @@ def client_part_fields(parts: pl.DataFrame) -> pl.DataFrame:
         (pl.col("n") == 1) | ((pl.col("n") == 2) & (pl.col("done_event") == "client.done") & same_url)
     )
     wall, rpc, queue = pl.col("done_wall"), pl.col("done_rpc"), pl.col("done_queue")
+    handling = pl.col("done_handling")
+    # queue_ms = wall_ms - server_ms (rpc_ms where the server reports no server_ms), as the client has it
+    served = pl.coalesce(handling, rpc)
     return parts.select(
         "i",
         "tid",
@@ -127,9 +139,10 @@ def client_part_fields(parts: pl.DataFrame) -> pl.DataFrame:
         done_ts="done_ts",
         wall=wall,
         rpc=rpc,
-        queue=pl.when(queue.is_null() & wall.is_not_null() & rpc.is_not_null())
-        .then(wall - rpc)
+        queue=pl.when(queue.is_null() & wall.is_not_null() & served.is_not_null())
+        .then(wall - served)
         .otherwise(queue),
+        handling=handling,
     )
 
 
@@ -158,6 +171,7 @@ def _server_parts(servers: pl.DataFrame) -> pl.DataFrame:
             done_op=of("op", 3),
             rpc=of("rpc", 3),
             lock=of("lock", 3),
+            validate=of("validate", 3),
         )
         .filter(pl.col("pos") == 0)
     )
@@ -177,6 +191,7 @@ def _server_parts(servers: pl.DataFrame) -> pl.DataFrame:
         target="target",
         rpc="rpc",
         lock="lock",
+        validate="validate",
     )
 
 
@@ -234,6 +249,8 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
         server=joined("source"),
         lock_wait_ms=joined("lock"),
         background="background",
+        server_ms="handling",
+        validate_ms=joined("validate"),
     )
     server_only = (
         "j",
@@ -245,6 +262,7 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
         "target",
         "server",
         "lock_wait_ms",
+        "validate_ms",
     )
     late_servers = both.filter(pl.col("late")).rename(
         {
@@ -253,10 +271,11 @@ def usual_updates(clients: pl.DataFrame, servers: pl.DataFrame) -> Usual:
             "rpc_right": "server_rpc_ms",
             "source": "server",
             "lock": "lock_wait_ms",
+            "validate": "validate_ms",
         }
     )
     lone_servers = s.filter(~pl.col("tid").is_in(c.get_column("tid").implode())).rename(
-        {"rpc": "server_rpc_ms", "source": "server", "lock": "lock_wait_ms"}
+        {"rpc": "server_rpc_ms", "source": "server", "lock": "lock_wait_ms", "validate": "validate_ms"}
     )
     alone = pl.concat([late_servers.select(server_only), lone_servers.select(server_only)])
     return Usual(others, clients_out, alone, votes)

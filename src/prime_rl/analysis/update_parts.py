@@ -61,6 +61,11 @@ class Update:
     """True: no step waited for it, the orchestrator's health loop brought a server back (its
     ``client.send`` says ``background=true``; it counts in its server's row, not in the steps' time).
     False: a steps' update (``background=false``). None: not said (a log from before the field)."""
+    server_ms: float | None = None
+    """The server's whole handling of the update as its answer reports it (client.done server_ms:
+    lock wait, validation, rpc); None in a log from before the field."""
+    validate_ms: float | None = None
+    """The server's validation of the weight dir (rpc.done validate_ms: sizes and checksums)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, with ``send_to_recv_ms`` (summary.json)."""
@@ -144,14 +149,14 @@ class LineJoin:
         self._by_tid_memo: dict[str, list[Update]] | None = None
 
     def add_clients(self, *columns: list) -> None:
-        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, background,
-        first): a line without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a
+        """Client lines in order (row, event, tid, ts, url, path, t, wall, rpc, queue, handling,
+        background, first): a line without ``url=`` belongs to its trace id's last URL; per (trace id, URL) a
         ``client.send`` starts a new update when the last one is finished or when it says
         ``attempt=1`` after a send of the last one (a trace id sent again, the last update never
         answered: a crash and a resume, replayed logs), any line starts one when there is none, and a
         retried send keeps the first attempt's times."""
         client, last_url, order = self.client, self._last_url, self.order
-        for row, event, tid, ts, url, path, t, wall, rpc, queue, background, first in zip(
+        for row, event, tid, ts, url, path, t, wall, rpc, queue, handling, background, first in zip(
             *columns, strict=True
         ):
             url = url or last_url.get(tid)
@@ -175,18 +180,21 @@ class LineJoin:
                 order.append((row, occ[-1]))
             u = occ[-1]
             if event == "client.done":
-                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms = ts, wall, rpc, queue
-                if queue is None and wall is not None and rpc is not None:
-                    u.queue_ms = wall - rpc
+                u.done_ts, u.wall_ms, u.rpc_ms, u.queue_ms, u.server_ms = ts, wall, rpc, queue, handling
+                served = handling if handling is not None else rpc
+                if queue is None and wall is not None and served is not None:
+                    u.queue_ms = wall - served
             elif event == "client.error":
                 u.failed, u.done_ts = True, ts
 
     def add_servers(self, *columns: list) -> None:
-        """Server lines in order (row, event, tid, source, ts, t, path, target, op, rpc, lock): per
+        """Server lines in order (row, event, tid, source, ts, t, path, target, op, rpc, lock, validate): per
         (trace id, server file) a ``server.recv`` starts a new update, any line starts one when there
         is none."""
         servers, first = self.server, self._first
-        for row, event, tid, source, ts, t, path, target, op, rpc, lock in zip(*columns, strict=True):
+        for row, event, tid, source, ts, t, path, target, op, rpc, lock, validate in zip(
+            *columns, strict=True
+        ):
             occ = servers.get((tid, source))
             if occ is None:
                 occ = servers[tid, source] = []
@@ -200,7 +208,7 @@ class LineJoin:
                 u.target = target
                 u.path = u.path or OP_PATHS.get(op or "")
             else:
-                u.server_rpc_ms, u.lock_wait_ms = rpc, lock
+                u.server_rpc_ms, u.lock_wait_ms, u.validate_ms = rpc, lock, validate
                 u.path = u.path or OP_PATHS.get(op or "")
 
     def _clients_by_tid(self) -> dict[str, list[Update]]:
@@ -252,6 +260,7 @@ class LineJoin:
                     mine.append(c)
                     c.recv_ts, c.recv_t, c.server_rpc_ms = s.recv_ts, s.recv_t, s.server_rpc_ms
                     c.target, c.lock_wait_ms, c.server = s.target, s.lock_wait_ms, s.server
+                    c.validate_ms = s.validate_ms
                     c.path = c.path or s.path
         return alone
 
@@ -318,7 +327,7 @@ def answer(c: Update, s: Update) -> None:
     last attempt's, where it logged them), its receipt stays the first attempt's (as the client's send
     does)."""
     if s.server_rpc_ms is not None:
-        c.server_rpc_ms, c.lock_wait_ms = s.server_rpc_ms, s.lock_wait_ms
+        c.server_rpc_ms, c.lock_wait_ms, c.validate_ms = s.server_rpc_ms, s.lock_wait_ms, s.validate_ms
     c.target = s.target or c.target
     c.path = c.path or s.path
 

@@ -57,6 +57,8 @@ WEIGHTS_FIELDS = (
     "queue_ms",
     "rpc_ms",
     "lock_wait_ms",
+    "server_ms",
+    "validate_ms",
     "target",
     "op",
     "background",
@@ -70,6 +72,8 @@ WEIGHTS_NUMBERS = (
     ("wall_ms", ("client.done",)),
     ("queue_ms", ("client.done",)),
     ("lock_wait_ms", ("rpc.done",)),
+    ("server_ms", ("client.done",)),
+    ("validate_ms", ("rpc.done",)),
 )
 """The numbers (field, the events whose lines are read) the join reads."""
 
@@ -114,6 +118,7 @@ def weights_frames(
             "path": path,
             "wall": numbers["wall_ms"],
             "queue": numbers["queue_ms"],
+            "handling": numbers["server_ms"],
             "background": lines.text_series("background") == "true",
             "first": lines.text_series("attempt") == "1",
         }
@@ -131,6 +136,7 @@ def weights_frames(
             "target": lines.text_series("target"),
             "op": lines.text_series("op"),
             "lock": numbers["lock_wait_ms"],
+            "validate": numbers["validate_ms"],
         }
         servers = _frame(columns, SERVER_SCHEMA, server)
     return clients, servers
@@ -453,6 +459,8 @@ _FRAME_COLUMNS = {
             ("server_rpc", "server_rpc_ms"),
             ("queue", "queue_ms"),
             ("lock", "lock_wait_ms"),
+            ("handling", "server_ms"),
+            ("validate", "validate_ms"),
         )
     },
     "failed": ("failed", pl.Boolean),
@@ -490,6 +498,7 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
     :class:`Update`), ``wall``: the client's wait for it (``wall_ms``, or from its first send to its
     answer when it was retried, or to its error when the steps' update failed in the end:
     :attr:`Update.waited_ms`), ``rpc`` (the client's), ``server_rpc``, ``queue``, ``lock``,
+    ``handling`` (the client's ``server_ms``), ``validate``,
     ``send_to_recv``, ``failed``, ``background`` (:attr:`Update.background`), ``gave_up``
     (:attr:`Update.gave_up`), ``retried``, ``retry``
     (:attr:`Update.retry_ms`: the failed attempts and the backoff after them), ``took``: how long it took,
@@ -531,6 +540,8 @@ def update_frame(updates: Sequence[Update]) -> pl.DataFrame:
         server_rpc="server_rpc",
         queue="queue",
         lock="lock",
+        handling="handling",
+        validate="validate",
         send_to_recv=pl.when(gap.is_not_null() & (gap >= 0) & (gap <= limit))
         .then(gap)
         .when(col("send_ts").is_not_null() & col("recv_ts").is_not_null())

@@ -42,6 +42,8 @@ LINE = st.fixed_dictionaries(
         "rpc_ms": NUMBER,
         "queue_ms": NUMBER,
         "lock_wait_ms": NUMBER,
+        "server_ms": NUMBER,
+        "validate_ms": NUMBER,
         "target": st.sampled_from(["", "step_1", "step_2"]),
         "op": st.sampled_from(["", "update_weights", "reload_weights", "pause"]),
         "background": st.sampled_from(["true", "false", ""]),
@@ -90,6 +92,8 @@ def _reference(events: list[Event]) -> ReferenceJoin:
             num("lock_wait_ms", "rpc.done"),
             None if "background" not in ev.fields else ev.fields["background"] == "true",
             ev.fields.get("attempt") == "1",
+            num("server_ms", "client.done"),
+            num("validate_ms", "rpc.done"),
         )
     return ref
 
@@ -199,6 +203,7 @@ def _usual_updates(draw) -> list[dict]:
                 "url": draw(st.sampled_from([url, "", "http://h:3"])),
                 "wall_ms": "800",
                 "rpc_ms": rpc,
+                "server_ms": draw(st.sampled_from(["760.5", None])),
             },
             {
                 "event": "server.recv",
@@ -216,6 +221,7 @@ def _usual_updates(draw) -> list[dict]:
                 "ts": recv,
                 "rpc_ms": rpc,
                 "lock_wait_ms": "2",
+                "validate_ms": draw(st.sampled_from(["40", None])),
                 "op": op,
             },
         ]
@@ -263,6 +269,9 @@ MS = st.one_of(st.none(), st.sampled_from([0.0, 1.5, 200.0, 200.0, 700.25, 1e4])
             rpc_ms=MS,
             server_rpc_ms=MS,
             queue_ms=MS,
+            server_ms=MS,
+            lock_wait_ms=MS,
+            validate_ms=MS,
         ),
         max_size=30,
     )
@@ -271,25 +280,46 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     """Each update (trace id, ten-minute window) counts at its slowest server (the first of equals; a
     retried one by its whole wait, its retries apart too, and so does one of the steps that failed in
     the end); summed in order, as the loop over the groups did; the health loop's updates
-    (background) are no step's and count nowhere; one that failed in the end has no rpc or queue
-    time, all of it is its failed attempts."""
-    from prime_rl.analysis.stages import _update_critical
+    (background) are no step's and count nowhere; one that failed in the end has no server or queue
+    time, all of it is its failed attempts. The server's handling is its server_ms (rpc_ms where the
+    client has none, and at least the rpc, lock wait and validation its log gives; at most the last
+    attempt's wall time), split into rpc, lock wait and validation in that order (each at most what is
+    left) and the rest; the queue is the rest of the last attempt's wall time."""
+    from prime_rl.analysis.stages import UpdateTime, _update_critical
+
+    def _rpc(u: Update) -> float:
+        return u.rpc_ms if u.rpc_ms is not None else (u.server_rpc_ms or 0.0)
+
+    def _handling(u: Update) -> float:
+        said = u.server_ms if u.server_ms is not None else _rpc(u)
+        h = max(said, _rpc(u) + (u.lock_wait_ms or 0.0) + (u.validate_ms or 0.0))
+        return h if u.waited_ms is None else min(h, max(u.waited_ms - u.retry_ms, 0.0))
 
     def _update_ms(u: Update) -> float:
-        return u.waited_ms if u.waited_ms is not None else (u.server_rpc_ms or 0.0)
+        return u.waited_ms if u.waited_ms is not None else _handling(u)
 
-    wall = rpc = queue = retry = 0.0
-    for group in update_groups([u for u in updates if not u.background]):
+    sums = dict.fromkeys(("wall", "queue", "lock", "validate", "rpc", "other", "unsplit", "retry"), 0.0)
+    groups = update_groups([u for u in updates if not u.background])
+    for group in groups:
         slow = max(group, key=_update_ms)
-        wall += _update_ms(slow)
+        sums["wall"] += _update_ms(slow)
         if not slow.gave_up:  # one that failed in the end is its failed attempts alone
-            rpc += slow.rpc_ms if slow.rpc_ms is not None else (slow.server_rpc_ms or 0.0)
-            queue += slow.queue_ms or 0.0
-        retry += slow.retry_ms
+            h = _handling(slow)
+            if slow.waited_ms is not None:
+                sums["queue"] += max(slow.waited_ms - slow.retry_ms, 0.0) - h
+            rpc = min(_rpc(slow), h)
+            lock = min(slow.lock_wait_ms or 0.0, h - rpc)
+            validate = min(slow.validate_ms or 0.0, h - rpc - lock)
+            split = slow.lock_wait_ms is not None or slow.validate_ms is not None
+            sums["lock"] += lock
+            sums["validate"] += validate
+            sums["rpc"] += rpc
+            sums["other" if split else "unsplit"] += h - rpc - lock - validate
+        sums["retry"] += slow.retry_ms
     d = collect(iter([]), ParseStats())
     d.updates = updates
     d._memo.clear()  # the tables made from the (empty) collection's updates
-    assert _update_critical(d) == (wall, rpc, queue, retry)
+    assert _update_critical(d) == UpdateTime(**sums, updates=len(groups))
 
 
 @settings(max_examples=200, deadline=None)
@@ -439,8 +469,8 @@ def test_the_kept_lines_cost_few_bytes_each_and_join_as_before(split_rows, parts
     kept = [*join._client.frames(), *join._server.frames()]
     rows = sum(f.height for f in kept)
     assert rows == len(events)
-    # 60 here (4 of them the line's row); 87 with each word's text
-    assert sum(f.estimated_size() for f in kept) / rows < 64
+    # 68.6 here (4 of them the line's row, 8 the client's server_ms or the server's validate_ms)
+    assert sum(f.estimated_size() for f in kept) / rows < 72
     updates = join.updates()
     assert len(updates) == 2000 and {u.url for u in updates} == {f"http://10.0.0.{s}:8000" for s in range(4)}
     assert all(u.server == f"inference_{int(u.tid[1:]) % 4}.log" and u.rpc_ms == 9.0 for u in updates)

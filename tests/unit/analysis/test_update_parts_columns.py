@@ -25,6 +25,7 @@ def reference_client_parts(clients: pl.DataFrame) -> pl.DataFrame:
             done_wall=last("wall"),
             done_rpc=last("rpc"),
             done_queue=last("queue"),
+            done_handling=last("handling"),
         )
         .filter(pl.col("pos") == 0)
     )
@@ -44,6 +45,7 @@ CLIENT = st.fixed_dictionaries(
         "wall": NUMBER,
         "rpc": NUMBER,
         "queue": NUMBER,
+        "handling": NUMBER,
     }
 )
 

@@ -1,0 +1,170 @@
+"""The time the orchestrator waits for weight updates, in parts that add up to it: the queue in front
+of the server, the server's lock wait, validation and rpc (its whole handling, ``server_ms``), each
+update at its slowest server, never summed over servers that work side by side."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+from tests.support.synthetic_logs import Shape, SyntheticRun, make_run
+
+from prime_rl.tracing import format_tagged
+
+_FIELD = re.compile(r"(\w+)=(\S+)")
+_WEIGHTS = re.compile(r"^\[weights\]\[(\w+)\] (client\.done|rpc\.done) (.*)$")
+
+Split = Callable[[float], tuple[float, float, float]]
+"""A server's whole handling of an update (ms) -> (lock wait, validation, rpc) ms."""
+
+
+def _server_parts(run: SyntheticRun, split: Split, server_ms: bool = True, validate_ms: bool = True) -> None:
+    """Rewrite the run's updates as today's server and client log them: the synthetic update's server
+    time split into lock wait, validation and rpc; rpc.done says lock_wait_ms (and validate_ms),
+    client.done rpc_ms and server_ms, queue_ms = wall_ms - server_ms. ``server_ms=False``: a client
+    from before the field (queue_ms = wall_ms - rpc_ms, so the lock wait and validation are in it);
+    ``validate_ms=False``: a server from before that field."""
+    for lines in (run.orchestrator, run.inference, *run.servers.values()):
+        for i, line in enumerate(lines):
+            prefix, _, message = line.partition(" | INFO    | ")
+            m = _WEIGHTS.match(message)
+            if not m:
+                continue
+            tid, event, rest = m.groups()
+            fields = dict(_FIELD.findall(rest))
+            total = float(fields["rpc_ms"])
+            lock, validate, rpc = split(total)
+            if event == "rpc.done":
+                new = format_tagged(
+                    "weights",
+                    "rpc.done",
+                    tid,
+                    op="update_weights",
+                    t=float(fields["t"]),
+                    rpc_ms=rpc,
+                    lock_wait_ms=lock,
+                    validate_ms=validate if validate_ms else None,
+                )
+            else:
+                wall = float(fields["wall_ms"])
+                new = format_tagged(
+                    "weights",
+                    "client.done",
+                    tid,
+                    url=fields["url"],
+                    path="/update_weights",
+                    wall_ms=wall,
+                    rpc_ms=rpc,
+                    server_ms=total if server_ms else None,
+                    queue_ms=wall - (total if server_ms else rpc),
+                    attempts=1,
+                )
+            lines[i] = f"{prefix} | INFO    | {new}"
+
+
+def _updates(run: SyntheticRun) -> list[dict[str, dict[str, float]]]:
+    """Each update's client.done fields per URL, as the log has them."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for line in run.orchestrator:
+        m = _WEIGHTS.match(line.partition(" | INFO    | ")[2])
+        if m and m.group(2) == "client.done":
+            fields = dict(_FIELD.findall(m.group(3)))
+            url = fields.pop("url")
+            fields.pop("path", None)
+            out.setdefault(m.group(1), {})[url] = {k: float(v) for k, v in fields.items()}
+    return list(out.values())
+
+
+def _analyze(tmp_path, analyze, run: SyntheticRun):
+    files = run.write(tmp_path / "logs")
+    summary, md = analyze(files.values(), tmp_path / "out", "--async_level", "1")
+    return summary, md, {s["name"]: s for s in summary["stages"]}
+
+
+def _update_rows(stages: dict) -> float:
+    return sum(s["total_ms"] for name, s in stages.items() if name.startswith("weight update: "))
+
+
+def test_the_servers_lock_wait_and_validation_are_update_time_and_cross_update_share(tmp_path, analyze):
+    # each update ~1.3 s at the server: lock wait 8%, validation 77%, rpc 15%; ~1.3 s of 3 s per step
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=1300.0))
+    _server_parts(run, lambda s: (0.08 * s, 0.77 * s, 0.15 * s))
+    updates = _updates(run)
+    assert len(updates) == 18
+    wall = sum(u["http://h:8000"]["wall_ms"] for u in updates)
+    server = sum(u["http://h:8000"]["server_ms"] for u in updates)
+    summary, md, stages = _analyze(tmp_path, analyze, run)
+    run_ms = summary["run_seconds"] * 1000.0
+    assert 0.4 < wall / run_ms < 0.45  # 43% of the run waits for updates
+    # the weight-update rows add up to the updates' wall time, the server's handling split as it said
+    assert _update_rows(stages) == pytest.approx(wall, abs=2.0)
+    assert stages["weight update: server validation"]["total_ms"] == pytest.approx(0.77 * server, abs=2.0)
+    assert stages["weight update: server lock wait"]["total_ms"] == pytest.approx(0.08 * server, abs=2.0)
+    assert stages["weight update: rpc"]["total_ms"] == pytest.approx(0.15 * server, abs=2.0)
+    assert stages["weight update: queue"]["total_ms"] == pytest.approx(wall - server, abs=2.0)
+    assert not any(s["process"] == "inference" for s in summary["stages"])  # no row summed over servers
+    # slow_reload fires by update_share on the server's whole handling, named by its largest part
+    primary = summary["primary"]
+    assert primary["kind"] == "slow_reload" and primary["thresholds"] == ["update_share"]
+    assert primary["share"] == pytest.approx(server / run_ms, abs=1e-3)
+    assert "validating the weight dir" in primary["title"]
+    assert (
+        f"validation {0.77 * server / 1000:.1f} s, rpc {0.15 * server / 1000:.1f} s;" in primary["evidence"]
+    )
+    assert "Queue delay per weight update (client queue_ms: wall_ms - server_ms" in md
+    assert "server rpc_ms)" not in md
+    assert "| Server handling per weight update (client server_ms: lock wait + validation + rpc) | 18 |" in md
+
+
+def test_without_the_servers_log_server_ms_less_rpc_ms_is_lock_wait_and_validation(tmp_path, analyze):
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=1300.0))
+    _server_parts(run, lambda s: (0.08 * s, 0.77 * s, 0.15 * s))
+    run.inference.clear()  # the orchestrator's and the trainer's logs only
+    updates = [u["http://h:8000"] for u in _updates(run)]
+    server, rpc = sum(u["server_ms"] for u in updates), sum(u["rpc_ms"] for u in updates)
+    files = run.write(tmp_path / "logs")
+    summary, _ = analyze([files["orchestrator"], files["trainer"]], tmp_path / "out", "--async_level", "1")
+    stages = {s["name"]: s for s in summary["stages"]}
+    both = stages["weight update: server lock wait and validation"]
+    assert both["total_ms"] == pytest.approx(server - rpc, abs=2.0)
+    assert _update_rows(stages) == pytest.approx(sum(u["wall_ms"] for u in updates), abs=2.0)
+    assert (
+        summary["primary"]["kind"] == "slow_reload"
+        and "lock wait and validation" in summary["primary"]["title"]
+    )
+
+
+def test_a_log_without_server_ms_keeps_rpc_ms_for_it_and_takes_the_servers_lock_wait_out_of_the_queue(
+    tmp_path, analyze
+):
+    # an older client (queue_ms = wall_ms - rpc_ms) and server (no validate_ms): the lock wait the
+    # server logs lay in the client's queue_ms; the validation stays there, nothing says how long
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=1300.0))
+    _server_parts(run, lambda s: (0.08 * s, 0.77 * s, 0.15 * s), server_ms=False, validate_ms=False)
+    updates = [u["http://h:8000"] for u in _updates(run)]
+    assert all("server_ms" not in u for u in updates)
+    wall = sum(u["wall_ms"] for u in updates)
+    rpc = sum(u["rpc_ms"] for u in updates)
+    lock = rpc / 0.15 * 0.08
+    summary, _, stages = _analyze(tmp_path, analyze, run)
+    assert _update_rows(stages) == pytest.approx(wall, abs=2.0)
+    assert stages["weight update: rpc"]["total_ms"] == pytest.approx(rpc, abs=2.0)
+    assert stages["weight update: server lock wait"]["total_ms"] == pytest.approx(lock, abs=2.0)
+    assert stages["weight update: queue"]["total_ms"] == pytest.approx(wall - rpc - lock, abs=2.0)
+    assert "weight update: server validation" not in stages
+    # the queue (validation in it) outweighs what the server is known to have spent: no slow reload
+    assert summary["primary"] is None or summary["primary"]["kind"] != "slow_reload"
+
+
+def test_the_lock_wait_counts_once_per_update_at_the_server_the_orchestrator_waited_for(tmp_path, analyze):
+    # four servers, every update waits 150 ms for the swap lock at each of them, side by side
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=1000.0, servers=4))
+    _server_parts(run, lambda s: (150.0, 0.0, s - 150.0))
+    updates = _updates(run)
+    slowest = [max(u.values(), key=lambda x: x["wall_ms"]) for u in updates]
+    summary, _, stages = _analyze(tmp_path, analyze, run)
+    assert stages["weight update: server lock wait"]["total_ms"] == pytest.approx(18 * 150.0, abs=1.0)
+    assert stages["weight update: server lock wait"]["process"] == "orchestrator"
+    assert "server-side queueing (swap lock)" not in stages  # was 4 x 18 x 150 ms, summed over servers
+    assert _update_rows(stages) == pytest.approx(sum(u["wall_ms"] for u in slowest), abs=2.0)
