@@ -36,7 +36,8 @@ def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
     """Weight updates wait in front of the server: mean ``queue_ms`` above ``queue_ratio`` x mean
     ``rpc_ms`` (the server's rpc_ms when the client gives none) and p95 ``queue_ms`` above
     ``queue_ms_min``. Queueing comes in bursts (an update waits when the pool happens to be full), so
-    means (totals) are compared, not medians."""
+    means (totals) are compared, not medians. Its share is the queue time the orchestrator waited for
+    (each update at its slowest server, as the stages count it: the servers queue side by side)."""
     q50, q95 = d.stat("queue_ms", "p50"), d.stat("queue_ms", "p95")
     qmean = d.stat("queue_ms", "mean")
     _, rmean = _rpc_p50_mean(d)
@@ -56,7 +57,7 @@ def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
         title="Front-end queue saturation: admin requests wait behind streaming inference",
         evidence=f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
         f"{qmean / max(rmean, 1e-9):.1f}x{where}",
-        share=d.total("queue_ms") / run_ms if run_ms else 1.0,
+        share=_update_server_queue(d)[1] / run_ms if run_ms else 1.0,
         next=(
             "Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
             "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool.",

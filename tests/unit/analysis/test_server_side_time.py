@@ -1,6 +1,7 @@
 """The time the orchestrator waits for weight updates, in parts that add up to it: the queue in front
 of the server, the server's lock wait, validation and rpc (its whole handling, ``server_ms``), each
-update at its slowest server, never summed over servers that work side by side."""
+update at its slowest server; the findings' shares are of that critical path, never summed over
+servers that work side by side."""
 
 from __future__ import annotations
 
@@ -168,3 +169,30 @@ def test_the_lock_wait_counts_once_per_update_at_the_server_the_orchestrator_wai
     assert stages["weight update: server lock wait"]["process"] == "orchestrator"
     assert "server-side queueing (swap lock)" not in stages  # was 4 x 18 x 150 ms, summed over servers
     assert _update_rows(stages) == pytest.approx(sum(u["wall_ms"] for u in slowest), abs=2.0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "primary"),
+    [
+        # s16: four servers queue ~30 s side by side at every update; was share 3.75 (375% of the run)
+        (Shape(servers=4), "frontend_queue_saturation"),
+        # s17: generation ~80 s per step, the trainer waits 80% of it: generation-bound comes first
+        (Shape(servers=4, gen_ms=80000.0, train_wait_frac=0.8), "generation_bound"),
+    ],
+    ids=["queue-only", "generation-first"],
+)
+def test_the_front_end_queue_s_share_is_the_queue_the_orchestrator_waited_for(
+    tmp_path, analyze, shape, primary
+):
+    run = make_run("frontend_queue_saturation", steps=20, seed=3, shape=shape)
+    updates = _updates(run)
+    waited = sum(max(u.values(), key=lambda x: x["wall_ms"])["queue_ms"] for u in updates)
+    summary, _, stages = _analyze(tmp_path, analyze, run)
+    run_ms = summary["run_seconds"] * 1000.0
+    queue = next(f for f in summary["findings"] if f["kind"] == "frontend_queue_saturation")
+    assert queue["share"] == pytest.approx(waited / run_ms, abs=1e-3)
+    assert (
+        queue["share"] == pytest.approx(stages["weight update: queue"]["share"], abs=1e-9)
+        and queue["share"] < 1
+    )
+    assert summary["primary"]["kind"] == primary
