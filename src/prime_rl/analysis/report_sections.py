@@ -11,7 +11,7 @@ from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.restarts import HangBefore
 from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
-from prime_rl.analysis.stages import run_limit, stages
+from prime_rl.analysis.stages import run_limit, server_preemptions, stages
 from prime_rl.analysis.stats import Collected
 
 
@@ -67,7 +67,7 @@ def where_time_goes(d: Collected) -> list[str]:
             "a collector's samples overlap, so each stage's summed time is divided by the mean number of "
             "samples in flight (its share of the samples' time)"
             + ("; a deferred verify pass's by its verifications in flight." if d.verify_passes else ".")
-            if all(s.process == "collector" for s in rows)
+            if all(s.process in ("collector", "inference") for s in rows)
             else "the orchestrator's and the trainer's stages run side by side, so the columns of the two do "
             "not add up."
         )
@@ -85,7 +85,27 @@ def where_time_goes(d: Collected) -> list[str]:
         f"{100 * s.share:.1f}% | {s.how} |"
         for s in rows
     ]
-    return lines
+    return lines + _server_side_note(d, any(s.process == "inference" for s in rows))
+
+
+def _server_side_note(d: Collected, rows: bool) -> list[str]:
+    """What the inference rows are, and the preemptions, which /metrics gives no time for."""
+    note = []
+    if rows:
+        note.append(
+            "The inference rows are the servers' view (from /metrics) of time inside generation, not added to it."
+        )
+    preempted = server_preemptions(d)
+    if preempted is not None and preempted[0]:
+        n, minutes = preempted
+        note.append(
+            f"The servers preempted {n:.0f} requests in {minutes:.1f} min scraped"
+            + (f" ({n / minutes:.1f}/min)" if minutes else "")
+            + "; /metrics "
+            "gives no time for them: a preempted request waits in the queue again (counted in the queue row) and "
+            "computes its prefill again inside generation."
+        )
+    return ["", " ".join(note)] if note else []
 
 
 def per_server(d: Collected) -> list[str]:

@@ -265,6 +265,7 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("trainer waits for rollouts", "trainer", d.total("train_wait_ms"), "[train] wait_ms"))
     rows.extend(_publish_rows(d))
     rows.extend(_collector_rows(d))
+    rows.extend(_server_rows(d, rows))
     # the environment's turns and the waits after a 429 happen inside the batches: parts of generation
     parts = ("environment and tools", "rate-limit waits (429)") if d.series["gen_dur_ms"] else ()
     out = [
@@ -351,6 +352,48 @@ def _update_rows(d: Collected) -> list[tuple[str, str, float, str]]:
 OTHER_MS = 0.2
 """The rest of the server's handling (:attr:`UpdateTime.other`) gets a row of its own when it is more
 than this per update: below, it is the rounding of the four logged numbers (0.05 ms each)."""
+
+
+def server_queue(d: Collected) -> tuple[float, int] | None:
+    """The share of the requests' time at the servers spent waiting to be scheduled, from the
+    ``[server] metrics`` gauges (Little's law: the time-averaged requests waiting over those waiting
+    or running, each scrape's gauges standing for the interval before it, pauses in scraping left
+    out; all servers together), and the intervals it was had from; None without a request seen."""
+    waiting = busy = 0.0
+    n = 0
+    for s in d.server_load.values():
+        for i, dt in s.intervals():
+            waiting += s.waiting[i] * dt
+            busy += (s.waiting[i] + s.running[i]) * dt
+            n += 1
+    return (waiting / busy, n) if busy > 0 else None
+
+
+def server_preemptions(d: Collected) -> tuple[float, float] | None:
+    """Preemptions at the servers during their scraped time and that time in minutes, all servers
+    together (None: no ``preemptions=`` over a scraped interval)."""
+    loads = [s for s in d.server_load.values() if any(v is not None for v in s.preemptions) and s.intervals()]
+    if not loads:
+        return None
+    return sum(s.preempted() for s in loads), sum(s.covered_s() for s in loads) / 60.0
+
+
+def _server_rows(d: Collected, rows: list[tuple[str, str, float, str]]) -> list[tuple[str, str, float, str]]:
+    """The servers' own view, from ``/metrics`` (process ``inference``): the part of generation its
+    requests spent in the servers' queues (:func:`server_queue`, applied to generation's wall time,
+    the orchestrator's or else the collector's). It lies inside generation, not beside it."""
+    queued = server_queue(d)
+    gen = next((ms for name, _, ms, _ in rows if name == "generation"), None)
+    if gen is None:
+        gen = next((ms for name, _, ms, _ in rows if name == "collector generation"), None)
+    if queued is None or gen is None:
+        return []
+    share, n = queued
+    how = (
+        f"[server] metrics waiting / (running + waiting) over {n} scrape intervals: {100 * share:.0f}% of "
+        "the requests' time at the servers, times generation's wall time (inside generation)"
+    )
+    return [("server-side queue (requests waiting to be scheduled)", "inference", share * gen, how)]
 
 
 def _publish_rows(d: Collected) -> list[tuple[str, str, float, str]]:

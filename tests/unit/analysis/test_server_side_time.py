@@ -1,7 +1,7 @@
 """The time the orchestrator waits for weight updates, in parts that add up to it: the queue in front
 of the server, the server's lock wait, validation and rpc (its whole handling, ``server_ms``), each
 update at its slowest server; the findings' shares are of that critical path, never summed over
-servers that work side by side."""
+servers that work side by side; the servers' own queue from their /metrics, inside generation."""
 
 from __future__ import annotations
 
@@ -196,3 +196,48 @@ def test_the_front_end_queue_s_share_is_the_queue_the_orchestrator_waited_for(
         and queue["share"] < 1
     )
     assert summary["primary"]["kind"] == primary
+
+
+def _waiting_share(run: SyntheticRun) -> tuple[float, float, float]:
+    """From the run's ``[server] metrics`` lines (scrapes 5 s apart, no pause): the requests waiting
+    over those waiting or running, each scrape's gauges standing for the interval before it; the
+    preemptions and the minutes scraped, all servers together."""
+    by_url: dict[str, list[tuple[float, float, float, float]]] = {}
+    for line in run.orchestrator:
+        stamp, _, message = line.partition(" | INFO    | ")
+        if message.startswith("[server] metrics "):
+            f = dict(_FIELD.findall(message))
+            at = float(stamp[-6:])  # seconds of the minute: intervals come from differences
+            by_url.setdefault(f["url"], []).append(
+                (at, float(f["waiting"]), float(f["running"]), float(f["preemptions"]))
+            )
+    waiting = busy = preempted = seconds = 0.0
+    for scrapes in by_url.values():
+        for (t0, _, _, p0), (t1, w, r, p1) in zip(scrapes, scrapes[1:], strict=False):
+            dt = (t1 - t0) % 60.0
+            waiting, busy = waiting + w * dt, busy + (w + r) * dt
+            preempted, seconds = preempted + p1 - p0, seconds + dt
+    return waiting / busy, preempted, seconds / 60.0
+
+
+def test_the_servers_queue_from_their_metrics_is_a_part_of_generation(tmp_path, analyze):
+    run = make_run("kv_cache_pressure", steps=20, seed=3, shape=Shape(servers=2))
+    share, preempted, minutes = _waiting_share(run)
+    assert 0.2 < share < 0.6
+    summary, md, stages = _analyze(tmp_path, analyze, run)
+    row = stages["server-side queue (requests waiting to be scheduled)"]
+    assert row["process"] == "inference"
+    assert row["total_ms"] == pytest.approx(share * stages["generation"]["total_ms"], rel=1e-3)
+    assert f"{100 * share:.0f}% of the requests' time at the servers" in row["how"]
+    # inside generation, not beside it: the orchestrator's own rows still add up to at most the run
+    assert sum(s["share"] for s in summary["stages"] if s["process"] == "orchestrator") < 1.001
+    assert "The inference rows are the servers' view (from /metrics) of time inside generation" in md
+    assert f"The servers preempted {preempted:.0f} requests in {minutes:.1f} min scraped" in md
+    assert "/metrics gives no time for them" in md
+
+
+def test_a_server_that_never_queues_has_a_queue_row_of_nothing(tmp_path, analyze):
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(server_metrics=True))
+    summary, md, stages = _analyze(tmp_path, analyze, run)
+    assert stages["server-side queue (requests waiting to be scheduled)"]["total_ms"] == 0.0
+    assert "preempted" not in md.split("## Where the time goes")[1].split("##")[0]
