@@ -69,11 +69,15 @@ STAT_FILES = {
     ),
     "collect_verify_ms_stats.txt": (
         "collect_verify_ms",
-        "Offline collection: verification wait per sample (verify_ms)",
+        "Offline collection: verification wait per sample ([collect] rollout.done verify_ms)",
     ),
     "collect_queue_ms_stats.txt": (
         "collect_queue_ms",
         "Offline collection: client-side queueing per sample (queue_ms)",
+    ),
+    "collect_deferred_verify_ms_stats.txt": (
+        "collect_deferred_verify_ms",
+        "Deferred verification per record (collect-rollouts verify: [collect] verify.done dur_ms)",
     ),
 }
 

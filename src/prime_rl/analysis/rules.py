@@ -426,13 +426,20 @@ def _collect_verify_slow(d: Collected, th: Thresholds) -> bool:
 
 
 def _collect_busy_ms(d: Collected) -> float:
-    """The collector's summed [collect] dur_ms (1.0 when there is none): the base of its shares."""
-    return d.total("collect_ms") or 1.0
+    """The collector's summed [collect] dur_ms (1.0 when there is none): the base of its shares. With
+    a deferred verify pass in the run (no sampling, :func:`collect_deferred_verification`), that over
+    the sampling's part of the run: the samples' shares are then of the run, as the pass's is."""
+    busy = d.total("collect_ms") or 1.0
+    run, sampling = d.run_ms, (d.collect_seconds or 0.0) * 1000.0
+    if d.verify_passes and 0.0 < sampling < run:
+        return busy * run / sampling
+    return busy
 
 
 def collect_verification_bound(d: Collected, th: Thresholds) -> Finding | None:
-    """Offline collection waits on the verifier: mean [collect] verify_ms above ``verify_ratio`` x mean
-    gen_ms."""
+    """Offline collection waits on the verifier: mean [collect] rollout.done verify_ms above
+    ``verify_ratio`` x mean gen_ms (the samples' own verification: a deferred verify pass's is
+    :func:`collect_deferred_verification`)."""
     if not _collect_verify_slow(d, th):
         return None
     cg, cv, _ = _collect_means(d)
@@ -445,6 +452,33 @@ def collect_verification_bound(d: Collected, th: Thresholds) -> Finding | None:
             "Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
             "Defer verification: collect with --no-verify and score later with collect-rollouts verify.",
         ),
+    )
+
+
+def collect_deferred_verification(d: Collected, th: Thresholds) -> Finding | None:
+    """A collector's deferred verify passes (collect-rollouts verify: [collect] verify.done) take more
+    than ``verify_pass_share`` of the run's wall time (their wall time: the union of their
+    verifications' times); its share is that part of the run."""
+    passes, run = d.verify_passes, d.run_ms
+    if not passes or not passes.seconds or not run:
+        return None
+    share = min(1.0, passes.seconds * 1000.0 / run)
+    if share <= th.verify_pass_share:
+        return None
+    return Finding(
+        kind="collect_deferred_verification",
+        title=f"Deferred verification: the verify pass (collect-rollouts verify) takes {100 * share:.0f}% of the run",
+        evidence=f"[collect] verify.done: {passes.count} verifications, dur_ms mean "
+        f"{passes.summed_ms / passes.count:.0f} ms, {passes.in_flight:.1f} in flight (mean), "
+        f"{passes.seconds:.1f} s of the run's {run / 1000:.1f} s "
+        f"(> verify_pass_share {100 * th.verify_pass_share:g}%)",
+        share=share,
+        next=(
+            "Score more at once: give collect-rollouts verify more verifier processes (--verify.workers; "
+            f"its num_samples_in_parallel bounds the verifications in flight, {passes.in_flight:.1f} here).",
+            "Speed up the verifier (cache, fast mode).",
+        ),
+        thresholds=("verify_pass_share",),
     )
 
 
@@ -524,6 +558,7 @@ RULES: tuple[Rule, ...] = (
     verification_bound,
     environment_bound,
     collect_verification_bound,
+    collect_deferred_verification,
     collect_generation_bound,
     collect_queue,
     rate_limited,

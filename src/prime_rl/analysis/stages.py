@@ -286,7 +286,6 @@ def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     busy = d.total("collect_ms")
     span = (d.collect_seconds or 0) * 1000.0 or d.run_ms  # the collector's own time (a trio's run beside it)
     passes = d.verify_passes
-    deferred_n, deferred_ms = (passes.count, passes.summed_ms) if passes else (0, 0.0)
     if busy and span:
         # samples overlap: a stage's summed time over the mean number of samples in flight (Little's
         # law: busy time / the collector's wall time) is its wall-time equivalent
@@ -296,15 +295,12 @@ def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
             ("collect_verify_ms", "verification"),
             ("collect_queue_ms", "client-side queue"),
         ):
-            total, n = d.total(key), len(d.series[key])
-            if key == "collect_verify_ms":  # the samples' own (verify_ms): a verify pass's is its own row
-                total, n = max(total - deferred_ms, 0.0), n - deferred_n
-            if n:
+            if d.series[key]:  # the samples' own (rollout.done): a verify pass's is its own row
                 rows.append(
                     (
                         f"collector {name}",
                         "collector",
-                        total / inflight,
+                        d.total(key) / inflight,
                         f"[collect] {key[8:]} summed / {inflight:.1f} samples in flight (mean)",
                     )
                 )

@@ -74,6 +74,7 @@ SERIES = (
     "collect_queue_ms",
     "collect_gen_ms",
     "collect_verify_ms",
+    "collect_deferred_verify_ms",
     "env_ms",
     "tool_ms",
     "episode_gen_ms",
@@ -226,8 +227,8 @@ class Collected:
     after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's nor a restart's."""
     verify_passes: VerifyPasses | None = None
     """The collector's deferred verify passes (``collect-rollouts verify``: ``verify.done``): their
-    verifications' count, summed ``dur_ms`` (also in the ``collect_verify_ms`` series) and wall time
-    (None: none)."""
+    verifications' count, summed ``dur_ms`` (each in the ``collect_deferred_verify_ms`` series, never
+    in the samples' ``collect_verify_ms``) and wall time (None: none)."""
     verify_busiest: tuple[str, float, float] | None = None
     """The step whose scoring time summed over its completions ([verify] cpu_ms or dur_ms) is the
     largest multiple of its batch's wall time ([gen] batch.done dur_ms): (step, summed ms, batch ms);
@@ -761,7 +762,7 @@ class _Collector:
         b.fields(*FIELDS["collect"])
         event = b.frame.get_column("event")
         # a sample's time: each done or failed sample's (what keeps a slot busy); a deferred
-        # verification's (collect-rollouts verify: verify.done) is its verification time
+        # verification's (collect-rollouts verify: verify.done) is no sample's: a series of its own
         lines = [
             e
             for e in event.unique(maintain_order=True).to_list()
@@ -773,12 +774,11 @@ class _Collector:
         deferred = b.num_series("dur_ms", ("verify.done",))
         # the runs of the collector's log; a sample that would have begun before its run: a bad dur_ms
         refused = self.collector_runs.observe(b, event, dur, deferred)
-        verify = verify.fill_null(deferred)
         if refused.any():  # its other times are no better: none of the sample's is used
             kept = ~refused
-            dur, queue, gen, verify = (
+            dur, queue, gen, verify, deferred = (
                 s.zip_with(kept, pl.Series([None] * len(s), dtype=pl.Float64))
-                for s in (dur, queue, gen, verify)
+                for s in (dur, queue, gen, verify, deferred)
             )
         url, status = b.text_series("url"), b.text_series("status")
         is_done = (event == "rollout.done").fill_null(False)
@@ -797,6 +797,7 @@ class _Collector:
             ("collect_queue_ms", queue),
             ("collect_gen_ms", gen),
             ("collect_verify_ms", verify),
+            ("collect_deferred_verify_ms", deferred),
         ):
             _extend(self.series[key], values)
         by_server = is_done & has_url & gen.is_not_null()

@@ -61,6 +61,8 @@ class Thresholds(BaseModel):
     """Slow engine reload (slow weight update at the server) whatever the queue does: the server's whole handling of the weight updates (lock wait, validation and rpc: server_ms, at the slowest server per update, which the orchestrator waits for) above this share of the run, and above their queue time. Also: failed weight-update attempts above this share of the run."""
     verify_util_high: float = 0.8
     """Verification-bound when the verifier workers are busy more than this share of the batch wall time (cpu_ms / (workers x batch ms)); needs workers= or the run's config."""
+    verify_pass_share: float = 0.5
+    """Deferred verification: a collector's verify passes (collect-rollouts verify: [collect] verify.done) take more than this share of the run's wall time (the union of their verifications' times)."""
     server_slow_ratio: float = 2.0
     """A server is named as slow when its median update wall_ms (a collector's: its median gen_ms per sample) is this multiple of its peers' (the median of the faster half's medians; never more than half the servers)."""
     server_min_updates: int = 3

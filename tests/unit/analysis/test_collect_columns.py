@@ -39,8 +39,8 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
         if e == "request.retry":
             retries.append(i)
             continue
-        if e == "verify.done":  # a deferred verification: verification time, no sample's
-            self._add("collect_verify_ms", deferred[i])
+        if e == "verify.done":  # a deferred verification: a series of its own, no sample's
+            self._add("collect_deferred_verify_ms", deferred[i])
             continue
         self._add("collect_ms", dur[i])
         if e == "rollout.done":
@@ -85,6 +85,7 @@ def _view(d: Collected) -> dict:
         "collect_queue_ms",
         "collect_gen_ms",
         "collect_verify_ms",
+        "collect_deferred_verify_ms",
         "retry_wait_ms",
     )
     return {

@@ -9,6 +9,7 @@ from tests.support.synthetic_logs import make_run
 from prime_rl.analysis import analyze as analyze_mod
 from prime_rl.analysis import rules, run_warnings
 from prime_rl.analysis.analyze import rank_findings
+from prime_rl.analysis.collector_runs import VerifyPasses
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import Event
 from prime_rl.analysis.server_load import ServerLoadSeries
@@ -68,6 +69,8 @@ FIRES = {
         env_ms=[3000.0] * 4, tool_ms=[2500.0] * 4, episode_gen_ms=[1000.0] * 4, episode_turns=[3.0] * 4
     ),
     rules.collect_verification_bound: dict(collect_gen_ms=[500.0], collect_verify_ms=[400.0]),
+    # a verify pass of 60 s (16 verifications of 15 s, 4 at a time) in a run of 100 s
+    rules.collect_deferred_verification: dict(fields={"verify_passes": VerifyPasses(16, 240_000.0, 60.0)}),
     rules.collect_generation_bound: dict(
         collect_gen_ms=[500.0], collect_verify_ms=[10.0], collect_queue_ms=[10.0], collect_ms=[520.0]
     ),
@@ -115,6 +118,11 @@ QUIET = {
         dict(episode_gen_ms=[1000.0] * 4),  # single-turn runs write no [env] lines
     ],
     rules.collect_verification_bound: [dict(collect_gen_ms=[500.0], collect_verify_ms=[100.0])],
+    rules.collect_deferred_verification: [
+        dict(fields={"verify_passes": VerifyPasses(16, 160_000.0, 40.0)}),  # 40% of the run
+        dict(collect_verify_ms=[60_000.0] * 16),  # the samples' own verification: no pass
+        {},
+    ],
     rules.collect_generation_bound: [
         dict(collect_gen_ms=[500.0], collect_queue_ms=[1000.0]),  # queued: collect_queue instead
         dict(collect_gen_ms=[500.0], collect_verify_ms=[400.0]),  # verification-bound instead
@@ -161,7 +169,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 17
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 18
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 
@@ -184,6 +192,30 @@ def test_a_watchdog_hang_is_ranked_first_and_says_who_waits_on_whom(collected):
     first = rank_findings(d, TH).findings[0]
     assert first.kind == "hang"
     assert "2 time(s)" in first.evidence and "orchestrator>trainer:weights/step_5" in first.evidence
+
+
+def test_a_verify_pass_outranks_the_samples_it_outlasts(collected):
+    """A run of 100 s: 40 s of sampling (4 samples of 1 s in flight, generation 96% of their time),
+    then a verify pass of 60 s. The samples' findings were shares of their own time (generation
+    0.96), above the pass's 60% of the run; with a pass in the run they are shares of the run
+    (0.96 x 40 s of 100: 0.384), the pass's finding first. Its verifications are none of the samples'."""
+    d = collected(
+        collect_ms=[1000.0] * 160,
+        collect_gen_ms=[960.0] * 160,
+        collect_queue_ms=[0.0] * 160,
+        fields={"verify_passes": VerifyPasses(16, 240_000.0, 60.0), "collect_seconds": 40.0},
+    )
+    a = rank_findings(d, TH)
+    assert [(f.kind, round(f.share, 3)) for f in a.findings] == [
+        ("collect_deferred_verification", 0.6),
+        ("collect_generation_bound", 0.384),
+    ]
+    assert rules.collect_verification_bound(d, TH) is None
+    # without a pass, the samples' shares are of their own time, as before
+    alone = collected(
+        collect_ms=[1000.0] * 160, collect_gen_ms=[960.0] * 160, fields={"collect_seconds": 40.0}
+    )
+    assert rules.collect_generation_bound(alone, TH).share == pytest.approx(0.96)
 
 
 def test_rpc_time_falls_back_to_the_server_log(collected):

@@ -386,6 +386,71 @@ def test_a_verify_pass_has_a_verification_stage_of_its_own(tmp_path, analyze):
     assert stages["collector deferred verification"]["total_ms"] == pytest.approx(240_003.0)
 
 
+def test_a_verify_pass_s_verifications_are_not_the_samples_own(tmp_path, analyze):
+    """A run collected with --no-verify (16 samples of 30 s, gen_ms 29 s, 4 at a time, 12:00-12:02, no
+    verify_ms) and its verify pass (16 verifications of 60 s, 4 at a time, 13:00-13:04): the pass's
+    dur_ms fed the samples' verify_ms series (summary.json's collect_verify_ms: 16 of 60000 ms), so
+    the run read "Verification-bound: samples wait longer for the verifier than for the model"
+    (verify_ms mean 60000 ms vs gen_ms 29000 ms), which samples that never met a verifier did not.
+    The samples' verification figures are their own (none here); the pass's have a series of their
+    own (collect_deferred_verify_ms) and, 240 s of the run's 360 s, a finding of their own, ranked
+    above the samples' generation, whose share is of the run too (116 s of 360)."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    no_verify = [line.replace(" verify_ms=1000.0", "") for line in _four_slots()]
+    assert not any("verify_ms" in line for line in no_verify)
+    (runs / "collect.log").write_text("\n".join([_start("12:00:00.000"), *no_verify]) + "\n")
+    (runs / "scored_collect.log").write_text("\n".join(_verify_pass(13)) + "\n")
+    summary, md = analyze([runs], tmp_path / "out")
+    assert summary["run_seconds"] == pytest.approx(360.006, abs=0.01)
+    found = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+    assert found == [("collect_deferred_verification", 0.667), ("collect_generation_bound", 0.322)]
+    primary = summary["primary"]
+    assert (
+        primary["title"]
+        == "Deferred verification: the verify pass (collect-rollouts verify) takes 67% of the run"
+    )
+    assert primary["evidence"] == (
+        "[collect] verify.done: 16 verifications, dur_ms mean 60000 ms, 4.0 in flight (mean), 240.0 s of "
+        "the run's 360.0 s (> verify_pass_share 50%)"
+    )
+    assert primary["thresholds"] == ["verify_pass_share"]
+    assert "Verification-bound: samples wait" not in md
+    stats = summary["stats"]
+    assert stats["collect_verify_ms"]["count"] == 0
+    deferred = stats["collect_deferred_verify_ms"]
+    assert (deferred["count"], deferred["mean"]) == (16, 60_000.0)
+    assert (
+        "| Deferred verification per record (collect-rollouts verify: [collect] verify.done dur_ms) | 16 |"
+        in md
+    )
+    assert "Offline collection: verification wait per sample" not in md
+    names = [s["name"] for s in summary["stages"]]
+    assert names == ["collector deferred verification", "collector generation", "collector client-side queue"]
+    assert "count:   16" in (tmp_path / "out" / "collect_deferred_verify_ms_stats.txt").read_text()
+    assert "count: 0" in (tmp_path / "out" / "collect_verify_ms_stats.txt").read_text()
+    # samples that waited 20 s each for their verifier (over half their 29 s of generation): judged
+    # on their own verify_ms, the pass's 60 s apart
+    slow = [line.replace(" verify_ms=1000.0", " verify_ms=20000.0") for line in _four_slots()]
+    (runs / "collect.log").write_text("\n".join([_start("12:00:00.000"), *slow]) + "\n")
+    summary, _ = analyze([runs], tmp_path / "out2")
+    bound = next(f for f in summary["findings"] if f["kind"] == "verification_bound")
+    assert bound["evidence"] == "[collect] verify_ms mean 20000 ms vs gen_ms mean 29000 ms (0.7x)"
+    assert (
+        summary["stats"]["collect_verify_ms"]["count"],
+        summary["stats"]["collect_verify_ms"]["mean"],
+    ) == (
+        16,
+        20_000.0,
+    )
+    stages = {s["name"]: s for s in summary["stages"]}
+    assert stages["collector verification"]["total_ms"] == pytest.approx(16 * 20_000.0 / 4.0, rel=1e-4)
+    # a pass under verify_pass_share of the run is its stage alone
+    summary, _ = analyze([runs], tmp_path / "out3", "--threshold", "verify_pass_share=0.7")
+    assert "collect_deferred_verification" not in [f["kind"] for f in summary["findings"]]
+    assert summary["primary"]["kind"] == "verification_bound"
+
+
 def test_a_verification_that_began_long_before_its_log_is_a_bad_value(tmp_path, analyze):
     """A verify pass's verification of dur_ms 1e12 (31 years) would begin the pass, and the run, 31
     years before its log: a bad value, named with its line, as a sample's."""
@@ -886,7 +951,8 @@ def test_a_collector_s_failed_samples_are_a_warning_and_the_per_sample_time_is_o
     )
     gen = next(f for f in summary["findings"] if f["kind"] == "collect_generation_bound")
     assert gen["evidence"].startswith("[collect] gen_ms mean 950 ms of 1000 ms per sample")
-    assert summary["stats"]["collect_verify_ms"]["count"] == 16  # 15 samples' and the deferred one
+    assert summary["stats"]["collect_verify_ms"]["count"] == 15  # the samples'; the deferred one apart
+    assert summary["stats"]["collect_deferred_verify_ms"]["count"] == 1
 
 
 def test_two_slow_servers_of_four_are_both_named_with_what_every_update_waited_for_them(tmp_path, analyze):
