@@ -23,10 +23,11 @@ try:
 
     from prime_rl.analysis import stats as collection
     from prime_rl.analysis.analyze import analyze
-    from prime_rl.analysis.compare import verdict, write_compare
+    from prime_rl.analysis.compare import write_compare
     from prime_rl.analysis.parser import ParseStats, discover, scan_files
     from prime_rl.analysis.read_ahead import read_ahead
     from prime_rl.analysis.report import write_report
+    from prime_rl.analysis.report_sections import verdict
     from prime_rl.analysis.stats import FIELD_KINDS, FIELDS, prepared
     from prime_rl.analysis.thresholds import Thresholds
     from prime_rl.analysis.trace import left_out, write_trace
@@ -260,9 +261,8 @@ def _main(argv: list[str] | None) -> None:
             "processes' logs?",
             file=sys.stderr,
         )
-    head = analysis.primary.title if analysis.primary else "no bottleneck found"
-    print(
-        f"{head}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "
+    print(  # the verdict SUMMARY.md gives
+        f"{verdict(analysis)}\nreport: {out / 'SUMMARY.md'} ({stats.lines} lines, {stats.tagged} tagged, {stats.malformed} malformed, "
         f"{stats.seconds:.2f}s)"
     )
 

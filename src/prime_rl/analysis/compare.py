@@ -14,6 +14,7 @@ from typing import Any
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
 from prime_rl.analysis.report import STAT_FILES
+from prime_rl.analysis.report_sections import verdict
 from prime_rl.analysis.servers import ServerRow, retry_counts, server_rows
 from prime_rl.analysis.stages import stages
 
@@ -28,16 +29,6 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
-
-
-def verdict(a: Analysis) -> str:
-    """A run's verdict in a few words: its primary bottleneck, that there is none, or that its logs
-    hold no tagged timing line (nothing was analysed: no verdict to compare)."""
-    if a.primary:
-        return a.primary.title
-    if a.data.nothing_tagged:
-        return f"nothing to analyse: no tagged timing line in its {a.data.parse.lines} line(s)"
-    return "no bottleneck found"
 
 
 SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (

@@ -21,7 +21,7 @@ import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
 from prime_rl.analysis.output import RawJSON, dumps, md_text, write_text
-from prime_rl.analysis.report_sections import headline, sections_after_numbers
+from prime_rl.analysis.report_sections import headline, sections_after_numbers, verdict
 from prime_rl.analysis.servers import server_dicts
 from prime_rl.analysis.spans import SpanColumns, span_columns
 from prime_rl.analysis.stages import stages
@@ -312,7 +312,7 @@ def plot_data(a: Analysis) -> PlotData | None:
         (queued.get_column("start").to_numpy(), queued.get_column("width").to_numpy()),
         t0,
         max(t1 - t0, 1e-3) / PLOT_BARS,
-        a.primary.title if a.primary else "no bottleneck found",
+        verdict(a),
     )
 
 

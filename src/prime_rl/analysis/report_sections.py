@@ -19,22 +19,34 @@ def _names(f: Finding) -> str:
     return f" (thresholds crossed: {', '.join(f'`{t}`' for t in f.thresholds)})" if f.thresholds else ""
 
 
+def verdict(a: Analysis) -> str:
+    """The run's verdict in a few words, as SUMMARY.md's first line gives it (and the command line
+    prints it, COMPARE.md puts the two runs' side by side): its primary bottleneck, that its logs
+    hold no tagged timing line (nothing was analysed: no verdict on the run), or that no threshold
+    is crossed."""
+    if a.primary:
+        return a.primary.title
+    d = a.data
+    if d.nothing_tagged:
+        return (
+            f"Nothing to analyse: none of the {d.parse.lines} line(s) of the {len(d.parse.files)} file(s) given "
+            "is a tagged timing line"
+        )
+    return "No bottleneck found"
+
+
 def headline(a: Analysis) -> list[str]:
     """The primary bottleneck and its evidence, or that there is none, with what limits the run."""
     if a.primary:
         return [
-            f"**Primary bottleneck: {a.primary.title}.**",
+            f"**Primary bottleneck: {verdict(a)}.**",
             "",
             f"Evidence: {a.primary.evidence}.{_names(a.primary)}",
             "",
         ]
     d = a.data
     if d.nothing_tagged:
-        return [
-            f"**Nothing to analyse: none of the {d.parse.lines} line(s) of the {len(d.parse.files)} file(s) given "
-            "is a tagged timing line.**",
-            "",
-        ]
+        return [f"**{verdict(a)}.**", ""]
     healthy = []
     if d.stat("queue_ms", "count"):
         healthy.append(
@@ -46,7 +58,7 @@ def headline(a: Analysis) -> list[str]:
         healthy.append(f"ckpt wait median {d.stat('ckpt_wait_ms', 'p50'):.1f} ms")
     limit = run_limit(d, a.thresholds)
     return [
-        "**No bottleneck found: no threshold is crossed; queue delays and waits are within the thresholds.**",
+        f"**{verdict(a)}: no threshold is crossed; queue delays and waits are within the thresholds.**",
         "",
         ("Numbers: " + "; ".join(healthy) + ".") if healthy else "No timed events to judge.",
         "",

@@ -95,6 +95,22 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
         analyze_main([str(tmp_path), "--threshold", "nonsense"])
 
 
+def test_the_command_prints_the_verdict_summary_md_gives(tmp_path, capsys):
+    """A file without a tagged line: SUMMARY.md says there is nothing to analyse, and the command
+    printed "no bottleneck found" (a healthy run's verdict) on stdout. It prints SUMMARY.md's
+    verdict now, for such input and for a healthy run."""
+    (tmp_path / "orchestrator.log").write_text("hello\nworld\n")
+    analyze_main([str(tmp_path / "orchestrator.log"), "--out", str(tmp_path / "out")])
+    first = capsys.readouterr().out.splitlines()[0]
+    said = "Nothing to analyse: none of the 2 line(s) of the 1 file(s) given is a tagged timing line"
+    assert first == said and f"**{said}.**" in (tmp_path / "out" / "SUMMARY.md").read_text()
+    files = make_run("healthy", seed=1).write(tmp_path / "healthy")
+    analyze_main([*map(str, files.values()), "--out", str(tmp_path / "out2")])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "No bottleneck found"
+    assert f"**{first}: no threshold is crossed" in (tmp_path / "out2" / "SUMMARY.md").read_text()
+
+
 def test_async_level_is_taken_with_a_hyphen_or_an_underscore():
     from prime_rl.analysis.__main__ import _arg_parser
 

@@ -16,7 +16,7 @@ def test_compare_puts_both_runs_side_by_side_with_ratios(tmp_path, capsys):
     after.write(tmp_path / "b" / "logs")
     analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
-    assert "A: Slow engine reload" in printed and "B: no bottleneck found" in printed
+    assert "A: Slow engine reload" in printed and "B: No bottleneck found" in printed
     md = (tmp_path / "out" / "COMPARE.md").read_text()
     data = json.loads((tmp_path / "out" / "compare.json").read_text())
     rpc = next(r for r in data["stats"] if r["series"] == "rpc_ms")
@@ -103,7 +103,6 @@ def test_compare_says_a_run_without_tagged_lines_has_nothing_to_analyse(tmp_path
     (tmp_path / "a" / "orchestrator.log").write_text("hello\nworld\n")
     make_run("healthy", steps=8, seed=1).write(tmp_path / "b" / "logs")
     analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")])
-    assert "A: nothing to analyse: no tagged timing line in its 2 line(s)" in capsys.readouterr().out
-    assert json.loads((tmp_path / "out" / "compare.json").read_text())["a_primary"].startswith(
-        "nothing to analyse"
-    )
+    said = "Nothing to analyse: none of the 2 line(s) of the 1 file(s) given is a tagged timing line"
+    assert f"A: {said}\n" in capsys.readouterr().out  # as SUMMARY.md and the single run's command say
+    assert json.loads((tmp_path / "out" / "compare.json").read_text())["a_primary"] == said
