@@ -31,28 +31,56 @@ def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-SERVER_FIGURES: tuple[tuple[str, Callable[[ServerRow], float | None]], ...] = (
+Figure = tuple[str, Callable[[ServerRow], float | None]]
+UPDATE_FIGURES: tuple[Figure, ...] = (
     ("updates", lambda r: r.updates),
     ("failed updates", lambda r: r.updates_failed),
     ("retried updates", lambda r: r.retried),
-    ("unanswered updates", lambda r: r.unanswered),
     ("wall_ms p50", lambda r: r.median("wall_ms")),
     ("rpc_ms p50", lambda r: r.median("rpc_ms")),
     ("queue_ms p50", lambda r: r.median("queue_ms")),
+)
+SAMPLE_FIGURES: tuple[Figure, ...] = (
     ("samples", lambda r: r.samples),
     ("failed samples", lambda r: r.samples_failed),
     ("gen_ms p50", lambda r: r.median("gen_ms")),
+)
+UNANSWERED_FIGURE: Figure = ("unanswered updates", lambda r: r.unanswered)
+RETRY_FIGURES: tuple[Figure, ...] = (
+    ("429 retries", lambda r: retry_counts(r.retries)[0]),
+    ("other retries", lambda r: retry_counts(r.retries)[1]),
+)
+APART_RETRY_FIGURES: tuple[Figure, ...] = (
     ("429 retries (orchestrator)", lambda r: retry_counts(r.orchestrator_retries)[0]),
     ("other retries (orchestrator)", lambda r: retry_counts(r.orchestrator_retries)[1]),
     ("429 retries (collector)", lambda r: retry_counts(r.sample_retries)[0]),
     ("other retries (collector)", lambda r: retry_counts(r.sample_retries)[1]),
 )
-"""The per-server table's figures (SUMMARY.md's "Per server": a trio's updates, a collector's samples)."""
+
+
+def server_figures(rows: list[ServerRow]) -> tuple[Figure, ...]:
+    """The figures SUMMARY.md's "Per server" table has (its columns, in its order:
+    :func:`~prime_rl.analysis.report_sections.per_server`'s rule) for servers ``rows`` (of both runs):
+    the updates' when some server had one (or no server had a sample), those the orchestrator died
+    waiting for when some server had one, the samples' when some server had one, and the retries, the
+    orchestrator's and the collector's apart when both kinds of figures (or of retries) are there."""
+    samples = any(r.samples or r.samples_failed for r in rows)
+    unanswered = any(r.unanswered for r in rows)
+    updates = any(r.updates for r in rows) or unanswered or not samples
+    apart = (updates and samples) or (
+        any(r.orchestrator_retries for r in rows) and any(r.sample_retries for r in rows)
+    )
+    return (
+        (UPDATE_FIGURES if updates else ())
+        + ((UNANSWERED_FIGURE,) if unanswered else ())
+        + (SAMPLE_FIGURES if samples else ())
+        + (APART_RETRY_FIGURES if apart else RETRY_FIGURES)
+    )
 
 
 def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
-    """The rows of every table: stages (share), key numbers (p50 and mean), and per server each of
-    :data:`SERVER_FIGURES` that either run has."""
+    """The rows of every table: stages (share), key numbers (p50 and mean), and per server every
+    figure the single run's "Per server" table has for either run (:func:`server_figures`)."""
     sa = {s.name: s for s in stages(a.data)}
     sb = {s.name: s for s in stages(b.data)}
     stage_rows = [
@@ -83,13 +111,13 @@ def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
             )
     ra = {r.url: r for r in server_rows(a.data)}
     rb = {r.url: r for r in server_rows(b.data)}
+    figures = server_figures([*ra.values(), *rb.values()])
     server_rows_ = []
     for url in sorted({*ra, *rb}):
-        for figure, value in SERVER_FIGURES:
+        for figure, value in figures:  # every one, 0 as 0 (None: not that run's server, or no value)
             va = value(ra[url]) if url in ra else None
             vb = value(rb[url]) if url in rb else None
-            if va or vb:  # a figure neither run has (or 0 in both) is left out
-                server_rows_.append({"url": url, "figure": figure, "a": va, "b": vb})
+            server_rows_.append({"url": url, "figure": figure, "a": va, "b": vb})
     return {"stages": stage_rows, "stats": stat_rows, "servers": server_rows_}
 
 

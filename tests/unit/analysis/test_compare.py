@@ -106,3 +106,61 @@ def test_compare_says_a_run_without_tagged_lines_has_nothing_to_analyse(tmp_path
     said = "Nothing to analyse: none of the 2 line(s) of the 1 file(s) given is a tagged timing line"
     assert f"A: {said}\n" in capsys.readouterr().out  # as SUMMARY.md and the single run's command say
     assert json.loads((tmp_path / "out" / "compare.json").read_text())["a_primary"] == said
+
+
+def _summary_columns(md: str) -> list[str]:
+    """The columns of SUMMARY.md's "Per server" table (the server's left out)."""
+    at = md.index("## Per server")
+    head = next(line for line in md[at:].splitlines() if line.startswith("| server |"))
+    return [c.strip() for c in head.strip("|").split("|")][1:]
+
+
+def test_compare_shows_every_per_server_column_of_the_single_run_table_zeros_too(tmp_path):
+    """A healthy run against one with 429s on its server (reviewer's s10): COMPARE.md had the
+    server's updates, medians and, as it was not 0 in B, its 429 retries; the failed and retried
+    updates and the other retries (0 in both) were left out, and a run's 429s would have been too
+    had neither any. Every column of SUMMARY.md's table is there now, zeros as zeros."""
+    make_run("healthy", steps=12, seed=1).write(tmp_path / "a" / "logs")
+    make_run("rate_limited", steps=12, seed=1).write(tmp_path / "b" / "logs")
+    out = tmp_path / "out"
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
+    data = json.loads((out / "compare.json").read_text())
+    urls = sorted({r["url"] for r in data["servers"]})
+    assert urls == ["http://h:8000"]
+    figures = {r["figure"]: (r["a"], r["b"]) for r in data["servers"]}
+    # SUMMARY.md's columns, in its order ("failed" and "retried" are the updates' there)
+    names = {"failed": "failed updates", "retried": "retried updates"}
+    for run in ("a", "b"):
+        columns = _summary_columns((out / run / "SUMMARY.md").read_text())
+        assert list(figures) == [names.get(c, c) for c in columns], columns
+    a429, b429 = figures["429 retries"]
+    assert a429 == 0 and b429 > 10
+    assert figures["failed updates"] == (0, 0) and figures["retried updates"] == (0, 0)
+    assert figures["other retries"] == (0, 0) and figures["updates"][0] == figures["updates"][1] > 0
+    md = (out / "COMPARE.md").read_text()
+    for line in (
+        "| http://h:8000 | failed updates | 0 | 0 | - |",
+        "| http://h:8000 | retried updates | 0 | 0 | - |",
+        "| http://h:8000 | other retries | 0 | 0 | - |",
+        f"| http://h:8000 | 429 retries | 0 | {b429} | new |",
+    ):
+        assert line in md, md
+
+
+def test_compare_of_a_trio_and_a_collector_shows_both_tables_columns(tmp_path):
+    """A trio's run against a collector's: the updates' columns and the samples' (each run's
+    SUMMARY.md has its own), a server of one run only as '-' in the other."""
+    make_run("healthy", steps=6, seed=1).write(tmp_path / "a" / "logs")
+    _collector_log(tmp_path / "b" / "collect.log", {"http://a:1": 100.0})
+    out = tmp_path / "out"
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
+    rows = json.loads((out / "compare.json").read_text())["servers"]
+    by = {(r["url"], r["figure"]): (r["a"], r["b"]) for r in rows}
+    assert [r["figure"] for r in rows if r["url"] == "http://a:1"] == [
+        "updates", "failed updates", "retried updates", "wall_ms p50", "rpc_ms p50", "queue_ms p50",
+        "samples", "failed samples", "gen_ms p50", "429 retries (orchestrator)", "other retries (orchestrator)",
+        "429 retries (collector)", "other retries (collector)",
+    ]  # fmt: skip
+    assert by[("http://a:1", "samples")] == (None, 10) and by[("http://a:1", "failed samples")] == (None, 0)
+    assert by[("http://a:1", "updates")] == (None, 0) and by[("http://a:1", "wall_ms p50")] == (None, None)
+    assert by[("http://h:8000", "samples")] == (0, None)
