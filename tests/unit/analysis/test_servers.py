@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import Shape, make_run
 
-from prime_rl.analysis.compare import SERVER_FIGURES
+from prime_rl.analysis.compare import APART_RETRY_FIGURES
 from prime_rl.analysis.servers import ServerRow, _median
 
 
@@ -1156,9 +1156,7 @@ def test_the_orchestrator_s_and_the_collector_s_429s_on_one_server_are_counted_a
     assert h["retries"] == {"retry.429": 121} and h["sample_retries"] == {"retry.429": 1}
     server = ServerRow("http://h:8000", retries=Counter({"retry.429": 121, "retry.500": 2}))
     server.sample_retries.update({"retry.429": 1})
-    figures = {
-        name: value(server) for name, value in SERVER_FIGURES if "retries" in name and "updates" not in name
-    }
+    figures = {name: value(server) for name, value in APART_RETRY_FIGURES}
     assert figures == {
         "429 retries (orchestrator)": 120,
         "other retries (orchestrator)": 2,
