@@ -41,6 +41,35 @@ def merge_intervals(start: np.ndarray, end: np.ndarray, resolution: float) -> tu
     return start[at], np.maximum.reduceat(end, at)
 
 
+SAMPLES = "samples"
+"""timeline.png's rows of an offline collector's samples: one per server, its key ``samples URL``
+(:func:`sample_row`) in :attr:`~prime_rl.analysis.stats.Collected.bars`."""
+
+
+def sample_row(url: str | None) -> str:
+    """The key of the row of the collector's samples answered by ``url`` (none: ``samples``)."""
+    return f"{SAMPLES} {url}" if url else SAMPLES
+
+
+def is_sample_row(key: str) -> bool:
+    """Whether ``key`` (of :attr:`~prime_rl.analysis.stats.Collected.bars`) is a row of samples."""
+    return key == SAMPLES or key.startswith(SAMPLES + " ")
+
+
+def merge_overlapping(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_intervals` at resolution 0 (overlapping bars made one), in linear time when
+    ``end`` does not go down (a collector's samples: each line is written as its sample ends): then
+    bar ``i`` and the next are apart exactly when bar ``i`` ends no later than the earliest start of
+    the bars after it."""
+    if len(end) < 2 or (np.diff(end) < 0).any():
+        return merge_intervals(start, end, 0.0) if len(end) else (start, end)
+    after = np.minimum.accumulate(start[::-1])[::-1]  # the earliest start from each bar on
+    first = np.ones(len(start), dtype=bool)
+    first[1:] = end[:-1] <= after[1:]
+    at = np.flatnonzero(first)
+    return np.minimum.reduceat(start, at), end[np.append(at[1:] - 1, len(end) - 1)]
+
+
 class Bars:
     """One kind's spans, as bars merged at a resolution that grows with the run (see the module)."""
 

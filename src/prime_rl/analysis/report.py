@@ -19,7 +19,7 @@ import polars as pl
 
 import prime_rl.analysis.stats as collection
 from prime_rl.analysis.analyze import Analysis
-from prime_rl.analysis.bars import PLOT_BARS, bars_by_kind
+from prime_rl.analysis.bars import PLOT_BARS, SAMPLES, bars_by_kind, is_sample_row, merge_intervals
 from prime_rl.analysis.output import RawJSON, dumps, md_text, write_text
 from prime_rl.analysis.report_sections import headline, sections_after_numbers, verdict
 from prime_rl.analysis.servers import server_dicts
@@ -27,7 +27,7 @@ from prime_rl.analysis.spans import SpanColumns, span_columns
 from prime_rl.analysis.stages import stages
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.timeline_plot import ROWS, PlotData, draw
+from prime_rl.analysis.timeline_plot import ROWS, SAMPLE_ROWS, PlotData, draw
 from prime_rl.analysis.update_table import UpdateTable, frame_of
 from prime_rl.analysis.updates import Update, died_waiting
 
@@ -248,19 +248,31 @@ def _fmt(v: float | None) -> str:
 
 def timeline(d: Collected) -> str:
     """timeline.txt: every span in time order (at most :data:`TIMELINE_LINES`); updates with their
-    server, queue/rpc split and the batches they overlapped."""
-    out = [
-        "Weight updates, checkpoint waits/writes and generation batches in time order.",
-        "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
-        "",
-    ]
+    server, queue/rpc split and the batches they overlapped; a collector's samples with their
+    server, status and queue/gen/verify times."""
     gens = _gen_overlaps(d)
     spans = span_columns(d.spans, TIMELINE_LINES)  # columns: an object a span took 0.05 s of 50,000
+    kinds = set(spans.kind)
+    out = (
+        [
+            "Weight updates, checkpoint waits/writes and generation batches in time order.",
+            "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
+        ]
+        if kinds - {"sample"} or not kinds
+        else ["An offline collector's samples in time order."]
+    )
+    if "sample" in kinds:
+        out.append(
+            "For each sample (from its line's time less its dur_ms to the line): its trace id and server, its "
+            "status and its queue, generation and verification ms."
+        )
+    out.append("")
     begin, finish = spans.start.tolist(), spans.end.tolist()
     starts, ends = _clocks(begin), _clocks(finish)
     took = ((spans.end - spans.start) * 1000).tolist()
     none = [None] * len(begin)
     queue, rpc, gaps = (spans.info.get(key, none) for key in ("queue_ms", "rpc_ms", "send_to_recv_ms"))
+    url, status, gen, verify = (spans.info.get(key, none) for key in ("url", "status", "gen_ms", "verify_ms"))
     for i, kind in enumerate(spans.kind):
         line = f"{starts[i]} -> {ends[i]} {took[i]:9.1f} ms  {kind:10} {spans.label[i]}"
         if kind == "update":
@@ -268,6 +280,11 @@ def timeline(d: Collected) -> str:
             line += f"  queue_ms={_fmt(queue[i])} rpc_ms={_fmt(rpc[i])}"
             line += f" send->recv={_fmt(gaps[i])}" if gaps[i] is not None else ""
             line += f"  overlaps: {', '.join(over) if over else 'no batch'}"
+        elif kind == "sample":
+            line += (
+                f" {url[i] or '-'}  status={status[i] or '-'} queue_ms={_fmt(queue[i])} gen_ms={_fmt(gen[i])} "
+                f"verify_ms={_fmt(verify[i])}"
+            )
         out.append(line)
     if len(d.spans) > TIMELINE_LINES:
         out.append(f"... and {len(d.spans) - TIMELINE_LINES} more spans")
@@ -295,7 +312,10 @@ def plot_data(a: Analysis) -> PlotData | None:
     every = {kind: b.bars() for kind, b in d.bars.items() if b.spans}
     if not every:  # spans collected without bars (a hand-built Collected)
         every = {
-            kind: b.bars() for kind, b in bars_by_kind((s.kind, s.start, s.end) for s in d.spans).items()
+            kind: b.bars()
+            for kind, b in bars_by_kind(
+                (SAMPLES if s.kind == "sample" else s.kind, s.start, s.end) for s in d.spans
+            ).items()
         }
     t0 = min(float(start[0]) for start, _ in every.values())
     t1 = max(float(end.max()) for _, end in every.values())
@@ -308,12 +328,25 @@ def plot_data(a: Analysis) -> PlotData | None:
         .sort("start", "width")
     )
     return PlotData(
-        {kind: every[kind] for kind in ROWS if kind in every},
+        {kind: every[kind] for kind in ROWS if kind in every} | _sample_rows(every),
         (queued.get_column("start").to_numpy(), queued.get_column("width").to_numpy()),
         t0,
         max(t1 - t0, 1e-3) / PLOT_BARS,
         verdict(a),
     )
+
+
+def _sample_rows(every: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A collector's sample rows (:func:`~prime_rl.analysis.bars.sample_row`) by URL, at most
+    :data:`~prime_rl.analysis.timeline_plot.SAMPLE_ROWS`: the servers past the first ones share the last."""
+    keys = sorted(filter(is_sample_row, every))
+    if len(keys) <= SAMPLE_ROWS:
+        return {k: every[k] for k in keys}
+    shown, rest = keys[: SAMPLE_ROWS - 1], keys[SAMPLE_ROWS - 1 :]
+    merged = merge_intervals(
+        np.concatenate([every[k][0] for k in rest]), np.concatenate([every[k][1] for k in rest]), 0.0
+    )
+    return {k: every[k] for k in shown} | {f"{SAMPLES} {len(rest)} other servers": merged}
 
 
 def plot_timeline(a: Analysis, path: Path) -> bool:

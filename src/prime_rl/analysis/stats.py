@@ -29,6 +29,8 @@ from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.restarts import HangLines, Restart, Segments, last_restart, place_hangs
+from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
+from prime_rl.analysis.sample_spans import SampleSpans
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -453,6 +455,8 @@ class _Collector:
     def __init__(self, spill_dir: str | Path | None = None) -> None:
         self.series: dict[str, array] = {k: array("d") for k in SERIES}
         self.spans = _Spans()
+        self.samples = SampleSpans(self.spans, SPANS_KEPT)
+        """The offline collector's samples ([collect] lines with a ``dur_ms``) as spans and bars."""
         self.counts: Counter = Counter()
         self.join = UpdateJoin(spill_dir=spill_dir)
         self.open_gen: dict[str, float] = {}
@@ -810,6 +814,12 @@ class _Collector:
                 self.server_counts.setdefault(u, Counter())["failed"] += n
         if retry.any():
             self._retry(b, retry.arg_true().to_list(), by=SAMPLE_RETRY)
+        self.samples.add(
+            b.frame.get_column("ts"),
+            dur,
+            b.frame.get_column("tid"),
+            dict(zip(SAMPLE_INFO, (url, status, queue, gen, verify), strict=True)),
+        )
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -980,6 +990,7 @@ def _collect(
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
+    c.samples.finish()
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
@@ -1204,13 +1215,16 @@ class _Spans:
         frame: pl.DataFrame,
         info: tuple[str, ...] = (),
         arg: pl.Expr | str = "arg",
+        barred: bool = False,
     ) -> None:
         """Spans of ``kind`` as a frame's columns ``start``, ``end`` and the ``info`` keys', with the
         label's argument ``arg`` (a column, or an expression made for the kept rows only): every one
-        to the bars, the kept ones (:meth:`rows_kept`) as lists."""
+        to the bars (``barred``: the caller added them to bars of its own), the kept ones
+        (:meth:`rows_kept`) as lists."""
         if not frame.height:
             return
-        self.bars_of(kind).add(frame.get_column("start").to_numpy(), frame.get_column("end").to_numpy())
+        if not barred:
+            self.bars_of(kind).add(frame.get_column("start").to_numpy(), frame.get_column("end").to_numpy())
         kept = self.rows_kept(kind, frame).select("start", "end", arg, *info)
         # kept as columns: the block's lists are made when a report first asks for one of its spans,
         # by then only for the blocks still kept (most of a long run's tail blocks are let go first)

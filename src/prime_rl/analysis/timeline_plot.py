@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from prime_rl.analysis.bars import SAMPLES, is_sample_row
+
 ROWS = ("gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait")
 _LABELS = (
     "generation",
@@ -30,6 +32,14 @@ _LABELS = (
 )
 COLORS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (127, 127, 127))
 """Each row's colour (matplotlib's first six "tab" colours, as the picture had)."""
+SAMPLE_ROWS = 8
+"""An offline collector's samples are drawn one row per server (above the trio's rows when its logs
+are analysed too), at most this many rows: past the first ``SAMPLE_ROWS - 1`` servers (by URL), the
+others' samples share the last row."""
+SAMPLE_COLORS = ((140, 86, 75), (227, 119, 194), (188, 189, 34), (23, 190, 207))
+"""The sample rows' colours, in turn (matplotlib's other four "tab" colours)."""
+_URL_CHARS = 28
+"""A sample row's name shows at most this many characters of its server's URL (its end)."""
 SIZE = (1320, 462)
 """The picture's width and height in pixels."""
 _FONT_PX = 13
@@ -45,7 +55,9 @@ class PlotData:
     """What the picture is drawn from."""
 
     bars: dict[str, tuple[np.ndarray, np.ndarray]]
-    """Each kind's bars (start and end times, sorted by start), merged at the run's resolution."""
+    """Each kind's bars (start and end times, sorted by start), merged at the run's resolution; a
+    collector's samples as rows ``samples URL`` (:func:`~prime_rl.analysis.bars.sample_row`), in
+    the order drawn from the top."""
     queued: tuple[np.ndarray, np.ndarray]
     """The updates' queue parts: start (seconds since the first bar's) and width, sorted by both."""
     t0: float
@@ -55,14 +67,33 @@ class PlotData:
     title: str
 
 
+def rows(bars: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[str, str, tuple[int, int, int]]]:
+    """The picture's rows from the bottom, each (its key in ``bars``, its name, its colour): the
+    trio's :data:`ROWS` (all of them, drawn or not; none for a collector's logs alone), then a
+    collector's samples, a row per server (the first of ``bars`` at the top)."""
+    samples = list(filter(is_sample_row, bars))
+    trio = list(zip(ROWS, _LABELS, COLORS, strict=True)) if not samples or set(bars) - set(samples) else []
+    drawn = [(k, _sample_label(k), SAMPLE_COLORS[i % len(SAMPLE_COLORS)]) for i, k in enumerate(samples)]
+    return trio + drawn[::-1]
+
+
+def _sample_label(key: str) -> str:
+    """A sample row's name: "samples" over its server's URL (without ``http://``; a long one's end)."""
+    url = key[len(SAMPLES) + 1 :].removeprefix("http://")
+    return (
+        f"{SAMPLES}\n{url if len(url) <= _URL_CHARS else '...' + url[3 - _URL_CHARS :]}" if url else SAMPLES
+    )
+
+
 def draw(data: PlotData, path: Path) -> None:
     """Draw ``data`` into the PNG ``path``: one rectangle per run of pixel columns a row's bars
-    cover (bars narrower than a pixel still show as one), gen at the bottom as :data:`ROWS` go."""
+    cover (bars narrower than a pixel still show as one), gen at the bottom as :func:`rows` go."""
     font = _font()
     image = Image.new("RGB", SIZE, "white")
     pen = ImageDraw.Draw(image)
     layout = Layout.of(data, pen, font)
-    for i, (kind, color) in enumerate(zip(ROWS, COLORS, strict=True)):
+    drawn = rows(data.bars)
+    for i, (kind, _, color) in enumerate(drawn):
         if kind in data.bars:
             start, end = data.bars[kind]
             bars = merge_sorted(
@@ -72,8 +103,9 @@ def draw(data: PlotData, path: Path) -> None:
             for left, right in layout.runs(bars):
                 pen.rectangle((left, top, right, bottom), fill=color)
     start, width = data.queued
-    if len(start):  # the queue part of the updates: hatched, outlined in black
-        row = ROWS.index("update")
+    keys = [kind for kind, _, _ in drawn]
+    if len(start) and "update" in keys:  # the queue part of the updates: hatched, outlined in black
+        row = keys.index("update")
         top, bottom = layout.bar(row)
         runs = layout.runs(merge_sorted(zip(start.tolist(), width.tolist(), strict=True), data.resolution))
         hatch = Image.new("L", SIZE, 0)  # where the hatch lines are drawn: inside the queue parts only
@@ -105,10 +137,13 @@ class Layout:
     scale: float
     """Pixels per second."""
     title: str
+    labels: tuple[str, ...] = _LABELS
+    """The rows' names, from the bottom (:func:`rows`)."""
 
     @classmethod
     def of(cls, data: PlotData, pen: ImageDraw.ImageDraw, font: Font) -> Layout:
-        label = max(pen.multiline_textbbox((0, 0), text, font=font)[2] for text in _LABELS)
+        labels = tuple(name for _, name, _ in rows(data.bars))
+        label = max(pen.multiline_textbbox((0, 0), text, font=font)[2] for text in labels)
         left, right, top, bottom = label + 20, SIZE[0] - 20, 30, SIZE[1] - 48
         ends = [end - data.t0 for _, end in data.bars.values()]
         ends.append(data.queued[0] + data.queued[1])
@@ -117,14 +152,14 @@ class Layout:
         # the last finite end (a NaN or inf one left out), at most 1e300 s: the scale stays above 0
         span = min(max([float(e.max()) for e in finite if len(e)] + [1e-3]), 1e300)
         lo, hi = -0.04 * span, 1.04 * span  # a margin each side, as matplotlib's axes had
-        return cls(left, right, top, bottom, lo, (right - left) / (hi - lo), data.title)
+        return cls(left, right, top, bottom, lo, (right - left) / (hi - lo), data.title, labels)
 
     def x(self, seconds: float) -> float:
         return self.left + (seconds - self.lo) * self.scale
 
     def bar(self, row: int) -> tuple[int, int]:
         """The top and bottom pixel rows of row ``row``'s bars (row 0 at the bottom)."""
-        height = (self.bottom - self.top) / len(ROWS)
+        height = (self.bottom - self.top) / len(self.labels)
         middle = self.bottom - (row + 0.5) * height
         return round(middle - _BAR * height / 2), round(middle + _BAR * height / 2)
 
@@ -160,7 +195,7 @@ class Layout:
             value = k * step
             text = f"{value:.3g}" if abs(value) >= 1e7 else f"{value:.{decimals}f}"  # no 300-digit number
             _text(pen, (x, self.bottom + 6), text, font, "ma")
-        for row, label in enumerate(_LABELS):
+        for row, label in enumerate(self.labels):
             top, bottom = self.bar(row)
             middle = (top + bottom) / 2
             pen.line((self.left - 4, middle, self.left, middle), fill="black")

@@ -144,3 +144,59 @@ def test_summary_json_lists_the_updates_as_their_records_say(tmp_path, collected
         assert len(json.loads(report._updates_json(d))) == 3
     finally:
         report.JSON_UPDATES = was
+
+
+def _collector_log(path, samples) -> None:
+    """A collect-rollouts log: run.start at 12:00:00, then each sample (its end in seconds after
+    that, dur_ms, server, status) as the collector writes it, when it ends."""
+    from prime_rl.tracing import format_tagged
+
+    def at(seconds: float) -> str:
+        return f"2026-01-01 12:{int(seconds) // 60:02d}:{seconds % 60:06.3f} | INFO    | "
+
+    lines = [at(0.0) + format_tagged("collect", "run.start", todo=len(samples), done=0, resume=False)]
+    for k, (end, dur, url, status) in sorted(enumerate(samples), key=lambda s: s[1][0]):
+        if status == 200:
+            tagged = format_tagged(
+                "collect", "rollout.done", f"s{k:03d}", task=k, repeat=0, status=200, dur_ms=dur,
+                queue_ms=5.0, gen_ms=dur - 15.0, verify_ms=10.0, out_tokens=8, attempts=1, url=url,
+            )  # fmt: skip
+        else:
+            tagged = format_tagged(
+                "collect", "rollout.failed", f"s{k:03d}", task=k, repeat=0, status=status, dur_ms=dur,
+                kind="http", url=url,
+            )  # fmt: skip
+        lines.append(at(end) + tagged)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_collectors_timeline_lists_its_samples(tmp_path, analyze):
+    """An offline collector's log has only [collect] lines: timeline.txt said "(no timed events)"
+    (reviewer's s08: 206 timed samples). It lists each sample now, from its line's time less its
+    dur_ms to the line, with its server, status and times."""
+    samples = [(2.0 * (k + 1), 2000.0, "http://fast:8000", 200) for k in range(4)]
+    samples += [(6.0 * (k + 1), 6000.0, "http://slow:8000", 200) for k in range(2)]
+    samples.append((13.0, 1000.0, "http://slow:8000", 500))
+    _collector_log(tmp_path / "collect.log", samples)
+    summary, _ = analyze([tmp_path / "collect.log"], tmp_path / "out")
+    text = (tmp_path / "out" / "timeline.txt").read_text()
+    assert "(no timed events)" not in text and text.startswith(
+        "An offline collector's samples in time order."
+    )
+    lines = [line for line in text.splitlines() if " ms  sample " in line]
+    assert len(lines) == 7 and summary["spans_dropped"] == {}
+    assert lines[0].startswith(
+        "12:00:00.000 -> 12:00:02.000    2000.0 ms  sample     sample s000 http://fast:8000"
+    )
+    assert "status=200 queue_ms=5.0 gen_ms=1985.0 verify_ms=10.0" in lines[0]
+    assert (
+        "12:00:06.000 -> 12:00:12.000    6000.0 ms  sample     sample s005 http://slow:8000  status=200"
+        in text
+    )
+    assert (
+        "12:00:12.000 -> 12:00:13.000    1000.0 ms  sample     sample s006 http://slow:8000  status=500 "
+        "queue_ms=- gen_ms=- verify_ms=-" in text
+    )
+    starts = [line[:12] for line in lines]
+    assert starts == sorted(starts)  # in time order

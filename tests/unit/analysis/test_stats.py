@@ -59,6 +59,9 @@ def test_events_fill_series_counts_and_spans():
         ("gen", 102.0, 104.0),
         ("train_wait", pytest.approx(104.09), pytest.approx(104.1)),  # the step's line ends its compute
         ("train", pytest.approx(104.1), 105.0),
+        # a collector's samples, each line with a dur_ms (what keeps a slot busy: collect_ms)
+        ("sample", pytest.approx(105.93), 106.0),
+        ("sample", pytest.approx(106.98), 107.0),
     ]
     assert d.run_seconds == 7.5 and d.run_ms == 7500.0 and d.async_level == 1 and not d.updates
     assert d.stat("gen_dur_ms", "p50") == 2000.0 and d.stat("queue_ms", "p50") is None

@@ -254,3 +254,116 @@ def test_bars_merged_as_they_come_draw_what_every_span_merged_at_once_draws(bloc
         min(s for s, _ in spans),
         max(s + w for s, w in spans),
     )
+
+
+# --- an offline collector's samples ---------------------------------------------------------------
+
+
+def _collector_log(path, samples) -> None:
+    """A collect-rollouts log: each sample (its end in seconds after 12:00:00, dur_ms, server) as
+    the collector writes it, when it ends."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for k, (end, dur, url) in sorted(enumerate(samples), key=lambda s: s[1][0]):
+        tagged = format_tagged(
+            "collect", "rollout.done", f"s{k:05d}", task=k, repeat=0, status=200, dur_ms=dur, queue_ms=1.0,
+            gen_ms=dur - 2.0, verify_ms=1.0, out_tokens=8, attempts=1, url=url,
+        )  # fmt: skip
+        lines.append(f"2026-01-01 12:{int(end) // 60:02d}:{end % 60:06.3f} | INFO    | {tagged}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_collectors_picture_draws_a_row_per_server(tmp_path, analyze):
+    """A collector's log (only [collect] lines) got no timeline.png (reviewer's s08). Each server's
+    samples are a row now, where they ran: fast's four in flight for 0-60 s, slow's for 0-160 s, the
+    first server (by URL) on top; no row of the trio's."""
+    from prime_rl.analysis.timeline_plot import SAMPLE_COLORS
+
+    samples = [(2.0 * (k // 4 + 1), 2000.0, "http://fast:8000") for k in range(120)]
+    samples += [(8.0 * (k // 4 + 1), 8000.0, "http://slow:8000") for k in range(80)]
+    _collector_log(tmp_path / "collect.log", samples)
+    analyze([tmp_path / "collect.log"], tmp_path / "out")
+    png = tmp_path / "out" / "timeline.png"
+    fast_x, fast_y = _colour_columns(png, SAMPLE_COLORS[0])
+    slow_x, slow_y = _colour_columns(png, SAMPLE_COLORS[1])
+    assert len(fast_x) and len(slow_x) and fast_y.max() < slow_y.min()  # fast (first by URL) on top
+    assert abs(fast_x.min() - slow_x.min()) <= 1
+    ratio = (fast_x.max() - fast_x.min()) / (slow_x.max() - slow_x.min())
+    assert abs(ratio - 60 / 160) < 0.01, ratio
+    for colour in COLORS[:5]:  # no trio row drawn (the sixth, grey, is in the text's edges)
+        assert not len(_colour_columns(png, colour)[0])
+
+
+def test_a_long_collector_log_keeps_its_first_and_last_samples_and_draws_the_middle(
+    tmp_path, analyze, monkeypatch
+):
+    """Samples are spans as the trio's are: timeline.txt lists the first and last SPANS_KEPT, the
+    rest counted, whatever the batches the log is read in; the picture draws every one (its rows
+    cover the middle of the run, which no kept sample is in)."""
+    from prime_rl.analysis import parser, stats
+    from prime_rl.analysis.timeline_plot import SAMPLE_COLORS
+
+    monkeypatch.setattr(stats, "SPANS_KEPT", 20)
+    monkeypatch.setattr(parser, "BATCH_ROWS", 7)
+    # 300 samples, one every 0.5 s, each 1.2 s long, on two servers in turn; then a gap of 20 s and
+    # 10 more samples of server a
+    samples = [(1.2 + 0.5 * k, 1200.0, f"http://{'ab'[k % 2]}:1") for k in range(300)]
+    samples += [(170.0 + k, 500.0, "http://a:1") for k in range(10)]
+    _collector_log(tmp_path / "collect.log", samples)
+    summary, _ = analyze([tmp_path / "collect.log"], tmp_path / "out")
+    assert summary["spans_dropped"] == {"sample": 310 - 40}
+    text = (tmp_path / "out" / "timeline.txt").read_text()
+    listed = [line.split()[7] for line in text.splitlines() if " ms  sample " in line]
+    assert listed == [f"s{k:05d}" for k in (*range(20), *range(290, 310))]
+    assert "between them 270 sample spans are left out here" in text
+    png = tmp_path / "out" / "timeline.png"
+    a_x, _ = _colour_columns(png, SAMPLE_COLORS[0])
+    b_x, _ = _colour_columns(png, SAMPLE_COLORS[1])
+    middle = SIZE[0] // 2
+    assert middle in a_x and middle in b_x  # a's and b's rows run through the run's middle
+    gap = np.setdiff1d(np.arange(a_x.min(), a_x.max()), a_x)  # a's row: its 20 s without a sample
+    assert len(gap) > 50 and b_x.max() < gap.min() + 3
+
+
+def test_more_servers_than_rows_share_the_last_row(tmp_path):
+    """Twelve servers: the first SAMPLE_ROWS - 1 by URL have their rows, the other five one row."""
+    from prime_rl.analysis.__main__ import _arg_parser, _files, _run
+    from prime_rl.analysis.report import plot_data
+    from prime_rl.analysis.timeline_plot import SAMPLE_ROWS, rows
+
+    samples = [(1.0 + k, 1500.0, f"http://h{k:02d}:1") for k in range(12)]
+    _collector_log(tmp_path / "collect.log", samples)
+    parser = _arg_parser()
+    args = parser.parse_args([str(tmp_path / "collect.log")])
+    analysis, _ = _run(parser, _files(parser, args.inputs), args.inputs, args, Thresholds(), tmp_path / "out")
+    data = plot_data(analysis)
+    assert data is not None
+    names = [name for _, name, _ in rows(data.bars)]  # from the bottom
+    assert len(names) == SAMPLE_ROWS == 8
+    assert (
+        names[-1] == "samples\nh00:1"
+        and names[1] == "samples\nh06:1"
+        and names[0] == "samples\n5 other servers"
+    )
+    start, end = data.bars["samples 5 other servers"]
+    assert list(end - start) == [5.5] and start[0] - data.t0 == 7.0  # h07-h11: 6.5-12 s, one bar
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spans=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12)), max_size=40),
+    by_end=st.booleans(),
+)
+def test_overlapping_samples_merge_as_merge_intervals_merges_them(spans, by_end):
+    """The collector's batch merge (linear when the samples come as they end, as a collector's log
+    has them) gives merge_intervals' bars at resolution 0, in any order."""
+    from prime_rl.analysis.bars import merge_intervals, merge_overlapping
+
+    if by_end:
+        spans = sorted(spans, key=lambda s: s[0] + s[1])
+    start = np.array([float(s) for s, _ in spans])
+    end = np.array([float(s + w) for s, w in spans])
+    got, want = merge_overlapping(start, end), merge_intervals(start, end, 0.0)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

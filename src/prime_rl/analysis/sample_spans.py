@@ -1,0 +1,108 @@
+"""An offline collector's samples on the timeline: timeline.png's rows, timeline.txt's lines.
+
+Each ``[collect]`` line with a ``dur_ms`` is a sample, from the line's time less its ``dur_ms`` to
+the line. A collector log holds millions of them (one a line), many in flight at once, so they
+cost what the trio's spans cost and no more:
+
+- timeline.png draws a row per server (:func:`~prime_rl.analysis.bars.sample_row`): a batch's
+  samples of a server are merged where they overlap before they join the row's
+  :class:`~prime_rl.analysis.bars.Bars` (linear in the batch: the lines come as their samples end,
+  :func:`~prime_rl.analysis.bars.merge_overlapping`), a few bars a batch;
+- timeline.txt lists the first and last ``SPANS_KEPT`` samples as spans "sample", the trio's rule:
+  a batch's columns wait as they are and become a frame only when their samples are kept (the
+  first batches, and the last ones at the end), the batches in between only counted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import polars as pl
+
+from prime_rl.analysis.bars import merge_overlapping, sample_row
+
+if TYPE_CHECKING:
+    from prime_rl.analysis.bars import Bars
+
+SAMPLE = "sample"
+"""The kind of a collector's sample spans."""
+INFO = ("url", "status", "queue_ms", "gen_ms", "verify_ms")
+"""What timeline.txt says of each sample, besides its trace id."""
+
+
+class _SpanStore(Protocol):
+    """What the collection's spans give (:class:`~prime_rl.analysis.stats._Spans`)."""
+
+    dropped: dict[str, int]
+
+    def bars_of(self, kind: str) -> Bars: ...
+
+    def add_frame(
+        self, kind: str, label: str, frame: pl.DataFrame, info: tuple[str, ...], arg: str, barred: bool
+    ) -> None: ...
+
+
+class SampleSpans:
+    """The collector's samples, batch by batch (:meth:`add`), then :meth:`finish` once."""
+
+    def __init__(self, spans: _SpanStore, kept: int) -> None:
+        self._spans = spans
+        self._kept = kept
+        """How many of the first and of the last samples are kept (``SPANS_KEPT``)."""
+        self._head = 0
+        """Samples given to the spans so far (they keep the first ``kept`` of them)."""
+        self._waiting: deque[tuple[dict[str, pl.Series], np.ndarray, int]] = deque()
+        """Batches past the head whose samples may be among the last ``kept``: columns, rows, count."""
+        self._waiting_rows = 0
+
+    def add(self, ts: pl.Series, dur: pl.Series, tid: pl.Series, info: dict[str, pl.Series]) -> None:
+        """A batch's [collect] lines: their time, ``dur_ms`` (null: no sample), trace id and
+        :data:`INFO` columns."""
+        end = ts.to_numpy()
+        start = (ts - dur.clip(lower_bound=0.0) / 1000.0).to_numpy()
+        with np.errstate(invalid="ignore"):
+            timed = np.isfinite(start) & np.isfinite(end)
+        rows = np.flatnonzero(timed)
+        if not len(rows):
+            return
+        self._bars(start[rows], end[rows], info["url"].gather(rows))
+        columns = {"start": pl.Series(start), "end": ts, "tid": tid, **info}
+        if self._head < self._kept:  # among the first samples: kept now
+            self._give(columns, rows)
+            return
+        self._waiting.append((columns, rows, len(rows)))
+        self._waiting_rows += len(rows)
+        # the oldest batch waiting, with as many samples after it as are kept, has none of the last
+        while self._waiting and self._waiting_rows - self._waiting[0][2] >= self._kept:
+            _, _, n = self._waiting.popleft()
+            self._waiting_rows -= n
+            self._spans.dropped[SAMPLE] = self._spans.dropped.get(SAMPLE, 0) + n
+
+    def finish(self) -> None:
+        """The last batches' samples to the spans (call once, after the last batch)."""
+        while self._waiting:
+            columns, rows, _ = self._waiting.popleft()
+            self._give(columns, rows)
+        self._waiting_rows = 0
+
+    def _give(self, columns: dict[str, pl.Series], rows: np.ndarray) -> None:
+        frame = pl.DataFrame(columns)[rows]
+        self._head += frame.height
+        self._spans.add_frame(SAMPLE, "sample {}", frame, INFO, "tid", True)
+
+    def _bars(self, start: np.ndarray, end: np.ndarray, url: pl.Series) -> None:
+        """Each server's samples (in line order: by end), merged where they overlap, to its row."""
+        codes = url.fill_null("").cast(pl.Categorical).to_physical().to_numpy()
+        if codes.min() == codes.max():  # one server (or none named)
+            self._row(url[0], start, end)
+            return
+        order = np.argsort(codes, kind="stable")  # each server's samples stay in line order
+        cuts = np.flatnonzero(np.diff(codes[order])) + 1
+        for at in np.split(order, cuts):
+            self._row(url[int(at[0])], start[at], end[at])
+
+    def _row(self, url: str | None, start: np.ndarray, end: np.ndarray) -> None:
+        merged_start, merged_end = merge_overlapping(start, end)
+        self._spans.bars_of(sample_row(url)).add(merged_start, merged_end)
