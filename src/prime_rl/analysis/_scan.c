@@ -13,7 +13,9 @@
  * also taken apart here ("clean"): ASCII only; "YYYY-MM-DD HH:MM:SS.mmm | LEVEL    | " at its start
  * (digits, separators and a level of A-Z and spaces where they belong) and the marker at byte 36; no tab, CR, VT or FF in the message; the
  * head "[tag]" or "[tag][trace id]" (1-64 of A-Za-z0-9_.-) followed by one space and a first word
- * that is an event name or a key=value; the rest after the next space, if any. Every other kept
+ * that is an event name or a key=value; the rest after the next space, if any; every token of the
+ * fields part (what single spaces separate) a key=value, with a key before its first "=" (the
+ * grammar's: a line with "garbage" or "=5" among its fields is malformed). Every other kept
  * line (malformed ones among them) is left to the caller. A clean line's event is its first word,
  * or "" when that word is a key=value (an event-less line); its fields part is the rest ("" when
  * none) or, on an event-less line, the first word, a space and the rest (what the parser's _finish
@@ -406,10 +408,50 @@ static int first_ok(const char *w, Py_ssize_t n) {
 #define LOGURU_LEN 36
 #define MAX_TID 64
 
+#define MAX_FIELDS 16
+#define KIND_NUMBER 1
+#define KIND_STEP 2
+
+typedef struct {
+    const char *key[MAX_FIELDS];
+    Py_ssize_t len[MAX_FIELDS];
+    unsigned char kind[MAX_FIELDS]; /* KIND_NUMBER | KIND_STEP: the value read as a number, a step */
+    int n;
+} Keys;
+
 typedef struct {
     int32_t date, h, m, s, ms;
     Py_ssize_t tid, tid_n, first, first_n, rest, rest_n; /* _n < 0: none */
+    Py_ssize_t from, to; /* the fields part s[from:to] (from < 0: none) */
+    Py_ssize_t at[MAX_FIELDS], n[MAX_FIELDS]; /* where each key's value is, and its length (-1: none) */
 } Clean;
+
+/* The value of each of the first `nvalues` keys of `k` in the fields part s[a:e] (its last "key="
+ * token; tokens are what single spaces separate, the value runs to the token's end) into at and n
+ * (n -1: no token has the key). 0 when a token is no key=value (no '=' in it, or nothing before
+ * its first one): the line does not follow the grammar, and is left to the caller, which names it
+ * as malformed. */
+static int find_values(const char *s, Py_ssize_t a, Py_ssize_t e, const Keys *k, int nvalues, Py_ssize_t *at,
+                       Py_ssize_t *n) {
+    for (int j = 0; j < nvalues; j++)
+        n[j] = -1;
+    for (Py_ssize_t t = a; a >= 0 && t <= e;) {
+        Py_ssize_t u = t, eq = -1; /* the token s[t:u] (up to a space), its first '=' */
+        for (; u < e && s[u] != ' '; u++)
+            if (eq < 0 && s[u] == '=')
+                eq = u;
+        if (u > t && eq <= t)
+            return 0; /* a token without a key=value: "garbage", "=5" */
+        for (int j = 0; j < k->n; j++) { /* a key=value token: its key is s[t:eq] (keys hold no '=') */
+            if (k->len[j] == eq - t && memcmp(s + t, k->key[j], (size_t)(eq - t)) == 0) {
+                at[j] = eq + 1;
+                n[j] = u - at[j];
+            }
+        }
+        t = u + 1;
+    }
+    return 1;
+}
 
 static int two(const char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
 
@@ -441,7 +483,8 @@ static int text_ok(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p) {
 
 /* Whether line s[a:e] with its marker (head_len bytes) at p is clean (see the module's comment);
  * its parts in *out. */
-static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, Py_ssize_t head_len, Clean *out) {
+static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, Py_ssize_t head_len, const Keys *k,
+                      int nvalues, Clean *out) {
     static const int digits[] = {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22};
     const char *l = s + a;
     if (p - a != LOGURU_LEN)
@@ -491,10 +534,12 @@ static int clean_line(const char *s, Py_ssize_t a, Py_ssize_t e, Py_ssize_t p, P
     out->first_n = g - f;
     out->rest = g < e ? g + 1 : 0;
     out->rest_n = g < e ? e - (g + 1) : -1;
-    return 1;
+    /* the fields part: from the first word when it is a key=value (an event-less line), else the rest */
+    int eventless = memchr(s + f, '=', (size_t)(g - f)) != NULL;
+    out->from = eventless ? f : (out->rest_n >= 0 ? out->rest : -1);
+    out->to = out->rest_n >= 0 ? out->rest + out->rest_n : g;
+    return find_values(s, out->from, out->to, k, nvalues, out->at, out->n);
 }
-
-#define MAX_FIELDS 16
 
 typedef struct {
     Buf lines, dates, times, tags;
@@ -506,34 +551,9 @@ typedef struct {
     Py_ssize_t n;
 } CleanCols;
 
-#define KIND_NUMBER 1
-#define KIND_STEP 2
-
-typedef struct {
-    const char *key[MAX_FIELDS];
-    Py_ssize_t len[MAX_FIELDS];
-    unsigned char kind[MAX_FIELDS]; /* KIND_NUMBER | KIND_STEP: the value read as a number, a step */
-    int n;
-} Keys;
-
-/* The value of each key of `k` in the fields part s[a:e] (its last "key=" token), into the columns. */
-static int add_values(CleanCols *c, const char *s, Py_ssize_t a, Py_ssize_t e, const Keys *k) {
-    Py_ssize_t at[MAX_FIELDS], n[MAX_FIELDS];
-    for (int j = 0; j < c->nvalues; j++)
-        n[j] = -1;
-    for (Py_ssize_t t = a; a >= 0 && t <= e;) {
-        Py_ssize_t u = t, eq = -1; /* the token s[t:u] (up to a space), its first '=' */
-        for (; u < e && s[u] != ' '; u++)
-            if (eq < 0 && s[u] == '=')
-                eq = u;
-        for (int j = 0; eq > t && j < k->n; j++) { /* a key=value token: its key is s[t:eq] (keys hold no '=') */
-            if (k->len[j] == eq - t && memcmp(s + t, k->key[j], (size_t)(eq - t)) == 0) {
-                at[j] = eq + 1;
-                n[j] = u - at[j];
-            }
-        }
-        t = u + 1;
-    }
+/* The values found in a clean line (find_values: x->at, x->n), into the columns. */
+static int add_values(CleanCols *c, const char *s, const Clean *x, const Keys *k) {
+    const Py_ssize_t *at = x->at, *n = x->n;
     for (int j = 0; j < c->nvalues; j++) {
         const char *v = n[j] >= 0 ? s + at[j] : NULL;
         double d;
@@ -552,10 +572,8 @@ static int add_values(CleanCols *c, const char *s, Py_ssize_t a, Py_ssize_t e, c
 
 static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, const Clean *x, const Keys *k) {
     c->n++;
-    /* the fields part: from the first word when it is a key=value (an event-less line), else the rest */
     int eventless = memchr(s + x->first, '=', (size_t)x->first_n) != NULL;
-    Py_ssize_t from = eventless ? x->first : (x->rest_n >= 0 ? x->rest : -1);
-    Py_ssize_t to = x->rest_n >= 0 ? x->rest + x->rest_n : x->first + x->first_n;
+    Py_ssize_t from = x->from, to = x->to;
     /* as the parser's _finish writes it: "" for an event line with no rest, and a space after the
      * first word of an event-less line with no rest */
     Py_ssize_t fields_n = from >= 0 ? to - from : 0;
@@ -565,7 +583,7 @@ static int clean_add(CleanCols *c, const char *s, int64_t line, uint8_t tag, con
            buf_put(&c->tags, &tag, 1) || strcol_add(&c->tid, x->tid_n >= 0 ? s + x->tid : NULL, x->tid_n) ||
            strcol_add(&c->event, s + x->first, eventless ? 0 : x->first_n) ||
            strcol_add2(&c->rest, s + (from >= 0 ? from : 0), fields_n, " ", space) ||
-           add_values(c, s, from, to, k);
+           add_values(c, s, x, k);
 }
 
 static void clean_free(CleanCols *c) {
@@ -749,7 +767,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                 Py_ssize_t stop = end ? end - s : size;
                 Clean x;
                 kept_line = newlines;
-                if (split && clean_line(s, line_start, stop, at, head_len[known], &x)) {
+                if (split && clean_line(s, line_start, stop, at, head_len[known], &keys[known], nvalues, &x)) {
                     failed = clean_add(&clean, s, newlines, (uint8_t)known, &x, &keys[known]);
                 } else {
                     failed = put_i64(&rows, newlines) || put_i64(&rows, line_start) || put_i64(&rows, stop) ||
@@ -817,7 +835,7 @@ static struct PyModuleDef module = {
 
 /* What scan takes and gives, numbered: the parser uses a build of another version as none (a stale
  * build in a source tree after a checkout). */
-#define SCAN_VERSION 6
+#define SCAN_VERSION 7
 
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);

@@ -14,9 +14,11 @@ the file is read into a few buffers that are kept (a fresh one per chunk costs p
 chunks): the lines in loguru's file format, nearly all of them, are taken apart column-wise with
 polars in one query (timestamp, tag, trace id, event, fields), the few in other formats (console
 captures, foreign prefixes) one by one with the same grammar. A line that carries a known tag but
-does not follow the grammar (cut mid-line, garbled) is counted as malformed and skipped, never a
-crash. Each line keeps the log's wall-clock timestamp (when it has one) and its line number in its
-file. A compressed log cut short or corrupt is read up to where it breaks.
+does not follow the grammar (cut mid-line, garbled, a token that is no ``key=value``) is counted as
+malformed and skipped, never a crash; so is a file's last tagged line when no newline ends it (cut
+as it was written: :func:`_torn_line`). Each line keeps the log's wall-clock timestamp (when it
+has one) and its line number in its file. A compressed log cut short or corrupt is read up to
+where it breaks.
 
 A tagged line starts its log message. On a line with loguru's prefix (``<date> <time> | LEVEL |``,
 what every process writes) a tag marker anywhere else in the message is text, not an event: a
@@ -48,7 +50,7 @@ from prime_rl.analysis.tagged import EXAMPLES, NUM, READ, STEP, VALUE, Event, Pa
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.time_order import TimeOrder
 
-_SCAN_VERSION = 6
+_SCAN_VERSION = 7
 """The version of ``_scan.c`` this module speaks (its ``VERSION``)."""
 try:  # the chunk scan in C, built by the package's install (setup.py); without it, the same in Python
     from prime_rl.analysis import _scan
@@ -144,15 +146,20 @@ def _buffer_size(f) -> int:
     return min(CHUNK, max(MIN_BUFFER, st.st_size + 1))
 
 
-def _chunks(path: Path, cut: list[str], buffers: int = 1) -> Generator[tuple[bytearray, int], None, None]:
+def _chunks(
+    path: Path, cut: list[str], buffers: int = 1, torn: list[bytes] | None = None
+) -> Generator[tuple[bytearray, int], None, None]:
     """Whole lines in big chunks (at most :data:`CHUNK` bytes, or one line when it is longer), read
     into ``buffers`` buffers kept for the whole file, in turn, and yielded as they are, with the
     chunk's size: the chunk is the buffer's first ``size`` bytes, valid until ``buffers`` more chunks
     are asked for (a copy of each cost 0.3 s a GB, most of it the page faults of a fresh 8 MB every
     time); the bytes after ``size`` are not the chunk's and may change. A final line without
-    newline is yielded with one (it may be cut). A compressed file that ends early or is corrupt
-    yields what it held up to there (it is read a decompression step at a time); the error is
-    added to ``cut`` (a log copied while it was written, a crash while it was compressed).
+    newline is not yielded: it is added to ``torn``, when given (loguru ends every line with a
+    newline, so that line was cut as it was written: a log copied while it was written, a
+    compressed one cut short).
+    A compressed file that ends early or is corrupt yields what it held up to there (it is read a
+    decompression step at a time); the error is added to ``cut`` (a log copied while it was
+    written, a crash while it was compressed).
     An uncompressed file smaller than a chunk gets buffers of its size (:func:`_buffer_size`)."""
     turn = 0
     have = 0  # bytes read into buf and not yet yielded: the start of a line the last read cut
@@ -171,17 +178,15 @@ def _chunks(path: Path, cut: list[str], buffers: int = 1) -> Generator[tuple[byt
                     done = have < len(buf)  # the end of the file
                 except _CUT as e:
                     error, done = f"{type(e).__name__}: {e}", True
-            end = have if done else buf.rfind(b"\n", 0, have) + 1
+            end = buf.rfind(b"\n", 0, have) + 1
+            if done and end < have and torn is not None:  # the file's last line has no newline
+                torn.append(bytes(buf[end:have]))
             if not end:
                 if done:
                     break
                 buf.extend(bytes(len(buf)))  # one line longer than the buffer: a bigger buffer
                 continue
-            size = end
-            if buf[end - 1] != _NL:  # the file's last line has no newline: give it one (done, so
-                buf[end] = _NL  # have < len(buf): there is room)
-                size += 1
-            yield buf, size
+            yield buf, end
             turn = (turn + 1) % buffers
             nxt = bufs[turn]
             want = len(buf)
@@ -273,7 +278,8 @@ def _scan_paths(
         last = b""
         pending = _Pending(path, clock, stats, events_seen, jump_s)
         cut: list[str] = []
-        for found in _scanned(_chunks(path, cut, BUFFERS), pool, keys):
+        torn: list[bytes] = []
+        for found in _scanned(_chunks(path, cut, BUFFERS, torn), pool, keys):
             last = found.last or last
             found.into(pending, lines_before + 1)
             stats.lines += found.lines
@@ -283,6 +289,11 @@ def _scan_paths(
         if pending.rows:
             yield from _batch(pending, label, path, stats, read, kinds, final=True)
         pending.count_bad()  # malformed lines after the last batch
+        if torn:  # the last line, cut as it was written: a line of the file, no event
+            stats.lines += 1
+            lines_before += 1
+            last = _last_line_of(torn[0], len(torn[0])) or last
+            _torn_line(stats, path, lines_before, torn[0])
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
         _last_line(stats, path, last, clock)
@@ -782,10 +793,16 @@ def _loguru_lines(
 _SECOND = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}$"
 
 
+_BAD_TOKEN = r"(?:^|\s)(?:=|[^\s=]+(?:\s|$))"
+"""A token of a fields part that is no ``key=value``: one that starts with ``=`` or has none
+(``dur_ms=5.0 garbage``, ``=5``). The grammar has nothing but ``key=value`` after the event."""
+
+
 def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, list[int]]:
     """From (line, ts, tag, tid, first word, rest) to the lines' columns: the first word is the
     event, or (with a ``=``) the first field of an event-less line; lines without a first word,
-    with one that is no event name, or with neither an event nor a field are malformed."""
+    with one that is no event name, or with a token in the fields part that is no ``key=value``
+    (:data:`_BAD_TOKEN`; an event-less line's first word among them) are malformed."""
     first = head.get_column("first")
     extra = [c for c in head.columns if c.startswith("_")]  # the fields the C scan read, kept as they are
     names = {w: _new_event(events_seen, w) for w in first.drop_nulls().unique().to_list() if "=" not in w}
@@ -793,28 +810,28 @@ def _finish(head: pl.DataFrame, events_seen: set[str]) -> tuple[pl.DataFrame, li
     frame = (
         head.lazy()
         .with_columns(eq=f.str.contains("=", literal=True).fill_null(False))
+        .with_columns(
+            pl.when("eq").then(pl.lit("")).otherwise(f).alias("event"),
+            pl.when("eq").then(pl.concat_str([f, pl.lit(" "), rest])).otherwise(rest).alias("fields"),
+        )
         .select(
             "line",
             "ts",
             "tag",
             "tid",
-            pl.when("eq").then(pl.lit("")).otherwise(f).alias("event"),
-            pl.when("eq").then(pl.concat_str([f, pl.lit(" "), rest])).otherwise(rest).alias("rest"),
+            "event",
+            pl.col("fields").alias("rest"),
             *extra,
-            "eq",
             (
                 f.is_not_null()
                 & (pl.col("eq") | f.replace_strict(names, default=False, return_dtype=pl.Boolean))
+                & ~pl.col("fields").str.contains(_BAD_TOKEN)
             ).alias("valid"),
         )
         .collect()
     )
-    eq = frame.get_column("eq")
     valid = frame.get_column("valid")
-    if eq.any():  # an event-less line needs a field: read only those lines' rests for one
-        rows = eq.arg_true()
-        valid = valid.scatter(rows, frame.get_column("rest").gather(rows).str.contains(r"(?:^|\s)[^\s=]+="))
-    frame = frame.drop("eq", "valid")
+    frame = frame.drop("valid")
     if valid.all():
         return frame, []
     return frame.filter(valid), (~valid).arg_true().to_list()
@@ -889,6 +906,25 @@ def _brackets(chunk: bytes | bytearray, size: int, unknown: Counter) -> list[int
                 unknown[m.group(1).decode()] += 1
         p = find(b"[", p + 1, size)
     return marks
+
+
+def _torn_line(stats: ParseStats, path: Path, line: int, raw: bytes) -> None:
+    """A file's last line without a newline (line number ``line``): loguru ends every line with one,
+    so it was cut as it was written (a log copied while it was written, a compressed one cut short),
+    and a value in it may be cut too (``dur_ms=15`` of 1546.2). When it is a tagged line (the line
+    the scan would have read: its first marker where its message starts, or anywhere in a line
+    without loguru's prefix; not a free-form warning) it is counted as malformed and named in
+    ``cut_lines``; none of its values is used."""
+    text = raw.decode("utf-8", "replace")
+    marker = _MARKERS_S.search(text)
+    if marker is None or _free_form(text):
+        return
+    if marker.start():
+        head = _LOGURU_PREFIX_S.match(text, 0, marker.start())
+        if head is not None and head.end() != marker.start():
+            return  # a marker inside a free-form message: text
+    stats.malformed += 1
+    stats.cut_lines.append(f"{path}:{line}: {text[:_EXAMPLE_CHARS]}")
 
 
 _LAST_BYTES = 1200

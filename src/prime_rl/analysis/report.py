@@ -460,6 +460,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "lines": d.parse.lines,
             "tagged": d.parse.tagged,
             "malformed": d.parse.malformed,
+            "cut_lines": d.parse.cut_lines,
             "cut_files": d.parse.cut_files,
             "seconds": d.parse.seconds,
         },

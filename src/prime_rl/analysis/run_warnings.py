@@ -65,14 +65,22 @@ def missing_weight_lines(d: Collected, th: Thresholds) -> str | None:
 
 
 def malformed_lines(d: Collected, th: Thresholds) -> str | None:
-    """Tagged lines the parser had to skip, values that are no number, lines left out or kept out
-    of time order, a collector's lines stamped before their run's start (each named by file:line),
-    lines with a tag the analyzer does not read, and compressed files it could not read to the end."""
+    """Tagged lines the parser had to skip (malformed, or a file's last line cut short), values that
+    are no number, lines left out or kept out of time order, a collector's lines stamped before their
+    run's start (each named by file:line), lines with a tag the analyzer does not read, and compressed
+    files it could not read to the end."""
     p = d.parse
     parts = []
-    if p.malformed:
+    if p.malformed > len(p.cut_lines):
         parts.append(
-            f"{p.malformed} malformed tagged line(s) skipped (e.g. {'; '.join(p.malformed_examples[:3])})"
+            f"{p.malformed - len(p.cut_lines)} malformed tagged line(s) skipped "
+            f"(e.g. {'; '.join(p.malformed_examples[:3])})"
+        )
+    if p.cut_lines:
+        parts.append(
+            f"{len(p.cut_lines)} tagged line(s) cut short skipped, none of their values used: the last line of "
+            "a file with no newline after it (every line is written with one: a log copied while it was "
+            f"written, or a compressed log cut short) ({'; '.join(p.cut_lines[:3])})"
         )
     if p.bad_values:
         parts.append(

@@ -68,6 +68,10 @@ class ParseStats:
     clock_offsets: dict[str, tuple[float, int]] = field(default_factory=dict)
     """Trainer logs on a clock of their own, moved onto the orchestrator's as they were read: (seconds
     ahead, negative: behind; the steps measured on), by log (:mod:`~prime_rl.analysis.trainer_clock`)."""
+    cut_lines: list[str] = field(default_factory=list)
+    """Tagged lines cut as they were written, each a file's last line with no newline after it
+    (loguru ends every line with one), as ``file:line: text``: counted in ``malformed``, none of
+    their values used."""
     cut_files: list[str] = field(default_factory=list)
     """Files that could not be read to their end (a compressed log cut short or corrupt), as
     ``file: what went wrong after N lines``; their lines up to there are read."""

@@ -113,8 +113,9 @@ def _reference(message: str) -> tuple | None:
     fields = {}
     for tok in tokens:
         k, sep, v = tok.partition("=")
-        if sep and k:
-            fields[k] = v
+        if not (sep and k):  # a token that is no key=value: the line does not follow the grammar
+            return None
+        fields[k] = v
     if not event and not fields:
         return None
     return m.group(1), m.group(2), event, fields

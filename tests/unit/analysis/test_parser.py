@@ -53,11 +53,31 @@ def test_malformed_lines_are_counted_and_skipped(tmp_path):
 
 
 def test_gzip_and_a_last_line_without_newline(tmp_path):
+    """A last line without a newline was cut as it was written (loguru ends every line with one):
+    ``dur_ms=5`` may be 5 s cut short. It is a malformed line, named, none of its values read; in a
+    gzipped log and a plain one, and in a rotated part alike; a last line that is no tagged line is
+    only counted as a line."""
     log = tmp_path / "orchestrator.log.gz"
     with gzip.open(log, "wb") as f:
         f.write(b"[gen] batch.start step=0\n[gen] batch.done step=0 dur_ms=5")
     events, stats = parse(log)
-    assert [e.event for e in events] == ["batch.start", "batch.done"] and events[1].num("dur_ms") == 5.0
+    assert [e.event for e in events] == ["batch.start"] and (stats.lines, stats.malformed) == (2, 1)
+    assert stats.cut_lines == [f"{log}:2: [gen] batch.done step=0 dur_ms=5"] and not stats.malformed_examples
+    part = tmp_path / "orchestrator.log.1"  # a rotated part cut as it was copied
+    part.write_bytes(
+        b"[gen] batch.start step=0\n2026-01-01 12:00:00.000 | INFO    | [gen] batch.done step=0 compl"
+    )
+    events, stats = parse(part)
+    assert [e.event for e in events] == ["batch.start"] and stats.cut_lines == [
+        f"{part}:2: 2026-01-01 12:00:00.000 | INFO    | [gen] batch.done step=0 compl"
+    ]
+    for tail in (
+        b"vLLM: Avg prompt throughput",
+        b"2026-01-01 12:00:00.000 | WARNING | [weights][t1] retry 1 in",
+    ):
+        part.write_bytes(b"[gen] batch.start step=0\n" + tail)  # no tagged line, a free-form warning
+        events, stats = parse(part)
+        assert len(events) == 1 and (stats.lines, stats.malformed, stats.cut_lines) == (2, 0, [])
 
 
 def test_discover_labels_and_skips_console_copies(tmp_path):
@@ -95,7 +115,12 @@ def test_empty_garbage_cut_and_gzip_logs_never_crash(tmp_path, analyze):
     summary, md = analyze([*files.values(), garbage, empty], tmp_path / "out")
     assert summary["primary"]["kind"] == "frontend_queue_saturation"
     assert summary["parse"]["malformed"] >= 3 and "malformed" in md
-    assert any(u["tid"] == "t9999" for u in summary["updates"])  # the cut line still gave what it had
+    # the cut last line (no newline: cut as it was written) gives nothing, and is named
+    assert not any(u["tid"] == "t9999" for u in summary["updates"])
+    assert summary["parse"]["cut_lines"] == [
+        f"{garbage}:6: 2026-01-01 12:00:00.000 | INFO    | [weights][t9999] client.done wall_ms=12"
+    ]
+    assert "1 tagged line(s) cut short skipped" in md and f"{garbage}:6" in md
 
     summary, md = analyze([empty], tmp_path / "out2")
     assert summary["primary"] is None and "Nothing to analyse" in md  # not a healthy run's report
@@ -147,10 +172,12 @@ def test_a_forged_weight_dir_stays_inside_its_line(tmp_path):
     tagged = format_tagged("weights", "rpc.start", "t1", op="update_weights", t=1.0, target=FORGED)
     # a free-form warning quotes what the client sent through one_line (inference/admin.py)
     warning = f"[weights][t1] update_weights refused (403): weight_dir {one_line(repr(FORGED))}"
-    raw = f"{PREFIX}{tagged}\n{PREFIX}{one_line(warning)}\n{PREFIX}{one_line(FORGED)}\n"
+    warn = PREFIX.replace("INFO   ", "WARNING")  # admin.py logs it as a warning
+    raw = f"{PREFIX}{tagged}\n{warn}{one_line(warning)}\n{PREFIX}{one_line(FORGED)}\n"
     events, stats = parse_text(raw)
     assert stats.lines == 3
-    assert [(e.tag, e.event) for e in events] == [("weights", "rpc.start"), ("weights", "update_weights")]
+    # the warning (free-form text: not key=value) is no event, and not counted as malformed
+    assert [(e.tag, e.event) for e in events] == [("weights", "rpc.start")] and stats.malformed == 0
     assert not any(e.event in ("rpc.done", "write.done") for e in events)
 
 
@@ -169,11 +196,8 @@ def test_log_tagged_through_the_file_sink_is_one_event(tmp_path):
     finally:
         logger.remove(sink)
     events, stats = parse(log)
-    assert stats.lines == 3 and stats.malformed == 0
-    assert [(e.tag, e.event, e.tid) for e in events] == [
-        ("weights", "rpc.start", "t1"),
-        ("weights", "update_weights", "t1"),
-    ]
+    assert stats.lines == 3 and stats.malformed == 0  # the warning: free-form, no event, not malformed
+    assert [(e.tag, e.event, e.tid) for e in events] == [("weights", "rpc.start", "t1")]
     assert (
         events[0].fields["target"].startswith("x_[weights][abc]_rpc.done")
         and "\\x1b" in events[0].fields["target"]
@@ -198,13 +222,15 @@ def test_fields_and_timestamps_take_the_fast_paths_with_the_slow_paths_meaning(t
     remembered) give what the general rules give: odd tokens, other prefixes, unknown tags."""
     log = tmp_path / "orchestrator.log"
     log.write_text(
-        "[gen] x a=b=c k= =v bare z=1 z=2\n"  # no prefix: no timestamp
+        "[gen] x a=b=c k= z=1 z=2\n"  # no prefix: no timestamp
         "2026-01-01 12:00:00.250 | INFO    | [gen] y s=1\n"  # loguru's file prefix
         "2026-01-01 12:00:00.250 | WARNING | [gen] y s=2\n"  # the same second again: cached
         "2026-01-01 12:00:01,5 [gen] y s=3\n"  # another format: the general clock
         "12:00:02.000 | INFO     | [gen] y s=4\n"  # the console's prefix, no date
         "2026-01-01 12:00:03.000 | INFO    | [ckpt] =3\n"  # neither an event nor a field: malformed
         "2026-01-01 12:00:03.000 | INFO    | [gen] 9bad s=1\n"  # no event name: malformed
+        "2026-01-01 12:00:03.000 | INFO    | [gen] y s=1 =v\n"  # a token with no key: malformed
+        "[gen] y s=1 bare\n"  # a token that is no key=value: malformed
         "[zzz] odd k=1\n2026-01-01 12:00:04.000 | INFO    | [yyy] other k=1\n"
     )
     stats = ParseStats()
@@ -213,7 +239,7 @@ def test_fields_and_timestamps_take_the_fast_paths_with_the_slow_paths_meaning(t
     base = datetime(2026, 1, 1, 12).timestamp()
     assert [e.ts - base for e in evs[1:]] == [0.25, 0.25, 1.5, 2.0]
     assert [e.fields["s"] for e in evs[1:]] == ["1", "2", "3", "4"]
-    assert stats.malformed == 2 and dict(stats.unknown_tags) == {"zzz": 1, "yyy": 1}
+    assert stats.malformed == 4 and dict(stats.unknown_tags) == {"zzz": 1, "yyy": 1}
 
 
 # --- the two ways a chunk is split into lines agree -------------------------------------------
@@ -305,8 +331,8 @@ def test_markers_and_unknown_tags_found_from_the_brackets_are_what_the_regexes_f
     buffers=st.sampled_from([1, 3]),
 )
 def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(data, size, gz, buffers):
-    """The file comes back whole, in order, cut only after newlines (a final line without one gets
-    one); a chunk is at most the buffer's size, which grows (doubles) only to hold a line longer
+    """The file comes back whole, in order, cut only after newlines (a final line without one is
+    handed back apart, torn); a chunk is at most the buffer's size, which grows (doubles) only to hold a line longer
     than it; the last non-empty line is the one of the whole file, its trailing whitespace stripped.
     With several buffers, used in turn, a chunk stays as it was until that many more are read."""
     from prime_rl.analysis import parser
@@ -319,15 +345,18 @@ def test_chunks_are_whole_lines_of_the_file_in_order_whatever_the_buffer_size(da
         parser.CHUNK = size
         try:
             cut: list[str] = []
+            torn: list[bytes] = []
             chunks, lasts, held = [], [], []
-            for buffer, n in parser._chunks(log, cut, buffers):  # valid until `buffers` more are read
+            for buffer, n in parser._chunks(log, cut, buffers, torn):  # valid until `buffers` more are read
                 chunks.append(bytes(buffer[:n]))
                 lasts.append(parser._last_line_of(buffer, n))
                 held = [*held, (buffer, n, chunks[-1])][-buffers:]
                 assert all(bytes(b[:k]) == was for b, k, was in held)
         finally:
             parser.CHUNK = old
-    assert b"".join(chunks) == (data if data.endswith(b"\n") or not data else data + b"\n") and not cut
+    whole, _, tail = data.rpartition(b"\n") if b"\n" in data else (b"", b"", data)
+    whole += b"\n" if b"\n" in data else b""
+    assert b"".join(chunks) == whole and torn == ([tail] if tail else []) and not cut
     longest = max((len(line) + 1 for line in data.split(b"\n")), default=1)
     assert all(c.endswith(b"\n") and len(c) <= max(size, 2 * longest) for c in chunks)
     last = b"".join(chunks).rstrip().rsplit(b"\n", 1)[-1]

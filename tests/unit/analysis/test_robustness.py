@@ -286,3 +286,51 @@ def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
     )
     # the lines' other values are kept, at no numbered step
     assert sorted(a.data.series["train_ms"]) == [10.0, 10.0, 10.0, 10.0]
+
+
+def test_a_last_line_cut_as_it_was_written_and_a_token_without_a_key_are_malformed(tmp_path, analyze):
+    """A log copied while it was written: the orchestrator's last line is step 19's batch.done cut
+    inside its duration (``dur_ms=15`` of ~1546 ms), with no newline after it. It was counted as a
+    15 ms batch (mean 1537 -> 1460 ms); ``... step=19 compl`` as a batch.done without a duration.
+    Now each is a malformed line, named by file and line, none of its values used: 19 batches,
+    the mean of the 19 whole ones. A line with a token that is no key=value (``garbage``, ``=5``)
+    is malformed too (it was read as if the token were not there)."""
+    from tests.support.synthetic_logs import make_run
+
+    run = make_run("healthy", steps=20, seed=0)
+    done = [i for i, line in enumerate(run.orchestrator) if "[gen] batch.done step=19 " in line]
+    (last,) = done
+    whole = run.orchestrator[last]
+    durations = [
+        float(line.split("dur_ms=")[1].split()[0]) for line in run.orchestrator if "[gen] batch.done" in line
+    ]
+    mean19 = sum(durations[:19]) / 19
+    for name, cut in (
+        ("number", whole[: whole.index("dur_ms=") + 9]),
+        ("key", whole[: whole.index("completions") + 5]),
+    ):
+        logs = tmp_path / name
+        files = run.write(logs)
+        orch = files["orchestrator"]
+        lines = run.orchestrator[:last]
+        orch.write_text("\n".join(lines) + "\n" + cut)  # no newline: cut as it was written
+        summary, md = analyze(list(files.values()), tmp_path / f"out_{name}")
+        gen = summary["stats"]["gen_dur_ms"]
+        assert gen["count"] == 19 and math.isclose(gen["mean"], mean19, rel_tol=1e-9), gen
+        assert summary["parse"]["malformed"] == 1
+        assert summary["parse"]["cut_lines"] == [f"{orch}:{last + 1}: {cut}"]
+        assert "1 tagged line(s) cut short skipped" in md and f"{orch}:{last + 1}" in md
+
+    logs = tmp_path / "tokens"
+    files = run.write(logs)
+    orch = files["orchestrator"]
+    lines = list(run.orchestrator)
+    first = next(i for i, line in enumerate(lines) if "[gen] batch.done step=0 " in line)
+    lines[first] += " garbage"
+    second = next(i for i, line in enumerate(lines) if "[gen] batch.done step=1 " in line)
+    lines[second] += " =5"
+    orch.write_text("\n".join(lines) + "\n")
+    summary, md = analyze(list(files.values()), tmp_path / "out_tokens")
+    assert summary["stats"]["gen_dur_ms"]["count"] == 18 and summary["parse"]["malformed"] == 2
+    assert summary["parse"]["cut_lines"] == []
+    assert f"{orch}:{first + 1}: " in md and "garbage" in md
