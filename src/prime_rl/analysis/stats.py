@@ -351,7 +351,7 @@ NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "weights": WEIGHTS_NUMBERS,
     "ckpt": (("wait_ms", ("wait.done",)), ("write_ms", ("write.done",))),
     "gen": (("dur_ms", _DONE), ("completions", _DONE)),
-    "rollout": (("trunc_pct", None), ("staleness", None), ("current_step", None)),
+    "rollout": (("trunc_pct", None), ("staleness", None)),
     "verify": (("cpu_ms", _DONE), ("dur_ms", _DONE), ("tail_ms", _DONE), ("workers", _DONE)),
     "train": (
         ("wait_ms", ("step.done",)),
@@ -632,9 +632,10 @@ class _Collector:
     def rollout(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["rollout"])
         trunc, staleness = b.num_series("trunc_pct"), b.num_series("staleness")
-        step_num = b.num_series("current_step")
         self._per_step("trunc_pct", b, "current_step", trunc)
         self._per_step("staleness", b, "current_step", staleness)
+        # the step as every per-step figure takes it: no step number (x, 123456789012, 1.5), no step
+        step_num = b.step_numbers("current_step").cast(pl.Float64)
         both = staleness.is_not_null() & step_num.is_not_null()
         if both.any():
             # each line's run: the last run.start before it in the orchestrator's lines
@@ -1096,10 +1097,11 @@ class _PerStep:
         redone and the values without a step. ``segments``: each line's segment of its process
         (0, 1, ... by restart, never falling; None: all in segment 0). A step is redone once in each
         segment that sets it after an earlier segment did (a resume that logs it again); a step
-        logged twice in one segment is not. A step is numbered
-        when it is 1-8 ASCII digits (``numbers``: :func:`~prime_rl.analysis.tagged.step_numbers` of
-        ``steps``, made here when not given) below the steps seen so far plus 100,000 (a step number
-        far beyond the others is kept by name); column-wise, the few named steps one by one."""
+        logged twice in one segment is not. A step is one when it is 1-8 ASCII digits (``numbers``:
+        :func:`~prime_rl.analysis.tagged.step_numbers` of ``steps``, made here when not given); any
+        other text (``x``, 123456789012: a bad value) is no step, and its value is one without a
+        step, as on a line with none. A step is numbered below the steps seen so far plus 100,000 (a
+        step number far beyond the others is kept by name); column-wise, the few named steps one by one."""
         steps = pl.Series("step", steps, dtype=pl.String) if isinstance(steps, list) else steps
         values = pl.Series("value", values, dtype=pl.Float64) if isinstance(values, list) else values
         numbers = step_numbers(steps) if numbers is None else numbers
@@ -1108,7 +1110,7 @@ class _PerStep:
         keep = ~np.isnan(value)
         if not keep.any():
             return 0, []
-        has_step = steps.is_not_null().to_numpy()
+        has_step = numbers.is_not_null().to_numpy()
         loose = value[keep & ~has_step].tolist()
         number = numbers.to_numpy()  # null: NaN
         with np.errstate(invalid="ignore"):

@@ -3,7 +3,8 @@
 A dict of every step's staleness cost about 100 bytes a step (a key, an int object, the table) and
 was half of what the per-step figures held on a long run; two arrays of doubles and one of int32
 (the line's run's ``async_level``) cost 20 bytes a line. The step and staleness are taken as
-``int()`` takes them (toward zero; values are finite, the parser reads no other), the last line of
+``int()`` takes them (toward zero; values are finite, the parser reads no other; the collector
+gives only lines whose step is a step number, as every per-step figure takes it), the last line of
 a step wins (but for the violations of ``async_level``, which keep every line's, each judged by the
 ``async_level`` of the run it is in).
 """

@@ -202,6 +202,43 @@ def test_staleness_per_step_and_every_step_above_async_level_are_reported(tmp_pa
     assert "| 1 | 5 |" in md and "Above async_level: steps 3, 5." in md
 
 
+def test_a_step_that_is_not_read_is_no_step_in_any_per_step_figure(tmp_path):
+    """A [rollout] line whose current_step is no step number (``x``, 123456789012, ``-1``, ``1.5``)
+    has that value refused (a bad value, named) and its other values kept at no step number, as
+    the warning says. Before, ``x`` was left out of the staleness histogram but 123456789012, -1 and
+    1.5 (read as a number) were steps there: "Above async_level: steps 123456789012", step 1's
+    staleness overwritten by 1.5's line, the histogram 11 steps for 8; and in the per-step series
+    all four were steps by name. Now none is a step anywhere: 8 steps, no violation at a step; their
+    trunc_pct and staleness are kept, each once, as values at no step (a staleness above
+    async_level there is warned of without a step, as on a line with no current_step)."""
+    from prime_rl.analysis.report import summary_md, to_json
+    from prime_rl.tracing import format_tagged
+
+    lines = [
+        format_tagged("rollout", None, trunc_pct=2.0, current_step=step, ckpt_step=step - s, staleness=s)
+        for step, s in enumerate([0, 1, 1, 1, 1, 1, 1, 1])
+    ]
+    refused = ["x", "123456789012", "-1", "1.5"]
+    for k, step in enumerate(refused):
+        lines.insert(2 + 2 * k, f"[rollout] trunc_pct=90 current_step={step} ckpt_step=1 staleness=3")
+    a = _analyze_lines(tmp_path, lines, async_level=1)
+    assert a.data.staleness_histogram() == {0: 1, 1: 7}
+    assert a.data.staleness_violations() == []
+    assert a.data.parse.bad_values == 4
+    assert [e.split(": ", 1)[1].split(" ")[0] for e in a.data.parse.bad_value_examples] == [
+        f"current_step={step}" for step in refused
+    ]
+    for key, value in (("trunc_pct", 90.0), ("staleness", 3.0)):
+        values = sorted(a.data.series[key])
+        assert len(values) == 12 and values[-4:] == [value] * 4  # 8 steps, and 4 values at no step
+    assert to_json(a)["staleness"]["violations"] == []
+    # a staleness above async_level at no step is named as such, at no step
+    assert "staleness reached 3, above async_level 1" in a.warnings
+    assert not any("step(s)" in w and "async_level" in w for w in a.warnings)
+    md = summary_md(a, has_png=False)
+    assert "Above async_level" not in md and "| 1 | 7 |" in md
+
+
 def test_a_collector_run_is_not_told_its_weight_lines_are_missing(tmp_path):
     from prime_rl.tracing import format_tagged
 
@@ -237,16 +274,21 @@ def test_per_step_values_keep_the_last_of_each_step_in_step_order():
     p = _PerStep()
     steps = ["3", "1", "3", "warmup", "warmup", None, "2", "2"]
     values = [1.0, 2.0, 5.0, 7.0, 8.0, 6.0, None, 4.0]
-    # 3 and warmup were set again in the same run (segment): none redone; the value without a step is
-    # handed back; a step without a value sets nothing
-    assert p.set_many(steps, values) == (0, [6.0])
-    # 1 again in a later segment (a restart): redone; a step far beyond the others: by name
-    assert p.set_many(["1", "999999999"], [3.0, 9.0], segments=np.array([1, 1])) == (1, [])
-    # each step redone once in each later segment: warmup in 1, 1 in 2 (not in 1 again)
-    assert p.set_many(["warmup", "1", "1"], [8.0, 3.0, 3.0], segments=np.array([1, 1, 2])) == (2, [])
+    # 3 was set again in the same run (segment): not redone; the values without a step are handed
+    # back, those of a step that is no step number (warmup: a bad value) among them, each; a step
+    # without a value sets nothing
+    assert p.set_many(steps, values) == (0, [7.0, 8.0, 6.0])
+    # 1 again in a later segment (a restart): redone; a step far beyond the others: by name; 9 digits:
+    # no step number, no step
+    assert p.set_many(["1", "99999999", "999999999"], [3.0, 9.0, 10.0], segments=np.array([1, 1, 1])) == (
+        1,
+        [10.0],
+    )
+    # each step redone once in each later segment: 99999999 in 2, and 1 in 2 (its two lines there once)
+    assert p.set_many(["99999999", "1", "1"], [8.0, 3.0, 3.0], segments=np.array([2, 2, 2])) == (2, [])
     out = array("d")
     p.extend_into(out)
-    assert out.tolist() == [3.0, 4.0, 5.0, 8.0, 9.0]
+    assert out.tolist() == [3.0, 4.0, 5.0, 8.0]
 
 
 def test_a_long_run_keeps_the_first_and_last_spans_of_each_kind_and_counts_the_rest(monkeypatch, tmp_path):
@@ -387,9 +429,9 @@ def _check_blocks(stats, blocks, kept):
 
 
 class _PerStepOracle:
-    """_PerStep's rules one value at a time: a step is numbered (by its integer) when it is 1-8
-    ASCII digits below the numbered steps seen before the call plus 100,000, else kept by name; it is
-    redone where a later segment than the last that set it sets it."""
+    """_PerStep's rules one value at a time: a step is one when it is 1-8 ASCII digits (else the
+    value has no step), numbered (by its integer) below the numbered steps seen before the call plus
+    100,000, else kept by name; it is redone where a later segment than the last that set it sets it."""
 
     def __init__(self) -> None:
         self.numbered: dict[int, float] = {}
@@ -404,10 +446,10 @@ class _PerStepOracle:
         for step, value, segment in zip(steps, values, segments, strict=True):
             if value is None:
                 continue
-            if step is None:
+            if step is None or not re.fullmatch(r"[0-9]{1,8}", step):
                 loose.append(value)
                 continue
-            if re.fullmatch(r"[0-9]{1,8}", step) and int(step) < limit:
+            if int(step) < limit:
                 key, kept = int(step), self.numbered
                 self.size = max(self.size, int(step) + 1)
             else:
