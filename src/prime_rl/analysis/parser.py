@@ -45,7 +45,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.clock import Clock, local_midnight, reference_date
+from prime_rl.analysis.clock import (
+    Clock,
+    Placed,
+    dated_span,
+    local_midnight,
+    place_undated,
+    reference_date,
+    times_of_day,
+)
 from prime_rl.analysis.tagged import EXAMPLES, NUM, READ, STEP, VALUE, Event, ParseStats, TaggedLines
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.time_order import TimeOrder
@@ -217,6 +225,23 @@ def _read_upto(f, size: int) -> tuple[bytes, str | None]:
     return b"".join(pieces), None
 
 
+def _tail(path: Path) -> bytes:
+    """An uncompressed log's last :data:`_HEAD_BYTES` from its first newline in them (b"": a
+    compressed log, whose end cannot be read without the rest, or none)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return b""
+            size = f.seek(0, os.SEEK_END)
+            if size <= _HEAD_BYTES:
+                return b""  # the head holds it all
+            f.seek(size - _HEAD_BYTES)
+            tail = f.read(_HEAD_BYTES)
+    except OSError:
+        return b""
+    return tail[tail.find(b"\n") + 1 :]
+
+
 def _head(path: Path) -> bytes:
     """A log's first :data:`_HEAD_BYTES` (what it holds, if it is cut short or unreadable)."""
     try:
@@ -246,20 +271,41 @@ def scan_files(
     file is left out (:mod:`~prime_rl.analysis.time_order`; 0: none is)."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
-    stats.ref_date = reference_date(_head(p) for _, p in paths)
+    heads = [_head(p) for _, p in paths]
+    stats.ref_date = reference_date(heads)
     clock = Clock(stats.ref_date)
+    places = _places(paths, heads, stats.ref_date)
     events_seen: set[str] = set()
     read = {tag: tuple(fields.get(tag, ())) for tag in _TAG_LIST} if fields and _scan is not None else None
     kinds = {tag: dict(kinds.get(tag, {})) for tag in _TAG_LIST} if read and kinds else None
     with ThreadPoolExecutor(SCANNERS, thread_name_prefix="analyzer-scan") as pool:
-        yield from _scan_paths(paths, stats, clock, events_seen, pool, read, kinds, jump_s)
+        yield from _scan_paths(paths, stats, clock, places, events_seen, pool, read, kinds, jump_s)
     stats.seconds += time.perf_counter() - start
+
+
+def _places(
+    paths: list[tuple[str, Path]], heads: list[bytes], earliest: str
+) -> dict[str, tuple[Placed, float | None]]:
+    """The date of each log (:func:`log_of`) whose first part's head has no dated time
+    (:func:`~prime_rl.analysis.clock.place_undated`: by its name, else by the times of the dated
+    logs' heads and tails), and when its capture began (None: not known)."""
+    tails = [_tail(p) for _, p in paths]
+    spans = [dated_span(head, tail) for head, tail in zip(heads, tails, strict=True)]
+    dated = [span for span in spans if span is not None]
+    out: dict[str, tuple[Placed, float | None]] = {}
+    for (_, p), head, tail, span in zip(paths, heads, tails, spans, strict=True):
+        log = log_of(str(p))
+        if log in out or span is not None:
+            continue
+        out[log] = place_undated(Path(log).name, times_of_day(head, tail), dated, earliest)
+    return out
 
 
 def _scan_paths(
     paths: list[tuple[str, Path]],
     stats: ParseStats,
     clock: Clock,
+    places: dict[str, tuple[Placed, float | None]],
     events_seen: set[str],
     pool: ThreadPoolExecutor,
     read: dict[str, tuple[str, ...]] | None,
@@ -271,9 +317,13 @@ def _scan_paths(
         keys = (tuple(tuple(k.encode() for k in read[tag]) for tag in _TAG_LIST),)
         if kinds:
             keys += (tuple(bytes(kinds[tag].get(k, 0) for k in read[tag]) for tag in _TAG_LIST),)
+    previous = None
     for label, path in paths:
         stats.files.append(str(path))
-        clock.new_file()
+        log = log_of(str(path))
+        place, began = places.get(log, (None, None))
+        clock.new_file(place.date if place else None, began, same_log=log == previous)
+        previous = log
         lines_before = 0  # lines of this file in earlier chunks: a line is named file:line
         last = b""
         pending = _Pending(path, clock, stats, events_seen, jump_s)
@@ -297,6 +347,8 @@ def _scan_paths(
         if cut:
             stats.cut_files.append(f"{path}: cannot be read past line {lines_before} ({cut[0]})")
         _last_line(stats, path, last, clock)
+        if clock.undated and place is not None:
+            stats.undated.setdefault(log, place)
 
 
 def _batch(

@@ -7,10 +7,11 @@ SUMMARY.md lists them in. See ``bottleneck_logs/README.md`` for what to do about
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import polars as pl
 
-from prime_rl.analysis.clock_offsets import Offsets
+from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
@@ -119,22 +120,79 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
 
 def clock_offsets(d: Collected, th: Thresholds) -> str | None:
     """Server logs (:mod:`~prime_rl.analysis.clock_offsets`) and trainer logs
-    (:mod:`~prime_rl.analysis.trainer_clock`) on a clock of their own."""
+    (:mod:`~prime_rl.analysis.trainer_clock`) on a clock of their own (not a log without dates off
+    by whole days: its date, :func:`undated_logs`)."""
     parts = []
-    if d.clock_offsets:
+    server = {log: v for log, v in d.clock_offsets.items() if _days_off(d, log, v[0]) is None}
+    trainer = {log: v for log, v in d.parse.clock_offsets.items() if _days_off(d, log, v[0]) is None}
+    if server:
         parts.append(
             "a server log's clock is off the orchestrator's: its weight updates were received before they were "
-            f"sent or finished after the client had its reply: {_offsets(d.clock_offsets, 'update')} (another "
+            f"sent or finished after the client had its reply: {_offsets(server, 'update')} (another "
             "time zone, or a clock not synced). Its [weights] lines are joined, and the run's length measured, "
             "on the orchestrator's clock; its other lines keep their own times"
         )
-    if d.parse.clock_offsets:
+    if trainer:
         parts.append(
             "a trainer log's clock is off the orchestrator's: it wrote checkpoints, or finished the steps they "
             "hold, after the orchestrator had them, or read rollouts before they were written: "
-            f"{_offsets(d.parse.clock_offsets, 'step')} "
+            f"{_offsets(trainer, 'step')} "
             "(another time zone, or a clock not synced). Its times are read on the orchestrator's clock"
         )
+    return "; ".join(parts) or None
+
+
+_DAY_S = 86400.0
+
+
+def _days_off(d: Collected, log: str, off: float) -> int | None:
+    """The whole days by which a log without dates (a console capture) is off the orchestrator's
+    clock, give or take what a clock in step is (``SLACK_S``): the date it was placed on is not its
+    own. None: it has dates, or it is off by another amount (a clock of its own)."""
+    if log not in d.parse.undated:
+        return None
+    days = round(off / _DAY_S)
+    return days if days and abs(off - days * _DAY_S) <= SLACK_S else None
+
+
+_HOW = {
+    "name": "the date in its name",
+    "overlap": "the one date on which its times overlap the other logs'",
+    "none": "the earliest date of the logs: its times overlap the other logs' on no date",
+}
+
+
+def undated_logs(d: Collected, th: Thresholds) -> str | None:
+    """Logs whose times have no date (console captures, :class:`~prime_rl.analysis.clock.Placed`)
+    whose date is a guess (several dates of the other logs fit their times, or none does), or which
+    their weight updates or steps put on another date (their lines are read there: not a clock off)."""
+    parts = []
+    for log, place in d.parse.undated.items():
+        how = (
+            _HOW.get(place.how)
+            or f"the first of the dates its times fit in the other logs ({', '.join(place.fits)})"
+        )
+        moved = {**d.clock_offsets, **d.parse.clock_offsets}.get(log)
+        days = _days_off(d, log, moved[0]) if moved else None
+        if days is not None:
+            by = "weight updates" if log in d.clock_offsets else "steps"
+            there = (
+                "its [weights] lines are joined, and the run's length measured"
+                if by[0] == "w"
+                else "its times are read"
+            )
+            on = (datetime.strptime(place.date, "%Y-%m-%d") - timedelta(days=days)).date().isoformat()
+            parts.append(
+                f"{log} has times without a date (a console capture), placed on {place.date} ({how}); its {by} "
+                f"put it {abs(days)} day(s) {'earlier' if days > 0 else 'later'}, on {on}: {there} there (a date "
+                "the log does not carry, not a clock off)"
+            )
+        elif place.how in ("several", "none"):
+            parts.append(
+                f"{log} has times without a date (a console capture), placed on {place.date}, {how}: its times may "
+                "be whole days off (nothing else places it; name a capture with its date, as in "
+                "inference_$(date +%Y%m%d_%H%M%S).log)"
+            )
     return "; ".join(parts) or None
 
 
@@ -200,6 +258,7 @@ WARNINGS: tuple[Check, ...] = (
     missing_weight_lines,
     malformed_lines,
     clock_offsets,
+    undated_logs,
     failed_updates,
     failed_samples,
     unplaced_hangs,

@@ -76,7 +76,10 @@ class ParseStats:
     """Files that could not be read to their end (a compressed log cut short or corrupt), as
     ``file: what went wrong after N lines``; their lines up to there are read."""
     ref_date: str | None = None
-    """The date given to timestamps without one (console captures)."""
+    """The earliest date of the logs (:func:`~prime_rl.analysis.clock.reference_date`)."""
+    undated: dict[str, Any] = field(default_factory=dict)
+    """Logs (:func:`~prime_rl.analysis.parser.log_of` their files) whose times have no date (console
+    captures): the date they were placed on and how (:class:`~prime_rl.analysis.clock.Placed`)."""
     seconds: float = 0.0
 
 

@@ -9,9 +9,10 @@ from tests.support.synthetic_logs import make_run
 from prime_rl.analysis import analyze as analyze_mod
 from prime_rl.analysis import rules, run_warnings
 from prime_rl.analysis.analyze import rank_findings
+from prime_rl.analysis.clock import Placed
 from prime_rl.analysis.collector_runs import VerifyPasses
 from prime_rl.analysis.findings import Finding
-from prime_rl.analysis.parser import Event
+from prime_rl.analysis.parser import Event, ParseStats
 from prime_rl.analysis.server_load import ServerLoadSeries
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
@@ -277,6 +278,14 @@ WARNS = {
     run_warnings.missing_weight_lines: (dict(), dict(updates=(Update("t1", recv_ts=1.0),))),
     run_warnings.malformed_lines: (dict(malformed=2), dict()),
     run_warnings.clock_offsets: (dict(fields=dict(clock_offsets={"inference.log": (7200.0, 18)})), dict()),
+    run_warnings.undated_logs: (
+        dict(
+            fields=dict(
+                parse=ParseStats(undated={"c.log": Placed("2026-01-01", "several", ("2026-01-01", "x"))})
+            )
+        ),
+        dict(fields=dict(parse=ParseStats(undated={"c.log": Placed("2026-01-03", "name")}))),
+    ),
     run_warnings.failed_updates: (
         dict(updates=(Update("t1", recv_ts=1.0, failed=True),)),
         dict(updates=(Update("t1", recv_ts=1.0),)),
