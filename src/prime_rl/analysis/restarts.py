@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -241,6 +242,10 @@ class Segments:
         """By process, the steps its current segment logged so far (an array per batch)."""
         self._opened_by: dict[str, int] = {}
         """By process, the index in :attr:`restarts` of the restart that began its current segment."""
+        self._intervals: dict[str, array] = {}
+        """By process, the time between each two consecutive step lines of one of its runs."""
+        self._last_step_ts: dict[str, float] = {}
+        """By process, the time of its last step line (NaN: a run.start since, or none yet)."""
 
     def observe(self, lines: TaggedLines) -> list[int]:
         """Fold a batch of one process's lines; the rows that start a new segment of it. The downtime
@@ -301,7 +306,37 @@ class Segments:
         gap = max(carried, float(longest.max()))
         if gap > -np.inf:
             self._gap[source] = gap
+        ts = lines.frame.get_column("ts").to_numpy()
+        self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
         return out
+
+    def _pace(self, source: str, ts: np.ndarray, starts: np.ndarray, breaks: np.ndarray) -> None:
+        """Keep the time between each two consecutive step lines of ``source`` (their times ``ts``,
+        NaN: none) within one run: none ends at a line that starts a segment (``breaks``: a
+        ``run.start``, or a step going back), nor starts at a ``run.start`` (``starts``: start-up)."""
+        if not len(ts):
+            return
+        carried = self._last_step_ts.get(source, math.nan)
+        # after each line, the time of the last step line an interval may start at
+        sets = breaks | ~np.isnan(ts)
+        value = np.where(starts, math.nan, ts)
+        at = np.maximum.accumulate(np.where(sets, np.arange(len(ts)), -1))
+        last = np.where(at >= 0, value[np.maximum(at, 0)], carried)
+        before = np.concatenate([[carried], last[:-1]])
+        with np.errstate(invalid="ignore"):
+            gaps = ts - before
+            keep = ~breaks & (gaps >= 0)
+        if keep.any():
+            self._intervals.setdefault(source, array("d")).frombytes(gaps[keep].astype(np.float64).tobytes())
+        self._last_step_ts[source] = float(last[-1])
+
+    def step_seconds(self) -> dict[str, float]:
+        """By process, the median time between two consecutive step lines of one of its runs (its
+        pace: the orchestrator's ``[gen] batch.start``, the trainer's ``[train] step.done``); a
+        process with none is left out."""
+        return {
+            p: float(np.median(np.frombuffer(v, dtype=np.float64))) for p, v in self._intervals.items() if v
+        }
 
     def finish(self) -> None:
         """End every process's current segment (the logs end): each restart's :attr:`Restart.redone`

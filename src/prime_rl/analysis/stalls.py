@@ -9,11 +9,13 @@ waits for its rollouts), and the trainer waiting for rollouts no batch is making
 wait.start`` without ``wait.done``, no batch open: the orchestrator died between batches, or
 hangs). A wait counts as a stall when it lasted ``stall_min_s`` to the end of the logs (the last line of any file), and three times the median of its kind (a run whose
 steps take minutes waits that long every step), or when the other side fell silent before it
-began and stayed silent that long (logs read while the run goes on end inside ordinary waits, with
-the other side at work and silent for seconds). Waits from before a restart of the orchestrator
-are over. A server log on a clock of its own is read on the orchestrator's
-(:mod:`~prime_rl.analysis.clock_offsets`). A stall is ranked first: a run that hangs has no other
-bottleneck that matters at its end.
+began and stayed silent ``stall_min_s`` and three times its own pace (the median time between two
+of its step lines; the orchestrator's for a server, whose lines come once a step): logs read while
+the run goes on end inside ordinary waits, with the other side at work and silent as long as it is
+every step (a trainer computing 120 s a step is silent 110 s while the orchestrator waits 10 s of
+its usual 20). Waits from before a restart of the orchestrator are over. A server log on a clock
+of its own is read on the orchestrator's (:mod:`~prime_rl.analysis.clock_offsets`). A stall is
+ranked first: a run that hangs has no other bottleneck that matters at its end.
 """
 
 from __future__ import annotations
@@ -77,21 +79,48 @@ def _other_side(d: Collected, process: str, path: str | None = None) -> tuple[fl
     return ts, f"the {process}'s last line{when}: `{text[:200]}`"
 
 
+def _pace(d: Collected, process: str) -> tuple[float, str]:
+    """How long ``process`` is silent as a rule, and whose pace that is: its median time between two
+    step lines (:attr:`Collected.step_seconds`); a server's lines (once a step), and a process with
+    too few steps, go by the orchestrator's (the run's pace), else the trainer's; 0.0: none known."""
+    for whose in (process, "orchestrator", "trainer"):
+        if d.step_seconds.get(whose):
+            return d.step_seconds[whose], "its" if whose == process else f"the {whose}'s"
+    return 0.0, "its"
+
+
 def _is_stall(
     since: float | None,
     other: float | None,
     end: float | None,
     th: Thresholds,
     typical_ms: float | None = None,
-) -> bool:
-    """Whether a wait open since ``since`` is a stall where the logs end at ``end`` (the other side's
-    last line at ``other``): it lasted the least stall time (``stall_min_s``, and three times
-    ``typical_ms``, the median wait of its kind), or the other side fell silent before it began and
-    stayed silent that long."""
+    other_pace: tuple[float, str] = (0.0, "its"),
+    other_process: str = "other side",
+    kind: str = "wait",
+) -> str | None:
+    """Why a wait open since ``since`` is a stall where the logs end at ``end`` (the other side's
+    last line at ``other``), in words with the numbers crossed; None: it is none. It lasted
+    ``stall_min_s`` and three times ``typical_ms`` (the median of its ``kind``), or the other side
+    fell silent before it began and stayed silent ``stall_min_s`` and three times ``other_pace``
+    (its own pace, and whose it is: :func:`_pace`)."""
     if since is None or end is None:
-        return False
+        return None
     least = max(th.stall_min_s, 3 * (typical_ms or 0.0) / 1000.0)
-    return end - since >= least or (other is not None and other < since and end - other >= least)
+    if end - since >= least:
+        return (
+            f"{end - since:.0f} s to the end of the logs (at least stall_min_s {th.stall_min_s:g} s and 3x the "
+            f"median {kind}, {(typical_ms or 0.0) / 1000.0:.1f} s)"
+        )
+    pace, whose = other_pace
+    silent = max(th.stall_min_s, 3 * pace)
+    if other is not None and other < since and end - other >= silent:
+        return (
+            f"{end - since:.0f} s to the end of the logs, the {other_process} silent since before it: "
+            f"{end - other:.0f} s (at least stall_min_s {th.stall_min_s:g} s and 3x {whose} median time "
+            f"between steps, {pace:.1f} s)"
+        )
+    return None
 
 
 def stall(d: Collected, th: Thresholds) -> Finding | None:
@@ -124,7 +153,8 @@ def _ckpt_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, s
         return None
     target, since, ev = d.open_wait
     other_ts, other = _other_side(d, "trainer")
-    if not _is_stall(since, other_ts, end, th, d.stat("ckpt_wait_ms", "p50")):
+    why = _is_stall(since, other_ts, end, th, d.stat("ckpt_wait_ms", "p50"), _pace(d, "trainer"), "trainer")
+    if why is None:
         return None
     written = d.last_write.fields.get("step") if d.last_write else None
     wrote = f"the last weights it wrote: step {written}" if d.last_write else "no weight write in its log"
@@ -137,8 +167,7 @@ def _ckpt_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str, s
         title = f"Stall: the orchestrator waits for weights step {target}, which the trainer never wrote"
     return (
         title,
-        f"waiting since {_clock(since)} ({ev.where()}), {(end or 0) - (since or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, and 3x the median wait); {other}; {wrote}",
+        f"waiting since {_clock(since)} ({ev.where()}), {why}; {other}; {wrote}",
         since,
     )
 
@@ -170,7 +199,9 @@ def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str,
     if u is None:
         return None
     other_ts, other = _other_side(d, "inference", u.server)
-    if not _is_stall(u.send_ts, other_ts, end, th, d.stat("wall_ms", "p50")):
+    pace = _pace(d, "inference")
+    why = _is_stall(u.send_ts, other_ts, end, th, d.stat("wall_ms", "p50"), pace, "server", "update")
+    if why is None:
         return None
     server = (
         "the server never received it"
@@ -181,8 +212,7 @@ def _update_stall(d: Collected, th: Thresholds, end: float | None) -> tuple[str,
     )
     return (
         f"Stall: a weight update to {u.url or 'a server'} got no answer (trace id {u.tid})",
-        f"sent at {_clock(u.send_ts)}, {(end or 0) - (u.send_ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, and 3x the median update); {server}; {other}",
+        f"sent at {_clock(u.send_ts)}, {why}; {server}; {other}",
         u.send_ts,
     )
 
@@ -235,14 +265,11 @@ def _open_since(
     kind's wait), with ``title``, or None: the evidence says since when, how long to the logs'
     end, ``note`` and ``other_process``'s last line."""
     other_ts, other = _other_side(d, other_process)
-    if not _is_stall(ev.ts, other_ts, end, th, d.stat(typical, "p50")):
+    pace, name = _pace(d, other_process), "server" if other_process == "inference" else other_process
+    why = _is_stall(ev.ts, other_ts, end, th, d.stat(typical, "p50"), pace, name, kind)
+    if why is None:
         return None
-    return (
-        title,
-        f"{began} {_clock(ev.ts)} ({ev.where()}), {(end or 0) - (ev.ts or 0):.0f} s to the end of the logs "
-        f"(stall_min_s {th.stall_min_s:g}, and 3x the median {kind}); {note}{other}",
-        ev.ts,
-    )
+    return (title, f"{began} {_clock(ev.ts)} ({ev.where()}), {why}; {note}{other}", ev.ts)
 
 
 def hang(d: Collected, th: Thresholds) -> Finding | None:

@@ -236,6 +236,10 @@ class Collected:
     largest multiple of its batch's wall time ([gen] batch.done dur_ms): (step, summed ms, batch ms);
     None without a step that has both. Above 1, the verifier's workers ran side by side: at least
     that many of them (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)."""
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    """By process, its pace: the median time between two consecutive step lines of one of its runs
+    (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
+    the process by it."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -1036,6 +1040,7 @@ def _collect(
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
         hangs_unplaced=hangs.unplaced,
         verify_busiest=busiest,
+        step_seconds=c.segments.step_seconds(),
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -68,7 +68,7 @@ class Thresholds(BaseModel):
     server_min_updates: int = 3
     """... and it has at least this many updates."""
     stall_min_s: float = 30.0
-    """A wait still open where the logs end is a stall when it lasted this many seconds (and 3x the median wait of its kind) to the last line of any log, or the other side fell silent that long since before it began."""
+    """A wait still open where the logs end is a stall when it lasted this many seconds (and 3x the median wait of its kind) to the last line of any log, or the other side fell silent since before it began for this many seconds and 3x its own median time between step lines (a server's: the orchestrator's)."""
     preemptions_per_min: float = 2.0
     """KV-cache pressure: a server preempts more than this many requests a minute ([server] metrics preemptions=, over the scraped time) ..."""
     kv_cache_pct_high: float = 90.0

@@ -922,3 +922,78 @@ def test_a_resumed_trainer_s_first_wait_is_start_up_as_step_0_s(tmp_path, analyz
     (tmp_path / "older").mkdir()
     summary, _ = analyze(_appended(tmp_path / "older", first, second), tmp_path / "out2")
     assert summary["stats"]["train_wait_ms"]["max"] == 30.0
+
+
+def _trainer_bound_live(root: Path, copied_after_s: float, trainer_dead_s: float = 0.0) -> dict[str, Path]:
+    """A trainer-bound run (async_level 1) read while it goes on: the trainer computes 120 s a step,
+    a batch takes 100 s, so the orchestrator waits 20 s for each step's weights; its logs are
+    copied ``copied_after_s`` into its wait for weights step 12 (it scrapes the servers every 5 s,
+    so its log runs up to the copy; the wait's end, 20 s in, is not in it). ``trainer_dead_s``: the
+    trainer's lines of the last that many seconds before the copy are lost (it died then)."""
+    from tests.support.synthetic_logs import _line
+
+    t0, compute, generate = 1_767_268_800.0, 120.0, 100.0  # 2026-01-01 12:00 UTC
+    o = [(t0, format_tagged("gen", "run.start", step=0, resume=False, async_level=1))]
+    t = [(t0, format_tagged("train", "run.start", step=0, resume=False))]
+    rollouts, weights, orch, trainer, k = {}, {0: t0}, t0, t0, 0  # k: the trainer's next step
+    for step in range(14):
+        if step > 1:
+            while step - 1 not in weights:  # the trainer trains step k once its rollouts are there
+                begin = max(trainer, rollouts[k])
+                waited = 1000 * (begin - trainer)
+                trainer = weights[k + 1] = begin + compute
+                t.append((begin, format_tagged("train", "wait.start", step=k)))
+                t.append((begin, format_tagged("train", "wait.done", step=k, wait_ms=waited)))
+                t.append((trainer, format_tagged("ckpt", "write.done", step=k + 1, write_ms=500.0)))
+                t.append((trainer, format_tagged("train", "step.done", step=k, train_ms=1000 * compute)))
+                k += 1
+            done = max(orch, weights[step - 1])
+            o.append((orch, format_tagged("ckpt", "wait.start", target_step=step - 1)))
+            o.append(
+                (done, format_tagged("ckpt", "wait.done", target_step=step - 1, wait_ms=1000 * (done - orch)))
+            )
+            orch = done
+        o.append((orch, format_tagged("gen", "batch.start", step=step, inflight=8, target_batch=64)))
+        orch = rollouts[step] = orch + generate
+        o.append(
+            (orch, format_tagged("gen", "batch.done", step=step, completions=64, dur_ms=1000 * generate))
+        )
+    t.append((trainer, format_tagged("train", "wait.start", step=k)))
+    o = o[: max(i for i, (_, x) in enumerate(o) if "wait.start" in x) + 1]  # for weights step 12
+    copied = o[-1][0] + copied_after_s
+    o += [(s, "[server] metrics url=http://h:8000 running=8 waiting=0 kv_cache_pct=30.0 preemptions=0 requests=5 scrape_ms=2.0")
+          for s in np.arange(t0, copied + 1e-6, 5.0)]  # fmt: skip
+    root.mkdir(parents=True)
+    files = {}
+    for name, lines, until in (("orchestrator", o, copied), ("trainer", t, copied - trainer_dead_s)):
+        kept = sorted(((ts, x) for ts, x in lines if ts <= until), key=lambda line: line[0])  # stable
+        files[name] = root / f"{name}.log"
+        files[name].write_text("\n".join(_line(ts, x) for ts, x in kept) + "\n")
+    return files
+
+
+def test_logs_copied_while_the_trainer_computes_as_every_step_are_no_stall(tmp_path, analyze):
+    """Logs copied 10 s into an ordinary 20 s wait for weights, the trainer computing its 120 s step
+    since 110 s: 'Stall: the orchestrator waits for weights step 12, which the trainer never wrote
+    ... 10 s to the end of the logs (stall_min_s 30, and 3x the median wait)', a primary stall whose
+    text claimed thresholds its 10 s did not reach. The trainer's silence (110 s, over stall_min_s
+    and 3x the 20 s median wait) is judged by its own pace, 120 s between steps: no stall. A trainer
+    silent 3x its pace since before the wait is one, and the evidence names what was crossed."""
+    summary, _ = analyze(_trainer_bound_live(tmp_path / "live", 10.0).values(), tmp_path / "out")
+    assert not any(f["kind"] == "stall" for f in summary["findings"]), summary["findings"]
+    # the trainer's lines of the last 400 s lost (silent 470 s > 3 x 120 s), the orchestrator's wait 10 s
+    summary, _ = analyze(_trainer_bound_live(tmp_path / "dead", 10.0, 400.0).values(), tmp_path / "out2")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall", summary["findings"]
+    assert (
+        "10 s to the end of the logs, the trainer silent since before it: 470 s (at least stall_min_s 30 s "
+        "and 3x its median time between steps, 120.0 s)" in stall["evidence"]
+    )
+    # the wait itself 3x the median wait (20 s) and stall_min_s long: a stall, by those numbers
+    summary, _ = analyze(_trainer_bound_live(tmp_path / "long", 70.0).values(), tmp_path / "out3")
+    stall = summary["primary"]
+    assert stall["kind"] == "stall", summary["findings"]
+    assert (
+        "70 s to the end of the logs (at least stall_min_s 30 s and 3x the median wait, 20.0 s)"
+        in stall["evidence"]
+    )

@@ -144,6 +144,13 @@ QUIET = {
             fields={"open_wait": ("5", 95.0, WAIT)},
             last_lines={"/r/orchestrator.log": (100.0, "x"), "/r/trainer.log": (99.0, "y")},
         ),
+        # a wait open 5 s, the trainer silent 50 s since before it: past stall_min_s and 3x the 5 s
+        # waits, but a trainer that steps once a minute is that silent every step
+        dict(
+            fields={"open_wait": ("5", 95.0, WAIT), "step_seconds": {"trainer": 60.0}},
+            ckpt_wait_ms=[5000.0] * 3,
+            last_lines={"/r/orchestrator.log": (100.0, "x"), "/r/trainer.log": (50.0, "y")},
+        ),
     ],
     rules.hang: [{}],
     rules.truncation: [dict(trunc_pct=[25.0] * 4, gen_dur_ms=[16000.0] * 4), {}],
