@@ -226,6 +226,149 @@ def _before(h: Hang) -> HangBefore:
     return HangBefore(h.event.ts, h.event.where(), hang_said(h.event))
 
 
+PROGRESS = frozenset(
+    {
+        ("gen", "batch.start"),
+        ("gen", "batch.done"),
+        ("verify", "batch.done"),
+        ("ckpt", "wait.done"),
+        ("ckpt", "write.done"),
+        ("ckpt", "save.done"),
+        ("weights", "client.done"),
+        ("weights", "rpc.done"),
+        ("train", "step.done"),
+        ("train", "compute.done"),
+        ("env", "episode.done"),
+        ("env", "turn.done"),
+    }
+)
+"""The lines that are progress of a run, as the launcher's watchdog counts them
+(``prime_rl.launcher.watchdog.PROGRESS``): a hang ends at the next of them."""
+
+GAPS_KEPT = 64
+"""The longest silences between progress lines kept for each log (:class:`ProgressGaps`): a hang
+that more than this many longer silences of one log come before or after is not told apart from
+that log's progress."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A hang of the watchdog after which the processes it named made progress again: the run went on."""
+
+    hang: Event
+    """The ``[hang] detected`` line."""
+    start: float
+    """The last progress line (:data:`PROGRESS`) of the orchestrator's or the trainer's logs before it."""
+    end: float
+    """The first after it."""
+    step: int | None
+    """The last step logged before it (the orchestrator's batch.start, the trainer's step.done; None: none)."""
+    reached: int | None
+    """The last step logged in the end (the run went on to it)."""
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class ProgressGaps:
+    """The orchestrator's and the trainer's logs' progress (:data:`PROGRESS`), to tell a hang the run
+    went on after from one it ends in: for each log, its first and last progress line's time and its
+    :data:`GAPS_KEPT` longest silences between two progress lines, each with the step logged last
+    before it (memory: a few numbers a log, whatever its length)."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, list] = {}
+        """By file: [process, first time, last time, last step, gaps (rows of start, end, step)]."""
+
+    def observe(self, b: TaggedLines) -> None:
+        """Fold a batch of one file (of the orchestrator or the trainer; others are no matter)."""
+        if b.source not in STEP_LINE_OF:
+            return
+        pairs = [(tag, event) for tag, event, _ in b.overview().counts if (tag, event) in PROGRESS]
+        if not pairs:
+            return
+        frame = b.frame
+        tag, event = frame.get_column("tag"), frame.get_column("event")
+        progress = np.zeros(len(frame), dtype=bool)
+        for t, e in pairs:
+            progress |= ((tag == t) & (event == e)).fill_null(False).to_numpy()
+        ts = frame.get_column("ts").to_numpy()
+        rows = np.flatnonzero(progress & ~np.isnan(ts))
+        if not len(rows):
+            return
+        key = str(b.path) if b.path is not None else b.source
+        log = self._logs.setdefault(key, [b.source, math.inf, -math.inf, math.nan, np.empty((0, 3))])
+        t = ts[rows]
+        start = np.concatenate([[log[2]], t[:-1]])
+        with np.errstate(invalid="ignore"):
+            length = np.where(np.isfinite(start), t - start, -math.inf)
+        kept = np.flatnonzero(length > 0)
+        if len(kept) > GAPS_KEPT:
+            kept = kept[np.argsort(-length[kept], kind="stable")[:GAPS_KEPT]]
+        # the step logged last before each kept silence, and before the batch's end: the last step
+        # line at or before the progress line it starts at (the log's from before the batch)
+        step_tag, step_event = STEP_LINE_OF[b.source]
+        step_rows = np.flatnonzero(((tag == step_tag) & (event == step_event)).fill_null(False).to_numpy())
+        ends = np.append(rows[np.maximum(kept - 1, 0)], rows[-1])
+        at = np.searchsorted(step_rows, ends, side="right") - 1
+        wanted = np.unique(step_rows[at[at >= 0]])
+        numbers = step_numbers(pl.Series(b.rows_text(wanted, "step"), dtype=pl.String)).cast(pl.Float64)
+        step_of = dict(zip(wanted.tolist(), numbers.fill_null(math.nan).to_list(), strict=True))
+        steps = np.array([step_of[step_rows[a]] if a >= 0 else log[3] for a in at.tolist()], dtype=np.float64)
+        steps[:-1][kept == 0] = log[3]  # a silence from the batch's first line: the step before it
+        gaps = np.concatenate([log[4], np.column_stack([start[kept], t[kept], steps[:-1]])])
+        if len(gaps) > GAPS_KEPT:
+            gaps = gaps[np.argsort(gaps[:, 0] - gaps[:, 1], kind="stable")[:GAPS_KEPT]]
+        log[1], log[2] = min(log[1], float(t.min())), max(log[2], float(t[-1]))
+        log[3], log[4] = float(steps[-1]), gaps
+
+    def pause(self, hang: Event) -> Pause | None:
+        """The pause ``hang`` (with a time) was part of, when every process its ``waits=`` names (of
+        those with a log here; none: any) made progress after it; None: the run did not go on (or
+        its line has no time). Each log's last progress before it and first after are its silence
+        around the hang (a log whose silence there is none of its longest kept is left out)."""
+        if hang.ts is None or not self._logs:
+            return None
+        h = hang.ts
+        around: list[tuple[str, float, float, float]] = []  # (process, before, after, step before)
+        for process, first, last, last_step, gaps in self._logs.values():
+            if h < first:
+                around.append((process, -math.inf, first, math.nan))
+            elif h >= last:
+                around.append((process, last, math.inf, last_step))
+            else:
+                inside = gaps[(gaps[:, 0] <= h) & (h < gaps[:, 1])]
+                if len(inside):
+                    around.append((process, float(inside[0, 0]), float(inside[0, 1]), float(inside[0, 2])))
+        named = _named(hang) & {p for p, *_ in around} or {p for p, *_ in around}
+        if not named or not all(any(a < math.inf for p, _, a, _ in around if p == n) for n in named):
+            return None
+        start = max((b for _, b, _, _ in around if b > -math.inf), default=None)
+        end = min(a for _, _, a, _ in around)
+        if start is None or not end > start:
+            return None
+        steps = [s for *_, s in around if not math.isnan(s)]
+        reached = [log[3] for log in self._logs.values() if not math.isnan(log[3])]
+        return Pause(
+            hang,
+            start,
+            end,
+            int(max(steps)) if steps else None,
+            int(max(reached)) if reached else None,
+        )
+
+
+def _named(hang: Event) -> set[str]:
+    """The processes a hang's ``waits=who>whom:what,...`` names."""
+    named = set()
+    for wait in (hang.fields.get("waits") or "").split(","):
+        if ">" in wait:
+            who, whom = wait.split(":", 1)[0].split(">", 1)
+            named |= {who.strip(), whom.strip()}
+    return named
+
+
 class Segments:
     """Watches the step lines of every process; :meth:`observe` says when a new segment starts."""
 

@@ -16,7 +16,7 @@ import polars as pl
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
 from prime_rl.analysis.stages import env_wall_ms, fewest_verify_workers, update_critical, verify_wall_ms
-from prime_rl.analysis.stalls import hang, stall
+from prime_rl.analysis.stalls import hang, pause, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import of_the_steps
@@ -549,6 +549,7 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
 RULES: tuple[Rule, ...] = (
     stall,
     hang,
+    pause,
     frontend_queue_saturation,
     slow_reload,
     failed_attempts,

@@ -16,9 +16,15 @@ every step (a trainer computing 120 s a step is silent 110 s while the orchestra
 its usual 20). Waits from before a restart of the orchestrator are over. A server log on a clock
 of its own is read on the orchestrator's (:mod:`~prime_rl.analysis.clock_offsets`). A stall is
 ranked first: a run that hangs has no other bottleneck that matters at its end.
+
+The launcher's watchdog's ``[hang]`` lines: a hang the run did not go on after is :func:`hang`,
+ranked first as a stall; one after which the processes it named made progress again is a
+:func:`pause`, ranked by its time.
 """
 
 from __future__ import annotations
+
+import math
 
 import polars as pl
 
@@ -273,7 +279,8 @@ def _open_since(
 
 
 def hang(d: Collected, th: Thresholds) -> Finding | None:
-    """The ``rl`` launcher's watchdog saw no progress (``[hang] detected``): who waited on whom."""
+    """The ``rl`` launcher's watchdog saw no progress (``[hang] detected``) and the run did not go on
+    after it (one it went on after is a :func:`pause`): who waited on whom."""
     if not d.hangs:
         return None
     first = d.hangs[0]
@@ -286,6 +293,41 @@ def hang(d: Collected, th: Thresholds) -> Finding | None:
         next=(
             "Read the Python stacks each process dumped into its log right after the [hang] line.",
             "The side waited on (after '>' in waits) is where to look first.",
+        ),
+        thresholds=(),
+    )
+
+
+def pause(d: Collected, th: Thresholds) -> Finding | None:
+    """The watchdog saw no progress (``[hang] detected``), and then every process it named made
+    progress again: the run paused and went on (:attr:`Collected.pauses`). Its share is the time from
+    the last progress before the hang to the first after it (each pause once), of the run; ranked by
+    it, as any finding (a run that ends hung is :func:`hang`, ranked first)."""
+    if not d.pauses:
+        return None
+    spans = sorted({(p.start, p.end) for p in d.pauses})
+    paused, reach = 0.0, -math.inf  # their union: two [hang] lines in one pause count it once
+    for start, end in spans:
+        paused += max(end - max(start, reach), 0.0)
+        reach = max(reach, end)
+    longest = max(d.pauses, key=lambda p: p.seconds)
+    step = f" after step {longest.step}" if longest.step is not None else ""
+    more = f"{len(spans)} pauses, {paused:.0f} s in all; the longest: " if len(spans) > 1 else ""
+    went_on = f"; then the run went on, to step {longest.reached}" if longest.reached is not None else ""
+    return Finding(
+        kind="pause",
+        title=f"Pause: no progress for {longest.seconds:.0f} s{step}, then the run went on "
+        "(the launcher's watchdog saw a hang)",
+        evidence=(
+            f"{more}from {_clock(longest.start)} (the last progress before it) to {_clock(longest.end)} (the first "
+            f"after it), {longest.seconds:.0f} s{step}; the watchdog's [hang] line at {_clock(longest.hang.ts)} "
+            f"({longest.hang.where()}): {hang_said(longest.hang)}{went_on}"
+        ),
+        share=paused * 1000.0 / d.run_ms if d.run_ms else 0.0,
+        next=(
+            "Read the Python stacks each process dumped into its log right after the [hang] line: where it was during the pause.",
+            "The side waited on (after '>' in waits) is where to look first; a pause that comes back "
+            "(a checkpoint save, a slow shared filesystem, a server restarting) costs its share every time.",
         ),
         thresholds=(),
     )

@@ -28,7 +28,15 @@ from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
-from prime_rl.analysis.restarts import HangLines, Restart, Segments, last_restart, place_hangs
+from prime_rl.analysis.restarts import (
+    HangLines,
+    Pause,
+    ProgressGaps,
+    Restart,
+    Segments,
+    last_restart,
+    place_hangs,
+)
 from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
 from prime_rl.analysis.sample_spans import SampleSpans
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
@@ -197,9 +205,10 @@ class Collected:
     server_gen_ms: dict[str, array] = field(default_factory=dict)
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
-    """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart:
-    no process made progress (those before it are in :attr:`restarts`; a line with no time goes by
-    its position, :func:`~prime_rl.analysis.restarts.place_hangs`)."""
+    """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart
+    after which the run did not go on: no process made progress (those before it are in
+    :attr:`restarts`, those the run went on after in :attr:`pauses`; a line with no time goes by
+    its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and stays here)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     spill_failed: str | None = None
@@ -236,6 +245,10 @@ class Collected:
     largest multiple of its batch's wall time ([gen] batch.done dur_ms): (step, summed ms, batch ms);
     None without a step that has both. Above 1, the verifier's workers ran side by side: at least
     that many of them (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)."""
+    pauses: list[Pause] = field(default_factory=list)
+    """The watchdog's hangs since the orchestrator's last restart after which every process they
+    named made progress again (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run
+    paused, then went on."""
     step_seconds: dict[str, float] = field(default_factory=dict)
     """By process, its pace: the median time between two consecutive step lines of one of its runs
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
@@ -492,6 +505,7 @@ class _Collector:
         self.verify_workers: int | None = None
         self.server_loads = ServerLoads()
         self.hangs = HangLines()
+        self.progress = ProgressGaps()
         self.train_wait: tuple[TaggedLines, int] | None = None
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.trainer_starting = False
@@ -852,6 +866,7 @@ class _Collector:
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
         self.hangs.observe(b, self.segment_starts)
+        self.progress.observe(b)
         for tag, lines in b.by_tag():
             handler = self.handler(tag)
             if handler is not None:
@@ -1009,6 +1024,7 @@ def _collect(
     hangs = place_hangs(
         c.segments.restarts, c.hangs.finish(parse.last_lines), _run_start(first_ts, c.segments)
     )
+    paused = [(h, c.progress.pause(h)) for h in hangs.current]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -1028,7 +1044,7 @@ def _collect(
         c.verify_workers,
         c.server_loads.by_url,
         c.server_gen_ms,
-        hangs.current,
+        [h for h, p in paused if p is None],
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
         c.spans.bars,
@@ -1040,6 +1056,7 @@ def _collect(
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
         hangs_unplaced=hangs.unplaced,
         verify_busiest=busiest,
+        pauses=[p for _, p in paused if p is not None],
         step_seconds=c.segments.step_seconds(),
     )
     collected.memo("update_frame", lambda: frame)  # made once, above

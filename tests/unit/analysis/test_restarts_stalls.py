@@ -997,3 +997,90 @@ def test_logs_copied_while_the_trainer_computes_as_every_step_are_no_stall(tmp_p
         "70 s to the end of the logs (at least stall_min_s 30 s and 3x the median wait, 20.0 s)"
         in stall["evidence"]
     )
+
+
+def _paused(
+    tmp_path: Path, went_on: tuple[str, ...] = ("orchestrator", "inference", "trainer")
+) -> list[Path]:
+    """A 40-step run that paused 200 s after step 19 (every process silent: a slow shared
+    filesystem), the launcher's watchdog logging a [hang] 150 s into it; then the processes of
+    ``went_on`` went on with steps 20..39 (no restart)."""
+    from datetime import datetime
+
+    first = make_run("healthy", steps=20, seed=1)
+    end = max(
+        datetime.strptime(x[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        for x in first.trainer + first.orchestrator
+    )
+    begin = datetime.strptime(first.orchestrator[0][:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    second = make_run("healthy", steps=20, seed=2, first_step=20, start_offset_s=end - begin + 200.0)
+    for name in ("orchestrator", "inference", "trainer"):
+        if name not in went_on:
+            setattr(second, name, [])
+    (tmp_path / "run").mkdir(parents=True)
+    paths = _appended(tmp_path / "run", first, second)
+    logs = tmp_path / "run" / "logs"
+    hang = format_tagged(
+        "hang", "detected", silent_s=150.0, threshold_s=120.0, median_step_s=1.6,
+        waits="orchestrator>trainer:weights/step_19",
+    )  # fmt: skip
+    (logs / "rl.log").write_text(f"{_stamp(first.orchestrator[-1], 150.0)}{hang}\n")
+    return [*paths, logs / "rl.log"]
+
+
+def _progress_times(path: Path) -> list[float]:
+    """The times of a log's progress lines, as the watchdog counts them."""
+    import re
+    from datetime import datetime
+
+    from prime_rl.analysis.restarts import PROGRESS
+
+    out = []
+    for line in path.read_text().splitlines():
+        m = re.search(r"\| \[(\w+)\](?:\[[^\]]*\])? (\S+)", line)
+        if m and (m.group(1), m.group(2)) in PROGRESS:
+            out.append(datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp())
+    return out
+
+
+def test_a_hang_the_run_went_on_after_is_a_pause_ranked_by_its_time(tmp_path, analyze):
+    """The watchdog's [hang] came 150 s into a 200 s pause after which the run finished its 40 steps:
+    'Hang: the launcher's watchdog saw no process make progress', primary with share 1.0, and no word
+    that the run went on. Now it is a pause: its time from the last progress line before the hang to
+    the first after it, its share of the run, after step 19, and that the run went on to step 39."""
+    paths = _paused(tmp_path)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    pause = next(f for f in summary["findings"] if f["kind"] == "pause")
+    from datetime import datetime
+
+    hung = datetime.strptime(paths[-1].read_text()[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    progress = _progress_times(paths[0]) + _progress_times(paths[2])  # the orchestrator's and the trainer's
+    before, after = max(t for t in progress if t <= hung), min(t for t in progress if t > hung)
+    assert 199.0 < after - before < 201.0
+    assert pause["share"] == pytest.approx((after - before) / summary["run_seconds"])
+    assert pause["title"] == (
+        f"Pause: no progress for {after - before:.0f} s after step 19, then the run went on (the launcher's "
+        "watchdog saw a hang)"
+    )
+    assert (
+        "waits: orchestrator>trainer:weights/step_19; then the run went on, to step 39" in pause["evidence"]
+    )
+    assert "rl.log:1): no progress for 150 s" in pause["evidence"]
+
+
+def test_a_hang_with_no_progress_after_it_of_a_process_it_names_stays_a_hang(tmp_path, analyze):
+    """The logs end in the pause, or only the orchestrator went on while the trainer it waited for
+    never logged again: a hang, ranked first, as before."""
+    for n, went_on in enumerate([(), ("orchestrator", "inference")]):
+        summary, _ = analyze(_paused(tmp_path / str(n), went_on), tmp_path / f"out{n}")
+        hang = summary["primary"]
+        assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
+        assert not any(f["kind"] == "pause" for f in summary["findings"])
+
+
+def test_progress_is_what_the_launcher_s_watchdog_counts():
+    from prime_rl.analysis.restarts import PROGRESS
+    from prime_rl.launcher.watchdog import PROGRESS as WATCHDOG
+
+    assert PROGRESS == WATCHDOG

@@ -13,6 +13,7 @@ from prime_rl.analysis.clock import Placed
 from prime_rl.analysis.collector_runs import VerifyPasses
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import Event, ParseStats
+from prime_rl.analysis.restarts import Pause
 from prime_rl.analysis.server_load import ServerLoadSeries
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
@@ -81,6 +82,8 @@ FIRES = {
     ),
     rules.stall: dict(fields={"open_wait": ("5", 10.0, WAIT)}, last_lines=ENDS),
     rules.hang: dict(fields={"hangs": [HANG]}),
+    # the run went on after the hang: 60 s without progress of the 100 s run, after step 4, on to 9
+    rules.pause: dict(fields={"pauses": [Pause(HANG, 20.0, 80.0, 4, 9)]}),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
     rules.slow_server: dict(updates=_servers(5000.0)),
     # one server, each update retried for 30 s (wall_ms, its last attempt's, 200 ms)
@@ -153,6 +156,7 @@ QUIET = {
         ),
     ],
     rules.hang: [{}],
+    rules.pause: [{}],
     rules.truncation: [dict(trunc_pct=[25.0] * 4, gen_dur_ms=[16000.0] * 4), {}],
     rules.slow_server: [
         dict(updates=_servers(1500.0)),
@@ -177,7 +181,7 @@ KINDS = {
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 18
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 19
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 
@@ -224,6 +228,22 @@ def test_a_verify_pass_outranks_the_samples_it_outlasts(collected):
         collect_ms=[1000.0] * 160, collect_gen_ms=[960.0] * 160, fields={"collect_seconds": 40.0}
     )
     assert rules.collect_generation_bound(alone, TH).share == pytest.approx(0.96)
+
+
+def test_a_pause_the_run_went_on_after_is_ranked_by_its_time_not_first(collected):
+    """A hang the run went on after is no run that ends hung: ranked by its share (the pause's time
+    of the run), here below a generation-bound run's 60%, and its words say it went on."""
+    d = collected(
+        fields={"pauses": [Pause(HANG, 20.0, 50.0, 4, 9), Pause(HANG, 40.0, 60.0, 5, 9)]},
+        train_wait_ms=[30000.0] * 2,
+        gen_dur_ms=[20000.0] * 2,
+    )
+    kinds = [(f.kind, round(f.share, 2)) for f in rank_findings(d, TH).findings]
+    assert kinds == [("generation_bound", 0.6), ("pause", 0.4)]  # 20..60 s, the two pauses' union
+    pause = rank_findings(d, TH).findings[1]
+    assert pause.title.startswith("Pause: no progress for 30 s after step 4, then the run went on")
+    assert pause.evidence.startswith("2 pauses, 40 s in all; the longest: from ")
+    assert "waits: orchestrator>trainer:weights/step_5; then the run went on, to step 9" in pause.evidence
 
 
 def test_rpc_time_falls_back_to_the_server_log(collected):
