@@ -178,7 +178,7 @@ UNANSWERED_NOTE = (
 
 
 def restarts(d: Collected) -> list[str]:
-    """Where the logs hold a restart, and the steps done again (logged before and after it; counted once);
+    """Where the logs hold a restart, and the steps done again (logged before and after it);
     under a restart of the orchestrator, the watchdog's hangs before it (the run hung, was killed and
     resumed); the time in which no process ran, left out of the run (also without a restart: a
     collector's verify pass an hour after its run)."""
@@ -196,8 +196,9 @@ def restarts(d: Collected) -> list[str]:
             continue
         lines.append(
             f"- {r.process} restarted at {when} ({r.where}){down}: it had reached step {r.reached} and "
-            f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again), counted "
-            "once (the later run's numbers; every wait for weights counts, in either run)."
+            f"resumed at step {r.resumed}; {r.redone} step(s) redone (logged before, then again): their "
+            "statistics keep the later run's numbers, the stages count the time of both runs (it is in "
+            "the run's wall time)."
         )
         lines += [
             f"  - before it, the launcher's watchdog saw a hang {_hang_time(h)}: {h.said}."
@@ -219,8 +220,9 @@ def _down_time(d: Collected) -> str:
     """The sentence that says how much time in which no process ran the run's wall time leaves out."""
     return (
         f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
-        "crash and its resume, or when neither a run of the collector nor a verify pass was at work): "
-        "every share of the run is of the time it ran."
+        "crash and its resume's first line that is no start-up, as the run's first time is, or when "
+        "neither a run of the collector nor a verify pass was at work): every share of the run is of the "
+        "time it ran."
     )
 
 

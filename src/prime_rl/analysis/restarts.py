@@ -8,8 +8,11 @@ trainer's ``[train] step.done step=`` at or below a step it already reached (a r
 fell between a checkpoint and the next step's line, has no step going back to show it). Each such
 line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
-step's), so a redone step is counted once (the orchestrator's waits for weights are no per-step
-series: each wait counts, in either run). A segment's redone steps are the steps of its step lines
+step's), so a redone step is counted once in the statistics; the stages count the time of both runs
+(the values replaced, :attr:`~prime_rl.analysis.stats.Collected.earlier_runs_ms`: the earlier run
+spent it in the run's wall time; the orchestrator's waits for weights are no per-step series: each
+wait counts, in either run). A restart's down time ends at the process's first line after it that is
+no start-up, as the run's first time is its first such line (:meth:`Segments.down_seconds`). A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
 killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.
@@ -30,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.tagged import RUN_START, Event, TaggedLines, step_numbers
+from prime_rl.analysis.tagged import RUN_START, TRAIN_WAIT, Event, TaggedLines, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
@@ -385,6 +388,13 @@ class Segments:
         """By process, the steps its current segment logged so far (an array per batch)."""
         self._opened_by: dict[str, int] = {}
         """By process, the index in :attr:`restarts` of the restart that began its current segment."""
+        self.resumed_at: dict[int, float] = {}
+        """By index in :attr:`restarts`: the time of the restarted process's first line after it that
+        is no start-up (neither a ``run.start`` nor the trainer's ``[train] wait.start``), as the run's
+        first time is its first such line (:meth:`~prime_rl.analysis.tagged.TaggedLines.overview`):
+        its down time ends there (:meth:`down_seconds`). None known: at the restart's line."""
+        self._starting: dict[str, int] = {}
+        """By process, a restart whose first line after it that is no start-up is still to come."""
         self._intervals: dict[str, array] = {}
         """By process, the time between each two consecutive step lines of one of its runs."""
         self._last_step_ts: dict[str, float] = {}
@@ -450,8 +460,34 @@ class Segments:
         if gap > -np.inf:
             self._gap[source] = gap
         ts = lines.frame.get_column("ts").to_numpy()
+        self._resumed(lines, source, out, ts)
         self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
         return out
+
+    def _resumed(self, lines: TaggedLines, source: str, out: list[int], ts: np.ndarray) -> None:
+        """Note where each restart of ``source`` (``out``: the batch's rows that start one; and one
+        of an earlier batch still waiting) is followed by its first line that is no start-up
+        (:attr:`resumed_at`); the last waits for a later batch when the batch has none after it."""
+        waiting = self._starting.pop(source, None)
+        if waiting is None and not out:
+            return
+        frame = lines.frame
+        event = frame.get_column("event")
+        start_up = (event == RUN_START) | (
+            (frame.get_column("tag") == TRAIN_WAIT[0]) & (event == TRAIN_WAIT[1])
+        )
+        work = np.flatnonzero(~start_up.fill_null(False).to_numpy() & ~np.isnan(ts))
+        first = len(self.restarts) - len(out)
+        for k, lo, hi in zip(
+            [waiting, *range(first, len(self.restarts))], [0, *out], [*out, len(ts)], strict=True
+        ):
+            if k is None:
+                continue
+            at = int(np.searchsorted(work, lo))
+            if at < len(work) and work[at] < hi:
+                self.resumed_at[k] = float(ts[work[at]])
+            elif hi == len(ts):  # none yet: the next batch of the process may hold it
+                self._starting[source] = k
 
     def _pace(self, source: str, ts: np.ndarray, starts: np.ndarray, breaks: np.ndarray) -> None:
         """Keep the time between each two consecutive step lines of ``source`` (their times ``ts``,
@@ -512,35 +548,42 @@ class Segments:
     def down_seconds(self) -> float:
         """Seconds in which the whole run was down: for each restart of the orchestrator, the time
         every process with step lines was silent before its own restart at the same time (the
-        overlap of their silences, each taken to end at its restart). A process that restarted
-        alone (the trainer, while the orchestrator waited for it) leaves the run's time as it is:
-        the waiting was part of the run. The silence taken is each process's longest since its last
-        step line before the restart (:attr:`Restart.down_s`), placed as if it ended at the restart:
-        a silence that ended earlier (a long checkpoint write, then lines but no step line, then the
-        crash) in every process at once would be taken for down time too."""
+        overlap of their silences, each taken to end where the process did its first thing after its
+        restart: :attr:`resumed_at`, as the run's first time is its first line that is no start-up,
+        so a resumed run's start-up is no more run time than the first run's). A process that
+        restarted alone (the trainer, while the orchestrator waited for it) leaves the run's time as
+        it is: the waiting was part of the run. The silence taken is each process's longest since
+        its last step line before the restart (:attr:`Restart.down_s`), placed as if it ended at the
+        restart: a silence that ended earlier (a long checkpoint write, then lines but no step line,
+        then the crash) in every process at once would be taken for down time too."""
         processes = set(self._reached)
         if not processes:
             return 0.0
-        timed = [r for r in self.restarts if r.ts is not None and r.down_s is not None]
+        timed = [
+            (r, max(self.resumed_at.get(k, r.ts), r.ts))
+            for k, r in enumerate(self.restarts)
+            if r.ts is not None and r.down_s is not None
+        ]
         down, used = 0.0, set()
-        for first in (r for r in timed if r.process == min(processes)):
-            start, end, group = first.ts - first.down_s, first.ts, [id(first)]
+        for first, resumed in (t for t in timed if t[0].process == min(processes)):
+            start, end, group = first.ts - first.down_s, resumed, [id(first)]
             for process in sorted(processes - {first.process}):
                 match = next(
                     (
-                        r
-                        for r in timed
+                        (r, back)
+                        for r, back in timed
                         if r.process == process
                         and id(r) not in used
                         and r.ts - r.down_s < end
-                        and r.ts > start
+                        and back > start
                     ),
                     None,
                 )
                 if match is None:
                     break
-                start, end = max(start, match.ts - match.down_s), min(end, match.ts)
-                group.append(id(match))
+                r, back = match
+                start, end = max(start, r.ts - r.down_s), min(end, back)
+                group.append(id(r))
             else:
                 if end > start:
                     down += end - start

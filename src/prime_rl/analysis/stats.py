@@ -122,10 +122,11 @@ PER_STEP = {
     "write_ms": "write",
     "publish_ms": "train",
 }
-"""Series with one value per step: a step done again after a restart replaces its first value. Not
-``ckpt_wait_ms``: every wait for weights is time the orchestrator waited (a resumed orchestrator's
-long wait for weights step N and a later wait for the same N alike), so each ``[ckpt] wait.done``
-adds its ``wait_ms``, in line order."""
+"""Series with one value per step: a step done again after a restart replaces its first value (the
+values replaced are time the earlier run spent all the same: :attr:`Collected.earlier_runs_ms`,
+which :meth:`Collected.total` adds). Not ``ckpt_wait_ms``: every wait for weights is time the
+orchestrator waited (a resumed orchestrator's long wait for weights step N and a later wait for the
+same N alike), so each ``[ckpt] wait.done`` adds its ``wait_ms``, in line order."""
 
 SPANS_KEPT = 20_000
 """Spans of each kind kept from the start of the run, and as many from its end: timeline.txt and
@@ -253,6 +254,11 @@ class Collected:
     """By process, its pace: the median time between two consecutive step lines of one of its runs
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
     the process by it."""
+    earlier_runs_ms: dict[str, float] = field(default_factory=dict)
+    """By per-step series (:data:`PER_STEP`), the sum of the values a later run replaced: each step's
+    last value in each run of its process but the last that logged it (a step logged twice within
+    one run is one value). It is time the earlier run spent, which the run's wall time holds:
+    :meth:`total` adds it; the statistics keep one value per step."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -303,8 +309,14 @@ class Collected:
         return self.describe(key).get(what)
 
     def total(self, key: str) -> float:
-        """The sum of a series, in line order (computed once)."""
-        return self.memo(("total", key), lambda: sum(self.series[key]))
+        """The time spent in a series: its sum, in line order, and for a per-step series the values of
+        steps a later run redid (:attr:`earlier_runs_ms`): a stage's total is time spent in the run's
+        wall time (computed once)."""
+        return self.memo(("total", key), lambda: self._total(key))
+
+    def _total(self, key: str) -> float:
+        out = sum(self.series[key])
+        return out + self.earlier_runs_ms[key] if key in self.earlier_runs_ms else out
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
@@ -1005,8 +1017,12 @@ def _collect(
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
     busiest = _busiest_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
+    earlier_runs_ms = {}
     for key in list(c.by_step):  # each let go once in its series, before the join
-        c.by_step.pop(key).extend_into(c.series[key])
+        per_step = c.by_step.pop(key)
+        per_step.extend_into(c.series[key])
+        if per_step.replaced:
+            earlier_runs_ms[key] = math.fsum(per_step.replaced)
     updates = c.join.updates()
     frame = update_frame(updates)
     c.update_spans(frame)
@@ -1058,6 +1074,7 @@ def _collect(
         verify_busiest=busiest,
         pauses=[p for _, p in paused if p is not None],
         step_seconds=c.segments.step_seconds(),
+        earlier_runs_ms=earlier_runs_ms,
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
@@ -1097,7 +1114,7 @@ class _PerStep:
     has none; values are finite), a dict for steps that are no small integer; beside each, the
     segment of its process (:mod:`~prime_rl.analysis.restarts`) that last set it."""
 
-    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment")
+    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment", "replaced")
 
     def __init__(self) -> None:
         self.by_number = np.full(1024, np.nan)
@@ -1107,6 +1124,9 @@ class _PerStep:
         """Numbered steps below this may have a value."""
         self.other: dict[str, float] = {}
         self.other_segment: dict[str, int] = {}
+        self.replaced = array("d")
+        """The values a later segment replaced: each step's last value in each segment that set it
+        but the last (:attr:`Collected.earlier_runs_ms`)."""
 
     def set_many(
         self,
@@ -1142,7 +1162,9 @@ class _PerStep:
         if named.any():
             names = steps.filter(pl.Series(named)).to_list()
             for name, v, g in zip(names, value[named].tolist(), segment[named].tolist(), strict=True):
-                again += self.other_segment.get(name, g) < g
+                if self.other_segment.get(name, g) < g:
+                    again += 1
+                    self.replaced.append(self.other[name])
                 self.other[name] = v
                 self.other_segment[name] = g
         if numbered.any():
@@ -1166,6 +1188,8 @@ class _PerStep:
         else:  # the last value of each step (numpy's assignment does not promise an order for repeats)
             last = len(idx) - 1 - np.unique(idx[::-1], return_index=True)[1]
         again = _redone(idx, segment, self.segment_of)
+        if again:
+            self.replaced.extend(_replaced(idx, values, segment, self.by_number, self.segment_of))
         self.by_number[idx[last]] = values[last]
         self.segment_of[idx[last]] = segment[last]  # the segments never fall: the last is the latest
         return again
@@ -1191,6 +1215,26 @@ def _redone(idx: np.ndarray, segment: np.ndarray, segment_of: np.ndarray) -> int
     first[1:] = step[1:] != step[:-1]
     before = segment_of[step]
     return int((~first).sum()) + int((first & (before >= 0) & (before < seg)).sum())
+
+
+def _replaced(
+    idx: np.ndarray, values: np.ndarray, segment: np.ndarray, by_number: np.ndarray, segment_of: np.ndarray
+) -> list[float]:
+    """The values lines at steps ``idx`` in ``segment`` (never falling) replace from an earlier
+    segment: each step's last value in each segment here but its last, and the value it had
+    (``by_number``, set in ``segment_of``) when that was set in an earlier segment than its first here."""
+    order = np.lexsort((np.arange(len(idx)), segment, idx))
+    step, seg, value = idx[order], segment[order], values[order]
+    last = np.ones(len(step), dtype=bool)  # the last line of each (step, segment)
+    last[:-1] = (step[1:] != step[:-1]) | (seg[1:] != seg[:-1])
+    step, seg, value = step[last], seg[last], value[last]
+    latest = np.ones(len(step), dtype=bool)  # each step's latest segment here
+    latest[:-1] = step[1:] != step[:-1]
+    first = np.ones(len(step), dtype=bool)  # and its first
+    first[1:] = step[1:] != step[:-1]
+    before = segment_of[step[first]]
+    earlier = (before >= 0) & (before < seg[first])
+    return value[~latest].tolist() + by_number[step[first]][earlier].tolist()
 
 
 class _Spans:

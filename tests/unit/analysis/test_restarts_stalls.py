@@ -1084,3 +1084,67 @@ def test_progress_is_what_the_launcher_s_watchdog_counts():
     from prime_rl.launcher.watchdog import PROGRESS as WATCHDOG
 
     assert PROGRESS == WATCHDOG
+
+
+def _ts(line: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def _field_sum(lines: list[str], head: str, key: str) -> float:
+    """The sum of field ``key`` over the lines that hold ``head``."""
+    return sum(float(x.split(f" {key}=")[1].split()[0]) for x in lines if head in x)
+
+
+def test_a_redone_step_s_first_run_counts_in_the_stages_and_both_runs_start_up_is_left_out(tmp_path, analyze):
+    """A crash after step 11 (the trainer finished step 10), resumed at step 8, each run starting with
+    run.start lines 1 s before its first step. The stages kept each step's last value: the first run's
+    generation and training of steps 8..11 (about 6 s of generation) were in the run's wall time but
+    in no stage, while its weight updates and waits for weights were. Now a stage is the time of every
+    run (the statistics keep one value per step, the later run's). And the first run's time began at
+    its first line after run.start but the resumed run's at its run.start (down time ended there):
+    both begin at their first line that is no start-up."""
+    first = make_run("healthy", steps=12, seed=1)
+    first.trainer = [x for x in first.trainer if "step=11" not in x]  # the trainer crashed in step 11
+    end = max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)
+    second = make_run(
+        "healthy", steps=12, seed=2, first_step=8, start_offset_s=end - _ts(first.orchestrator[0]) + 600.0
+    )
+    for run, step in ((first, 0), (second, 8)):
+        began = _stamp(run.orchestrator[0], -1.0)
+        run.orchestrator.insert(0, began + format_tagged("gen", "run.start", step=step, resume=step > 0))
+        run.trainer.insert(0, began + format_tagged("train", "run.start", step=step, resume=step > 0))
+    summary, md = analyze(_appended(tmp_path, first, second), tmp_path / "out")
+    orchestrator = first.orchestrator + second.orchestrator
+    trainer = first.trainer + second.trainer
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    gen = _field_sum(orchestrator, "[gen] batch.done", "dur_ms")
+    assert (
+        gen - _field_sum(second.orchestrator, "[gen] batch.done", "dur_ms") > 17000
+    )  # the first run's 12 batches
+    assert stages["generation"] + stages["verification (scoring)"] == pytest.approx(gen)
+    assert stages["verification (scoring)"] == pytest.approx(
+        _field_sum(orchestrator, "[verify] batch.done", "dur_ms")
+    )
+    assert stages["trainer compute"] == pytest.approx(_field_sum(trainer, "[train] step.done", "train_ms"))
+    assert stages["publish (weight write)"] == pytest.approx(
+        _field_sum(trainer, "[ckpt] write.done", "write_ms")
+    )
+    # the statistics: one value per step, 0..19, the redone steps' from the later run
+    assert summary["stats"]["gen_dur_ms"]["count"] == summary["stats"]["train_ms"]["count"] == 20
+    assert summary["stats"]["gen_dur_ms"]["max"] == max(
+        float(x.split(" dur_ms=")[1].split()[0])
+        for x in first.orchestrator[
+            : next(i for i, x in enumerate(first.orchestrator) if "batch.start step=8" in x)
+        ]
+        + second.orchestrator
+        if "[gen] batch.done" in x
+    )
+    # each run from its first line after its run.start lines to its last
+    runs = [
+        (min(_ts(x) for x in run.orchestrator[1:] + run.trainer[1:]), max(_ts(x) for x in run.orchestrator + run.trainer + run.inference))
+        for run in (first, second)
+    ]  # fmt: skip
+    assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
+    assert "the stages count the time of both runs" in md

@@ -289,6 +289,9 @@ def test_per_step_values_keep_the_last_of_each_step_in_step_order():
     out = array("d")
     p.extend_into(out)
     assert out.tolist() == [3.0, 4.0, 5.0, 8.0]
+    # the values a later segment replaced, each step's last in its segment: 1's 2.0 (segment 0),
+    # 99999999's 9.0 (1), 1's 3.0 (1); time the earlier runs spent, which the stages count
+    assert sorted(p.replaced) == [2.0, 3.0, 9.0]
 
 
 def test_a_long_run_keeps_the_first_and_last_spans_of_each_kind_and_counts_the_rest(monkeypatch, tmp_path):
@@ -438,6 +441,8 @@ class _PerStepOracle:
         self.size = 0
         self.other: dict[str, float] = {}
         self.segment: dict[int | str, int] = {}
+        self.replaced: list[float] = []
+        """The values a later segment replaced."""
 
     def set_many(self, steps, values, segments):
         import re
@@ -454,7 +459,9 @@ class _PerStepOracle:
                 self.size = max(self.size, int(step) + 1)
             else:
                 key, kept = step, self.other
-            again += self.segment.get(key, segment) < segment
+            if self.segment.get(key, segment) < segment:
+                again += 1
+                self.replaced.append(kept[key])
             kept[key], self.segment[key] = value, segment
         return again, loose
 
@@ -500,3 +507,4 @@ def test_per_step_values_column_wise_equal_one_at_a_time(calls):
     out = array("d", [-1.0])
     p.extend_into(out)  # appended after what the series holds
     assert out.tolist() == [-1.0, *oracle.values()]
+    assert sorted(p.replaced) == sorted(oracle.replaced)
