@@ -297,10 +297,15 @@ def timeline(d: Collected) -> str:
 
 def _dropped_note(d: Collected) -> str:
     dropped = ", ".join(f"{n} {kind}" for kind, n in sorted(d.spans_dropped.items()))
-    return (
-        f"(a long run: the first and last {collection.SPANS_KEPT} spans of each kind are shown; between them "
-        f"{dropped} spans are left out here, not from the statistics)"
-    )
+    kinds = set(d.spans_dropped)
+    samples = collection.kept_of(collection.SAMPLE)
+    if kinds == {collection.SAMPLE}:  # a collector's log alone
+        shown = f"the first and last {samples} samples are shown"
+    else:
+        shown = f"the first and last {collection.SPANS_KEPT} spans of each kind are shown" + (
+            f" ({samples} of a collector's samples)" if collection.SAMPLE in kinds else ""
+        )
+    return f"(a long run: {shown}; between them {dropped} spans are left out here, not from the statistics)"
 
 
 def plot_data(a: Analysis) -> PlotData | None:

@@ -8,7 +8,7 @@ cost what the trio's spans cost and no more:
   samples of a server are merged where they overlap before they join the row's
   :class:`~prime_rl.analysis.bars.Bars` (linear in the batch: the lines come as their samples end,
   :func:`~prime_rl.analysis.bars.merge_overlapping`), a few bars a batch;
-- timeline.txt lists the first and last ``SPANS_KEPT`` samples as spans "sample", the trio's rule:
+- timeline.txt lists the first and last ``SAMPLES_KEPT`` samples as spans "sample", the trio's rule:
   a batch's columns wait as they are and become a frame only when their samples are kept (the
   first batches, and the last ones at the end), the batches in between only counted.
 """
@@ -50,7 +50,7 @@ class SampleSpans:
     def __init__(self, spans: _SpanStore, kept: int) -> None:
         self._spans = spans
         self._kept = kept
-        """How many of the first and of the last samples are kept (``SPANS_KEPT``)."""
+        """How many of the first and of the last samples are kept (``stats.SAMPLES_KEPT``)."""
         self._head = 0
         """Samples given to the spans so far (they keep the first ``kept`` of them)."""
         self._waiting: deque[tuple[dict[str, pl.Series], np.ndarray, int]] = deque()

@@ -38,7 +38,7 @@ from prime_rl.analysis.restarts import (
     place_hangs,
 )
 from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
-from prime_rl.analysis.sample_spans import SampleSpans
+from prime_rl.analysis.sample_spans import SAMPLE, SampleSpans
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -133,6 +133,16 @@ SPANS_KEPT = 20_000
 the trace of a long run show its first and last steps; the spans between are counted
 (``Collected.spans_dropped``). timeline.png (``Collected.bars``) and the statistics use every span
 and line whatever this limit."""
+SAMPLES_KEPT = 2_000
+"""An offline collector's samples kept from its start and as many from its end (timeline.txt's
+lines; at most :data:`SPANS_KEPT`): a collector's log has a sample a line, and the trio's 20,000 of
+each kind would be 40,000 lines of samples, 0.15 s of a 1M-line log's report to write, for a listing
+whose start and end show how the run went."""
+
+
+def kept_of(kind: str) -> int:
+    """How many of the first (and of the last) spans of ``kind`` are kept."""
+    return min(SAMPLES_KEPT, SPANS_KEPT) if kind == SAMPLE else SPANS_KEPT
 
 
 def describe(values: Iterable[float | None]) -> dict[str, float]:
@@ -484,7 +494,7 @@ class _Collector:
     def __init__(self, spill_dir: str | Path | None = None) -> None:
         self.series: dict[str, array] = {k: array("d") for k in SERIES}
         self.spans = _Spans()
-        self.samples = SampleSpans(self.spans, SPANS_KEPT)
+        self.samples = SampleSpans(self.spans, kept_of(SAMPLE))
         """The offline collector's samples ([collect] lines with a ``dur_ms``) as spans and bars."""
         self.counts: Counter = Counter()
         self.join = UpdateJoin(spill_dir=spill_dir)
@@ -1238,7 +1248,8 @@ def _replaced(
 
 
 class _Spans:
-    """The spans of each kind: the first :data:`SPANS_KEPT` and the last as many, the rest counted.
+    """The spans of each kind: the first :data:`SPANS_KEPT` (a collector's samples:
+    :data:`SAMPLES_KEPT`) and the last as many, the rest counted.
     Spans come in blocks of columns; the kept rows become :class:`Span` objects only when a report
     asks for them (:class:`~prime_rl.analysis.spans.KeptSpans`)."""
 
@@ -1303,8 +1314,9 @@ class _Spans:
         """Of ``frame``'s rows, spans of ``kind`` about to be added as one block, the ones that would be
         kept (the rest counted as dropped now): a block of every update of a long run would hold all
         their values in Python lists only for the first and last :data:`SPANS_KEPT` to be used."""
-        head = min(max(SPANS_KEPT - self.head_rows.get(kind, 0), 0), frame.height)
-        tail = min(frame.height - head, SPANS_KEPT)
+        kept = kept_of(kind)
+        head = min(max(kept - self.head_rows.get(kind, 0), 0), frame.height)
+        tail = min(frame.height - head, kept)
         cut = frame.height - head - tail
         if not cut:
             return frame
@@ -1312,7 +1324,8 @@ class _Spans:
         return pl.concat([frame.head(head), frame.tail(tail)])
 
     def add(self, kind: str, block: SpanBlock) -> None:
-        room = SPANS_KEPT - self.head_rows.get(kind, 0)
+        kept = kept_of(kind)
+        room = kept - self.head_rows.get(kind, 0)
         if room > 0:
             n = min(room, len(block.start))
             self.head.setdefault(kind, []).append((kind, block, 0, n))
@@ -1323,9 +1336,9 @@ class _Spans:
         tail = self.tail.setdefault(kind, deque())
         tail.append(block)
         rows = self.tail_rows.get(kind, 0) + len(block)
-        while rows > SPANS_KEPT:  # drop the oldest rows of the tail
+        while rows > kept:  # drop the oldest rows of the tail
             oldest = tail[0]
-            cut = min(rows - SPANS_KEPT, len(oldest))
+            cut = min(rows - kept, len(oldest))
             oldest.first += cut
             rows -= cut
             self.dropped[kind] = self.dropped.get(kind, 0) + cut

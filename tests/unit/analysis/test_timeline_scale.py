@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
+from tests.support.synthetic_logs import make_run
 
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.report import plot_timeline, timeline
@@ -325,6 +326,25 @@ def test_a_long_collector_log_keeps_its_first_and_last_samples_and_draws_the_mid
     assert middle in a_x and middle in b_x  # a's and b's rows run through the run's middle
     gap = np.setdiff1d(np.arange(a_x.min(), a_x.max()), a_x)  # a's row: its 20 s without a sample
     assert len(gap) > 50 and b_x.max() < gap.min() + 3
+
+
+def test_a_collector_s_samples_keep_fewer_lines_than_the_trio_s_spans(tmp_path, analyze, monkeypatch):
+    """A collector's log has a sample a line: timeline.txt keeps its first and last SAMPLES_KEPT
+    samples (the trio's kinds keep SPANS_KEPT each): 40,000 sample lines took 0.15 s of a 1M-line
+    log's report. Beside a trio's run, the trio's spans keep their own number."""
+    from prime_rl.analysis import stats
+
+    monkeypatch.setattr(stats, "SAMPLES_KEPT", 5)
+    samples = [(1.0 + 0.5 * k, 800.0, "http://a:1") for k in range(40)]
+    _collector_log(tmp_path / "collect.log", samples)
+    make_run("healthy", steps=12, seed=1).write(tmp_path / "trio")
+    summary, _ = analyze([tmp_path / "collect.log", *sorted((tmp_path / "trio").iterdir())], tmp_path / "out")
+    assert summary["spans_dropped"] == {"sample": 40 - 10}
+    text = (tmp_path / "out" / "timeline.txt").read_text()
+    listed = [line.split()[7] for line in text.splitlines() if " ms  sample " in line]
+    assert listed == [f"s{k:05d}" for k in (*range(5), *range(35, 40))]
+    assert sum(" ms  gen " in line for line in text.splitlines()) == 12  # the trio's: every batch
+    assert "(a long run: the first and last 5 samples are shown; between them 30 sample spans" in text
 
 
 def test_more_servers_than_rows_share_the_last_row(tmp_path):
