@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import died_waiting, of_the_steps
@@ -249,16 +250,7 @@ def stages(d: Collected) -> list[Stage]:
         rows.append(("checkpoint wait", "orchestrator", d.total("ckpt_wait_ms"), "[ckpt] wait_ms"))
     if d.updates:
         rows.extend(_update_rows(d))
-    if d.series["rate_limit_wait_ms"]:
-        rows.append(
-            (
-                "rate-limit waits (429)",
-                # the collector's retries are its own ([collect] request.retry) when it is the run
-                "collector" if d.is_collector_run else "orchestrator",
-                d.rate_limited_ms(),
-                "time some request waited after a 429 (the union of the retry waits)",
-            )
-        )
+    rows.extend(_rate_limit_rows(d))
     if d.series["train_ms"]:
         rows.append(("trainer compute", "trainer", d.total("train_ms"), "[train] train_ms"))
     if d.series["train_wait_ms"]:
@@ -266,16 +258,38 @@ def stages(d: Collected) -> list[Stage]:
     rows.extend(_publish_rows(d))
     rows.extend(_collector_rows(d))
     rows.extend(_server_rows(d, rows))
-    # the environment's turns and the waits after a 429 happen inside the batches: parts of generation
-    parts = ("environment and tools", "rate-limit waits (429)") if d.series["gen_dur_ms"] else ()
+    # the environment's turns and the orchestrator's waits after a 429 happen inside the batches:
+    # parts of generation
+    parts = (
+        {("environment and tools", "orchestrator"), ("rate-limit waits (429)", "orchestrator")}
+        if d.series["gen_dur_ms"]
+        else set()
+    )
     out = [
-        Stage(name, proc, ms, ms / run if run else 0.0, how, "generation" if name in parts else None)
+        Stage(name, proc, ms, ms / run if run else 0.0, how, "generation" if (name, proc) in parts else None)
         for name, proc, ms, how in rows
     ]
     order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
     ranked = sorted(out, key=lambda s: (order[s.process], -s.total_ms))
     # each part right under the stage it is a part of
     return [row for s in ranked if not s.within for row in (s, *(p for p in ranked if p.within == s.name))]
+
+
+def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
+    """The time some request waited after a 429, each client's own (the union of its retry waits):
+    the orchestrator's (``[gen] request.retry``) and the offline collector's (``[collect]
+    request.retry``), which a trio's logs and a collector's analysed together hold both of."""
+    tags = {ORCHESTRATOR: "[gen]", COLLECTOR: "[collect]"}
+    return [
+        (
+            "rate-limit waits (429)",
+            client,
+            d.rate_limited_ms(client),
+            f"time some request waited after a 429 (the union of the {tags[client]} request.retry waits)",
+        )
+        for client in CLIENTS
+        if d.rate_limits.has(client)
+    ]
 
 
 def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:

@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.bars import Bars, merge_intervals
+from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
+from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, RateLimitWaits
 from prime_rl.analysis.restarts import (
     HangLines,
     Pause,
@@ -238,8 +239,9 @@ class Collected:
     (:mod:`~prime_rl.analysis.clock_offsets`); :attr:`run_seconds` has their times moved by it."""
     train_wait: Event | None = None
     """The trainer's wait for rollouts open where its log ends ([train] wait.start, no wait.done)."""
-    rate_limit_windows: array = field(default_factory=lambda: array("d"), repr=False)
-    """Each wait after a 429 (``request.retry status=429 wait_ms=``) as (start, end) seconds, in pairs."""
+    rate_limits: RateLimitWaits = field(default_factory=RateLimitWaits, repr=False)
+    """Each wait after a 429 (``request.retry status=429 wait_ms=``), the orchestrator's and the
+    collector's apart (:class:`~prime_rl.analysis.rate_limits.RateLimitWaits`)."""
     collect_seconds: float | None = None
     """The offline collector's sampling time: the union of its runs, log by log
     (:class:`~prime_rl.analysis.collector_runs.CollectorRuns`; None: none). Its samples in flight
@@ -272,17 +274,22 @@ class Collected:
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def rate_limited_ms(self) -> float:
-        """The wall time in which some request waited after a 429 (the union of the waits: concurrent
-        requests wait together, so their summed waits can be many times the run), ms; without the
-        waits' times, their sum, at most the run."""
-        return self.memo("rate_limited_ms", self._rate_limited_ms)
+    def rate_limited_ms(self, client: str | None = None) -> float:
+        """The wall time in which some request (of ``client``, ``orchestrator`` or ``collector``; None:
+        of either) waited after a 429 (the union of the waits: concurrent requests wait together, so
+        their summed waits can be many times the run), ms; without the waits' times, their sum, at
+        most the run."""
+        return self.memo(f"rate_limited_ms.{client}", lambda: self._rate_limited_ms(client))
 
-    def _rate_limited_ms(self) -> float:
-        if not self.rate_limit_windows:
-            return min(self.total("rate_limit_wait_ms"), self.run_ms or math.inf)
-        start, end = np.frombuffer(self.rate_limit_windows, dtype=np.float64).reshape(-1, 2).T
-        start, end = merge_intervals(start, end, 0.0)  # the stretches in which some request waited
+    def _rate_limited_ms(self, client: str | None) -> float:
+        clients = CLIENTS if client is None else (client,)
+        merged = self.rate_limits.merged(*clients)
+        if merged is None:
+            summed = (
+                self.total("rate_limit_wait_ms") if client is None else self.rate_limits.untimed_ms[client]
+            )
+            return min(summed, self.run_ms or math.inf)
+        start, end = merged  # the stretches in which some request waited
         return float(np.sum(end - start)) * 1000.0
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
@@ -532,7 +539,7 @@ class _Collector:
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.trainer_starting = False
         """The trainer started again (run.start) and has logged no step.done since."""
-        self.rate_limit_windows = array("d")
+        self.rate_limits = RateLimitWaits()
         self.server_gen_ms: dict[str, array] = {}
         self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
@@ -567,9 +574,9 @@ class _Collector:
         self.series[key].extend(v for v in values if v is not None)
 
     def _retry(self, b: TaggedLines, rows: list[int], by: str = "") -> None:
-        """request.retry lines: by status, their waits, per server URL (there under ``by`` +
-        ``retry.<status>``: ``""`` the orchestrator's, ``"collect."`` the collector's, which may share
-        a server with it)."""
+        """request.retry lines: by status, their waits (after a 429: the client's, ``by``), per server URL
+        (there under ``by`` + ``retry.<status>``: ``""`` the orchestrator's, ``"collect."`` the
+        collector's, which may share a server with it)."""
         status, url = b.text("status"), b.text("url")
         wait = b.num("wait_ms", ("request.retry",))
         ts = b.column("ts")
@@ -579,8 +586,8 @@ class _Collector:
             self._add("retry_wait_ms", wait[i])
             if code == "429":
                 self._add("rate_limit_wait_ms", wait[i])
-                if wait[i] is not None and ts[i] is not None:
-                    self.rate_limit_windows.extend((ts[i], ts[i] + wait[i] / 1000.0))
+                if wait[i] is not None:
+                    self.rate_limits.add(COLLECTOR if by == SAMPLE_RETRY else ORCHESTRATOR, ts[i], wait[i])
             if url[i]:
                 self.server_counts.setdefault(url[i], Counter())[f"{by}retry.{code}"] += 1
 
@@ -1076,7 +1083,7 @@ def _collect(
         c.spans.bars,
         down_seconds=down_s,
         clock_offsets=offsets,
-        rate_limit_windows=c.rate_limit_windows,
+        rate_limits=c.rate_limits,
         collect_seconds=c.collector_runs.seconds(),
         verify_passes=c.collector_runs.verify_passes(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,

@@ -149,3 +149,44 @@ def test_the_limit_is_the_side_the_other_waits_for(collected, ckpt_s, rollouts_s
     # a 100 s run in which the trainer computes 60%: its share alone named it the limit in every case
     d = collected(ckpt_wait_ms=[ckpt_s * 1000.0], train_wait_ms=[rollouts_s * 1000.0], train_ms=[60000.0])
     assert run_limit(d, Thresholds()).startswith(says)
+
+
+def _collector_with_429s(path, at: str, retries: int, wait_ms: float):
+    """An offline collector's log: ``retries`` requests to http://c:8000 wait ``wait_ms`` after a 429
+    together at ``at`` (HH:MM:SS), then ten samples end there."""
+    lines = [
+        f"2026-01-01 {at}.000 | INFO    | "
+        + format_tagged("collect", "request.retry", f"r{i}", status=429, wait_ms=wait_ms, attempt=1, url="http://c:8000")
+        for i in range(retries)
+    ]  # fmt: skip
+    lines += [
+        f"2026-01-01 {at}.000 | INFO    | "
+        + format_tagged(
+            "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=3000.0, queue_ms=0.0,
+            gen_ms=2900.0, verify_ms=5.0, out_tokens=8, attempts=2, url="http://c:8000",
+        )
+        for i in range(10)
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_collector_s_429_waits_are_its_own_row_not_the_orchestrator_s(tmp_path, analyze):
+    # a rate-limited trio (10 requests of each batch wait 500 ms after a 429 at its start: 10.0 s)
+    # analysed with a collector whose 4 requests waited 2 s together at 12:01:00, after the trio's
+    # 36 s: "(within generation) rate-limit waits (429)" of the orchestrator said 12.0 s, the
+    # collector's 2 s in it
+    files = list(make_run("rate_limited", steps=20).write(tmp_path / "logs").values())
+    collector = _collector_with_429s(tmp_path / "logs" / "collect.log", "12:01:00", 4, 2000.0)
+    summary, md = analyze([*files, collector], tmp_path / "out")
+    rows = {(s["process"], s["name"]): s for s in summary["stages"]}
+    orchestrator = rows["orchestrator", "rate-limit waits (429)"]
+    assert orchestrator["within"] == "generation"
+    assert orchestrator["total_ms"] == pytest.approx(10000.0)
+    collector_row = rows["collector", "rate-limit waits (429)"]
+    assert collector_row["within"] is None and collector_row["total_ms"] == pytest.approx(2000.0)
+    assert "[collect] request.retry" in collector_row["how"] and "[gen] request.retry" in orchestrator["how"]
+    assert "| collector | rate-limit waits (429) | 2.0 |" in md
+    # the finding's share: the time some request of either waited
+    finding = next(f for f in summary["findings"] if f["kind"] == "rate_limited")
+    assert finding["share"] == pytest.approx(12.0 / summary["run_seconds"])
