@@ -11,7 +11,7 @@ from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.restarts import HangBefore
 from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
-from prime_rl.analysis.stages import run_limit, server_preemptions, stages
+from prime_rl.analysis.stages import Stage, run_limit, server_preemptions, stages
 from prime_rl.analysis.stats import Collected
 
 
@@ -83,21 +83,31 @@ def where_time_goes(d: Collected) -> list[str]:
             else "the orchestrator's and the trainer's stages run side by side, so the columns of the two do "
             "not add up."
         )
-        + (
-            ' A row marked "(within generation)" is a part of generation\'s time, not added to it.'
-            if any(s.within for s in rows)
-            else ""
-        ),
+        + marker_note(rows),
         "",
         "| process | stage | total s | share | from |",
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {s.process} | {f'(within {s.within}) ' if s.within else ''}{s.name} | {s.total_ms / 1000:.1f} | "
-        f"{100 * s.share:.1f}% | {s.how} |"
+        f"| {s.process} | {s.marker}{s.name} | {s.total_ms / 1000:.1f} | {100 * s.share:.1f}% | {s.how} |"
         for s in rows
     ]
     return lines + _server_side_note(d, any(s.process == "inference" for s in rows))
+
+
+def marker_note(rows: list[Stage]) -> str:
+    """What the markers of the rows ``rows`` have mean (a sentence each, with a space before it), as
+    SUMMARY.md and COMPARE.md say it."""
+    note = ""
+    if any(s.within for s in rows):
+        note += ' A row marked "(within generation)" is a part of generation\'s time, not added to it.'
+    if any(s.beside for s in rows):
+        note += (
+            ' A row marked "(beside the steps)" is time of the orchestrator\'s requests outside generation (its '
+            "producer generates ahead while a step waits for weights or updates the servers): it overlaps the "
+            "orchestrator's other rows and is not added to them either."
+        )
+    return note
 
 
 def _server_side_note(d: Collected, rows: bool) -> list[str]:

@@ -14,8 +14,15 @@ from collections.abc import Callable
 import polars as pl
 
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.rate_limits import COLLECTOR, ORCHESTRATOR
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
-from prime_rl.analysis.stages import env_wall_ms, fewest_verify_workers, update_critical, verify_wall_ms
+from prime_rl.analysis.stages import (
+    env_wall_ms,
+    fewest_verify_workers,
+    rate_limit_parts,
+    update_critical,
+    verify_wall_ms,
+)
 from prime_rl.analysis.stalls import hang, pause, stall
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
@@ -538,12 +545,31 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
             f"; retry waits median {d.stat('retry_wait_ms', 'p50'):.0f} ms"
             if d.series["retry_wait_ms"]
             else ""
-        ),
+        )
+        + _rate_limited_time(d),
         share=d.rate_limited_ms() / run_ms if run_ms else 0.5,
         next=(
             "Respect the rate limit: lower parallelism, honour Retry-After, spread load over more keys/servers.",
         ),
     )
+
+
+def _rate_limited_time(d: Collected) -> str:
+    """The time some request waited after a 429, each client's (the union of its waits), the
+    orchestrator's split into the part within its generation batches and the rest
+    (:func:`~prime_rl.analysis.stages.rate_limit_parts`), as a clause of the finding's evidence."""
+    parts = []
+    if d.rate_limits.has(ORCHESTRATOR):
+        inside, outside = rate_limit_parts(d)
+        said = f"the orchestrator's for {(inside + outside) / 1000:.1f} s"
+        if d.series["gen_dur_ms"]:
+            said += f" ({inside / 1000:.1f} s of it within its generation batches, {outside / 1000:.1f} s outside)"
+        parts.append(said)
+    if d.rate_limits.has(COLLECTOR):
+        parts.append(f"the collector's for {d.rate_limited_ms(COLLECTOR) / 1000:.1f} s")
+    if not parts:
+        return ""
+    return f"; requests waited after a 429 (the union of their waits): {' and '.join(parts)}"
 
 
 RULES: tuple[Rule, ...] = (

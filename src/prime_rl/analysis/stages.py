@@ -15,8 +15,10 @@ had at least 5; one when none sums to more than its batch): an upper bound, neve
 
 Time spent inside the generation batches is part of the generation row, not beside it: the
 environment's (multi-turn episodes run side by side within the batches, so their summed ``env_ms``
-is divided by the episodes in flight) and the waits after a 429. Those rows are marked
-``within="generation"`` and are not added to the orchestrator's column.
+is divided by the episodes in flight) and the orchestrator's waits after a 429 that lie in them.
+Those rows are marked ``within="generation"`` and are not added to the orchestrator's column. Its
+waits after a 429 outside them (its producer generates ahead while a step waits for weights or
+updates the servers) overlap those rows: marked ``beside="the steps"``, not added either.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR
+from prime_rl.analysis.bars import merge_intervals
+from prime_rl.analysis.rate_limits import COLLECTOR, ORCHESTRATOR, overlap_s
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import died_waiting, of_the_steps
@@ -45,6 +48,18 @@ class Stage:
     """Where the number comes from."""
     within: str | None = None
     """The stage whose time this one is a part of (``generation``), not added to its process's column."""
+    beside: str | None = None
+    """What this stage's time runs beside (``the steps``: the orchestrator's requests outside
+    generation, while a step waits for weights or updates the servers): it overlaps the process's
+    other rows and is not added to its column."""
+
+    @property
+    def marker(self) -> str:
+        """What the row's name is prefixed with in the reports: ``(within generation) ``,
+        ``(beside the steps) `` or nothing."""
+        if self.within:
+            return f"(within {self.within}) "
+        return f"(beside {self.beside}) " if self.beside else ""
 
 
 def update_group() -> tuple[pl.Expr, pl.Expr]:
@@ -266,30 +281,81 @@ def stages(d: Collected) -> list[Stage]:
         else set()
     )
     out = [
-        Stage(name, proc, ms, ms / run if run else 0.0, how, "generation" if (name, proc) in parts else None)
+        Stage(
+            name,
+            proc,
+            ms,
+            ms / run if run else 0.0,
+            how,
+            "generation" if (name, proc) in parts else None,
+            BESIDE_STEPS if (name, proc) == (OUTSIDE_GENERATION, ORCHESTRATOR) else None,
+        )
         for name, proc, ms, how in rows
     ]
     order = {"orchestrator": 0, "inference": 1, "trainer": 2, "collector": 3}
-    ranked = sorted(out, key=lambda s: (order[s.process], -s.total_ms))
+    # a row beside the steps after the process's rows that add up
+    ranked = sorted(out, key=lambda s: (order[s.process], s.beside is not None, -s.total_ms))
     # each part right under the stage it is a part of
     return [row for s in ranked if not s.within for row in (s, *(p for p in ranked if p.within == s.name))]
 
 
+OUTSIDE_GENERATION = "rate-limit waits (429) outside generation"
+"""The row of the orchestrator's waits after a 429 outside generation (:func:`rate_limit_parts`)."""
+BESIDE_STEPS = "the steps"
+"""Its :attr:`Stage.beside`."""
+
+
+def rate_limit_parts(d: Collected) -> tuple[float, float]:
+    """The orchestrator's waits after a 429 (the union of its ``[gen] request.retry`` waits, ms) split
+    into the part within generation and the rest: the part that lies inside its generation batches
+    (all of it when the batches or the waits have no times), at most generation's time
+    (:func:`generation_ms`); outside them its producer generates ahead while a step waits for
+    weights or updates the servers. Without batch lines, all of it is the rest."""
+    union = d.rate_limited_ms(ORCHESTRATOR)
+    if not d.series["gen_dur_ms"]:
+        return 0.0, union
+    batches = d.batch_windows
+    waits = d.rate_limits.merged(ORCHESTRATOR)
+    inside = union
+    if batches and waits is not None:
+        start, end = np.frombuffer(batches, dtype=np.float64).reshape(-1, 2).T
+        inside = min(overlap_s(waits, merge_intervals(start, end, 0.0)) * 1000.0, union)
+    inside = min(inside, generation_ms(d))
+    return inside, union - inside
+
+
+OUTSIDE_MS = 1.0
+"""The orchestrator's waits after a 429 outside generation get a row when they are more than this
+(ms): below, it is the rounding of the logged times."""
+
+
 def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     """The time some request waited after a 429, each client's own (the union of its retry waits):
-    the orchestrator's (``[gen] request.retry``) and the offline collector's (``[collect]
-    request.retry``), which a trio's logs and a collector's analysed together hold both of."""
-    tags = {ORCHESTRATOR: "[gen]", COLLECTOR: "[collect]"}
-    return [
-        (
-            "rate-limit waits (429)",
-            client,
-            d.rate_limited_ms(client),
-            f"time some request waited after a 429 (the union of the {tags[client]} request.retry waits)",
-        )
-        for client in CLIENTS
-        if d.rate_limits.has(client)
-    ]
+    the orchestrator's (``[gen] request.retry``; the part within generation and the rest apart:
+    :func:`rate_limit_parts`) and the offline collector's (``[collect] request.retry``), which a
+    trio's logs and a collector's analysed together hold both of."""
+    rows = []
+    union = "the union of the {} request.retry waits"
+    if d.rate_limits.has(ORCHESTRATOR):
+        inside, outside = rate_limit_parts(d)
+        if not d.series["gen_dur_ms"]:  # no batches: a row of its own, as the collector's
+            how = f"time some request waited after a 429 ({union.format('[gen]')})"
+            rows.append(("rate-limit waits (429)", ORCHESTRATOR, outside, how))
+        else:
+            if inside or outside <= OUTSIDE_MS:
+                how = f"time some request waited after a 429 inside the generation batches ({union.format('[gen]')})"
+                rows.append(("rate-limit waits (429)", ORCHESTRATOR, inside, how))
+            if outside > OUTSIDE_MS:
+                how = (
+                    f"time some request waited after a 429 outside generation ({union.format('[gen]')} less "
+                    "the part within generation): the producer generates ahead while a step waits for "
+                    "weights or updates the servers"
+                )
+                rows.append((OUTSIDE_GENERATION, ORCHESTRATOR, outside, how))
+    if d.rate_limits.has(COLLECTOR):
+        how = f"time some request waited after a 429 ({union.format('[collect]')})"
+        rows.append(("rate-limit waits (429)", COLLECTOR, d.rate_limited_ms(COLLECTOR), how))
+    return rows
 
 
 def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
@@ -454,7 +520,7 @@ def run_limit(d: Collected, th: Thresholds) -> str | None:
         return f"the trainer is the limit: {orch} (no trainer log) {below}"
     if has_rollouts and rollouts > floor:
         return f"generation is the limit: {trainer} of the run (no [ckpt] wait lines) {below}"
-    busy = [s for s in stages(d) if s.process == "orchestrator" and not s.within]
+    busy = [s for s in stages(d) if s.process == "orchestrator" and not s.within and not s.beside]
     if busy:
         top = max(busy, key=lambda s: s.total_ms)
         return f"the largest stage is {top.name} ({100 * top.share:.0f}% of the run), within the thresholds"

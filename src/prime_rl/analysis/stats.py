@@ -242,6 +242,10 @@ class Collected:
     rate_limits: RateLimitWaits = field(default_factory=RateLimitWaits, repr=False)
     """Each wait after a 429 (``request.retry status=429 wait_ms=``), the orchestrator's and the
     collector's apart (:class:`~prime_rl.analysis.rate_limits.RateLimitWaits`)."""
+    batch_windows: array = field(default_factory=lambda: array("d"), repr=False)
+    """Each generation batch with a time (``[gen] batch.start`` to ``batch.done``, else its ``dur_ms``
+    before its ``batch.done``) as (start, end) seconds, in pairs: what the orchestrator's waits after
+    a 429 are compared with (:func:`~prime_rl.analysis.stages.rate_limit_parts`)."""
     collect_seconds: float | None = None
     """The offline collector's sampling time: the union of its runs, log by log
     (:class:`~prime_rl.analysis.collector_runs.CollectorRuns`; None: none). Its samples in flight
@@ -540,6 +544,7 @@ class _Collector:
         self.trainer_starting = False
         """The trainer started again (run.start) and has logged no step.done since."""
         self.rate_limits = RateLimitWaits()
+        self.batch_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
         self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
@@ -650,9 +655,12 @@ class _Collector:
         if len(rows):
             end = or_zero(t[rows])
             ms = dur.gather(rows)
+            start = np.where(found, took, end - ms.to_numpy() / 1000.0)
+            timed = ~np.isnan(t[rows])
+            self.batch_windows.extend(np.column_stack((start[timed], end[timed])).ravel().tolist())
             spans = pl.DataFrame(
                 {
-                    "start": np.where(found, took, end - ms.to_numpy() / 1000.0),
+                    "start": start,
                     "end": end,
                     "arg": pl.select(or_unknown(step.gather(rows))).to_series(),
                     "completions": b.text_series("completions").gather(rows),
@@ -1084,6 +1092,7 @@ def _collect(
         down_seconds=down_s,
         clock_offsets=offsets,
         rate_limits=c.rate_limits,
+        batch_windows=c.batch_windows,
         collect_seconds=c.collector_runs.seconds(),
         verify_passes=c.collector_runs.verify_passes(),
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,

@@ -7,6 +7,7 @@ not logged), and a healthy run's limit (named from the trainer's compute share a
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 import pytest
 from tests.support.synthetic_logs import Shape, make_run
@@ -190,3 +191,51 @@ def test_a_collector_s_429_waits_are_its_own_row_not_the_orchestrator_s(tmp_path
     # the finding's share: the time some request of either waited
     finding = next(f for f in summary["findings"] if f["kind"] == "rate_limited")
     assert finding["share"] == pytest.approx(12.0 / summary["run_seconds"])
+
+
+def _stamp(line: str) -> float:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def test_rate_limit_waits_outside_the_batches_are_no_part_of_generation(tmp_path, analyze):
+    # a trainer-bound run (the orchestrator waits for weights 77% of its 145 s) whose producer is
+    # rate-limited all along, also while the steps wait for weights: a request waits 1 s after a 429
+    # every 2 s from the first line to the last (the reviewer's s48). "(within generation) rate-limit
+    # waits (429)" said 73.0 s (50%) under generation's 29.7 s (20%).
+    run = make_run("trainer_bound", steps=20, seed=6)
+    t0, t1 = _stamp(run.orchestrator[0]), _stamp(run.orchestrator[-1])
+    waits = [t0 + 2.0 * k for k in range(int((t1 - 1 - t0) / 2.0) + 1)]
+    retry = format_tagged("gen", "request.retry", url="http://h:8000", status=429, attempt=1, wait_ms=1000.0)
+    lines = [(_stamp(line), 0, line) for line in run.orchestrator]
+    lines += [(t, -1, datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + f" | INFO    | {retry}") for t in waits]  # fmt: skip
+    run.orchestrator = [line for *_, line in sorted(lines)]
+    # the batches' times, as the log gives them, and the part of the waits inside them
+    starts = [_stamp(line) for line in run.orchestrator if "[gen] batch.start" in line]
+    ends = [_stamp(line) for line in run.orchestrator if "[gen] batch.done" in line]
+    inside = sum(
+        max(0.0, min(w + 1.0, e) - max(w, s)) for w in waits for s, e in zip(starts, ends, strict=True)
+    )
+    summary, md = analyze(run.write(tmp_path / "logs").values(), tmp_path / "out")
+    rows = {s["name"]: s for s in summary["stages"] if s["process"] == "orchestrator"}
+    within, outside = rows["rate-limit waits (429)"], rows["rate-limit waits (429) outside generation"]
+    assert within["within"] == "generation" and within["beside"] is None
+    assert within["total_ms"] == pytest.approx(inside * 1000.0, abs=1.0)
+    assert within["total_ms"] < rows["generation"]["total_ms"]
+    assert outside["within"] is None and outside["beside"] == "the steps"
+    assert within["total_ms"] + outside["total_ms"] == pytest.approx(len(waits) * 1000.0)
+    # the rows that add up still do: the marked ones are not in them
+    assert sum(s["share"] for s in rows.values() if not s["within"] and not s["beside"]) == pytest.approx(
+        1.0, abs=0.01
+    )
+    assert f"| orchestrator | (within generation) rate-limit waits (429) | {inside:.1f} |" in md
+    assert "| orchestrator | (beside the steps) rate-limit waits (429) outside generation |" in md
+    assert (
+        'A row marked "(beside the steps)" is time of the orchestrator\'s requests outside generation' in md
+    )
+    # the finding's share is the whole union; its evidence says how much of it lay in the batches
+    finding = next(f for f in summary["findings"] if f["kind"] == "rate_limited")
+    assert finding["share"] == pytest.approx(len(waits) / summary["run_seconds"])
+    assert (
+        f"the orchestrator's for {len(waits):.1f} s ({inside:.1f} s of it within its generation batches, "
+        f"{len(waits) - inside:.1f} s outside)" in finding["evidence"]
+    )
