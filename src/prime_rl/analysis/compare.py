@@ -14,9 +14,9 @@ from typing import Any
 from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
 from prime_rl.analysis.report import STAT_FILES
-from prime_rl.analysis.report_sections import verdict
+from prime_rl.analysis.report_sections import marker_note, verdict
 from prime_rl.analysis.servers import ServerRow, retry_counts, server_rows
-from prime_rl.analysis.stages import stages
+from prime_rl.analysis.stages import Stage, row_marker, stages
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -78,20 +78,48 @@ def server_figures(rows: list[ServerRow]) -> tuple[Figure, ...]:
     )
 
 
+StageKey = tuple[str, str | None, str | None, str]
+
+
+def _stage_key(s: Stage) -> StageKey:
+    """A stage's row in the comparison: its process, its marker (``within``, ``beside``) and its name
+    (two processes may have a stage of one name: the orchestrator's and the collector's rate-limit
+    waits; a row within generation in one run and not in the other is two rows)."""
+    return s.process, s.within, s.beside, s.name
+
+
+def _merged_order(a: list[StageKey], b: list[StageKey]) -> list[StageKey]:
+    """A's stages in their order, each of B's that A lacks right after the one before it in B (the
+    first at the start): every run's rows stay in its order, a part under the stage it is a part of."""
+    out = list(a)
+    at = 0
+    for key in b:
+        if key in out:
+            at = out.index(key) + 1
+        else:
+            out.insert(at, key)
+            at += 1
+    return out
+
+
 def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
-    """The rows of every table: stages (share), key numbers (p50 and mean), and per server every
-    figure the single run's "Per server" table has for either run (:func:`server_figures`)."""
-    sa = {s.name: s for s in stages(a.data)}
-    sb = {s.name: s for s in stages(b.data)}
+    """The rows of every table: stages (share; with their process and marker, as SUMMARY.md lists
+    them), key numbers (p50 and mean), and per server every figure the single run's "Per server"
+    table has for either run (:func:`server_figures`)."""
+    sa = {_stage_key(s): s for s in stages(a.data)}
+    sb = {_stage_key(s): s for s in stages(b.data)}
     stage_rows = [
         {
-            "stage": name,
-            "a_s": sa[name].total_ms / 1000 if name in sa else None,
-            "b_s": sb[name].total_ms / 1000 if name in sb else None,
-            "a_share": sa[name].share if name in sa else None,
-            "b_share": sb[name].share if name in sb else None,
+            "process": key[0],
+            "stage": key[3],
+            "within": key[1],
+            "beside": key[2],
+            "a_s": sa[key].total_ms / 1000 if key in sa else None,
+            "b_s": sb[key].total_ms / 1000 if key in sb else None,
+            "a_share": sa[key].share if key in sa else None,
+            "b_share": sb[key].share if key in sb else None,
         }
-        for name in list(dict.fromkeys([*sa, *sb]))
+        for key in _merged_order(list(sa), list(sb))
     ]
     stat_rows = []
     for series, title in STAT_FILES.values():
@@ -139,14 +167,18 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
         "",
         "## Where the time goes",
         "",
-        "| stage | A s | B s | B/A | A share | B share |",
-        "|---|---|---|---|---|---|",
+        "Each run's stages as its SUMMARY.md gives them, shares of its own wall time (the processes' stages "
+        "run side by side, so the rows of different processes do not add up)."
+        + marker_note([*stages(a.data), *stages(b.data)]),
+        "",
+        "| process | stage | A s | B s | B/A | A share | B share |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows["stages"]:
         share = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         lines.append(
-            f"| {r['stage']} | {_num(r['a_s'])} | {_num(r['b_s'])} | {_ratio(r['a_s'], r['b_s'])} | "
-            f"{share(r['a_share'])} | {share(r['b_share'])} |"
+            f"| {r['process']} | {row_marker(r['within'], r['beside'])}{r['stage']} | {_num(r['a_s'])} | {_num(r['b_s'])} | "
+            f"{_ratio(r['a_s'], r['b_s'])} | {share(r['a_share'])} | {share(r['b_share'])} |"
         )
     lines += [
         "",

@@ -55,11 +55,16 @@ class Stage:
 
     @property
     def marker(self) -> str:
-        """What the row's name is prefixed with in the reports: ``(within generation) ``,
-        ``(beside the steps) `` or nothing."""
-        if self.within:
-            return f"(within {self.within}) "
-        return f"(beside {self.beside}) " if self.beside else ""
+        """What the row's name is prefixed with in the reports (:func:`row_marker`)."""
+        return row_marker(self.within, self.beside)
+
+
+def row_marker(within: str | None, beside: str | None) -> str:
+    """What a stage's name is prefixed with in SUMMARY.md and COMPARE.md: ``(within generation) ``,
+    ``(beside the steps) `` or nothing."""
+    if within:
+        return f"(within {within}) "
+    return f"(beside {beside}) " if beside else ""
 
 
 def update_group() -> tuple[pl.Expr, pl.Expr]:

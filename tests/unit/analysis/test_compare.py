@@ -165,3 +165,25 @@ def test_compare_of_a_trio_and_a_collector_shows_both_tables_columns(tmp_path):
     assert by[("http://a:1", "samples")] == (None, 10) and by[("http://a:1", "failed samples")] == (None, 0)
     assert by[("http://a:1", "updates")] == (None, 0) and by[("http://a:1", "wall_ms p50")] == (None, None)
     assert by[("http://h:8000", "samples")] == (0, None)
+
+
+def test_compare_s_stages_keep_their_process_and_the_within_marker(tmp_path):
+    """A healthy run against a rate-limited one (reviewer's s10): COMPARE.md listed "rate-limit waits
+    (429)" at the bottom, with no process and no "(within generation)" marker, so B's orchestrator
+    shares added to 128.8%; compare.json had no within field. Each row has its process and marker
+    now, a part right under the stage it is a part of, and COMPARE.md says what the marker means."""
+    make_run("healthy", steps=20).write(tmp_path / "a" / "logs")
+    make_run("rate_limited", steps=20).write(tmp_path / "b" / "logs")
+    out = tmp_path / "out"
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
+    rows = json.loads((out / "compare.json").read_text())["stages"]
+    orchestrator = [r for r in rows if r["process"] == "orchestrator"]
+    assert [r["stage"] for r in orchestrator[:2]] == ["generation", "rate-limit waits (429)"]
+    limited = orchestrator[1]
+    assert limited["within"] == "generation" and limited["beside"] is None
+    assert limited["a_s"] is None and abs(limited["b_s"] - 10.0) < 1e-6
+    assert abs(sum(r["b_share"] for r in orchestrator if not r["within"]) - 1.0) < 0.01
+    md = (out / "COMPARE.md").read_text()
+    assert "| orchestrator | (within generation) rate-limit waits (429) | - | 10.0 | - | - | 28.8% |" in md
+    assert 'A row marked "(within generation)" is a part of generation\'s time, not added to it.' in md
+    assert "| trainer | trainer compute |" in md
