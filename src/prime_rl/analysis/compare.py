@@ -15,6 +15,7 @@ from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.output import dumps, md_cell, md_text, write_text
 from prime_rl.analysis.report import STAT_FILES
 from prime_rl.analysis.report_sections import marker_note, verdict
+from prime_rl.analysis.server_columns import ServerColumns, server_columns
 from prime_rl.analysis.servers import ServerRow, retry_counts, server_rows
 from prime_rl.analysis.stages import Stage, row_marker, stages
 
@@ -31,7 +32,8 @@ def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-Figure = tuple[str, Callable[[ServerRow], float | None]]
+Value = Callable[[ServerRow], float | None]
+Figure = tuple[str, Value]
 UPDATE_FIGURES: tuple[Figure, ...] = (
     ("updates", lambda r: r.updates),
     ("failed updates", lambda r: r.updates_failed),
@@ -58,24 +60,56 @@ APART_RETRY_FIGURES: tuple[Figure, ...] = (
 )
 
 
-def server_figures(rows: list[ServerRow]) -> tuple[Figure, ...]:
-    """The figures SUMMARY.md's "Per server" table has (its columns, in its order:
-    :func:`~prime_rl.analysis.report_sections.per_server`'s rule) for servers ``rows`` (of both runs):
-    the updates' when some server had one (or no server had a sample), those the orchestrator died
-    waiting for when some server had one, the samples' when some server had one, and the retries, the
-    orchestrator's and the collector's apart when both kinds of figures (or of retries) are there."""
-    samples = any(r.samples or r.samples_failed for r in rows)
-    unanswered = any(r.unanswered for r in rows)
-    updates = any(r.updates for r in rows) or unanswered or not samples
-    apart = (updates and samples) or (
-        any(r.orchestrator_retries for r in rows) and any(r.sample_retries for r in rows)
-    )
+def _retry_figures(who: str) -> tuple[Figure, ...]:
+    """One client's retries (all a table's one pair of retry columns counts), under that client's name."""
     return (
-        (UPDATE_FIGURES if updates else ())
-        + ((UNANSWERED_FIGURE,) if unanswered else ())
-        + (SAMPLE_FIGURES if samples else ())
-        + (APART_RETRY_FIGURES if apart else RETRY_FIGURES)
+        (f"429 retries ({who})", lambda r: retry_counts(r.retries)[0]),
+        (f"other retries ({who})", lambda r: retry_counts(r.retries)[1]),
     )
+
+
+def _table_figures(columns: ServerColumns | None, named_apart: bool) -> dict[str, Value]:
+    """A run's figures, by name: its own "Per server" table's columns (:func:`server_columns`; None: it
+    has no table), the retries under their client's name when ``named_apart``."""
+    if columns is None:
+        return {}
+    figures = (
+        (UPDATE_FIGURES if columns.updates else ())
+        + ((UNANSWERED_FIGURE,) if columns.unanswered else ())
+        + (SAMPLE_FIGURES if columns.samples else ())
+    )
+    if columns.retries_of is None:
+        figures += APART_RETRY_FIGURES
+    elif named_apart:
+        figures += _retry_figures(columns.retries_of)
+    else:
+        figures += RETRY_FIGURES
+    return dict(figures)
+
+
+ORDER = [
+    name
+    for name, _ in (
+        UPDATE_FIGURES + (UNANSWERED_FIGURE,) + SAMPLE_FIGURES + RETRY_FIGURES + APART_RETRY_FIGURES
+    )
+]
+"""The order of the figures of the comparison (the tables' column order)."""
+
+
+def server_figures(
+    rows_a: list[ServerRow], rows_b: list[ServerRow]
+) -> tuple[dict[str, Value], dict[str, Value]]:
+    """Each run's per-server figures, by name: the columns its own SUMMARY.md's "Per server" table has
+    (:func:`~prime_rl.analysis.server_columns.server_columns`, the table's own rule), a figure its table
+    lacks left out (shown as '-', not 0). Named as the tables name them, but unambiguously: the
+    updates' "failed" and "retried" are "failed updates" and "retried updates", a collector's table's
+    "failed" is "failed samples"; a table's one pair of retry columns is "429 retries" and "other
+    retries" when both runs' count the same client's, else under that client's name ("429 retries
+    (orchestrator)", a trio's; "(collector)", a collector's), as a table with both has them."""
+    ca, cb = (server_columns(rows) if rows else None for rows in (rows_a, rows_b))
+    whose = {c.retries_of for c in (ca, cb) if c is not None}
+    named_apart = None in whose or len(whose) > 1
+    return _table_figures(ca, named_apart), _table_figures(cb, named_apart)
 
 
 StageKey = tuple[str, str | None, str | None, str]
@@ -139,13 +173,16 @@ def compare_rows(a: Analysis, b: Analysis) -> dict[str, list[dict[str, Any]]]:
             )
     ra = {r.url: r for r in server_rows(a.data)}
     rb = {r.url: r for r in server_rows(b.data)}
-    figures = server_figures([*ra.values(), *rb.values()])
+    fa, fb = server_figures(list(ra.values()), list(rb.values()))
+    names = [name for name in ORDER if name in fa or name in fb]
     server_rows_ = []
     for url in sorted({*ra, *rb}):
-        for figure, value in figures:  # every one, 0 as 0 (None: not that run's server, or no value)
-            va = value(ra[url]) if url in ra else None
-            vb = value(rb[url]) if url in rb else None
-            server_rows_.append({"url": url, "figure": figure, "a": va, "b": vb})
+        for name in names:  # 0 as 0; None: not that run's server, not its table's column, or no value
+            has_a, has_b = url in ra and name in fa, url in rb and name in fb
+            if has_a or has_b:  # a cell of some run's table
+                va = fa[name](ra[url]) if has_a else None
+                vb = fb[name](rb[url]) if has_b else None
+                server_rows_.append({"url": url, "figure": name, "a": va, "b": vb})
     return {"stages": stage_rows, "stats": stat_rows, "servers": server_rows_}
 
 
@@ -193,7 +230,15 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
             f"{_num(r['a_mean'])} | {_num(r['b_mean'])} | {_ratio(r['a_mean'], r['b_mean'])} |"
         )
     if rows["servers"]:
-        lines += ["", "## Per server", "", "| server | figure | A | B | B/A |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Per server",
+            "",
+            SERVERS_NOTE,
+            "",
+            "| server | figure | A | B | B/A |",
+            "|---|---|---|---|---|",
+        ]
         for r in rows["servers"]:
             fmt = "{:.1f}" if "p50" in r["figure"] else "{:.0f}"
             lines.append(
@@ -202,6 +247,15 @@ def compare_md(a: Analysis, b: Analysis, names: tuple[str, str]) -> str:
             )
     lines += ["", "Full reports: [A](a/SUMMARY.md), [B](b/SUMMARY.md)."]
     return md_text("\n".join(lines) + "\n")
+
+
+SERVERS_NOTE = (
+    "Every cell of either run's own SUMMARY.md \"Per server\" table, a row per server and column: '-' where "
+    "a run's table has no such column or not that server (or a median has no value). The updates' `failed` and `retried` are "
+    "`failed updates` and `retried updates` here, a collector's table's `failed` is `failed samples`; a "
+    "table's `429 retries` and `other retries` are named by whose they are (the orchestrator's in a trio's "
+    "table, the collector's in a collector's) when the other run's table counts another client's or both."
+)
 
 
 def write_compare(a: Analysis, b: Analysis, names: tuple[str, str], out: Path) -> Path:

@@ -10,6 +10,7 @@ from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.restarts import HangBefore
+from prime_rl.analysis.server_columns import server_columns
 from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
 from prime_rl.analysis.stages import Stage, run_limit, server_preemptions, stages
 from prime_rl.analysis.stats import Collected
@@ -144,9 +145,8 @@ def per_server(d: Collected) -> list[str]:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    samples = any(r.samples or r.samples_failed for r in rows)
-    unanswered = any(r.unanswered for r in rows)
-    updates = any(r.updates for r in rows) or unanswered or not samples
+    columns = server_columns(rows)  # the rule COMPARE.md's per-server figures follow too
+    samples, unanswered, updates, apart = columns.samples, columns.unanswered, columns.updates, columns.apart
     head, cells = ["server"], [[r.url] for r in rows]
     if updates:
         head += ["updates", "failed", "retried", "wall_ms p50", "rpc_ms p50", "queue_ms p50"]
@@ -163,9 +163,6 @@ def per_server(d: Collected) -> list[str]:
             row += [str(r.samples), str(r.samples_failed), f(r.median("gen_ms"))]
     # the orchestrator's and the collector's retries apart when both are in the table (the sum of a
     # trio's 429s and a collector's is neither's rate limit); else whoever's there are
-    apart = (updates and samples) or (
-        any(r.orchestrator_retries for r in rows) and any(r.sample_retries for r in rows)
-    )
     if apart:
         head += [
             f"{kind} retries ({who})" for who in ("orchestrator", "collector") for kind in ("429", "other")

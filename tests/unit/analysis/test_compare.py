@@ -148,23 +148,56 @@ def test_compare_shows_every_per_server_column_of_the_single_run_table_zeros_too
         assert line in md, md
 
 
-def test_compare_of_a_trio_and_a_collector_shows_both_tables_columns(tmp_path):
-    """A trio's run against a collector's: the updates' columns and the samples' (each run's
-    SUMMARY.md has its own), a server of one run only as '-' in the other."""
+def test_compare_of_a_trio_and_a_collector_shows_each_run_s_own_table(tmp_path):
+    """A trio's run against a collector's (the reviewer's s21b, the other way round): each server's
+    figures were the columns of both tables, so the collector's server showed "updates 0" and "429
+    retries (orchestrator) 0", columns its own SUMMARY.md does not have, and the trio's server
+    "samples 0". Each run shows its own table's columns now, '-' where its table has none; the
+    collector's "failed" is "failed samples", and the two tables' retries, one client's each, are
+    named by whose they are."""
     make_run("healthy", steps=6, seed=1).write(tmp_path / "a" / "logs")
-    _collector_log(tmp_path / "b" / "collect.log", {"http://a:1": 100.0})
+    _collector_log(tmp_path / "b" / "collect.log", {"http://a:1": 100.0}, n429=3)
     out = tmp_path / "out"
     analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
     rows = json.loads((out / "compare.json").read_text())["servers"]
     by = {(r["url"], r["figure"]): (r["a"], r["b"]) for r in rows}
     assert [r["figure"] for r in rows if r["url"] == "http://a:1"] == [
-        "updates", "failed updates", "retried updates", "wall_ms p50", "rpc_ms p50", "queue_ms p50",
-        "samples", "failed samples", "gen_ms p50", "429 retries (orchestrator)", "other retries (orchestrator)",
-        "429 retries (collector)", "other retries (collector)",
+        "samples", "failed samples", "gen_ms p50", "429 retries (collector)", "other retries (collector)",
+    ]  # fmt: skip
+    assert _summary_columns((out / "b" / "SUMMARY.md").read_text()) == [
+        "samples", "failed", "gen_ms p50", "429 retries", "other retries",
     ]  # fmt: skip
     assert by[("http://a:1", "samples")] == (None, 10) and by[("http://a:1", "failed samples")] == (None, 0)
-    assert by[("http://a:1", "updates")] == (None, 0) and by[("http://a:1", "wall_ms p50")] == (None, None)
-    assert by[("http://h:8000", "samples")] == (0, None)
+    assert by[("http://a:1", "429 retries (collector)")] == (None, 3)
+    assert [r["figure"] for r in rows if r["url"] == "http://h:8000"] == [
+        "updates", "failed updates", "retried updates", "wall_ms p50", "rpc_ms p50", "queue_ms p50",
+        "429 retries (orchestrator)", "other retries (orchestrator)",
+    ]  # fmt: skip
+    assert by[("http://h:8000", "429 retries (orchestrator)")] == (0, None)
+    md = (out / "COMPARE.md").read_text()
+    assert "| http://a:1 | 429 retries (collector) | - | 3 | - |" in md
+    assert "| http://a:1 | updates |" not in md and "| http://h:8000 | samples |" not in md
+    assert "'-' where a run's table has no such column or not that server" in md
+
+
+def test_compare_names_a_trio_s_retries_the_orchestrator_s_against_a_table_with_both(tmp_path):
+    """A trio alone (its table: "429 retries") against the trio with a collector analysed beside it
+    (the orchestrator's and the collector's retries apart): the trio's retries are the orchestrator's
+    figure, beside B's orchestrator's, not a row of their own."""
+    make_run("rate_limited", steps=6, seed=1).write(tmp_path / "a" / "logs")
+    make_run("rate_limited", steps=6, seed=1).write(tmp_path / "b" / "logs")
+    _collector_log(tmp_path / "b" / "logs" / "collect.log", {"http://a:1": 100.0}, n429=3)
+    out = tmp_path / "out"
+    analyze_main(["--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
+    by = {
+        (r["url"], r["figure"]): (r["a"], r["b"])
+        for r in json.loads((out / "compare.json").read_text())["servers"]
+    }
+    assert by[("http://h:8000", "429 retries (orchestrator)")] == (60, 60)
+    assert by[("http://h:8000", "429 retries (collector)")] == (None, 0)
+    assert by[("http://a:1", "429 retries (collector)")] == (None, 3)
+    assert by[("http://h:8000", "samples")] == (None, 0)  # B's table has the samples' columns
+    assert ("http://h:8000", "429 retries") not in by
 
 
 def test_compare_s_stages_keep_their_process_and_the_within_marker(tmp_path):
