@@ -308,14 +308,23 @@ def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
     the batch time; with the worker count, the workers busy above ``verify_util_high`` of the batch
     time; without it, when some step's scoring sums to more than its batch (the workers ran side by
     side), the fewest workers the batches allow (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)
-    busy above ``verify_util_high`` (an upper bound: more workers would be less busy); otherwise the
-    summed scoring time per step (an upper bound of its wall time) above ``verify_ratio`` x the batch
-    time. Ranked above generation-bound, which it then explains."""
+    busy above ``verify_util_high`` (an upper bound: more workers would be less busy; at most 100%,
+    as the count is had from the batches); otherwise the summed scoring time per step (an upper bound
+    of its wall time) above ``verify_ratio`` x the batch time. The summed scoring is compared with
+    the batch time of the same steps (:attr:`Collected.verify_paired`; a step's scoring without its
+    batch line is left out), else of all of them. Ranked above generation-bound, which it then
+    explains."""
     gen = d.total("gen_dur_ms")
     if not d.series["verify_dur_ms"] or not gen:
         return None
     wall, how = verify_wall_ms(d)
     cpu = d.total("verify_dur_ms")
+    # like with like: the summed scoring and the batch time of the steps that logged both
+    cpu_c, gen_c, scope = cpu, gen, ""
+    if d.verify_paired is not None:
+        cpu_c, gen_c, steps, unpaired, _ = d.verify_paired
+        if unpaired:
+            scope = f" (the {steps} step(s) with both lines; {unpaired} step(s) scored with no batch line left out)"
     if d.series["verify_tail_ms"]:
         fired, measure = (
             wall > th.verify_ratio * gen,
@@ -323,26 +332,27 @@ def verification_bound(d: Collected, th: Thresholds) -> Finding | None:
         )
         names: tuple[str, ...] = ("verify_ratio",)
     elif d.verify_workers:
-        util = cpu / (d.verify_workers * gen)
+        util = cpu_c / (d.verify_workers * gen_c)
         fired = util > th.verify_util_high
-        measure = f"{d.verify_workers} verifier workers busy {100 * util:.0f}% of the batch time (> verify_util_high {100 * th.verify_util_high:.0f}%)"
+        measure = f"{d.verify_workers} verifier workers busy {100 * util:.0f}% of the batch time{scope} (> verify_util_high {100 * th.verify_util_high:.0f}%)"
         names = ("verify_util_high",)
     elif (fewest := fewest_verify_workers(d))[0] > 1:
         n, where = fewest
-        util = cpu / (n * gen)
+        # n is had from the batches: n workers score at most n times a batch (within WORKERS_SLACK)
+        util = min(cpu_c / (n * gen_c), 1.0)
         fired = util > th.verify_util_high
         measure = (
-            f"scoring {cpu / 1000:.1f} s summed over completions in {gen / 1000:.1f} s of batches: the workers ran "
+            f"scoring {cpu_c / 1000:.1f} s summed over completions in {gen_c / 1000:.1f} s of batches{scope}: the workers ran "
             f"side by side, at least {n} of them ({where}); their number is not logged (workers=), so this is "
             f"an upper bound: {n} workers would be busy {100 * util:.0f}% of the batch time (> verify_util_high "
             f"{100 * th.verify_util_high:.0f}%), more of them less"
         )
         names = ("verify_util_high",)
     else:
-        fired = cpu > th.verify_ratio * gen
+        fired = cpu_c > th.verify_ratio * gen_c
         measure = (
-            f"scoring {cpu / 1000:.1f} s summed over completions vs {gen / 1000:.1f} s of batch wall time "
-            f"({cpu / gen:.1f}x > verify_ratio {th.verify_ratio:g}; workers unknown, so summed time stands for wall time)"
+            f"scoring {cpu_c / 1000:.1f} s summed over completions vs {gen_c / 1000:.1f} s of batch wall time{scope} "
+            f"({cpu_c / gen_c:.1f}x > verify_ratio {th.verify_ratio:g}; workers unknown, so summed time stands for wall time)"
         )
         names = ("verify_ratio",)
     if not fired:

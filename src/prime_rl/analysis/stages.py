@@ -196,11 +196,12 @@ def _in_order_sum(values: pl.Series) -> float:
 
 
 def verify_wall_ms(d: Collected) -> tuple[float, str]:
-    """Scoring's wall time in the generation batches (see the module docstring) and how it was had."""
+    """Scoring's wall time in the generation batches (see the module docstring) and how it was had.
+    The summed scoring of a step with no batch line is in none of them: left out."""
     gen = d.total("gen_dur_ms")
     if d.series["verify_tail_ms"]:
         return min(d.total("verify_tail_ms"), gen or float("inf")), "[verify] tail_ms"
-    cpu = d.total("verify_dur_ms")
+    cpu = d.total("verify_dur_ms") - (d.verify_paired.unpaired_ms if d.verify_paired else 0.0)
     if d.verify_workers:
         return min(cpu / d.verify_workers, gen or cpu), f"summed scoring time / {d.verify_workers} workers"
     fewest, _ = fewest_verify_workers(d)

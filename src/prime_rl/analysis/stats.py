@@ -18,7 +18,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -172,6 +172,20 @@ def describe(values: Iterable[float | None]) -> dict[str, float]:
     }
 
 
+class ScoringPairs(NamedTuple):
+    """Scoring against the batches, like with like: of the steps with both a summed scoring time
+    ([verify] cpu_ms or dur_ms) and a batch time above 0 ([gen] batch.done dur_ms), their summed
+    scoring and their batches' time (ms) and how many they are; and the steps with a scoring time and
+    no batch time (no batch line: their scoring lies in no batch the logs time), how many, and their
+    summed scoring (ms)."""
+
+    scoring_ms: float
+    batch_ms: float
+    steps: int
+    unpaired_steps: int
+    unpaired_ms: float
+
+
 @dataclass
 class Collected:
     """What the logs say, before any judgement: the input of every rule and of the report."""
@@ -262,6 +276,9 @@ class Collected:
     largest multiple of its batch's wall time ([gen] batch.done dur_ms): (step, summed ms, batch ms);
     None without a step that has both. Above 1, the verifier's workers ran side by side: at least
     that many of them (:func:`~prime_rl.analysis.stages.fewest_verify_workers`)."""
+    verify_paired: ScoringPairs | None = None
+    """The steps with both a summed scoring time and a batch time, and those with scoring alone
+    (:class:`ScoringPairs`); None without a step that has both."""
     pauses: list[Pause] = field(default_factory=list)
     """The watchdog's hangs since the orchestrator's last restart after which every process they
     named made progress again (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run
@@ -1042,6 +1059,7 @@ def _collect(
     for (tag, event), n in lines.items():
         counts[f"{tag}.{event or '-'}"] += n
     busiest = _busiest_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
+    paired = _paired_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
     earlier_runs_ms = {}
     for key in list(c.by_step):  # each let go once in its series, before the join
         per_step = c.by_step.pop(key)
@@ -1098,6 +1116,7 @@ def _collect(
         train_wait=c.train_wait[0].event(c.train_wait[1]) if c.train_wait else None,
         hangs_unplaced=hangs.unplaced,
         verify_busiest=busiest,
+        verify_paired=paired,
         pauses=[p for _, p in paused if p is not None],
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
@@ -1133,6 +1152,31 @@ def _busiest_scoring(scoring: _PerStep, batch: _PerStep) -> tuple[str, float, fl
         i = int(np.argmax(ratio))
         pairs.insert(0, (str(i), float(cpu[i]), float(wall[i])))
     return max(pairs, key=lambda p: p[1] / p[2], default=None)
+
+
+def _paired_scoring(scoring: _PerStep, batch: _PerStep) -> ScoringPairs | None:
+    """:attr:`Collected.verify_paired`: the summed scoring and batch times of the steps with both (a
+    batch time above 0), and the steps with a scoring time and no batch time (none at all; one of 0
+    pairs with nothing but is a batch line)."""
+    cpu = scoring.by_number[: scoring.size]
+    wall = np.full(len(cpu), np.nan)
+    size = min(scoring.size, batch.size)
+    wall[:size] = batch.by_number[:size]
+    scored = ~np.isnan(cpu)
+    both = scored & (np.nan_to_num(wall) > 0)
+    alone = scored & np.isnan(wall)
+    named = [(v, batch.other[k]) for k, v in scoring.other.items() if batch.other.get(k, 0.0) > 0]
+    n = int(both.sum()) + len(named)
+    if not n:
+        return None
+    unnamed = [v for k, v in scoring.other.items() if k not in batch.other]
+    return ScoringPairs(
+        math.fsum([*cpu[both].tolist(), *(v for v, _ in named)]),
+        math.fsum([*wall[both].tolist(), *(w for _, w in named)]),
+        n,
+        int(alone.sum()) + len(unnamed),
+        math.fsum([*cpu[alone].tolist(), *unnamed]),
+    )
 
 
 class _PerStep:

@@ -239,3 +239,43 @@ def test_rate_limit_waits_outside_the_batches_are_no_part_of_generation(tmp_path
         f"the orchestrator's for {len(waits):.1f} s ({inside:.1f} s of it within its generation batches, "
         f"{len(waits) - inside:.1f} s outside)" in finding["evidence"]
     )
+
+
+def _scoring_log(path, steps: list[tuple[int, float | None, float]]):
+    """An orchestrator's log: per (step, batch ms or None: no batch line, summed scoring ms), its
+    [gen] batch.done and its [verify] batch.done (no workers=, no tail_ms), a second apart."""
+    lines = [f"2026-01-01 12:00:00.000 | INFO    | {format_tagged('gen', 'run.start', step=0, resume=False)}"]
+    for k, (step, batch, scoring) in enumerate(steps):
+        stamp = f"2026-01-01 12:{(k + 1) // 60:02d}:{(k + 1) % 60:02d}.000 | INFO    | "
+        if batch is not None:
+            lines.append(stamp + format_tagged("gen", "batch.done", step=step, completions=8, dur_ms=batch))
+        lines.append(stamp + format_tagged("verify", "batch.done", step=step, completions=8, dur_ms=scoring))
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_scoring_of_a_step_without_its_batch_line_is_not_compared_with_the_batches(tmp_path, analyze):
+    # the reviewer's edge case h: step 0 sums 5 s of scoring in its 1 s batch (at least 5 workers),
+    # step 1's 5 s of scoring has no batch line: both were set against step 0's batch, "5 workers
+    # would be busy 200% of the batch time"
+    log = _scoring_log(tmp_path / "h" / "orchestrator.log", [(0, 1000.0, 5000.0), (1, None, 5000.0)])
+    summary, _ = analyze([log], tmp_path / "out_h")
+    evidence = summary["primary"]["evidence"]
+    assert summary["primary"]["kind"] == "verification_bound"
+    assert "5 workers would be busy 100% of the batch time" in evidence, evidence
+    assert (
+        "scoring 5.0 s summed over completions in 1.0 s of batches (the 1 step(s) with both lines; 1 step(s) "
+        "scored with no batch line left out)" in evidence
+    )
+    # ten steps of 1 s batches, one of them scoring 5 s summed (at least 5 workers), the others 1 s;
+    # ten more steps scored 5 s each with no batch line: the 64 s of scoring set against the 10 s of
+    # batches made 5 workers "busy 128%" (verification-bound), and scoring's stage all of the
+    # batches' 10 s (64 s / 5 workers, at most the batches); those steps' own batches: 28%, 2.8 s
+    steps = [(0, 1000.0, 5000.0)] + [(s, 1000.0, 1000.0) for s in range(1, 10)]
+    steps += [(s, None, 5000.0) for s in range(10, 20)]
+    summary, _ = analyze([_scoring_log(tmp_path / "v" / "orchestrator.log", steps)], tmp_path / "out_v")
+    assert not [f for f in summary["findings"] if f["kind"] == "verification_bound"], summary["findings"]
+    stage = {s["name"]: s for s in summary["stages"]}
+    assert stage["verification (scoring)"]["total_ms"] == pytest.approx(14000.0 / 5)
+    assert stage["generation"]["total_ms"] == pytest.approx(10000.0 - 14000.0 / 5)
