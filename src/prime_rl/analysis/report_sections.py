@@ -190,7 +190,7 @@ def restarts(d: Collected) -> list[str]:
     resumed); the time in which no process ran, left out of the run (also without a restart: a
     collector's verify pass an hour after its run)."""
     if not d.restarts:
-        return ["", _down_time(d)] if d.down_seconds else []
+        return ["", _down_time(d)] if d.down_seconds >= DOWN_NOTE_S else []
     lines = ["", "## Restarts", ""]
     for r in d.restarts:
         when = local_time(r.ts, "%Y-%m-%d %H:%M:%S")
@@ -211,7 +211,7 @@ def restarts(d: Collected) -> list[str]:
             f"  - before it, the launcher's watchdog saw a hang {_hang_time(h)}: {h.said}."
             for h in r.hangs_before
         ]
-    if d.down_seconds:
+    if d.down_seconds >= DOWN_NOTE_S:
         lines += ["", _down_time(d)]
     return lines
 
@@ -223,10 +223,18 @@ def _hang_time(h: HangBefore) -> str:
     return f"at {local_time(h.ts, '%Y-%m-%d %H:%M:%S')} ({h.where})"
 
 
+DOWN_NOTE_S = 1.0
+"""SUMMARY.md says how much time in which no process ran the run's wall time leaves out when it is
+at least this many seconds (less is a gap between two lines, no down time worth a sentence; it is in
+summary.json's ``down_seconds`` all the same)."""
+
+
 def _down_time(d: Collected) -> str:
-    """The sentence that says how much time in which no process ran the run's wall time leaves out."""
+    """The sentence that says how much time in which no process ran the run's wall time leaves out
+    (under 10 s to a tenth of a second, else to the second)."""
+    down = d.down_seconds
     return (
-        f"The run's wall time leaves out the {d.down_seconds:.0f} s in which no process ran (between a "
+        f"The run's wall time leaves out the {down:.{1 if down < 10 else 0}f} s in which no process ran (between a "
         "crash and its resume's first line that is no start-up, as the run's first time is, or when "
         "neither a run of the collector nor a verify pass was at work): every share of the run is of the "
         "time it ran."

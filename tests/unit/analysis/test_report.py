@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.support.synthetic_logs import Shape, make_run
 
 from prime_rl.analysis.analyze import Analysis
@@ -200,3 +201,48 @@ def test_a_collectors_timeline_lists_its_samples(tmp_path, analyze):
     )
     starts = [line[:12] for line in lines]
     assert starts == sorted(starts)  # in time order
+
+
+def _collect_then_verify(path, gap_s: float):
+    """A collector's run 12:00:00-12:02:00 (4 slots, 4 samples of 30 s each) and, ``gap_s`` after its
+    end, its verify pass: 16 verifications of 60 s, 4 at a time (240 s)."""
+    from datetime import datetime
+
+    from prime_rl.tracing import format_tagged
+
+    base = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+
+    def line(t: float, tagged: str) -> str:
+        return f"{datetime.fromtimestamp(t).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} | INFO    | {tagged}"
+
+    events = []
+    for slot in range(4):
+        for k in range(4):
+            done = format_tagged(
+                "collect", "rollout.done", f"{slot}{k:03d}", task=slot * 4 + k, repeat=0, status=200,
+                dur_ms=30000.0, queue_ms=0.0, gen_ms=29000.0, out_tokens=100, attempts=1, url="http://h:8000",
+            )  # fmt: skip
+            events.append((base + 30 * (k + 1), done))
+            verified = format_tagged("collect", "verify.done", task=slot * 4 + k, repeat=0, dur_ms=60000.0)
+            events.append((base + 120 + gap_s + 60 * (k + 1), verified))
+    start = format_tagged("collect", "run.start", todo=16, done=0, resume=False, mode="collect")
+    lines = [line(base, start)] + [line(t, e) for t, e in sorted(events, key=lambda e: e[0])]
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_down_time_sentence_is_for_down_time_worth_a_sentence(tmp_path, analyze):
+    # the reviewer's s42: a verify pass 0.5 s after its collect run ended: SUMMARY.md said "leaves
+    # out the 0 s in which no process ran"; the run's 360.0 s (the union of the run's 120 s and the
+    # pass's 240 s) and the 0.5 s down make the 360.5 s from the first line to the last
+    log = _collect_then_verify(tmp_path / "half" / "rollouts_collect.log", 0.5)
+    summary, md = analyze([log], tmp_path / "out_half")
+    assert summary["run_seconds"] == 360.0 and summary["down_seconds"] == 0.5
+    assert "in which no process ran" not in md
+    # 5.5 s: to a tenth of a second ("the 6 s" before), 65.4 s to the second
+    for gap, said in ((5.5, "5.5"), (65.4, "65")):
+        log = _collect_then_verify(tmp_path / f"gap_{gap}" / "rollouts_collect.log", gap)
+        summary, md = analyze([log], tmp_path / f"out_{gap}")
+        assert summary["run_seconds"] + summary["down_seconds"] == pytest.approx(360.0 + gap, abs=0.002)
+        assert f"The run's wall time leaves out the {said} s in which no process ran" in md
