@@ -10,7 +10,9 @@ count once). A deferred verification pass (``collect-rollouts verify``: ``verify
 log of its own or between runs of the same log) is no sampling: it ends no run and adds nothing
 to the samples in flight. It is the collector at work all the same: each verification's time (the
 line's time less its ``dur_ms``, to the line's time) is no time between runs, wherever the pass
-lies. The time between runs is the time in which neither a run nor a verification was at work.
+lies. The time between runs is the time in which neither a run nor a verification was at work,
+nor a trio whose logs are analysed with the collector's (its first to its last line: a collection
+two hours before a training run leaves those two hours out of the run, as between two runs).
 
 A line stamped before its run's ``run.start`` (more than :data:`SLACK_S`; written after it) has a
 wrong time (a clock set back): it is used nowhere, as a line's without one, and counted (its
@@ -256,8 +258,11 @@ class CollectorRuns:
         start, end = self._verified
         return VerifyPasses(self._verify_count, self._verify_ms, float(np.sum(end - start)))
 
-    def idle_seconds(self) -> float:
-        """The time between the first start and the last end of the runs and verifications in which
-        neither a run nor a verification was at work."""
+    def idle_seconds(self, beside: tuple[float, float] | None = None) -> float:
+        """The time between the first start and the last end of the runs and verifications (and of
+        ``beside``, the time of a trio's logs analysed with them: first to last line) in which
+        neither a run, a verification nor the trio was at work."""
         start, end = self._merged(verifications=True)
+        if beside is not None:
+            start, end = merge_intervals(np.append(start, beside[0]), np.append(end, beside[1]), 0.0)
         return float(np.sum(start[1:] - end[:-1]))

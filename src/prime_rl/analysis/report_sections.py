@@ -236,7 +236,7 @@ def _down_time(d: Collected) -> str:
     return (
         f"The run's wall time leaves out the {down:.{1 if down < 10 else 0}f} s in which no process ran (between a "
         "crash and its resume's first line that is no start-up, as the run's first time is, or when "
-        "neither a run of the collector nor a verify pass was at work): every share of the run is of the "
+        "neither a run of the collector, a verify pass nor the trio was at work): every share of the run is of the "
         "time it ran."
     )
 

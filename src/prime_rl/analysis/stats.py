@@ -245,8 +245,8 @@ class Collected:
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
     """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`; of
-    a collector's logs alone, when neither a run nor a deferred verification was at work:
-    :meth:`CollectorRuns.idle_seconds`):
+    a collector's logs, when neither a run, a deferred verification nor the trio whose logs are
+    analysed with them (first to last line) was at work: :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
     clock_offsets: Offsets = field(default_factory=dict)
     """Server logs whose clock is off the orchestrator's: (seconds ahead, updates measured on)
@@ -999,10 +999,17 @@ def collect(
             gc.enable()
 
 
-def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first: float, last: float) -> None:
+def _add_windows(
+    windows: dict[str, tuple[float, float]],
+    b: TaggedLines,
+    first: float,
+    last: float,
+    collector_logs: set[str] | None = None,
+) -> None:
     """Widen each file's first and last time by batch ``b`` (its first and last time: ``first``,
     ``last``), its files named as the weight updates name a server's
-    (:func:`~prime_rl.analysis.updates.weights_frames`)."""
+    (:func:`~prime_rl.analysis.updates.weights_frames`); with ``collector_logs`` (the batch has
+    [collect] lines), those files are added to it."""
     if b.path is not None or b.events is None:
         spans = [(str(b.path) if b.path is not None else b.source, first, last)]
     else:  # a batch of events of one source: its events' own files
@@ -1012,8 +1019,15 @@ def _add_windows(windows: dict[str, tuple[float, float]], b: TaggedLines, first:
             if ev.ts is not None
         ]
     for log, a, z in spans:
+        if collector_logs is not None:
+            collector_logs.add(log)
         was = windows.get(log)
         windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
+
+
+def _has_collect(counts: Iterable[tuple[str, str | None, int]]) -> bool:
+    """Whether a batch's lines counted by (tag, event) hold a [collect] line: its file is a collector's."""
+    return any(tag == "collect" for tag, _, _ in counts)
 
 
 def _run_start(first_ts: float, segments: Segments) -> float | None:
@@ -1042,6 +1056,7 @@ def _collect(
     c = _Collector(spill_dir)
     counts, last_events = c.counts, {}
     windows: dict[str, tuple[float, float]] = {}  # each log's first and last time
+    collector_logs: set[str] = set()  # those of windows with [collect] lines
     lines: Counter = Counter()  # by (tag, event): counts' "tag.event" keys are made once at the end
     for seq, b in enumerate(batches):
         if b.source == "collect":  # first: a line stamped before its run's start has no time, which
@@ -1051,7 +1066,7 @@ def _collect(
             lines[tag, event] += n
         # the launcher's log keeps every run's lines over --clean: its [hang] lines are no time of this one
         if first is not None and last is not None and b.source != LAUNCHER:
-            _add_windows(windows, b, first, last)
+            _add_windows(windows, b, first, last, collector_logs if _has_collect(counts_of) else None)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
     for b, i, e in c.errors:
@@ -1077,8 +1092,9 @@ def _collect(
         first_ts = min(first_ts, began)
     c.segments.finish()
     down_s = c.segments.down_seconds()
-    if collector_only(counts):  # between two collector runs nothing ran (with a trio's logs, it did)
-        down_s += c.collector_runs.idle_seconds()
+    # between two collector runs nothing ran, nor between them and a trio's logs (first to last line)
+    trio = {log: w for log, w in windows.items() if log not in collector_logs}
+    down_s += c.collector_runs.idle_seconds(run_window(trio, offsets) if trio else None)
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs = place_hangs(
         c.segments.restarts, c.hangs.finish(parse.last_lines), _run_start(first_ts, c.segments)

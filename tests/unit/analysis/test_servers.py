@@ -1132,7 +1132,46 @@ def test_a_collector_analysed_with_a_trio_run_keeps_its_per_server_figures_and_i
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == f"[collect] gen_ms summed / {inflight:.1f} samples in flight (mean)"
     assert stage["total_ms"] == pytest.approx((20 * 100.0 + 20 * 300.0) / inflight)
-    assert summary["run_seconds"] > 600
+    # the run: the collector's 59.105 s and the trio's time, the nine minutes between them down time
+    alone, _ = analyze(files, tmp_path / "trio_alone")
+    assert summary["run_seconds"] == pytest.approx(alone["run_seconds"] + 59.105, abs=0.01)
+    assert summary["down_seconds"] == pytest.approx(600.0 - 59.0, abs=0.01)
+
+
+def test_a_collection_hours_before_a_trio_run_leaves_the_hours_between_out_of_the_run(tmp_path, analyze):
+    """A trainer-bound trio run (14:00, every step waits ~6 s for the trainer's weights) analysed with
+    an offline collector's log of two hours before (12:00:00-12:00:59): the run's time was the trio's
+    last line less the collector's first sample's start, two hours of neither at work in it, so the
+    trio's checkpoint waits were ~1% of a ~2 h run and its trainer-bound finding was gone. The run is
+    now the union of the trio's time (first to last line) and the collector's run, the time between
+    them down time as between two collector runs; a collector beside the trio (the usual case) adds
+    only what it ran outside the trio's lines, as before."""
+    run = make_run("trainer_bound", steps=20, seed=1, start_offset_s=7200.0)
+    files = list(run.write(tmp_path / "trio").values())
+    alone, _ = analyze(files, tmp_path / "alone")
+    trio_s = alone["run_seconds"]
+    (bound,) = [f for f in alone["findings"] if f["kind"] == "trainer_bound"]
+    waits_ms = bound["share"] * trio_s * 1000.0
+    collector = _collect_log(tmp_path / "collect.log", {"http://h:8000": 100.0, "http://c:1": 300.0})
+    summary, md = analyze([*files, collector], tmp_path / "out")
+    run_s = (
+        trio_s + 59.105
+    )  # the collector's run: its first sample's start (105 ms before 12:00:00) to 12:00:59
+    assert summary["run_seconds"] == pytest.approx(run_s, abs=0.01)
+    assert summary["down_seconds"] == pytest.approx(7200.0 - 59.0, abs=0.01)
+    assert f"leaves out the {7200 - 59:.0f} s in which no process ran" in md
+    # the trio's shares are of that run: its checkpoint waits ~60% of it, trainer-bound again
+    (found,) = [f for f in summary["findings"] if f["kind"] == "trainer_bound"]
+    assert found["share"] == pytest.approx(waits_ms / 1000.0 / run_s) and found["share"] > 0.5
+    wait = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
+    assert wait["share"] == pytest.approx(waits_ms / 1000.0 / run_s)
+    # the same collector beside the trio (both from 12:00): no down time, the run from the first
+    # sample's start to the trio's last line
+    beside = make_run("trainer_bound", steps=20, seed=1)
+    files = list(beside.write(tmp_path / "beside").values())
+    summary, md = analyze([*files, collector], tmp_path / "out_beside")
+    assert summary["run_seconds"] == pytest.approx(trio_s + 0.105, abs=0.01)
+    assert summary["down_seconds"] == 0.0 and "leaves out" not in md
 
 
 def test_the_orchestrator_s_and_the_collector_s_429s_on_one_server_are_counted_apart(tmp_path, analyze):
@@ -1144,8 +1183,11 @@ def test_the_orchestrator_s_and_the_collector_s_429s_on_one_server_are_counted_a
     files = list(run.write(tmp_path / "logs").values())
     collector = _collect_log(tmp_path / "logs" / "collect.log", {"http://h:8000": 100.0})
     summary, md = analyze([*files, collector], tmp_path / "out")
-    table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
-    head, _, row = ([c.strip() for c in line.strip("|").split("|")] for line in table.strip().splitlines())
+    table = md.split("## Per server", 1)[1].split("\n## ", 1)[
+        0
+    ]  # the ten minutes between: down time under it
+    rows = [line for line in table.strip().splitlines() if line.startswith("|")]
+    head, _, row = ([c.strip() for c in line.strip("|").split("|")] for line in rows)
     assert dict(zip(head[-4:], row[-4:], strict=True)) == {
         "429 retries (orchestrator)": "120",
         "other retries (orchestrator)": "0",
