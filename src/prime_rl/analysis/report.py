@@ -22,6 +22,7 @@ from prime_rl.analysis.analyze import Analysis
 from prime_rl.analysis.bars import PLOT_BARS, SAMPLES, bars_by_kind, is_sample_row, merge_intervals
 from prime_rl.analysis.output import RawJSON, dumps, md_text, write_text
 from prime_rl.analysis.report_sections import headline, sections_after_numbers, verdict
+from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, VERIFICATION
 from prime_rl.analysis.servers import server_dicts
 from prime_rl.analysis.spans import SpanColumns, span_columns
 from prime_rl.analysis.stages import stages
@@ -249,22 +250,27 @@ def _fmt(v: float | None) -> str:
 def timeline(d: Collected) -> str:
     """timeline.txt: every span in time order (at most :data:`TIMELINE_LINES`); updates with their
     server, queue/rpc split and the batches they overlapped; a collector's samples with their
-    server, status and queue/gen/verify times."""
+    server, status and queue/gen/verify times; a verify pass's verifications with their task."""
     gens = _gen_overlaps(d)
     spans = span_columns(d.spans, TIMELINE_LINES)  # columns: an object a span took 0.05 s of 50,000
     kinds = set(spans.kind)
     out = (
-        [
+        [f"An offline collector's {_collector_spans(kinds or {'sample'})} in time order."]
+        if (kinds <= COLLECTOR_KINDS if kinds else d.is_collector_run)
+        else [
             "Weight updates, checkpoint waits/writes and generation batches in time order.",
             "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         ]
-        if kinds - {"sample"} or not kinds
-        else ["An offline collector's samples in time order."]
     )
     if "sample" in kinds:
         out.append(
             "For each sample (from its line's time less its dur_ms to the line): its trace id and server, its "
             "status and its queue, generation and verification ms."
+        )
+    if VERIFICATION in kinds:
+        out.append(
+            "For each verification of a deferred verify pass (collect-rollouts verify; from its verify.done "
+            "line's time less its dur_ms to the line): its task and repeat."
         )
     out.append("")
     begin, finish = spans.start.tolist(), spans.end.tolist()
@@ -299,13 +305,21 @@ def _dropped_note(d: Collected) -> str:
     dropped = ", ".join(f"{n} {kind}" for kind, n in sorted(d.spans_dropped.items()))
     kinds = set(d.spans_dropped)
     samples = collection.kept_of(collection.SAMPLE)
-    if kinds == {collection.SAMPLE}:  # a collector's log alone
-        shown = f"the first and last {samples} samples are shown"
+    if kinds <= COLLECTOR_KINDS:  # a collector's log alone
+        shown = f"the first and last {samples} {_collector_spans(kinds, 'as many')} are shown"
     else:
+        ours = kinds & COLLECTOR_KINDS
         shown = f"the first and last {collection.SPANS_KEPT} spans of each kind are shown" + (
-            f" ({samples} of a collector's samples)" if collection.SAMPLE in kinds else ""
+            f" ({samples} of a collector's {_collector_spans(ours, 'as many')})" if ours else ""
         )
     return f"(a long run: {shown}; between them {dropped} spans are left out here, not from the statistics)"
+
+
+def _collector_spans(kinds: set[str], many: str = "") -> str:
+    """The collector's kinds of span among ``kinds`` in words: "samples", "verifications" (a verify
+    pass's) or "samples and ``many`` verifications"."""
+    names = [name for kind, name in (("sample", "samples"), (VERIFICATION, "verifications")) if kind in kinds]
+    return f" and {many} ".replace("  ", " ").join(names)
 
 
 def plot_data(a: Analysis) -> PlotData | None:
@@ -333,7 +347,7 @@ def plot_data(a: Analysis) -> PlotData | None:
         .sort("start", "width")
     )
     return PlotData(
-        {kind: every[kind] for kind in ROWS if kind in every} | _sample_rows(every),
+        {kind: every[kind] for kind in (*ROWS, VERIFICATION) if kind in every} | _sample_rows(every),
         (queued.get_column("start").to_numpy(), queued.get_column("width").to_numpy()),
         t0,
         max(t1 - t0, 1e-3) / PLOT_BARS,

@@ -11,6 +11,10 @@ cost what the trio's spans cost and no more:
 - timeline.txt lists the first and last ``SAMPLES_KEPT`` samples as spans "sample", the trio's rule:
   a batch's columns wait as they are and become a frame only when their samples are kept (the
   first batches, and the last ones at the end), the batches in between only counted.
+
+A deferred verify pass's verifications (``[collect] verify.done``, from the line's time less its
+``dur_ms`` to the line) are drawn and listed the same way, as spans "verification" of a row of
+their own (:data:`VERIFICATION`; they name no server), the first and last ``SAMPLES_KEPT`` listed.
 """
 
 from __future__ import annotations
@@ -24,12 +28,19 @@ import polars as pl
 from prime_rl.analysis.bars import merge_overlapping, sample_row
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from prime_rl.analysis.bars import Bars
 
 SAMPLE = "sample"
 """The kind of a collector's sample spans."""
 INFO = ("url", "status", "queue_ms", "gen_ms", "verify_ms")
 """What timeline.txt says of each sample, besides its trace id."""
+VERIFICATION = "verification"
+"""The kind of a deferred verify pass's verification spans, and the key of their row of
+timeline.png in :attr:`~prime_rl.analysis.stats.Collected.bars`."""
+COLLECTOR_KINDS = frozenset((SAMPLE, VERIFICATION))
+"""The kinds of span of a collector's log (timeline.txt's header and note say which logs they are)."""
 
 
 class _SpanStore(Protocol):
@@ -47,10 +58,20 @@ class _SpanStore(Protocol):
 class SampleSpans:
     """The collector's samples, batch by batch (:meth:`add`), then :meth:`finish` once."""
 
-    def __init__(self, spans: _SpanStore, kept: int) -> None:
+    def __init__(
+        self,
+        spans: _SpanStore,
+        kept: int,
+        kind: str = SAMPLE,
+        info: tuple[str, ...] = INFO,
+        row: Callable[[str | None], str] = sample_row,
+    ) -> None:
         self._spans = spans
         self._kept = kept
         """How many of the first and of the last samples are kept (``stats.SAMPLES_KEPT``)."""
+        self._kind, self._info, self._row_of = kind, info, row
+        """The spans' kind (labelled "kind {trace id}"), what timeline.txt says of each and the key
+        of the row of their server (``url`` in ``info``; without it, one row: ``row(None)``)."""
         self._head = 0
         """Samples given to the spans so far (they keep the first ``kept`` of them)."""
         self._waiting: deque[tuple[dict[str, pl.Series], np.ndarray, int]] = deque()
@@ -67,7 +88,8 @@ class SampleSpans:
         rows = np.flatnonzero(timed)
         if not len(rows):
             return
-        self._bars(start[rows], end[rows], info["url"].gather(rows))
+        url = info.get("url")
+        self._bars(start[rows], end[rows], url.gather(rows) if url is not None else None)
         columns = {"start": pl.Series(start), "end": ts, "tid": tid, **info}
         if self._head < self._kept:  # among the first samples: kept now
             self._give(columns, rows)
@@ -78,7 +100,7 @@ class SampleSpans:
         while self._waiting and self._waiting_rows - self._waiting[0][2] >= self._kept:
             _, _, n = self._waiting.popleft()
             self._waiting_rows -= n
-            self._spans.dropped[SAMPLE] = self._spans.dropped.get(SAMPLE, 0) + n
+            self._spans.dropped[self._kind] = self._spans.dropped.get(self._kind, 0) + n
 
     def finish(self) -> None:
         """The last batches' samples to the spans (call once, after the last batch)."""
@@ -90,10 +112,13 @@ class SampleSpans:
     def _give(self, columns: dict[str, pl.Series], rows: np.ndarray) -> None:
         frame = pl.DataFrame(columns)[rows]
         self._head += frame.height
-        self._spans.add_frame(SAMPLE, "sample {}", frame, INFO, "tid", True)
+        self._spans.add_frame(self._kind, self._kind + " {}", frame, self._info, "tid", True)
 
-    def _bars(self, start: np.ndarray, end: np.ndarray, url: pl.Series) -> None:
+    def _bars(self, start: np.ndarray, end: np.ndarray, url: pl.Series | None) -> None:
         """Each server's samples (in line order: by end), merged where they overlap, to its row."""
+        if url is None:  # spans of no server: one row
+            self._row(None, start, end)
+            return
         codes = url.fill_null("").cast(pl.Categorical).to_physical().to_numpy()
         if codes.min() == codes.max():  # one server (or none named)
             self._row(url[0], start, end)
@@ -105,4 +130,4 @@ class SampleSpans:
 
     def _row(self, url: str | None, start: np.ndarray, end: np.ndarray) -> None:
         merged_start, merged_end = merge_overlapping(start, end)
-        self._spans.bars_of(sample_row(url)).add(merged_start, merged_end)
+        self._spans.bars_of(self._row_of(url)).add(merged_start, merged_end)

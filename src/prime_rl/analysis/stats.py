@@ -38,8 +38,8 @@ from prime_rl.analysis.restarts import (
     last_restart,
     place_hangs,
 )
+from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, SAMPLE, VERIFICATION, SampleSpans
 from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
-from prime_rl.analysis.sample_spans import SAMPLE, SampleSpans
 from prime_rl.analysis.server_load import ServerLoads, ServerLoadSeries
 from prime_rl.analysis.spans import KeptSpans, Part, Span, SpanBlock
 from prime_rl.analysis.step_staleness import StepStaleness
@@ -52,6 +52,7 @@ from prime_rl.analysis.tagged import (
     ParseStats,
     TaggedLines,
     batches_from_events,
+    fields_by_key,
     step_numbers,
 )
 from prime_rl.analysis.updates import (
@@ -138,12 +139,13 @@ SAMPLES_KEPT = 2_000
 """An offline collector's samples kept from its start and as many from its end (timeline.txt's
 lines; at most :data:`SPANS_KEPT`): a collector's log has a sample a line, and the trio's 20,000 of
 each kind would be 40,000 lines of samples, 0.15 s of a 1M-line log's report to write, for a listing
-whose start and end show how the run went."""
+whose start and end show how the run went. A deferred verify pass's verifications (a line each
+too) are kept as many."""
 
 
 def kept_of(kind: str) -> int:
     """How many of the first (and of the last) spans of ``kind`` are kept."""
-    return min(SAMPLES_KEPT, SPANS_KEPT) if kind == SAMPLE else SPANS_KEPT
+    return min(SAMPLES_KEPT, SPANS_KEPT) if kind in COLLECTOR_KINDS else SPANS_KEPT
 
 
 def describe(values: Iterable[float | None]) -> dict[str, float]:
@@ -524,6 +526,10 @@ class _Collector:
         self.spans = _Spans()
         self.samples = SampleSpans(self.spans, kept_of(SAMPLE))
         """The offline collector's samples ([collect] lines with a ``dur_ms``) as spans and bars."""
+        self.verifications = SampleSpans(
+            self.spans, kept_of(VERIFICATION), VERIFICATION, (), lambda _: VERIFICATION
+        )
+        """A deferred verify pass's verifications ([collect] verify.done) as spans and a row of bars."""
         self.counts: Counter = Counter()
         self.join = UpdateJoin(spill_dir=spill_dir)
         self.open_gen: dict[str, float] = {}
@@ -893,6 +899,10 @@ class _Collector:
             b.frame.get_column("tid"),
             dict(zip(SAMPLE_INFO, (url, status, queue, gen, verify), strict=True)),
         )
+        if deferred.is_not_null().any():  # a verify pass's verifications: named by task and repeat
+            rows = deferred.is_not_null().arg_true()
+            what = _task_and_repeat(b, rows)
+            self.verifications.add(b.frame.get_column("ts").gather(rows), deferred.gather(rows), what, {})
 
     def env(self, seq: int, b: TaggedLines) -> None:
         """Multi-turn episodes ([env] episode.done): the environment's and its tools' time, the
@@ -999,6 +1009,18 @@ def collect(
             gc.enable()
 
 
+def _task_and_repeat(b: TaggedLines, rows: pl.Series) -> pl.Series:
+    """The lines ``rows`` of ``b`` as "task=T repeat=R" (their fields read there alone)."""
+    keys = ["task", "repeat"]
+    if b.events is None:
+        read = fields_by_key(b.frame.get_column("rest").gather(rows), keys)
+    else:
+        at = rows.to_list()
+        read = pl.DataFrame({k: b.rows_text(at, k) for k in keys}, schema=dict.fromkeys(keys, pl.String))
+    dash = [pl.col(k).fill_null("-") for k in keys]
+    return read.select(pl.format("task={} repeat={}", *dash)).to_series()
+
+
 def _add_windows(
     windows: dict[str, tuple[float, float]],
     b: TaggedLines,
@@ -1085,6 +1107,7 @@ def _collect(
     frame = update_frame(updates)
     c.update_spans(frame)
     c.samples.finish()
+    c.verifications.finish()
     offsets = c.join.offsets
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from prime_rl.analysis.bars import SAMPLES, is_sample_row
+from prime_rl.analysis.sample_spans import VERIFICATION
 
 ROWS = ("gen", "ckpt_wait", "ckpt_write", "update", "train", "train_wait")
 _LABELS = (
@@ -38,6 +39,8 @@ are analysed too), at most this many rows: past the first ``SAMPLE_ROWS - 1`` se
 others' samples share the last row."""
 SAMPLE_COLORS = ((140, 86, 75), (227, 119, 194), (188, 189, 34), (23, 190, 207))
 """The sample rows' colours, in turn (matplotlib's other four "tab" colours)."""
+VERIFICATION_COLOR = (31, 31, 120)
+"""The colour of a deferred verify pass's row (its verifications), drawn above the samples'."""
 _URL_CHARS = 28
 """A sample row's name shows at most this many characters of its server's URL (its end)."""
 SIZE = (1320, 462)
@@ -70,10 +73,16 @@ class PlotData:
 def rows(bars: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[str, str, tuple[int, int, int]]]:
     """The picture's rows from the bottom, each (its key in ``bars``, its name, its colour): the
     trio's :data:`ROWS` (all of them, drawn or not; none for a collector's logs alone), then a
-    collector's samples, a row per server (the first of ``bars`` at the top)."""
+    collector's samples, a row per server (the first of ``bars`` at the top), then a deferred verify
+    pass's verifications (:data:`~prime_rl.analysis.sample_spans.VERIFICATION`)."""
     samples = list(filter(is_sample_row, bars))
-    trio = list(zip(ROWS, _LABELS, COLORS, strict=True)) if not samples or set(bars) - set(samples) else []
+    collector = [*samples, *(k for k in bars if k == VERIFICATION)]
+    trio = (
+        list(zip(ROWS, _LABELS, COLORS, strict=True)) if not collector or set(bars) - set(collector) else []
+    )
     drawn = [(k, _sample_label(k), SAMPLE_COLORS[i % len(SAMPLE_COLORS)]) for i, k in enumerate(samples)]
+    if VERIFICATION in bars:
+        drawn.insert(0, (VERIFICATION, "verify pass", VERIFICATION_COLOR))
     return trio + drawn[::-1]
 
 

@@ -387,3 +387,72 @@ def test_overlapping_samples_merge_as_merge_intervals_merges_them(spans, by_end)
     end = np.array([float(s + w) for s, w in spans])
     got, want = merge_overlapping(start, end), merge_intervals(start, end, 0.0)
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def _verify_pass_log(path, first_s: float, n: int = 16) -> None:
+    """A deferred verify pass's lines (collect-rollouts verify) appended to ``path``: ``n``
+    verifications of 10 s, four at a time, from ``first_s`` after 12:00:00."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for k in range(n):
+        end = first_s + 10.0 * (k // 4 + 1)
+        tagged = format_tagged("collect", "verify.done", None, task=k, repeat=0, dur_ms=10_000.0)
+        lines.append(f"2026-01-01 12:{int(end) // 60:02d}:{end % 60:06.3f} | INFO    | {tagged}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_a_verify_pass_s_verifications_are_a_row_and_a_listing_of_their_own(tmp_path, analyze, monkeypatch):
+    """A deferred verify pass was on no timeline (reviewer's s42b): analysed alone, timeline.txt said
+    "(no timed events)" under the trio's header and there was no timeline.png; with its collect run,
+    the timeline ended with the samples, the pass's minutes absent. Its verifications (each from its
+    verify.done line's time less its dur_ms to the line) are now a row of timeline.png and spans
+    "verification" of timeline.txt, the first and last SAMPLES_KEPT listed as the samples are, under a
+    collector's header."""
+    from prime_rl.analysis import parser, stats, timeline_plot
+
+    monkeypatch.setattr(stats, "SAMPLES_KEPT", 5)
+    monkeypatch.setattr(parser, "BATCH_ROWS", 7)
+    # the pass alone: 16 verifications 12:00:30-12:01:10
+    _verify_pass_log(tmp_path / "alone" / "scored_collect.log", 30.0)
+    summary, _ = analyze([tmp_path / "alone" / "scored_collect.log"], tmp_path / "out_alone")
+    assert summary["spans_dropped"] == {"verification": 16 - 10}
+    text = (tmp_path / "out_alone" / "timeline.txt").read_text()
+    assert text.startswith("An offline collector's verifications in time order.\n")
+    assert "(no timed events)" not in text and "Weight updates" not in text
+    listed = [line.split()[7] for line in text.splitlines() if " ms  verification " in line]
+    assert listed == [f"task={k}" for k in (*range(5), *range(11, 16))]
+    assert "12:00:30.000 -> 12:00:40.000   10000.0 ms  verification verification task=0 repeat=0" in text
+    assert (
+        "(a long run: the first and last 5 verifications are shown; between them 6 verification spans" in text
+    )
+    png = tmp_path / "out_alone" / "timeline.png"
+    x, _ = _colour_columns(png, timeline_plot.VERIFICATION_COLOR)
+    assert len(x) > SIZE[0] // 2  # 40 s of the 40 s drawn
+    for colour in COLORS[:5]:  # no trio row drawn
+        assert not len(_colour_columns(png, colour)[0])
+    # with its run (40 samples 0.2-20.5 s, one log): the pass after the samples, a row above theirs
+    samples = [(1.0 + 0.5 * k, 800.0, "http://a:1") for k in range(40)]
+    _collector_log(tmp_path / "run" / "collect.log", samples)
+    _verify_pass_log(tmp_path / "run" / "collect.log", 30.0)
+    summary, _ = analyze([tmp_path / "run" / "collect.log"], tmp_path / "out_run")
+    assert summary["spans_dropped"] == {"sample": 40 - 10, "verification": 16 - 10}
+    text = (tmp_path / "out_run" / "timeline.txt").read_text()
+    assert text.startswith("An offline collector's samples and verifications in time order.\n")
+    assert text.splitlines()[-2].startswith("12:01:00.000 -> 12:01:10.000   10000.0 ms  verification")
+    assert "the first and last 5 samples and as many verifications are shown" in text
+    png = tmp_path / "out_run" / "timeline.png"
+    sample_x, sample_y = _colour_columns(png, timeline_plot.SAMPLE_COLORS[0])
+    verify_x, verify_y = _colour_columns(png, timeline_plot.VERIFICATION_COLOR)
+    assert sample_x.max() < verify_x.min() and verify_y.max() < sample_y.min()  # later, on top
+    ratio = (verify_x.max() - verify_x.min()) / (sample_x.max() - sample_x.min())
+    assert abs(ratio - 40 / 20.3) < 0.02, ratio
+    # a collector's log with no sample nor verification: a collector's header over "(no timed events)"
+    log = tmp_path / "none" / "collect.log"
+    log.parent.mkdir()
+    log.write_text("2026-01-01 12:00:00.000 | INFO    | [collect] run.start todo=16 done=0 resume=false\n")
+    analyze([log], tmp_path / "out_none")
+    text = (tmp_path / "out_none" / "timeline.txt").read_text()
+    assert text == "An offline collector's samples in time order.\n\n(no timed events)\n"
