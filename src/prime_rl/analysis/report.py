@@ -378,6 +378,18 @@ def plot_timeline(a: Analysis, path: Path) -> bool:
     return True
 
 
+def _at_no_step(loose: list[int]) -> dict[str, int] | None:
+    """summary.json's staleness above async_level at no step: how many lines, and the highest."""
+    return {"lines": len(loose), "max_staleness": max(loose)} if loose else None
+
+
+def _at_no_step_noted(d: Collected, series: str, title: str) -> str:
+    """A series' title, saying how many of its values are at no step (a per-step series' values of
+    lines whose step is none or no step number): its count is then no number of steps."""
+    loose = d.counts.get(f"{collection.AT_NO_STEP}{series}", 0)
+    return f"{title} ({loose} of the {len(d.series[series])} values at no step number)" if loose else title
+
+
 def _key_numbers(d: Collected) -> list[str]:
     lines = [
         "## Key numbers",
@@ -388,6 +400,7 @@ def _key_numbers(d: Collected) -> list[str]:
     for series, title in STAT_FILES.values():
         s = d.describe(series)
         if s.get("count"):
+            title = _at_no_step_noted(d, series, title)
             lines.append(
                 f"| {title} | {s['count']} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p95']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |"
             )
@@ -396,24 +409,29 @@ def _key_numbers(d: Collected) -> list[str]:
 
 def _staleness(d: Collected) -> list[str]:
     """Steps per staleness value, and the async_level they are bounded by."""
-    hist = d.staleness_histogram()
-    if not hist:
+    hist, loose = d.staleness_histogram(), d.staleness_at_no_step()
+    if not hist and not loose:
         return []
-    lines = [
-        "",
-        "## Staleness",
-        "",
-        f"async_level {d.async_level_text()}; steps per staleness of their batch (its oldest sample):",
-        "",
-    ]
-    lines += ["| staleness | steps |", "|---|---|"] + [f"| {s} | {n} |" for s, n in hist.items()]
+    lines = ["", "## Staleness", ""]
+    if hist:
+        lines += [
+            f"async_level {d.async_level_text()}; steps per staleness of their batch (its oldest sample):",
+            "",
+        ]
+        lines += ["| staleness | steps |", "|---|---|"] + [f"| {s} | {n} |" for s, n in hist.items()]
+    else:  # every [rollout] line at no step
+        lines.append(f"async_level {d.async_level_text()}; no [rollout] line at a step number.")
     bad = d.staleness_violations()
-    lines += [
-        "",
-        f"Above async_level: steps {', '.join(str(step) for step, _ in bad)}."
-        if bad
-        else "None above async_level.",
-    ]
+    if bad:
+        above = f"Above async_level: steps {', '.join(str(step) for step, _ in bad)}."
+    else:
+        above = "None above async_level at a step." if loose else "None above async_level."
+    if loose:  # a [rollout] line whose step was refused (or had none): in no step's row, judged all the same
+        above += (
+            f" At no step number (a [rollout] line whose current_step is none or no step number): {len(loose)} "
+            f"line(s) above async_level, staleness up to {max(loose)}."
+        )
+    lines += ["", above]
     drops = {k[5:]: n for k, n in d.counts.items() if k.startswith("drop.") and n}
     if drops:
         lines += [
@@ -471,6 +489,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "staleness": {
             "histogram": {str(k): v for k, v in d.staleness_histogram().items()},
             "violations": [{"step": step, "staleness": s} for step, s in d.staleness_violations()],
+            "violations_at_no_step": _at_no_step(d.staleness_at_no_step()),
             "async_levels": d.async_levels(),
         },
         "thresholds": {name: getattr(a.thresholds, name) for name in Thresholds.model_fields},
@@ -515,7 +534,9 @@ def write_report(a: Analysis, out: Path) -> Path:
     """Write every file of the analysis directory ``out``; returns ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     for name, (series, title) in STAT_FILES.items():
-        write_text(out / name, format_stats(title, a.data.describe(series)))
+        write_text(
+            out / name, format_stats(_at_no_step_noted(a.data, series, title), a.data.describe(series))
+        )
     write_text(out / "slowest_updates.txt", slowest_updates(a.data))
     write_text(out / "timeline.txt", timeline(a.data))
     write_text(out / "summary.json", _json_top_level_lines(to_json(a)))

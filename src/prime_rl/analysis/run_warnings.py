@@ -21,17 +21,22 @@ Check = Callable[[Collected, Thresholds], str | None]
 
 def staleness_above_async_level(d: Collected, th: Thresholds) -> str | None:
     """[rollout] staleness above the async_level of the run it is in (when it is known), with every
-    step; else a value without a step above every run's."""
-    bad = d.staleness_violations()
+    step; lines at no step (their current_step none or no step number) counted apart, as the
+    Staleness section does."""
+    bad, loose = d.staleness_violations(), d.staleness_at_no_step()
+    level = d.async_level_text()
+    apart = (
+        f"{len(loose)} [rollout] line(s) at no step number (current_step none or no step number), "
+        f"staleness up to {max(loose, default=0)}"
+    )
     if bad:
         steps = ", ".join(f"{step} ({s})" for step, s in bad[:20]) + (
             f" and {len(bad) - 20} more" if len(bad) > 20 else ""
         )
-        level = d.async_level_text()
-        return f"staleness above async_level {level} at {len(bad)} step(s): {steps} (step (staleness))"
-    staleness, bound = d.series["staleness"], max(d.async_levels(), default=d.async_level)
-    if bound is not None and staleness and max(staleness) > bound:
-        return f"staleness reached {max(staleness):.0f}, above async_level {bound}"
+        also = f"; and {apart}" if loose else ""
+        return f"staleness above async_level {level} at {len(bad)} step(s): {steps} (step (staleness)){also}"
+    if loose:
+        return f"staleness above async_level {level} at no step: {apart}"
     return None
 
 

@@ -113,6 +113,10 @@ _UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock",
 """Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
 
 
+AT_NO_STEP = "nostep."
+"""The prefix of :attr:`Collected.counts`' keys that count the values of a per-step series
+(:data:`PER_STEP`) on lines at no step (``nostep.staleness``): kept in the series, in no step's value."""
+
 PER_STEP = {
     "gen_dur_ms": "gen",
     "verify_dur_ms": "verify",
@@ -362,6 +366,11 @@ class Collected:
         """Steps per staleness value (from [rollout] lines)."""
         return self.staleness_by_step.histogram()
 
+    def staleness_at_no_step(self) -> list[int]:
+        """The staleness of every [rollout] line at no step (its ``current_step`` none or no step
+        number) above the async_level of its run (else the one given), in line order."""
+        return self.staleness_by_step.above_at_no_step(self.async_level)
+
     def staleness_violations(self) -> list[tuple[int, int]]:
         """(step, staleness) of every step whose staleness is above the async_level of its run
         (:attr:`async_level` where the run did not say; unknown: none)."""
@@ -595,6 +604,8 @@ class _Collector:
         again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key), segments)
         if again:
             self.counts[f"redone.{key}"] += again
+        if loose:  # values at no step: the series' count is no number of steps
+            self.counts[f"{AT_NO_STEP}{key}"] += len(loose)
         self.series[key].extend(loose)
 
     def _extend(self, key: str, values: list[float | None]) -> None:
@@ -715,12 +726,20 @@ class _Collector:
         # the step as every per-step figure takes it: no step number (x, 123456789012, 1.5), no step
         step_num = b.step_numbers("current_step").cast(pl.Float64)
         both = staleness.is_not_null() & step_num.is_not_null()
+        loose = staleness.is_not_null() & step_num.is_null()
         if both.any():
-            # each line's run: the last run.start before it in the orchestrator's lines
-            starts, levels, before = self.run_starts
-            line = b.frame.get_column("line").filter(both).to_numpy()
-            level = np.concatenate(([before], levels))[np.searchsorted(starts, line, side="right")]
-            self.staleness_by_step.add(step_num.filter(both), staleness.filter(both), level)
+            self.staleness_by_step.add(
+                step_num.filter(both), staleness.filter(both), self._run_levels_of(b, both)
+            )
+        if loose.any():  # judged by async_level all the same
+            self.staleness_by_step.add_at_no_step(staleness.filter(loose), self._run_levels_of(b, loose))
+
+    def _run_levels_of(self, b: TaggedLines, rows: pl.Series) -> np.ndarray:
+        """The ``async_level`` of the run of each line of ``rows`` (the last run.start before it in
+        the orchestrator's lines; -1: not said)."""
+        starts, levels, before = self.run_starts
+        line = b.frame.get_column("line").filter(rows).to_numpy()
+        return np.concatenate(([before], levels))[np.searchsorted(starts, line, side="right")]
 
     def verify(self, seq: int, b: TaggedLines) -> None:
         """[verify] batch.done: ``dur_ms`` is scoring time summed over the batch's completions (CPU

@@ -6,7 +6,8 @@ was half of what the per-step figures held on a long run; two arrays of doubles 
 ``int()`` takes them (toward zero; values are finite, the parser reads no other; the collector
 gives only lines whose step is a step number, as every per-step figure takes it), the last line of
 a step wins (but for the violations of ``async_level``, which keep every line's, each judged by the
-``async_level`` of the run it is in).
+``async_level`` of the run it is in). A line whose ``current_step`` is none or no step number is at
+no step: its staleness is in no step's, but it is judged all the same (:meth:`StepStaleness.above_at_no_step`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import polars as pl
 class StepStaleness:
     """The [rollout] lines' (step, staleness) pairs, in line order."""
 
-    __slots__ = ("_steps", "_values", "_levels", "_last")
+    __slots__ = ("_steps", "_values", "_levels", "_last", "_loose")
 
     def __init__(self) -> None:
         self._steps: list[np.ndarray] = []
@@ -26,6 +27,8 @@ class StepStaleness:
         self._levels: list[np.ndarray] = []
         """Each line's run's ``async_level`` (int32; -1: its run did not say, the level given is its)."""
         self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._loose: list[tuple[np.ndarray, np.ndarray]] = []
+        """The staleness of the lines at no step, with their run's ``async_level`` (as ``_levels``)."""
 
     def add(self, steps: pl.Series, values: pl.Series, levels: np.ndarray | None = None) -> None:
         """A batch's pairs (Float64 columns of the same length, no nulls), in line order, and the
@@ -34,6 +37,20 @@ class StepStaleness:
         self._values.append(np.trunc(values.to_numpy().astype(np.float64)))
         self._levels.append(np.full(len(steps), -1, np.int32) if levels is None else levels.astype(np.int32))
         self._last = None
+
+    def add_at_no_step(self, values: pl.Series, levels: np.ndarray) -> None:
+        """A batch's staleness of lines at no step (a Float64 column, no nulls), with the
+        ``async_level`` of each line's run (-1: not said)."""
+        self._loose.append((np.trunc(values.to_numpy().astype(np.float64)), levels.astype(np.int32)))
+
+    def above_at_no_step(self, level: int | None) -> list[int]:
+        """The staleness of every line at no step above its run's ``async_level`` (else ``level``;
+        None: not judged), in line order."""
+        if not self._loose:
+            return []
+        values = np.concatenate([v for v, _ in self._loose])
+        limits = self._limits(level, loose=True)[-len(values) :]
+        return [int(v) for v in values[values > limits].tolist()]
 
     def _by_step(self) -> tuple[np.ndarray, np.ndarray]:
         """Each step once (ascending) with its last line's staleness."""
@@ -53,15 +70,18 @@ class StepStaleness:
         values, counts = np.unique(self._by_step()[1], return_counts=True)
         return {int(v): int(n) for v, n in zip(values.tolist(), counts.tolist(), strict=True)}
 
-    def _limits(self, level: int | None) -> np.ndarray:
-        """Each line's ``async_level``: its run's, else ``level`` (None: unknown, as infinity)."""
-        levels = np.concatenate(self._levels) if self._levels else np.empty(0, np.int32)
+    def _limits(self, level: int | None, loose: bool = False) -> np.ndarray:
+        """Each line's ``async_level``: its run's, else ``level`` (None: unknown, as infinity); with
+        ``loose``, the lines at no step's after the others'."""
+        parts = self._levels + ([lv for _, lv in self._loose] if loose else [])
+        levels = np.concatenate(parts) if parts else np.empty(0, np.int32)
         return np.where(levels >= 0, levels, np.inf if level is None else level)
 
     def levels(self, level: int | None) -> list[int]:
         """The ``async_level`` the lines were judged by, each once, in the order of the lines (the
-        runs'; ``level`` for lines whose run did not say; none unknown)."""
-        limits = self._limits(level)
+        runs'; ``level`` for lines whose run did not say; none unknown; the lines at no step after
+        the others)."""
+        limits = self._limits(level, loose=True)
         unique, first = np.unique(limits, return_index=True)
         return [int(v) for v in unique[np.argsort(first)].tolist() if v != np.inf]
 

@@ -232,11 +232,15 @@ def test_a_step_that_is_not_read_is_no_step_in_any_per_step_figure(tmp_path):
         values = sorted(a.data.series[key])
         assert len(values) == 12 and values[-4:] == [value] * 4  # 8 steps, and 4 values at no step
     assert to_json(a)["staleness"]["violations"] == []
-    # a staleness above async_level at no step is named as such, at no step
-    assert "staleness reached 3, above async_level 1" in a.warnings
+    # a staleness above async_level at no step is named as such, at no step (and so in the section)
+    assert (
+        "staleness above async_level 1 at no step: 4 [rollout] line(s) at no step number (current_step none "
+        "or no step number), staleness up to 3"
+    ) in a.warnings
     assert not any("step(s)" in w and "async_level" in w for w in a.warnings)
     md = summary_md(a, has_png=False)
     assert "Above async_level" not in md and "| 1 | 7 |" in md
+    assert "None above async_level at a step. At no step number" in md
 
 
 def test_a_collector_run_is_not_told_its_weight_lines_are_missing(tmp_path):

@@ -47,3 +47,75 @@ def test_the_arrays_say_what_the_dict_of_each_step_said(batches, level):
         hist[s] = hist.get(s, 0) + 1
     assert list(kept.histogram().items()) == sorted(hist.items())
     assert kept.above(level) == sorted(worst.items()) and kept.levels(level) == used
+
+
+def test_staleness_at_no_step_is_said_alike_in_the_section_the_warning_and_the_key_numbers(tmp_path, analyze):
+    """A 20-step healthy run (async_level 1) with two [rollout] lines whose current_step is no step
+    number (x, 123456789012; staleness 3; reviewer's s31): the Staleness section said "None above
+    async_level." while Warnings said "staleness reached 3, above async_level 1", and Key numbers'
+    "Policy staleness per step" counted 22 for the 20 steps. The lines at no step are judged by
+    async_level all the same, said apart from the steps' in the section, the warning and summary.json,
+    and a per-step series' title says how many of its values are at no step (counts nostep.*)."""
+    from tests.support.synthetic_logs import make_run
+
+    files = make_run("healthy", steps=20, seed=1).write(tmp_path / "logs")
+    log = files["orchestrator"]
+    lines = log.read_text().splitlines()
+    lines[50:50] = [
+        "2026-01-01 12:00:10.000 | INFO    | [rollout] trunc_pct=90 current_step=x ckpt_step=1 staleness=3",
+        "2026-01-01 12:00:12.000 | INFO    | [rollout] trunc_pct=90 current_step=123456789012 ckpt_step=1 staleness=3",
+        "2026-01-01 12:00:12.500 | INFO    | [rollout] trunc_pct=90 ckpt_step=1 staleness=1",  # no step, not above
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    summary, md = analyze(list(files.values()), tmp_path / "out", "--async-level", "1")
+    section = md.split("## Staleness", 1)[1].split("\n## ", 1)[0]
+    assert "None above async_level." not in section
+    assert (
+        "None above async_level at a step. At no step number (a [rollout] line whose current_step is none or "
+        "no step number): 2 line(s) above async_level, staleness up to 3." in section
+    )
+    assert (
+        "staleness above async_level 1 at no step: 2 [rollout] line(s) at no step number (current_step none "
+        "or no step number), staleness up to 3"
+    ) in summary["warnings"]
+    assert not any(w.startswith("staleness reached") for w in summary["warnings"])
+    assert summary["staleness"]["violations"] == []
+    assert summary["staleness"]["violations_at_no_step"] == {"lines": 2, "max_staleness": 3}
+    assert summary["staleness"]["histogram"] == {"0": 1, "1": 19}  # the 20 steps
+    assert summary["counts"]["nostep.staleness"] == 3 and summary["stats"]["staleness"]["count"] == 23
+    assert "| Policy staleness per step (3 of the 23 values at no step number) | 23 |" in md
+    assert "| Truncated completions per step (%) (3 of the 23 values at no step number) | 23 |" in md
+    assert (
+        (tmp_path / "out" / "staleness_stats.txt")
+        .read_text()
+        .startswith("Policy staleness per step (3 of the 23 values at no step number)\n")
+    )
+    # a step above it too: both said, the steps' first
+    lines[53:53] = [
+        "2026-01-01 12:00:13.000 | INFO    | [rollout] trunc_pct=2 current_step=7 ckpt_step=4 staleness=3"
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    summary, md = analyze(list(files.values()), tmp_path / "out2", "--async-level", "1")
+    assert "Above async_level: steps 7. At no step number" in md
+    assert any(
+        w.startswith(
+            "staleness above async_level 1 at 1 step(s): 7 (3) (step (staleness)); and 2 [rollout] line(s)"
+        )
+        for w in summary["warnings"]
+    )
+    # an older log whose [rollout] lines have no current_step: a section all the same, no empty table
+    old = tmp_path / "old" / "orchestrator.log"
+    old.parent.mkdir()
+    old.write_text(
+        "".join(
+            f"2026-01-01 12:00:0{k}.000 | INFO    | [rollout] trunc_pct=2 staleness={k}\n" for k in range(4)
+        )
+    )
+    summary, md = analyze([old], tmp_path / "out3", "--async-level", "1")
+    section = md.split("## Staleness", 1)[1].split("\n## ", 1)[0]
+    assert section.strip().splitlines() == [
+        "async_level 1; no [rollout] line at a step number.",
+        "",
+        "None above async_level at a step. At no step number (a [rollout] line whose current_step is none or no "
+        "step number): 2 line(s) above async_level, staleness up to 3.",
+    ]
