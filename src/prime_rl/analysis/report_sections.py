@@ -133,7 +133,8 @@ def _server_side_note(d: Collected, rows: bool) -> list[str]:
 
 def per_server(d: Collected) -> list[str]:
     """One row per server URL: weight updates (failed, retried: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`;
-    those the orchestrator died waiting for apart, in an ``unanswered`` column when there are any),
+    those never answered apart, in an ``unanswered`` column when there are any: died waiting for before a
+    restart, or still waiting where the logs end),
     retries and failures; the collector's samples, failures and generation time in place of the
     updates' figures for a collector run, beside them when a trio's logs are analysed with it; the
     retries by 429 and other, the orchestrator's and the collector's in columns of their own when
@@ -178,9 +179,10 @@ def per_server(d: Collected) -> list[str]:
 
 
 UNANSWERED_NOTE = (
-    "`unanswered`: weight updates the orchestrator died waiting for (sent before its last restart, never "
-    "answered). They are down time, not a wait of the steps: not in `updates`, the medians, the stages or "
-    "slowest_updates.txt."
+    "`unanswered`: weight updates never answered, not in `updates` or the medians: those the orchestrator "
+    "died waiting for (sent before its last restart) are down time, not a wait of the steps, in neither the "
+    "stages nor slowest_updates.txt; those sent after it (or with no restart) are still waiting where the "
+    "logs end (see Stall, when it lasted long enough)."
 )
 
 

@@ -9,8 +9,9 @@ Weight updates come from the client's ``[weights]`` lines (``url=``), one update
 server (:mod:`~prime_rl.analysis.updates`); retries (429 and errors) from ``[gen] request.retry
 url=``; failed updates from ``client.error``; an update's wall time is the client's whole wait for
 it, the failed attempts of a retried one included (:func:`~prime_rl.analysis.updates.update_frame`);
-an update the orchestrator died waiting for is counted apart (``unanswered``), as the stages count it:
-down time (:func:`~prime_rl.analysis.updates.died_waiting`).
+an update never answered is counted apart (``unanswered``): one the orchestrator died waiting for,
+as the stages count it, down time (:func:`~prime_rl.analysis.updates.died_waiting`), and one still
+waiting where the logs end (the stall rule's, :func:`~prime_rl.analysis.stalls.first_unanswered`).
 A server whose median update wall time is ``server_slow_ratio`` times its peers' median is named,
 with the ratio.
 """
@@ -31,7 +32,7 @@ from prime_rl.analysis.server_load import ServerLoadSeries, percentile
 from prime_rl.analysis.stages import update_group
 from prime_rl.analysis.stats import SAMPLE_RETRY, Collected
 from prime_rl.analysis.thresholds import Thresholds
-from prime_rl.analysis.updates import died_waiting
+from prime_rl.analysis.updates import unanswered as never_answered
 
 
 def _median(values: Sequence[float]) -> float:
@@ -75,9 +76,10 @@ class ServerRow:
     sample_retries: Counter = field(default_factory=Counter)
     """Of :attr:`retries`, the collector's."""
     unanswered: int = 0
-    """Its updates the orchestrator died waiting for (sent before its last restart, never answered:
-    :func:`~prime_rl.analysis.updates.died_waiting`): down time, as the stages count them, so not in
-    :attr:`updates` nor in the value lists."""
+    """Its updates never answered (:func:`~prime_rl.analysis.updates.unanswered`): those the
+    orchestrator died waiting for (sent before its last restart:
+    :func:`~prime_rl.analysis.updates.died_waiting`; down time, as the stages count them) and those
+    still waiting where the logs end; not in :attr:`updates` nor in the value lists."""
     _medians: dict[str, float | None] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -132,13 +134,14 @@ def _server_rows(d: Collected) -> list[ServerRow]:
     rows: dict[str, ServerRow] = {}
     if d.updates:  # per URL, column-wise: each value list in the updates' order
         url = pl.col("url")
-        # the updates the orchestrator died waiting for are counted apart, their values left out
+        # the updates never answered are counted apart, their values left out: those the orchestrator
+        # died waiting for (before its last restart) and those still waiting where the logs end
         dead = pl.col("dead")
         kept = lambda c: c.filter(~dead)  # noqa: E731
         per_url = (
             d.update_frame()
             .filter(url.is_not_null() & (url != ""))
-            .with_columns(dead=died_waiting(d.orchestrator_restarted))
+            .with_columns(dead=never_answered())
             .group_by("url", maintain_order=True)
             .agg(
                 n=(~dead).sum(),

@@ -792,7 +792,51 @@ def test_an_update_the_orchestrator_died_waiting_for_is_not_ranked_and_its_serve
     head = "| server | updates | failed | retried | wall_ms p50 | rpc_ms p50 | queue_ms p50 | unanswered |"
     p50 = " | ".join(f"{server[f'{key}_p50']:.1f}" for key in ("wall_ms", "rpc_ms", "queue_ms"))
     assert head in table and f"| http://h:8000 | 21 | 0 | 0 | {p50} | 1 | 0 | 0 |" in table
-    assert "`unanswered`: weight updates the orchestrator died waiting for" in table
+    assert "`unanswered`: weight updates never answered, not in `updates` or the medians: those the " in table
+    assert "died waiting for (sent before its last restart) are down time" in table
+
+
+def test_an_update_still_unanswered_where_the_logs_end_is_counted_apart_in_its_server_s_row(
+    tmp_path, analyze
+):
+    """Two servers; the last update to http://h1:8000 got no answer where the logs end (its server
+    finished it, rpc.done logged; the orchestrator's client.done never came; 600 s of lines after it)
+    and no restart followed (the stall rule names it). Its row counted it as an ordinary update: 6
+    updates like http://h:8000's 6 answered ones, its server's rpc_ms among the median's values (the
+    reviewer's s07); the unanswered column (edd45c2) took only updates sent before a restart. It is
+    counted there now, its values out of the medians, and the note under the table says both cases."""
+    from tests.support.synthetic_logs import Shape
+
+    run = make_run("healthy", steps=8, seed=4, shape=Shape(servers=2))
+    files = run.write(tmp_path / "logs")
+    send = max(i for i, x in enumerate(run.orchestrator) if "client.send" in x and "http://h1:8000" in x)
+    tid = run.orchestrator[send].split("[weights][")[1].split("]")[0]
+    orchestrator = [x for x in run.orchestrator if not (tid in x and "client.done" in x and "h1:8000" in x)]
+    orchestrator.append(_stamp(orchestrator[-1], 600.0) + "still waiting")
+    files["orchestrator"].write_text("\n".join(orchestrator) + "\n")
+    summary, md = analyze(files.values(), tmp_path / "out")
+    assert summary["primary"]["kind"] == "stall" and tid in summary["primary"]["title"], summary["findings"]
+    by_url = {s["url"]: s for s in summary["servers"]}
+    answered = [u for u in summary["updates"] if u["url"] == "http://h1:8000" and u["done_ts"] is not None]
+    assert len(answered) == 5
+    assert {u: (s["updates"], s["unanswered"]) for u, s in by_url.items()} == {
+        "http://h:8000": (6, 0),
+        "http://h1:8000": (5, 1),
+    }
+    h1 = by_url["http://h1:8000"]
+    assert h1["rpc_ms_p50"] == statistics.median(u["rpc_ms"] for u in answered)
+    assert h1["wall_ms_p50"] == statistics.median(u["wall_ms"] for u in answered)
+    table = md.split("## Per server", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "| server | updates | failed | retried | wall_ms p50 | rpc_ms p50 | queue_ms p50 | unanswered |"
+        in table
+    )
+    p50 = " | ".join(f"{h1[f'{key}_p50']:.1f}" for key in ("wall_ms", "rpc_ms", "queue_ms"))
+    assert f"| http://h1:8000 | 5 | 0 | 0 | {p50} | 1 | 0 | 0 |" in table
+    assert (
+        "those sent after it (or with no restart) are still waiting where the logs end (see Stall, when it "
+        "lasted long enough)." in table
+    )
 
 
 def _resumed_twice(path: Path) -> Path:
