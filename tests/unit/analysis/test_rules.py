@@ -3,6 +3,7 @@ the warnings, the ranking, and thresholds and warnings end to end."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from tests.support.synthetic_logs import make_run
 
@@ -15,6 +16,7 @@ from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import Event, ParseStats
 from prime_rl.analysis.restarts import Pause
 from prime_rl.analysis.server_load import ServerLoadSeries
+from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import Update
 
@@ -296,9 +298,19 @@ def test_equal_shares_keep_the_rule_order(collected, monkeypatch):
     assert [f.kind for f in rank_findings(collected(), TH).findings] == ["c", "a", "b"]
 
 
+def _step_staleness(steps: list[int], values: list[int]) -> StepStaleness:
+    """The [rollout] lines' (step, staleness) pairs as :class:`Collected` keeps them."""
+    out = StepStaleness()
+    out.add(pl.Series(steps, dtype=pl.Float64), pl.Series(values, dtype=pl.Float64))
+    return out
+
+
 WARNS = {
     run_warnings.staleness_above_async_level: (
-        dict(async_level=1, staleness=[0.0, 2.0]),
+        # the [rollout] lines' (step, staleness) pairs, as the collection keeps them
+        dict(
+            async_level=1, staleness=[0.0, 2.0], fields={"staleness_by_step": _step_staleness([0, 1], [0, 2])}
+        ),
         dict(staleness=[5.0]),
     ),
     run_warnings.truncation: (dict(trunc_pct=[20.0, 30.0]), dict(trunc_pct=[5.0, 6.0])),
