@@ -11,8 +11,10 @@ The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (
 step's), so a redone step is counted once in the statistics; the stages count the time of both runs
 (the values replaced, :attr:`~prime_rl.analysis.stats.Collected.earlier_runs_ms`: the earlier run
 spent it in the run's wall time; the orchestrator's waits for weights are no per-step series: each
-wait counts, in either run). A restart's down time ends at the process's first line after it that is
-no start-up, as the run's first time is its first such line (:meth:`Segments.down_seconds`). A segment's redone steps are the steps of its step lines
+wait counts, in either run, but a resume's load of weights before its first batch, start-up). A
+restart's down time ends at the process's first line after it that is no start-up
+(:func:`~prime_rl.analysis.tagged.start_up`), as the run's first time is its first such line
+(:meth:`Segments.down_seconds`). A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
 killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.
@@ -33,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.tagged import RUN_START, TRAIN_WAIT, Event, TaggedLines, step_numbers
+from prime_rl.analysis.tagged import RUN_START, Event, TaggedLines, start_up, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
@@ -390,9 +392,11 @@ class Segments:
         """By process, the index in :attr:`restarts` of the restart that began its current segment."""
         self.resumed_at: dict[int, float] = {}
         """By index in :attr:`restarts`: the time of the restarted process's first line after it that
-        is no start-up (neither a ``run.start`` nor the trainer's ``[train] wait.start``), as the run's
-        first time is its first such line (:meth:`~prime_rl.analysis.tagged.TaggedLines.overview`):
-        its down time ends there (:meth:`down_seconds`). None known: at the restart's line."""
+        is no start-up (:func:`~prime_rl.analysis.tagged.start_up`: neither a ``run.start``, nor the
+        trainer's ``[train] wait.start``, nor the resumed orchestrator's wait for weights before its
+        first batch, while the resumed trainer loads and publishes them again), as the run's first
+        time is its first such line (:meth:`~prime_rl.analysis.tagged.TaggedLines.overview`): its
+        down time ends there (:meth:`down_seconds`). None known: at the restart's line."""
         self._starting: dict[str, int] = {}
         """By process, a restart whose first line after it that is no start-up is still to come."""
         self._intervals: dict[str, array] = {}
@@ -471,12 +475,8 @@ class Segments:
         waiting = self._starting.pop(source, None)
         if waiting is None and not out:
             return
-        frame = lines.frame
-        event = frame.get_column("event")
-        start_up = (event == RUN_START) | (
-            (frame.get_column("tag") == TRAIN_WAIT[0]) & (event == TRAIN_WAIT[1])
-        )
-        work = np.flatnonzero(~start_up.fill_null(False).to_numpy() & ~np.isnan(ts))
+        # a restart still waiting had no line but start-up after it: the batch goes on from there
+        work = np.flatnonzero(~start_up(lines.frame, waiting is not None) & ~np.isnan(ts))
         first = len(self.restarts) - len(out)
         for k, lo, hi in zip(
             [waiting, *range(first, len(self.restarts))], [0, *out], [*out, len(ts)], strict=True

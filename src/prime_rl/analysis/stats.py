@@ -53,6 +53,7 @@ from prime_rl.analysis.tagged import (
     TaggedLines,
     batches_from_events,
     fields_by_key,
+    start_up,
     step_numbers,
 )
 from prime_rl.analysis.updates import (
@@ -131,8 +132,12 @@ PER_STEP = {
 """Series with one value per step: a step done again after a restart replaces its first value (the
 values replaced are time the earlier run spent all the same: :attr:`Collected.earlier_runs_ms`,
 which :meth:`Collected.total` adds). Not ``ckpt_wait_ms``: every wait for weights is time the
-orchestrator waited (a resumed orchestrator's long wait for weights step N and a later wait for the
-same N alike), so each ``[ckpt] wait.done`` adds its ``wait_ms``, in line order."""
+orchestrator waited (a crashed run's wait for weights step N and its resume's later wait for the
+same N alike), so each ``[ckpt] wait.done`` adds its ``wait_ms``, in line order, but a resume's load
+of weights: the resumed orchestrator's wait before its first batch
+(:func:`~prime_rl.analysis.tagged.start_up`), while the resumed trainer loads its checkpoint and
+publishes them again, is start-up, as the trainer's first wait for rollouts of each run is (counted
+apart: ``ckpt_startup_wait_ms``)."""
 
 SPANS_KEPT = 20_000
 """Spans of each kind kept from the start of the run, and as many from its end: timeline.txt and
@@ -571,6 +576,12 @@ class _Collector:
         self.server_loads = ServerLoads()
         self.hangs = HangLines()
         self.progress = ProgressGaps()
+        self.resume_loads = np.empty(0, np.int64)
+        """The batch's ``[ckpt] wait.done`` lines (their ``line``) that end a resume's load of weights:
+        start-up, no wait of the run's (:meth:`_resume_loads`)."""
+        self.loading: dict[str, bool] = {}
+        """By source, whether its last ``[gen]`` run.start or batch.start so far is a run.start: a
+        wait for weights now is a resume's load."""
         self.train_wait: tuple[TaggedLines, int] | None = None
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.trainer_starting = False
@@ -643,7 +654,16 @@ class _Collector:
         event, ts = frame.get_column("event"), frame.get_column("ts")
         target, step = b.text_series("target_step"), b.text_series("step")
         wait, write = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-        _extend(self.series["ckpt_wait_ms"], wait)  # every wait, not one per target (see PER_STEP)
+        loads = (
+            frame.get_column("line").is_in(self.resume_loads) & (event == "wait.done")
+            if len(self.resume_loads)
+            else None
+        )
+        if loads is not None and loads.any():  # a resume's load of weights: start-up, counted apart
+            self.counts["ckpt_startup_wait_ms"] += round(wait.filter(loads).fill_null(0.0).sum())
+            _extend(self.series["ckpt_wait_ms"], wait.filter(~loads))
+        else:
+            _extend(self.series["ckpt_wait_ms"], wait)  # every wait, not one per target (see PER_STEP)
         b.step_numbers("target_step")  # a target that is no step number: a bad value, as a step's
         self._per_step("write_ms", b, "step", write)
         starts, dones = (event == "wait.start").fill_null(False), (event == "wait.done").fill_null(False)
@@ -948,6 +968,7 @@ class _Collector:
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
+        self.resume_loads = self._resume_loads(b)
         self.hangs.observe(b, self.segment_starts)
         self.progress.observe(b)
         for tag, lines in b.by_tag():
@@ -967,6 +988,26 @@ class _Collector:
             return np.empty(0, np.int64), before
         self.segments_begun[b.source] += len(restarts)
         return b.frame.get_column("line").to_numpy()[restarts], before
+
+    def _resume_loads(self, b: TaggedLines) -> np.ndarray:
+        """The ``line`` of batch ``b``'s ``[ckpt] wait.done`` lines that end a resume's load of weights
+        (after a ``[gen] run.start``, before the run's first ``[gen] batch.start``:
+        :func:`~prime_rl.analysis.tagged.start_up`); :attr:`loading` moves on past the batch."""
+        pairs = {(tag, event) for tag, event, _ in b.overview().counts}
+        loading = self.loading.get(b.source, False)
+        begun = ("gen", RUN_START) in pairs
+        if begun or loading:
+            frame = b.frame
+            tag, event = frame.get_column("tag"), frame.get_column("event")
+            if begun:  # the last of the batch's run.start and batch.start lines
+                marks = ((tag == "gen") & event.is_in((RUN_START, "batch.start"))).fill_null(False)
+                self.loading[b.source] = event.filter(marks)[-1] == RUN_START
+            elif ("gen", "batch.start") in pairs:
+                self.loading[b.source] = False
+            if ("ckpt", "wait.done") in pairs:
+                done = (event == "wait.done").fill_null(False).to_numpy()
+                return frame.get_column("line").to_numpy()[start_up(frame, loading) & done]
+        return np.empty(0, np.int64)
 
     def _run_levels(self, b: TaggedLines) -> tuple[np.ndarray, np.ndarray, int]:
         """The batch's ``[gen] run.start`` lines (their ``line``), the ``async_level`` each says (-1:

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import polars as pl
 
 TRAIN_WAIT = ("train", "wait.start")
@@ -29,6 +30,32 @@ TRAIN_WAIT = ("train", "wait.start")
 RUN_START = "run.start"
 """The line each process writes as it starts (``[gen]``/``[train] run.start step=``, the step it
 starts at): :mod:`~prime_rl.analysis.restarts` splits a log appended over a restart there."""
+
+RESUME_LOAD = ("ckpt", ("wait.start", "wait.done"))
+"""The orchestrator's wait for weights: before its run's first ``[gen] batch.start`` (after its
+``[gen] run.start``) it is a resume's load of ``weights/step_N``, which the resumed trainer loads and
+publishes again (:func:`start_up`)."""
+
+
+def start_up(frame: pl.DataFrame, loading: bool = False) -> np.ndarray:
+    """Which lines of ``frame`` are a process starting, no time of the run: a :data:`RUN_START`, the
+    trainer's :data:`TRAIN_WAIT` (it waits for its first rollouts while the servers load), and the
+    orchestrator's wait for weights between its ``[gen] run.start`` and its first ``[gen]
+    batch.start`` (:data:`RESUME_LOAD`; a fresh run generates its first batches before its first
+    wait). ``loading``: the frame's lines before its first ``[gen]`` run.start or batch.start follow
+    a run.start (an earlier batch's)."""
+    tag, event = frame.get_column("tag"), frame.get_column("event")
+    starting = (event == RUN_START) | ((tag == TRAIN_WAIT[0]) & (event == TRAIN_WAIT[1]))
+    out = starting.fill_null(False).to_numpy()
+    waits = ((tag == RESUME_LOAD[0]) & event.is_in(RESUME_LOAD[1])).fill_null(False).to_numpy()
+    if waits.any():
+        gen = (tag == "gen").fill_null(False).to_numpy()
+        begun = gen & (event == RUN_START).fill_null(False).to_numpy()
+        marks = begun | (gen & (event == "batch.start").fill_null(False).to_numpy())
+        at = np.maximum.accumulate(np.where(marks, np.arange(len(out)), -1))
+        out |= waits & np.where(at >= 0, begun[np.maximum(at, 0)], loading)
+    return out
+
 
 EXAMPLES = 5
 """How many malformed lines and bad values are kept as ``file:line: text`` examples."""
@@ -400,21 +427,17 @@ class TaggedLines:
         return self.frame.height
 
     def overview(self) -> Overview:
-        """The batch's lines counted by (tag, event), its first timestamp but a :data:`RUN_START`
-        or :data:`TRAIN_WAIT` line's (a process starting, or the trainer starting to wait, begins no
-        time of the run: the trainer starts and waits for its first rollouts while the servers load;
-        a batch of nothing else starts at its last) and its last (made once:
+        """The batch's lines counted by (tag, event), its first timestamp but a start-up line's
+        (:func:`start_up`: a process starting, the trainer starting to wait, a resume's load of
+        weights begin no time of the run: the trainer starts and waits for its first rollouts while
+        the servers load; a batch of nothing else starts at its last) and its last (made once:
         :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")
             last = ts.max() if ts.null_count() < len(ts) else None
             if any(event == RUN_START or (tag, event) == TRAIN_WAIT for tag, event, _ in counts):
-                event = self.frame.get_column("event")
-                starting = (event == RUN_START) | (
-                    (self.frame.get_column("tag") == TRAIN_WAIT[0]) & (event == TRAIN_WAIT[1])
-                )
-                ts = ts.filter((~starting).fill_null(True))
+                ts = ts.filter(pl.Series(~start_up(self.frame)))
             # nothing but a process starting (a log resumed into a part of its own): the run
             # reaches that line (its restart's down time is measured up to it)
             first = ts.min() if ts.null_count() < len(ts) else last

@@ -840,18 +840,27 @@ def test_an_update_still_unanswered_where_the_logs_end_is_counted_apart_in_its_s
 
 
 def _resumed_twice(path: Path) -> Path:
-    """An orchestrator resumed at step 5 that waits 40 s for weights step 5 (the trainer publishes it
-    again), dies after step 5, and resumes at 5 again, where the weights are there: 0.1 s."""
+    """An orchestrator resumed at step 5 (async_level 1) that loads weights step 5 (a wait of 1 s, the
+    trainer publishing them again: start-up), generates steps 5 and 6, waits 40 s for weights step 6,
+    generates step 7 and dies; it resumes at 5 again (a load of 0.5 s), and its wait for step 6 takes
+    0.1 s."""
     stamp = lambda s: f"2026-01-01 12:{s // 60:02d}:{s % 60:02d}.000 | INFO    | "  # noqa: E731
+    batch = lambda at, step: [  # noqa: E731
+        stamp(at) + format_tagged("gen", "batch.start", step=step, inflight=64, target_batch=256),
+        stamp(at + 2) + format_tagged("gen", "batch.done", step=step, completions=256, dur_ms=2000.0),
+    ]
     lines = []
-    for at, wait_ms in ((0, 40_000.0), (60, 100.0)):
-        done = at + int(wait_ms // 1000)
+    for at, load_ms, wait_ms in ((0, 1000.0, 40_000.0), (120, 500.0, 100.0)):
+        waited = at + 5 + int(wait_ms // 1000)
         lines += [
             stamp(at) + format_tagged("gen", "run.start", step=5, resume=True, async_level=1),
             stamp(at) + format_tagged("ckpt", "wait.start", target_step=5),
-            stamp(done) + format_tagged("ckpt", "wait.done", target_step=5, wait_ms=wait_ms),
-            stamp(done) + format_tagged("gen", "batch.start", step=5, inflight=64, target_batch=256),
-            stamp(done + 2) + format_tagged("gen", "batch.done", step=5, completions=256, dur_ms=2000.0),
+            stamp(at + 1) + format_tagged("ckpt", "wait.done", target_step=5, wait_ms=load_ms),
+            *batch(at + 1, 5),
+            *batch(at + 3, 6),
+            stamp(at + 5) + format_tagged("ckpt", "wait.start", target_step=6),
+            stamp(waited) + format_tagged("ckpt", "wait.done", target_step=6, wait_ms=wait_ms),
+            *batch(waited, 7),
         ]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -859,15 +868,17 @@ def _resumed_twice(path: Path) -> Path:
 
 def test_every_wait_for_weights_counts_also_a_second_wait_for_the_same_step(tmp_path, analyze):
     """The checkpoint waits were a per-step series keyed by target_step: the resumed orchestrator's
-    40 s wait for weights step 5 was replaced by the next run's 0.1 s wait for step 5, and 40 s of
+    40 s wait for weights step 6 was replaced by the next run's 0.1 s wait for step 6, and 40 s of
     the run's 40.1 s of waits vanished from the checkpoint-wait stage and ckpt_wait_stats.txt. Each
-    wait counts now; so do the waits of a crashed run and of its resume for the same steps."""
+    wait counts now; so do the waits of a crashed run and of its resume for the same steps. (Each
+    resume's load of weights step 5 is start-up, no wait of the run's.)"""
     summary, _ = analyze([_resumed_twice(tmp_path / "orchestrator.log")], tmp_path / "out")
     waits = summary["stats"]["ckpt_wait_ms"]
     assert (waits["count"], waits["min"], waits["max"]) == (2, 100.0, 40_000.0)
     stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
     assert stage["total_ms"] == 40_100.0
-    assert summary["counts"]["redone.gen_dur_ms"] == 1  # the steps' own series still count step 5 once
+    assert summary["counts"]["ckpt_startup_wait_ms"] == 1500
+    assert summary["counts"]["redone.gen_dur_ms"] == 3  # the steps' own series still count 5..7 once
     assert "count:   2" in (tmp_path / "out" / "ckpt_wait_stats.txt").read_text()
     # a crash after step 9 and a resume at 6: both runs waited for weights steps 5..8
     first = make_run("healthy", steps=10, seed=1)
@@ -1192,3 +1203,64 @@ def test_a_redone_step_s_first_run_counts_in_the_stages_and_both_runs_start_up_i
     ]  # fmt: skip
     assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
     assert "the stages count the time of both runs" in md
+
+
+def _resumed_with_a_load(tmp_path: Path, load_s: float = 60.0):
+    """A healthy run (steps 0..11; the trainer crashed in step 11) resumed at step 8 ten minutes later
+    (the reviewer's s49): each process logs run.start; the resumed orchestrator waits ``load_s`` for
+    weights step 8 (its resume's load, before its first batch) while the trainer loads its
+    checkpoint and publishes them again ([ckpt] write.done ``load_s`` after its run.start); then
+    steps 8..19 as usual (a resumed orchestrator waits for no weights before its first batch but
+    the load). The paths, the two runs and the resume's time."""
+    first = make_run("healthy", steps=12, seed=1)
+    first.trainer = [x for x in first.trainer if "step=11" not in x]
+    end = max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)
+    resume = end + 600.0
+    begin = _ts(first.orchestrator[0])
+    second = make_run("healthy", steps=12, seed=2, first_step=8, start_offset_s=resume - begin + load_s + 0.5)
+    batch = next(i for i, x in enumerate(second.orchestrator) if "[gen] batch.start" in x)
+    second.orchestrator = [x for i, x in enumerate(second.orchestrator) if i >= batch or "[ckpt]" not in x]
+    second.trainer = [x for x in second.trainer if "write.done step=7 " not in x]
+    began = _stamp(first.orchestrator[0], -1.0)
+    first.orchestrator.insert(
+        0, began + format_tagged("gen", "run.start", step=0, resume=False, async_level=1)
+    )
+    first.trainer.insert(0, began + format_tagged("train", "run.start", step=0, resume=False))
+    at = lambda dt: _stamp(first.orchestrator[0], resume - begin + 1.0 + dt)  # noqa: E731
+    second.orchestrator[:0] = [
+        at(0.0) + format_tagged("gen", "run.start", step=8, resume=True, async_level=1),
+        at(0.2) + format_tagged("ckpt", "wait.start", target_step=8),
+        at(load_s + 0.2) + format_tagged("ckpt", "wait.done", target_step=8, wait_ms=load_s * 1000.0),
+    ]
+    second.trainer[:0] = [
+        at(0.0) + format_tagged("train", "run.start", step=8, resume=True),
+        at(load_s) + format_tagged("ckpt", "write.done", step=8, write_ms=500.0),
+    ]
+    return _appended(tmp_path, first, second), first, second, resume
+
+
+def test_a_resume_s_load_of_weights_is_start_up_not_a_wait_of_the_run(tmp_path, analyze):
+    """The resumed orchestrator waited 60 s for weights step 8 while the trainer loaded its checkpoint
+    and published them again (loop.py loads weights/step_N on every resume): every wait for weights
+    counted, so a healthy run read 'Checkpoint I/O: the orchestrator waits for the trainer's weight
+    writes' (60.5 s of waits, 60% of a 101 s run). That load is the resumed run's start-up, as the
+    resumed trainer's first wait for rollouts is: no wait of the run's (ckpt_startup_wait_ms) and
+    no time of the run (down time ends at the first line after it). The first run's first wait for
+    weights (step 2's, for weights step 1, after its first batches) is a wait of the run, as
+    before: every wait after a run's first batch counts, the fresh run's and the resumed run's."""
+    paths, first, second, resume = _resumed_with_a_load(tmp_path)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert summary["primary"] is None, summary["findings"]
+    assert summary["counts"]["ckpt_startup_wait_ms"] == 60_000
+    waits = [x for x in first.orchestrator + second.orchestrator[3:] if "[ckpt] wait.done" in x]
+    assert "target_step=1 " in waits[0]  # the first run's first wait counts
+    assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waits)
+    assert summary["stats"]["ckpt_wait_ms"]["max"] < 100.0
+    stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
+    assert stage["total_ms"] == pytest.approx(_field_sum(waits, "[ckpt] wait.done", "wait_ms"), abs=1.0)
+    # the resumed run's time begins where the load ended: the trainer's write of weights step 8
+    runs = [
+        (_ts(first.orchestrator[1]), max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)),
+        (_ts(second.trainer[1]), max(_ts(x) for x in second.orchestrator + second.trainer + second.inference)),
+    ]  # fmt: skip
+    assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
