@@ -16,8 +16,10 @@ restart's down time ends at the process's first line after it that is no start-u
 (:func:`~prime_rl.analysis.tagged.start_up`), as the run's first time is its first such line
 (:meth:`Segments.down_seconds`). A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
-A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator (the run hung, was
-killed and resumed) is kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding.
+A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator, after which the
+processes it named made no progress before that restart (the run hung, was killed and resumed), is
+kept with that restart (:attr:`Restart.hangs_before`): it is over, no finding; one they made progress
+after before the restart is a pause of that run (:class:`Pause`), as one of the last run is.
 A hang is placed among the runs by its time; a ``[hang]`` line with none (a console capture, a time
 that could not be read) by its position: its segment of the orchestrator's log when it is in that
 log, else the times of the lines around it in its own file (a process writes its log in time order).
@@ -30,7 +32,8 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -85,8 +88,9 @@ class Restart:
     (:meth:`Segments.finish`)."""
     hangs_before: tuple[HangBefore, ...] = ()
     """The watchdog's hangs of this run since the orchestrator's restart before this one (or the
-    run's start), for a restart of the orchestrator: the run hung, then was killed and resumed
-    (:func:`place_hangs`)."""
+    run's start), for a restart of the orchestrator, after which the processes they named made no
+    progress before this restart: the run hung, then was killed and resumed (:func:`place_hangs`;
+    one they made progress after is a :class:`Pause`)."""
 
 
 def last_restart(restarts: list[Restart], process: str = "orchestrator") -> float | None:
@@ -181,25 +185,38 @@ class PlacedHangs:
     """The watchdog's hangs placed among the runs (:func:`place_hangs`)."""
 
     current: list[Event]
-    """This run's: since the orchestrator's last restart."""
+    """This run's: since the orchestrator's last restart, and the run did not go on after them."""
     restarts: list[Restart]
     """The restarts, each of the orchestrator with its hangs before it (:attr:`Restart.hangs_before`)."""
     unplaced: list[Event]
     """Lines with no time that a restart of the orchestrator may lie before or after."""
+    pauses: list[Pause] = field(default_factory=list)
+    """The hangs after which the processes they named made progress again within their run (before
+    the orchestrator's next restart, if any): the run paused and went on."""
 
 
-def place_hangs(restarts: list[Restart], hangs: list[Hang], start: float | None) -> PlacedHangs:
+WentOn = Callable[[Hang, float, int | None], "Pause | None"]
+"""The pause a hang was part of, the processes it named having made progress before ``until`` (the
+orchestrator's next restart; inf: none), ``reached`` the step its run reached (None: the logs'
+last); None: the run did not go on (:meth:`ProgressGaps.pause`)."""
+
+
+def place_hangs(
+    restarts: list[Restart], hangs: list[Hang], start: float | None, went_on: WentOn | None = None
+) -> PlacedHangs:
     """Each of ``hangs`` placed: one of an earlier run (it ends before ``start``, the run's start;
-    rl.log keeps them over --clean) is left out; one before a restart of the orchestrator is kept
-    by the first after it, in time order (lines with none where they were read); the rest are this
-    run's. A hang in the orchestrator's log with no time goes by its segment of that log; any other
-    by its time, or with none by the times around it (:class:`Hang`): it cannot be placed when a
-    restart with a time lies between them. Without any process's time (``start`` None; rl.log
-    alone), a hang that is not in the orchestrator's log is this run's."""
+    rl.log keeps them over --clean) is left out; one after which the processes it named made
+    progress again before the orchestrator's next restart (``went_on``) is a pause of its run; one
+    before a restart of the orchestrator is kept by the first after it, in time order (lines with
+    none where they were read); the rest are this run's. A hang in the orchestrator's log with no
+    time goes by its segment of that log; any other by its time, or with none by the times around it
+    (:class:`Hang`): it cannot be placed when a restart with a time lies between them. Without any
+    process's time (``start`` None; rl.log alone), a hang that is not in the orchestrator's log is
+    this run's."""
     ordered = [k for k, r in enumerate(restarts) if r.process == "orchestrator"]
     timed = sorted((restarts[k].ts, k) for k in ordered if restarts[k].ts is not None)
     at = [ts for ts, _ in timed]
-    current, unplaced, before = [], [], {}
+    current, unplaced, pauses, before = [], [], [], {}
     for n, h in enumerate(hangs):
         if h.segment is not None:  # by its position in the orchestrator's log
             k = ordered[h.segment] if h.segment < len(ordered) else None
@@ -213,7 +230,13 @@ def place_hangs(restarts: list[Restart], hangs: list[Hang], start: float | None)
                 unplaced.append(h.event)
                 continue
             k = timed[first][1] if first < len(timed) else None
-        if k is None:
+        until = math.inf if k is None else restarts[k].ts
+        paused = None
+        if went_on is not None and until is not None:  # did its run go on after it, before the restart?
+            paused = went_on(h, until, None if k is None else restarts[k].reached)
+        if paused is not None:
+            pauses.append(paused)
+        elif k is None:
             current.append(h.event)
         else:
             before.setdefault(k, []).append((h.earliest, n, h))
@@ -223,7 +246,7 @@ def place_hangs(restarts: list[Restart], hangs: list[Hang], start: float | None)
         else r
         for k, r in enumerate(restarts)
     ]
-    return PlacedHangs(current, kept, unplaced)
+    return PlacedHangs(current, kept, unplaced, pauses)
 
 
 def _before(h: Hang) -> HangBefore:
@@ -269,7 +292,8 @@ class Pause:
     step: int | None
     """The last step logged before it (the orchestrator's batch.start, the trainer's step.done; None: none)."""
     reached: int | None
-    """The last step logged in the end (the run went on to it)."""
+    """The last step its run logged in the end (the run went on to it): before the orchestrator's
+    next restart, or the logs' last."""
 
     @property
     def seconds(self) -> float:
@@ -328,14 +352,16 @@ class ProgressGaps:
         log[1], log[2] = min(log[1], float(t.min())), max(log[2], float(t[-1]))
         log[3], log[4] = float(steps[-1]), gaps
 
-    def pause(self, hang: Event) -> Pause | None:
+    def pause(self, hang: Hang, until: float = math.inf, reached: int | None = None) -> Pause | None:
         """The pause ``hang`` (with a time) was part of, when every process its ``waits=`` names (of
-        those with a log here; none: any) made progress after it; None: the run did not go on (or
-        its line has no time). Each log's last progress before it and first after are its silence
-        around the hang (a log whose silence there is none of its longest kept is left out)."""
-        if hang.ts is None or not self._logs:
+        those with a log here; none: any) made progress after it before ``until`` (the orchestrator's
+        next restart: progress after it is the next run's); None: the run did not go on (or its line
+        has no time). Each log's last progress before it and first after are its silence around the
+        hang (a log whose silence there is none of its longest kept is left out). ``reached``: the
+        step its run went on to (None: the logs' last)."""
+        if hang.event.ts is None or not self._logs:
             return None
-        h = hang.ts
+        h = hang.event.ts
         around: list[tuple[str, float, float, float]] = []  # (process, before, after, step before)
         for process, first, last, last_step, gaps in self._logs.values():
             if h < first:
@@ -346,7 +372,9 @@ class ProgressGaps:
                 inside = gaps[(gaps[:, 0] <= h) & (h < gaps[:, 1])]
                 if len(inside):
                     around.append((process, float(inside[0, 0]), float(inside[0, 1]), float(inside[0, 2])))
-        named = _named(hang) & {p for p, *_ in around} or {p for p, *_ in around}
+        # progress after the orchestrator's next restart is another run's: not after the hang
+        around = [(p, b, a if a < until else math.inf, s) for p, b, a, s in around]
+        named = _named(hang.event) & {p for p, *_ in around} or {p for p, *_ in around}
         if not named or not all(any(a < math.inf for p, _, a, _ in around if p == n) for n in named):
             return None
         start = max((b for _, b, _, _ in around if b > -math.inf), default=None)
@@ -354,14 +382,10 @@ class ProgressGaps:
         if start is None or not end > start:
             return None
         steps = [s for *_, s in around if not math.isnan(s)]
-        reached = [log[3] for log in self._logs.values() if not math.isnan(log[3])]
-        return Pause(
-            hang,
-            start,
-            end,
-            int(max(steps)) if steps else None,
-            int(max(reached)) if reached else None,
-        )
+        if reached is None:
+            last_steps = [log[3] for log in self._logs.values() if not math.isnan(log[3])]
+            reached = int(max(last_steps)) if last_steps else None
+        return Pause(hang.event, start, end, int(max(steps)) if steps else None, reached)
 
 
 def _named(hang: Event) -> set[str]:

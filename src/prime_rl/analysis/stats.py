@@ -243,9 +243,10 @@ class Collected:
     """Per server URL: the collector's generation time of each sample it answered ([collect] url=)."""
     hangs: list[Event] = field(default_factory=list)
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart
-    after which the run did not go on: no process made progress (those before it are in
-    :attr:`restarts`, those the run went on after in :attr:`pauses`; a line with no time goes by
-    its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and stays here)."""
+    after which the run did not go on: no process made progress (those before it after which its
+    run went on no further are in :attr:`restarts`, those a run went on after in :attr:`pauses`; a
+    line with no time goes by its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and
+    stays here)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     spill_failed: str | None = None
@@ -291,9 +292,9 @@ class Collected:
     """The steps with both a summed scoring time and a batch time, and those with scoring alone
     (:class:`ScoringPairs`); None without a step that has both."""
     pauses: list[Pause] = field(default_factory=list)
-    """The watchdog's hangs since the orchestrator's last restart after which every process they
-    named made progress again (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run
-    paused, then went on."""
+    """The watchdog's hangs after which every process they named made progress again within their
+    run, before the orchestrator's next restart if any
+    (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run paused, then went on."""
     step_seconds: dict[str, float] = field(default_factory=dict)
     """By process, its pace: the median time between two consecutive step lines of one of its runs
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
@@ -1180,9 +1181,11 @@ def _collect(
     down_s += c.collector_runs.idle_seconds(run_window(trio, offsets) if trio else None)
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs = place_hangs(
-        c.segments.restarts, c.hangs.finish(parse.last_lines), _run_start(first_ts, c.segments)
+        c.segments.restarts,
+        c.hangs.finish(parse.last_lines),
+        _run_start(first_ts, c.segments),
+        c.progress.pause,
     )
-    paused = [(h, c.progress.pause(h)) for h in hangs.current]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -1202,7 +1205,7 @@ def _collect(
         c.verify_workers,
         c.server_loads.by_url,
         c.server_gen_ms,
-        [h for h, p in paused if p is None],
+        hangs.current,
         dict(sorted(c.spans.dropped.items())),
         c.join.spill.failed,
         c.spans.bars,
@@ -1216,7 +1219,7 @@ def _collect(
         hangs_unplaced=hangs.unplaced,
         verify_busiest=busiest,
         verify_paired=paired,
-        pauses=[p for _, p in paused if p is not None],
+        pauses=hangs.pauses,
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
     )

@@ -1264,3 +1264,58 @@ def test_a_resume_s_load_of_weights_is_start_up_not_a_wait_of_the_run(tmp_path, 
         (_ts(second.trainer[1]), max(_ts(x) for x in second.orchestrator + second.trainer + second.inference)),
     ]  # fmt: skip
     assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
+
+
+def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[list[Path], list]:
+    """The paused run of :func:`_paused` (200 s of silence after step 19, the watchdog's [hang]
+    ``hang_after_s`` into it, then steps 20..39), which then crashed after step 39 and was resumed
+    at step 35 five minutes later (each process's run.start), finishing steps 35..44 (the
+    reviewer's s40)."""
+    first = make_run("healthy", steps=20, seed=1)
+    begin = _ts(first.orchestrator[0])
+    end = max(_ts(x) for x in first.trainer + first.orchestrator + first.inference)
+    second = make_run("healthy", steps=20, seed=2, first_step=20, start_offset_s=end - begin + 200.0)
+    end2 = max(_ts(x) for x in second.trainer + second.orchestrator + second.inference)
+    third = make_run("healthy", steps=10, seed=3, first_step=35, start_offset_s=end2 - begin + 300.0)
+    for name, tag in (("orchestrator", "gen"), ("trainer", "train")):
+        lines = getattr(third, name)
+        lines.insert(0, _stamp(lines[0], -1.0) + format_tagged(tag, "run.start", step=35, resume=True))
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True)
+    paths = []
+    for name in ("orchestrator", "inference", "trainer"):
+        path = logs / f"{name}.log"
+        path.write_text("\n".join(getattr(first, name) + getattr(second, name) + getattr(third, name)) + "\n")
+        paths.append(path)
+    hang = format_tagged(
+        "hang", "detected", silent_s=hang_after_s, threshold_s=120.0, median_step_s=1.6,
+        waits="orchestrator>trainer:weights/step_19",
+    )  # fmt: skip
+    (logs / "rl.log").write_text(f"{_stamp(first.orchestrator[-1], hang_after_s)}{hang}\n")
+    return [*paths, logs / "rl.log"], [first, second, third]
+
+
+def test_a_pause_the_run_went_on_after_before_a_later_crash_is_still_a_pause(tmp_path, analyze):
+    """The run paused 200 s after step 19 (the watchdog's [hang] 150 s in), went on to step 39, then
+    crashed and was resumed at step 35: every hang before the orchestrator's restart was kept with
+    that restart before the pause test ran, so the pause vanished ('No bottleneck found') and the
+    restart read 'before it, the launcher's watchdog saw a hang', as if the hang had been its
+    cause. The hang is a pause of the run before the restart: the processes it named made progress
+    after it before the restart; a hang with none after it before the restart is still kept with
+    the restart (test_a_hang_before_the_last_restart_is_listed_beside_the_restart_and_is_no_finding)."""
+    paths, _ = _paused_then_resumed(tmp_path)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert summary["primary"]["kind"] == "pause", summary["findings"]
+    pause = summary["primary"]
+    hung = _ts(paths[-1].read_text())
+    progress = _progress_times(paths[0]) + _progress_times(paths[2])  # the orchestrator's and the trainer's
+    before, after = max(t for t in progress if t <= hung), min(t for t in progress if t > hung)
+    assert 199.0 < after - before < 201.0
+    assert pause["share"] == pytest.approx((after - before) / summary["run_seconds"])
+    assert pause["title"] == (
+        f"Pause: no progress for {after - before:.0f} s after step 19, then the run went on (the launcher's "
+        "watchdog saw a hang)"
+    )
+    assert pause["evidence"].endswith("then the run went on, to step 39")  # the run before the restart
+    assert all(r["hangs_before"] == [] for r in summary["restarts"])
+    assert "watchdog saw a hang at" not in md.split("## Restarts", 1)[1]
