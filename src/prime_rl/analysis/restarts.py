@@ -195,10 +195,23 @@ class PlacedHangs:
     the orchestrator's next restart, if any): the run paused and went on."""
 
 
-WentOn = Callable[[Hang, float, int | None], "Pause | None"]
-"""The pause a hang was part of, the processes it named having made progress before ``until`` (the
-orchestrator's next restart; inf: none), ``reached`` the step its run reached (None: the logs'
-last); None: the run did not go on (:meth:`ProgressGaps.pause`)."""
+@dataclass(frozen=True)
+class RunBounds:
+    """One run of the orchestrator among its restarts, which a hang in it is judged within."""
+
+    since: float
+    """Its start: the orchestrator's restart that began it, else the run's first time (-inf: unknown)."""
+    until: float = math.inf
+    """The orchestrator's next restart (inf: none): progress after it is the next run's."""
+    resumed: int | None = None
+    """The step it resumed at (None: the first run, or not known)."""
+    reached: int | None = None
+    """The step it reached before its next restart (None: the logs' last)."""
+
+
+WentOn = Callable[[Hang, RunBounds], "Pause | None"]
+"""The pause a hang was part of within its run, the processes it named having made progress after
+it there; None: the run did not go on (:meth:`ProgressGaps.pause`)."""
 
 
 def place_hangs(
@@ -233,7 +246,7 @@ def place_hangs(
         until = math.inf if k is None else restarts[k].ts
         paused = None
         if went_on is not None and until is not None:  # did its run go on after it, before the restart?
-            paused = went_on(h, until, None if k is None else restarts[k].reached)
+            paused = went_on(h, _bounds(restarts, timed, start, until, k))
         if paused is not None:
             pauses.append(paused)
         elif k is None:
@@ -247,6 +260,19 @@ def place_hangs(
         for k, r in enumerate(restarts)
     ]
     return PlacedHangs(current, kept, unplaced, pauses)
+
+
+def _bounds(
+    restarts: list[Restart], timed: list[tuple[float, int]], start: float | None, until: float, k: int | None
+) -> RunBounds:
+    """The run a hang is in: from the orchestrator's last restart with a time before ``until`` (the
+    next, ``restarts[k]``; inf, None: none), else ``start``, the run's first time."""
+    began = [(ts, n) for ts, n in timed if ts < until]
+    if began:
+        since, resumed = began[-1][0], restarts[began[-1][1]].resumed
+    else:
+        since, resumed = (start if start is not None else -math.inf), None
+    return RunBounds(since, until, resumed, restarts[k].reached if k is not None else None)
 
 
 def _before(h: Hang) -> HangBefore:
@@ -286,7 +312,8 @@ class Pause:
     hang: Event
     """The ``[hang] detected`` line."""
     start: float
-    """The last progress line (:data:`PROGRESS`) of the orchestrator's or the trainer's logs before it."""
+    """The last progress line (:data:`PROGRESS`) of the orchestrator's or the trainer's logs before it
+    in its run (with none, :attr:`start_up`: the run's start)."""
     end: float
     """The first after it."""
     step: int | None
@@ -294,10 +321,23 @@ class Pause:
     reached: int | None
     """The last step its run logged in the end (the run went on to it): before the orchestrator's
     next restart, or the logs' last."""
+    resumed: int | None = None
+    """For a pause in start-up, the step its run resumed at (None: the first run, or none known)."""
+    start_up: bool = False
+    """No progress came before it in its run: the pause is the run's start-up, from its start (its
+    ``run.start``, the orchestrator's restart, or the run's first time) to its first progress."""
+    run_seconds: float | None = None
+    """Its seconds that are run time: less any down time, and for a pause in start-up the start-up
+    the run's time leaves out (:func:`run_time_within`; None: not known, all of them)."""
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+    @property
+    def counted(self) -> float:
+        """Its seconds in the run's time (:attr:`run_seconds`, else all of them)."""
+        return self.seconds if self.run_seconds is None else self.run_seconds
 
 
 class ProgressGaps:
@@ -352,13 +392,14 @@ class ProgressGaps:
         log[1], log[2] = min(log[1], float(t.min())), max(log[2], float(t[-1]))
         log[3], log[4] = float(steps[-1]), gaps
 
-    def pause(self, hang: Hang, until: float = math.inf, reached: int | None = None) -> Pause | None:
+    def pause(self, hang: Hang, run: RunBounds = RunBounds(-math.inf)) -> Pause | None:
         """The pause ``hang`` (with a time) was part of, when every process its ``waits=`` names (of
-        those with a log here; none: any) made progress after it before ``until`` (the orchestrator's
-        next restart: progress after it is the next run's); None: the run did not go on (or its line
-        has no time). Each log's last progress before it and first after are its silence around the
-        hang (a log whose silence there is none of its longest kept is left out). ``reached``: the
-        step its run went on to (None: the logs' last)."""
+        those with a log here; none: any) made progress after it within its ``run`` (before the
+        orchestrator's next restart: progress after it is the next run's); None: the run did not go
+        on (or its line has no time). Each log's last progress before it and first after are its
+        silence around the hang (a log whose silence there is none of its longest kept is left
+        out); with no progress before it in its run (its start-up), the pause is from the run's
+        start."""
         if hang.event.ts is None or not self._logs:
             return None
         h = hang.event.ts
@@ -372,20 +413,56 @@ class ProgressGaps:
                 inside = gaps[(gaps[:, 0] <= h) & (h < gaps[:, 1])]
                 if len(inside):
                     around.append((process, float(inside[0, 0]), float(inside[0, 1]), float(inside[0, 2])))
-        # progress after the orchestrator's next restart is another run's: not after the hang
-        around = [(p, b, a if a < until else math.inf, s) for p, b, a, s in around]
+        # progress before the run's start or after the orchestrator's next restart is another run's
+        around = [
+            (p, b, a, s) if b >= run.since else (p, -math.inf, a, math.nan)
+            for p, b, a, s in ((p, b, a if a < run.until else math.inf, s) for p, b, a, s in around)
+        ]
         named = _named(hang.event) & {p for p, *_ in around} or {p for p, *_ in around}
         if not named or not all(any(a < math.inf for p, _, a, _ in around if p == n) for n in named):
             return None
         start = max((b for _, b, _, _ in around if b > -math.inf), default=None)
+        start_up = start is None  # no progress before it in its run: from the run's start
+        if start_up:
+            start = run.since
         end = min(a for _, _, a, _ in around)
-        if start is None or not end > start:
+        if not math.isfinite(start) or not end > start:
             return None
         steps = [s for *_, s in around if not math.isnan(s)]
+        reached = run.reached
         if reached is None:
             last_steps = [log[3] for log in self._logs.values() if not math.isnan(log[3])]
             reached = int(max(last_steps)) if last_steps else None
-        return Pause(hang.event, start, end, int(max(steps)) if steps else None, reached)
+        return Pause(
+            hang.event,
+            start,
+            end,
+            int(max(steps)) if steps else None,
+            reached,
+            run.resumed if start_up else None,
+            start_up,
+        )
+
+
+def run_time_within(
+    spans: list[tuple[float, float]], run: tuple[float, float], down: list[tuple[float, float]]
+) -> float:
+    """The seconds of the union of ``spans`` that are run time: within ``run`` (its first and last
+    time) and outside each of ``down`` (:meth:`Segments.down_intervals`)."""
+    cut: list[tuple[float, float]] = []  # the down times, merged where they overlap
+    for d0, d1 in sorted(down):
+        if cut and d0 <= cut[-1][1]:
+            cut[-1] = (cut[-1][0], max(cut[-1][1], d1))
+        else:
+            cut.append((d0, d1))
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        a, b = max(start, reach, run[0]), min(end, run[1])
+        reach = max(reach, end)
+        if b <= a:
+            continue
+        total += b - a - sum(max(0.0, min(b, d1) - max(a, d0)) for d0, d1 in cut)
+    return max(total, 0.0)
 
 
 def _named(hang: Event) -> set[str]:
@@ -570,7 +647,11 @@ class Segments:
         self._logged[source] = np.union1d(logged, steps)
 
     def down_seconds(self) -> float:
-        """Seconds in which the whole run was down: for each restart of the orchestrator, the time
+        """Seconds in which the whole run was down (:meth:`down_intervals`)."""
+        return math.fsum(end - start for start, end in self.down_intervals())
+
+    def down_intervals(self) -> list[tuple[float, float]]:
+        """The times in which the whole run was down: for each restart of the orchestrator, the time
         every process with step lines was silent before its own restart at the same time (the
         overlap of their silences, each taken to end where the process did its first thing after its
         restart: :attr:`resumed_at`, as the run's first time is its first line that is no start-up,
@@ -582,13 +663,13 @@ class Segments:
         then the crash) in every process at once would be taken for down time too."""
         processes = set(self._reached)
         if not processes:
-            return 0.0
+            return []
         timed = [
             (r, max(self.resumed_at.get(k, r.ts), r.ts))
             for k, r in enumerate(self.restarts)
             if r.ts is not None and r.down_s is not None
         ]
-        down, used = 0.0, set()
+        down, used = [], set()
         for first, resumed in (t for t in timed if t[0].process == min(processes)):
             start, end, group = first.ts - first.down_s, resumed, [id(first)]
             for process in sorted(processes - {first.process}):
@@ -610,7 +691,7 @@ class Segments:
                 group.append(id(r))
             else:
                 if end > start:
-                    down += end - start
+                    down.append((start, end))
                     used.update(group)
         return down
 

@@ -300,31 +300,61 @@ def hang(d: Collected, th: Thresholds) -> Finding | None:
 
 def pause(d: Collected, th: Thresholds) -> Finding | None:
     """The watchdog saw no progress (``[hang] detected``), and then every process it named made
-    progress again: the run paused and went on (:attr:`Collected.pauses`). Its share is the time from
-    the last progress before the hang to the first after it (each pause once), of the run; ranked by
-    it, as any finding (a run that ends hung is :func:`hang`, ranked first)."""
+    progress again within its run: the run paused and went on (:attr:`Collected.pauses`). Its share
+    is the time from the last progress before the hang (in start-up, with none before it in its
+    run: from the run's start) to the first after it (each pause once), of the run, net of down time
+    and of the start-up the run's time leaves out (:attr:`Collected.paused_seconds`; at most 1.0);
+    ranked by it, as any finding (a run that ends hung is :func:`hang`, ranked first)."""
     if not d.pauses:
         return None
     spans = sorted({(p.start, p.end) for p in d.pauses})
-    paused, reach = 0.0, -math.inf  # their union: two [hang] lines in one pause count it once
-    for start, end in spans:
-        paused += max(end - max(start, reach), 0.0)
-        reach = max(reach, end)
-    longest = max(d.pauses, key=lambda p: p.seconds)
+    paused = d.paused_seconds
+    if paused is None:  # their time in the run's not known: their union
+        paused, reach = 0.0, -math.inf
+        for start, end in spans:
+            paused += max(end - max(start, reach), 0.0)
+            reach = max(reach, end)
+    longest = max(d.pauses, key=lambda p: (p.counted, p.seconds))
     step = f" after step {longest.step}" if longest.step is not None else ""
     more = f"{len(spans)} pauses, {paused:.0f} s in all; the longest: " if len(spans) > 1 else ""
     went_on = f"; then the run went on, to step {longest.reached}" if longest.reached is not None else ""
+    run_s = d.run_ms / 1000.0 if d.run_ms else None
+    if longest.start_up:
+        run = f"the run resumed at step {longest.resumed}" if longest.resumed is not None else "the run"
+        title = (
+            f"Pause in start-up: no progress for {longest.seconds:.0f} s from the start of {run} to its first "
+            "progress, then the run went on (the launcher's watchdog saw a hang)"
+        )
+        since = f"from {_clock(longest.start)} (the start of {run}, no progress before it)"
+    else:
+        title = (
+            f"Pause: no progress for {longest.counted:.0f} s{step}, then the run went on "
+            "(the launcher's watchdog saw a hang)"
+        )
+        since = f"from {_clock(longest.start)} (the last progress before it)"
+    net = ""
+    if longest.counted < longest.seconds - 0.5:  # start-up or down time the run's time leaves out
+        of_run = f" of {run_s:.1f} s" if run_s is not None else ""
+        net = f", {longest.counted:.0f} s of it in the run's time{of_run} (which leaves out start-up and down time)"
+    first = (
+        (
+            "In start-up: look at what loaded slowly before the first step (the servers' and the trainer's logs: a "
+            "model download, compilation, a checkpoint load); the watchdog allows first_step_s of silence there.",
+        )
+        if longest.start_up
+        else ()
+    )
     return Finding(
         kind="pause",
-        title=f"Pause: no progress for {longest.seconds:.0f} s{step}, then the run went on "
-        "(the launcher's watchdog saw a hang)",
+        title=title,
         evidence=(
-            f"{more}from {_clock(longest.start)} (the last progress before it) to {_clock(longest.end)} (the first "
-            f"after it), {longest.seconds:.0f} s{step}; the watchdog's [hang] line at {_clock(longest.hang.ts)} "
-            f"({longest.hang.where()}): {hang_said(longest.hang)}{went_on}"
+            f"{more}{since} to {_clock(longest.end)} (the first after it), {longest.seconds:.0f} s{step}{net}; "
+            f"the watchdog's [hang] line at {_clock(longest.hang.ts)} ({longest.hang.where()}): "
+            f"{hang_said(longest.hang)}{went_on}"
         ),
-        share=paused * 1000.0 / d.run_ms if d.run_ms else 0.0,
-        next=(
+        share=min(1.0, paused * 1000.0 / d.run_ms) if d.run_ms else 0.0,
+        next=first
+        + (
             "Read the Python stacks each process dumped into its log right after the [hang] line: where it was during the pause.",
             "The side waited on (after '>' in waits) is where to look first; a pause that comes back "
             "(a checkpoint save, a slow shared filesystem, a server restarting) costs its share every time.",

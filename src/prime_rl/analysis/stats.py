@@ -16,7 +16,7 @@ import math
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +37,7 @@ from prime_rl.analysis.restarts import (
     Segments,
     last_restart,
     place_hangs,
+    run_time_within,
 )
 from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, SAMPLE, VERIFICATION, SampleSpans
 from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
@@ -295,6 +296,10 @@ class Collected:
     """The watchdog's hangs after which every process they named made progress again within their
     run, before the orchestrator's next restart if any
     (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run paused, then went on."""
+    paused_seconds: float | None = None
+    """The :attr:`pauses`' time in the run's time: their union (two [hang] lines in one pause count
+    it once), less any down time and the start-up the run's time leaves out
+    (:func:`~prime_rl.analysis.restarts.run_time_within`; None: not known, their union)."""
     step_seconds: dict[str, float] = field(default_factory=dict)
     """By process, its pace: the median time between two consecutive step lines of one of its runs
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
@@ -1186,6 +1191,9 @@ def _collect(
         _run_start(first_ts, c.segments),
         c.progress.pause,
     )
+    # a pause's time in the run's: its start-up and any down time left out, as the run's time leaves them
+    down, window = c.segments.down_intervals(), (first_ts, last_ts)
+    pauses = [replace(p, run_seconds=run_time_within([(p.start, p.end)], window, down)) for p in hangs.pauses]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(
         parse,
@@ -1219,7 +1227,8 @@ def _collect(
         hangs_unplaced=hangs.unplaced,
         verify_busiest=busiest,
         verify_paired=paired,
-        pauses=hangs.pauses,
+        pauses=pauses,
+        paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
     )

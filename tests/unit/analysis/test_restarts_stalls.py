@@ -1319,3 +1319,73 @@ def test_a_pause_the_run_went_on_after_before_a_later_crash_is_still_a_pause(tmp
     assert pause["evidence"].endswith("then the run went on, to step 39")  # the run before the restart
     assert all(r["hangs_before"] == [] for r in summary["restarts"])
     assert "watchdog saw a hang at" not in md.split("## Restarts", 1)[1]
+
+
+def _hang_in_start_up(tmp_path: Path, resumed: bool) -> tuple[list[Path], float]:
+    """The servers take 1900 s to load: the run.start lines at once, the watchdog's [hang] 1800 s
+    after them (first_step_s), then the run goes on, steps 0..9 (the reviewer's s45); ``resumed``:
+    that is the start-up of a run resumed at step 5, 300 s after the first run (steps 0..9) crashed
+    (s44). The paths and the run's start (its run.start lines)."""
+    runs = []
+    if resumed:
+        runs.append(make_run("healthy", steps=10, seed=1))
+        end = max(_ts(x) for x in runs[0].orchestrator + runs[0].trainer + runs[0].inference)
+        began = end + 300.0
+    else:
+        began = _ts(make_run("healthy", steps=1, seed=1).orchestrator[0])
+    base = _ts(make_run("healthy", steps=1, seed=1).orchestrator[0])
+    first = 5 if resumed else 0
+    second = make_run("healthy", steps=10, seed=2, first_step=first, start_offset_s=began - base + 1900.0)
+    start = _stamp(second.orchestrator[0], -1900.0)
+    second.orchestrator.insert(0, start + format_tagged("gen", "run.start", step=first, resume=resumed))
+    second.trainer.insert(0, start + format_tagged("train", "run.start", step=first, resume=resumed))
+    runs.append(second)
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True)
+    paths = []
+    for name in ("orchestrator", "inference", "trainer"):
+        path = logs / f"{name}.log"
+        path.write_text("\n".join(x for run in runs for x in getattr(run, name)) + "\n")
+        paths.append(path)
+    hang = format_tagged(
+        "hang", "detected", silent_s=1800.0, threshold_s=1800.0, median_step_s=0.0,
+        waits="orchestrator>inference:servers",
+    )  # fmt: skip
+    (logs / "rl.log").write_text(f"{_stamp(second.orchestrator[0], 1800.0)}{hang}\n")
+    return [*paths, logs / "rl.log"], began
+
+
+def test_a_hang_in_start_up_the_run_went_on_after_is_a_pause_in_start_up_of_no_run_time(tmp_path, analyze):
+    """A fresh run whose servers took 1900 s to load, the watchdog's [hang] at 1800 s, then all its
+    steps: 'Hang', share 1.0, nothing saying the run went on (a pause needed progress before the
+    hang). After a resume the same read 'Pause: no progress for 2200 s after step 9' with share 32
+    (3200% of the run): the crash and the start-up, which the report leaves out of the run's time
+    as down time. A hang the run went on after is a pause also without progress before it in its
+    run: from the run's start (its run.start), said to be in start-up, its share the part of it in
+    the run's time (none: start-up and down time are left out), at most 1.0."""
+    for resumed in (False, True):
+        paths, began = _hang_in_start_up(tmp_path / str(resumed), resumed)
+        summary, md = analyze(paths, tmp_path / f"out{resumed}")
+        assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+        pause = next(f for f in summary["findings"] if f["kind"] == "pause")
+        run = "the run resumed at step 5" if resumed else "the run"
+        assert pause["title"] == (
+            f"Pause in start-up: no progress for 1900 s from the start of {run} to its first progress, then the "
+            "run went on (the launcher's watchdog saw a hang)"
+        )
+        assert pause["share"] < 0.001
+        assert f"(the start of {run}, no progress before it)" in pause["evidence"]
+        assert "0 s of it in the run's time" in pause["evidence"]
+        assert pause["evidence"].endswith("then the run went on, to step 14" if resumed else "to step 9")
+        assert summary["run_seconds"] < 100.0
+        if resumed:  # the crash and the start-up are down time
+            assert 2199.0 < summary["down_seconds"] < 2201.0
+
+
+def test_a_pause_s_time_in_the_run_leaves_out_down_time_and_what_is_outside_the_run():
+    from prime_rl.analysis.restarts import run_time_within
+
+    # two pauses that overlap count once; a down time inside one, and the run's ends, are left out
+    assert run_time_within([(10.0, 30.0), (20.0, 40.0)], (0.0, 100.0), [(25.0, 35.0), (30.0, 36.0)]) == 19.0
+    assert run_time_within([(-50.0, 10.0), (90.0, 200.0)], (0.0, 100.0), []) == 20.0
+    assert run_time_within([(10.0, 20.0)], (0.0, 100.0), [(0.0, 50.0)]) == 0.0
