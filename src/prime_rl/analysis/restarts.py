@@ -25,6 +25,8 @@ that could not be read) by its position: its segment of the orchestrator's log w
 log, else the times of the lines around it in its own file (a process writes its log in time order).
 One that a restart of the orchestrator may lie before or after cannot be placed
 (:func:`place_hangs`): it is neither this run's hang nor kept with a restart, and the report says so.
+Whether the run went on after a placed one is judged at the silence of the logs its placement
+leaves it in (:meth:`ProgressGaps._placed`), when that is one.
 """
 
 from __future__ import annotations
@@ -299,6 +301,11 @@ PROGRESS = frozenset(
 """The lines that are progress of a run, as the launcher's watchdog counts them
 (``prime_rl.launcher.watchdog.PROGRESS``): a hang ends at the next of them."""
 
+PLACED_SLACK_S = 1.0
+"""Seconds a silence of the logs may fall short of the ``silent_s`` a ``[hang]`` line with no time
+says and still hold it (:meth:`ProgressGaps._placed`): the watchdog reads the lines a moment after
+they are written."""
+
 GAPS_KEPT = 64
 """The longest silences between progress lines kept for each log (:class:`ProgressGaps`): a hang
 that more than this many longer silences of one log come before or after is not told apart from
@@ -329,6 +336,9 @@ class Pause:
     run_seconds: float | None = None
     """Its seconds that are run time: less any down time, and for a pause in start-up the start-up
     the run's time leaves out (:func:`run_time_within`; None: not known, all of them)."""
+    placed: tuple[float, float] | None = None
+    """For a ``[hang]`` line with no time: the times between which it was placed in this pause's
+    silence: those around it in its file, within its run (:meth:`ProgressGaps._placed`)."""
 
     @property
     def seconds(self) -> float:
@@ -349,6 +359,9 @@ class ProgressGaps:
     def __init__(self) -> None:
         self._logs: dict[str, list] = {}
         """By file: [process, first time, last time, last step, gaps (rows of start, end, step)]."""
+        self.untold: list[Hang] = []
+        """``[hang]`` lines with no time whose placement leaves none or several silences of the logs
+        they may have ended (:meth:`_placed`): whether the run went on after them is not known."""
 
     def observe(self, b: TaggedLines) -> None:
         """Fold a batch of one file (of the orchestrator or the trainer; others are no matter)."""
@@ -393,16 +406,59 @@ class ProgressGaps:
         log[3], log[4] = float(steps[-1]), gaps
 
     def pause(self, hang: Hang, run: RunBounds = RunBounds(-math.inf)) -> Pause | None:
-        """The pause ``hang`` (with a time) was part of, when every process its ``waits=`` names (of
-        those with a log here; none: any) made progress after it within its ``run`` (before the
-        orchestrator's next restart: progress after it is the next run's); None: the run did not go
-        on (or its line has no time). Each log's last progress before it and first after are its
-        silence around the hang (a log whose silence there is none of its longest kept is left
-        out); with no progress before it in its run (its start-up), the pause is from the run's
-        start."""
-        if hang.event.ts is None or not self._logs:
+        """The pause ``hang`` was part of, when every process its ``waits=`` names (of those with a
+        log here; none: any) made progress after it within its ``run`` (before the orchestrator's
+        next restart: progress after it is the next run's); None: the run did not go on, or a line
+        with no time could not be judged (:attr:`untold`). Each log's last progress before it and
+        first after are its silence around the hang (a log whose silence there is none of its longest
+        kept is left out); with no progress before it in its run (its start-up), the pause is from
+        the run's start. A line with no time is judged at the time its placement leaves it
+        (:meth:`_placed`)."""
+        if not self._logs:
             return None
-        h = hang.event.ts
+        if hang.event.ts is None:
+            return self._placed(hang, run)
+        silence = self._silence(hang.event, hang.event.ts, run)
+        return self._pause(hang.event, silence, run) if silence is not None and silence[4] else None
+
+    def _placed(self, hang: Hang, run: RunBounds) -> Pause | None:
+        """A ``[hang]`` line with no time, judged by its placement: it came between the times around it
+        in its file (:class:`Hang`) and within its run, at the end of a silence of every log that had
+        lasted the ``silent_s`` it says (else its ``threshold_s``) there. When exactly one such
+        silence of the logs can hold it, it is judged as a line with a time in it would be; when none
+        or several can (or the times around it, or its silence, are not known), it is kept in
+        :attr:`untold` and judged the run did not go on after it, as a line with no time was before."""
+        ev = hang.event
+        silent = next(
+            (v for v in (_seconds(ev, "silent_s"), _seconds(ev, "threshold_s")) if v is not None), None
+        )
+        lo, hi = max(hang.earliest, run.since), min(hang.latest, run.until)
+        found: dict[tuple[float, float], tuple] = {}
+        if silent is not None and math.isfinite(lo) and math.isfinite(hi) and lo <= hi:
+            # where each silence it may have ended had lasted ``silent``: after the run's start, each
+            # kept silence's start, each log's last progress
+            begins = [run.since, *(log[2] for log in self._logs.values())]
+            begins += [float(t) for log in self._logs.values() for t in log[4][:, 0]]
+            for at in sorted({lo, *(t + silent for t in begins if lo <= t + silent <= hi)}):
+                silence = self._silence(ev, at, run, every_log=True)
+                if silence is None or at - silence[0] < silent - PLACED_SLACK_S:
+                    continue  # some log made progress too close before it for the watchdog's silence
+                found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
+        if len(found) != 1:
+            self.untold.append(hang)
+            return None
+        (silence,) = found.values()
+        return self._pause(ev, silence, run, (lo, hi)) if silence[4] else None
+
+    def _silence(
+        self, hang: Event, h: float, run: RunBounds, every_log: bool = False
+    ) -> tuple[float, float, bool, float, bool] | None:
+        """The silence of the logs around time ``h`` of ``run``: its start (the last progress of any
+        log before ``h`` in its run; none: the run's start, in start-up), end (the first progress of
+        any after ``h`` in its run; inf: none), whether it is the start-up, the step logged last
+        before it (NaN: none), and whether every process ``hang`` names made progress after it;
+        None: no log's silence there is known (``every_log``: some log's is not: it made progress
+        close to ``h``), or the run's start is not."""
         around: list[tuple[str, float, float, float]] = []  # (process, before, after, step before)
         for process, first, last, last_step, gaps in self._logs.values():
             if h < first:
@@ -413,35 +469,60 @@ class ProgressGaps:
                 inside = gaps[(gaps[:, 0] <= h) & (h < gaps[:, 1])]
                 if len(inside):
                     around.append((process, float(inside[0, 0]), float(inside[0, 1]), float(inside[0, 2])))
+                elif every_log:
+                    return None
         # progress before the run's start or after the orchestrator's next restart is another run's
         around = [
             (p, b, a, s) if b >= run.since else (p, -math.inf, a, math.nan)
             for p, b, a, s in ((p, b, a if a < run.until else math.inf, s) for p, b, a, s in around)
         ]
-        named = _named(hang.event) & {p for p, *_ in around} or {p for p, *_ in around}
-        if not named or not all(any(a < math.inf for p, _, a, _ in around if p == n) for n in named):
+        if not around:
             return None
+        named = _named(hang) & {p for p, *_ in around} or {p for p, *_ in around}
+        went_on = all(any(a < math.inf for p, _, a, _ in around if p == n) for n in named)
         start = max((b for _, b, _, _ in around if b > -math.inf), default=None)
         start_up = start is None  # no progress before it in its run: from the run's start
-        if start_up:
+        if start is None:
             start = run.since
-        end = min(a for _, _, a, _ in around)
-        if not math.isfinite(start) or not end > start:
+        if not math.isfinite(start):
             return None
         steps = [s for *_, s in around if not math.isnan(s)]
+        return start, min(a for _, _, a, _ in around), start_up, max(steps, default=math.nan), went_on
+
+    def _pause(
+        self,
+        hang: Event,
+        silence: tuple[float, float, bool, float, bool],
+        run: RunBounds,
+        placed: tuple[float, float] | None = None,
+    ) -> Pause | None:
+        """The pause of ``silence`` (:meth:`_silence`, one the processes went on after)."""
+        start, end, start_up, step, _ = silence
+        if not end > start:
+            return None
         reached = run.reached
         if reached is None:
             last_steps = [log[3] for log in self._logs.values() if not math.isnan(log[3])]
             reached = int(max(last_steps)) if last_steps else None
         return Pause(
-            hang.event,
+            hang,
             start,
             end,
-            int(max(steps)) if steps else None,
+            None if math.isnan(step) else int(step),
             reached,
             run.resumed if start_up else None,
             start_up,
+            placed=placed,
         )
+
+
+def _seconds(ev: Event, key: str) -> float | None:
+    """A field of ``ev`` as a number of seconds (None: missing, or no positive number)."""
+    try:
+        value = float(ev.fields.get(key) or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def run_time_within(

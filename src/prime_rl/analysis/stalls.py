@@ -31,7 +31,7 @@ import polars as pl
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.parser import label_for, log_of
-from prime_rl.analysis.restarts import hang_said
+from prime_rl.analysis.restarts import Pause, hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.tagged import Event
 from prime_rl.analysis.thresholds import Thresholds
@@ -285,6 +285,9 @@ def hang(d: Collected, th: Thresholds) -> Finding | None:
         return None
     first = d.hangs[0]
     said = f"{len(d.hangs)} time(s), first at {_clock(first.ts)} ({first.where()}): {hang_said(first)}"
+    untold = next((h for h in d.hangs_untold if h.event is first), None)
+    if untold is not None:
+        said += _untold(untold.earliest, untold.latest)
     return Finding(
         kind="hang",
         title="Hang: the launcher's watchdog saw no process make progress",
@@ -295,6 +298,21 @@ def hang(d: Collected, th: Thresholds) -> Finding | None:
             "The side waited on (after '>' in waits) is where to look first.",
         ),
         thresholds=(),
+    )
+
+
+def _untold(earliest: float, latest: float) -> str:
+    """Why a ``[hang]`` line with no time, between ``earliest`` and ``latest`` (the times around it in
+    its file), is taken as a hang: nothing tells in which silence of the run it came."""
+    if not math.isfinite(earliest) and not math.isfinite(latest):
+        where = "no line around it in its file has a time, so nothing tells"
+    else:
+        before = _clock(earliest) if math.isfinite(earliest) else "none before it"
+        after = _clock(latest) if math.isfinite(latest) else "none after it"
+        where = f"the times around it in its file ({before} to {after}) do not tell"
+    return (
+        f"; its line has no time, and {where} in which silence of the run it came (one as long as the "
+        "silent_s it says): whether the run went on after it is not known, so it is taken as a hang"
     )
 
 
@@ -349,8 +367,7 @@ def pause(d: Collected, th: Thresholds) -> Finding | None:
         title=title,
         evidence=(
             f"{more}{since} to {_clock(longest.end)} (the first after it), {longest.seconds:.0f} s{step}{net}; "
-            f"the watchdog's [hang] line at {_clock(longest.hang.ts)} ({longest.hang.where()}): "
-            f"{hang_said(longest.hang)}{went_on}"
+            f"the watchdog's [hang] line {_hang_at(longest)}: {hang_said(longest.hang)}{went_on}"
         ),
         share=min(1.0, paused * 1000.0 / d.run_ms) if d.run_ms else 0.0,
         next=first
@@ -360,4 +377,15 @@ def pause(d: Collected, th: Thresholds) -> Finding | None:
             "(a checkpoint save, a slow shared filesystem, a server restarting) costs its share every time.",
         ),
         thresholds=(),
+    )
+
+
+def _hang_at(p: Pause) -> str:
+    """When and where a pause's ``[hang]`` line is: its time, or for one with none its placement."""
+    if p.hang.ts is not None or p.placed is None:
+        return f"at {_clock(p.hang.ts)} ({p.hang.where()})"
+    earliest, latest = p.placed
+    return (
+        f"({p.hang.where()}; its line has no time: placed between {_clock(earliest)} and {_clock(latest)} (the times "
+        "around it in its file, within its run), in the only silence there as long as the silent_s it says)"
     )

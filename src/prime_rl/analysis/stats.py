@@ -30,6 +30,7 @@ from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, RateLimitWaits
 from prime_rl.analysis.restarts import (
+    Hang,
     HangLines,
     Pause,
     ProgressGaps,
@@ -246,8 +247,8 @@ class Collected:
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart
     after which the run did not go on: no process made progress (those before it after which its
     run went on no further are in :attr:`restarts`, those a run went on after in :attr:`pauses`; a
-    line with no time goes by its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and
-    stays here)."""
+    line with no time goes by its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and is
+    judged by the times around it, or stays here when they do not tell: :attr:`hangs_untold`)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
     spill_failed: str | None = None
@@ -296,6 +297,10 @@ class Collected:
     """The watchdog's hangs after which every process they named made progress again within their
     run, before the orchestrator's next restart if any
     (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run paused, then went on."""
+    hangs_untold: list[Hang] = field(default_factory=list)
+    """Those of :attr:`hangs` whose line has no time and whose placement (the times around it in its
+    file) leaves none or several silences of the logs it may have ended: whether the run went on
+    after it is not known (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`)."""
     paused_seconds: float | None = None
     """The :attr:`pauses`' time in the run's time: their union (two [hang] lines in one pause count
     it once), less any down time and the start-up the run's time leaves out
@@ -1228,6 +1233,7 @@ def _collect(
         verify_busiest=busiest,
         verify_paired=paired,
         pauses=pauses,
+        hangs_untold=[h for h in c.progress.untold if any(h.event is e for e in hangs.current)],
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,

@@ -1389,3 +1389,48 @@ def test_a_pause_s_time_in_the_run_leaves_out_down_time_and_what_is_outside_the_
     assert run_time_within([(10.0, 30.0), (20.0, 40.0)], (0.0, 100.0), [(25.0, 35.0), (30.0, 36.0)]) == 19.0
     assert run_time_within([(-50.0, 10.0), (90.0, 200.0)], (0.0, 100.0), []) == 20.0
     assert run_time_within([(10.0, 20.0)], (0.0, 100.0), [(0.0, 50.0)]) == 0.0
+
+
+def test_a_hang_line_with_no_time_is_judged_by_its_placement(tmp_path, analyze):
+    """The paused run of _paused (200 s after step 19, then steps 20..39) whose [hang] line has no
+    time (a console capture), between a line of rl.log before the run and one a second after the
+    pause (the reviewer's s47): placed by its position, yet always 'Hang', share 1.0, though the
+    steps logged after it show the run went on. Between those times the logs hold one silence as
+    long as its silent_s (150 s), the pause: it is judged there as a line with that time would be.
+    When the times around it leave several such silences (the pause, and the end of the logs after
+    it), or it has none, whether the run went on is not known: a hang, as before, and it says so."""
+    paths = _paused(tmp_path / "a")
+    rl = paths[-1]
+    hung = rl.read_text()
+    line = hung[36:]  # the [hang] line without its time
+    pause_end = min(t for t in _progress_times(paths[0]) if t > _ts(hung))
+    rl.write_text(
+        f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, pause_end - _ts(hung) + 1.0)}went on\n"
+    )
+    summary, md = analyze(paths, tmp_path / "out")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    pause = summary["primary"]
+    assert pause["kind"] == "pause" and pause["title"].startswith(
+        "Pause: no progress for 200 s after step 19"
+    )
+    assert 0.5 < pause["share"] < 1.0
+    assert f"({rl}:2; its line has no time: placed between " in pause["evidence"]
+    assert pause["evidence"].endswith("then the run went on, to step 39")
+    # the line after it an hour later: the end of the logs is a silence it may have ended too
+    rl.write_text(f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, 3600.0)}went on\n")
+    summary, md = analyze(paths, tmp_path / "out2")
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
+    assert "its line has no time, and the times around it in its file (" in hang["evidence"]
+    assert "whether the run went on after it is not known, so it is taken as a hang" in hang["evidence"]
+    # nothing around it has a time
+    rl.write_text(line)
+    summary, md = analyze(paths, tmp_path / "out3")
+    assert summary["primary"]["kind"] == "hang"
+    assert "no line around it in its file has a time, so nothing tells" in summary["primary"]["evidence"]
+    # the logs end in the pause: the only silence it may have ended is the last, a hang it is
+    paths = _paused(tmp_path / "b", went_on=())
+    paths[-1].write_text(f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, 3600.0)}went on\n")
+    summary, md = analyze(paths, tmp_path / "out4")
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and "is not known" not in hang["evidence"], summary["findings"]
