@@ -23,6 +23,25 @@ from dataclasses import dataclass, field
 TRACE_HEADER = "x-trace-id"
 """HTTP header that carries a trace id from a client to a server (admin and chat requests)."""
 
+PROGRESS = frozenset(
+    {
+        ("gen", "batch.start"),
+        ("gen", "batch.done"),
+        ("verify", "batch.done"),
+        ("ckpt", "wait.done"),
+        ("ckpt", "write.done"),
+        ("ckpt", "save.done"),
+        ("weights", "client.done"),
+        ("weights", "rpc.done"),
+        ("train", "step.done"),
+        ("train", "compute.done"),
+        ("env", "episode.done"),
+        ("env", "turn.done"),
+    }
+)
+"""The tagged lines (tag, event) that count as progress of a run: the ``rl`` launcher's watchdog
+waits for them, and the analyzer tells a hang the run went on after by them."""
+
 _TAG_RE = r"[A-Za-z0-9_.-]+"
 _TAG_FULL = re.compile(_TAG_RE)
 _TRACE_FULL = re.compile(r"[A-Za-z0-9_.-]{1,64}")

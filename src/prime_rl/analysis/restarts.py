@@ -41,6 +41,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.tagged import RUN_START, Event, TaggedLines, start_up, step_numbers
+from prime_rl.tracing import PROGRESS
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
@@ -282,25 +283,6 @@ def _before(h: Hang) -> HangBefore:
     return HangBefore(h.event.ts, h.event.where(), hang_said(h.event))
 
 
-PROGRESS = frozenset(
-    {
-        ("gen", "batch.start"),
-        ("gen", "batch.done"),
-        ("verify", "batch.done"),
-        ("ckpt", "wait.done"),
-        ("ckpt", "write.done"),
-        ("ckpt", "save.done"),
-        ("weights", "client.done"),
-        ("weights", "rpc.done"),
-        ("train", "step.done"),
-        ("train", "compute.done"),
-        ("env", "episode.done"),
-        ("env", "turn.done"),
-    }
-)
-"""The lines that are progress of a run, as the launcher's watchdog counts them
-(``prime_rl.launcher.watchdog.PROGRESS``): a hang ends at the next of them."""
-
 PLACED_SLACK_S = 1.0
 """Seconds a silence of the logs may fall short of the ``silent_s`` a ``[hang]`` line with no time
 says and still hold it (:meth:`ProgressGaps._placed`): the watchdog reads the lines a moment after
@@ -319,7 +301,7 @@ class Pause:
     hang: Event
     """The ``[hang] detected`` line."""
     start: float
-    """The last progress line (:data:`PROGRESS`) of the orchestrator's or the trainer's logs before it
+    """The last progress line (:data:`~prime_rl.tracing.PROGRESS`) of the orchestrator's or the trainer's logs before it
     in its run (with none, :attr:`start_up`: the run's start)."""
     end: float
     """The first after it."""
@@ -351,7 +333,7 @@ class Pause:
 
 
 class ProgressGaps:
-    """The orchestrator's and the trainer's logs' progress (:data:`PROGRESS`), to tell a hang the run
+    """The orchestrator's and the trainer's logs' progress (:data:`~prime_rl.tracing.PROGRESS`), to tell a hang the run
     went on after from one it ends in: for each log, its first and last progress line's time and its
     :data:`GAPS_KEPT` longest silences between two progress lines, each with the step logged last
     before it (memory: a few numbers a log, whatever its length)."""

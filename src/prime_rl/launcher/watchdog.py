@@ -12,7 +12,7 @@ the analyzer names for a log that ends inside one (:mod:`prime_rl.analysis.stall
 - the trainer waiting for the orchestrator's ``rollouts/step_N`` (its last ``[train] step.done``
   was step N-1 and the rollouts file is not there), or computing step N (they are).
 
-Progress is any of the step-level lines in :data:`PROGRESS` from any process (periodic lines such
+Progress is any of the step-level lines in :data:`~prime_rl.tracing.PROGRESS` from any process (periodic lines such
 as ``[server] metrics`` are not progress). When none came for ``max(min_s, factor x median step
 time)`` (``first_step_s`` until two steps were seen; the orchestrator's first ``async_level + 1``
 batches need no trained weights and run ahead while the trainer loads and compiles, and the next
@@ -35,23 +35,7 @@ from pydantic import Field
 
 from prime_rl.config import BaseConfig
 from prime_rl.paths import RunPaths, rollout_path
-from prime_rl.tracing import TaggedLine, one_line, parse_tagged
-
-PROGRESS = {
-    ("gen", "batch.start"),
-    ("gen", "batch.done"),
-    ("verify", "batch.done"),
-    ("ckpt", "wait.done"),
-    ("ckpt", "write.done"),
-    ("ckpt", "save.done"),
-    ("weights", "client.done"),
-    ("weights", "rpc.done"),
-    ("train", "step.done"),
-    ("train", "compute.done"),
-    ("env", "episode.done"),
-    ("env", "turn.done"),
-}
-"""The tagged lines (tag, event) that count as progress of a run."""
+from prime_rl.tracing import PROGRESS, TaggedLine, one_line, parse_tagged
 
 
 class WatchdogConfig(BaseConfig):

@@ -1088,7 +1088,7 @@ def _progress_times(path: Path) -> list[float]:
     import re
     from datetime import datetime
 
-    from prime_rl.analysis.restarts import PROGRESS
+    from prime_rl.tracing import PROGRESS
 
     out = []
     for line in path.read_text().splitlines():
@@ -1132,13 +1132,6 @@ def test_a_hang_with_no_progress_after_it_of_a_process_it_names_stays_a_hang(tmp
         hang = summary["primary"]
         assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
         assert not any(f["kind"] == "pause" for f in summary["findings"])
-
-
-def test_progress_is_what_the_launcher_s_watchdog_counts():
-    from prime_rl.analysis.restarts import PROGRESS
-    from prime_rl.launcher.watchdog import PROGRESS as WATCHDOG
-
-    assert PROGRESS == WATCHDOG
 
 
 def _ts(line: str) -> float:
