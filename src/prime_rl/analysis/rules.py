@@ -17,8 +17,10 @@ from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.rate_limits import COLLECTOR, ORCHESTRATOR
 from prime_rl.analysis.servers import kv_cache_pressure, slow_server
 from prime_rl.analysis.stages import (
+    collector_of_run,
     env_wall_ms,
     fewest_verify_workers,
+    of_the_samples,
     rate_limit_parts,
     update_critical,
     verify_wall_ms,
@@ -443,14 +445,19 @@ def _collect_verify_slow(d: Collected, th: Thresholds) -> bool:
 
 
 def _collect_busy_ms(d: Collected) -> float:
-    """The collector's summed [collect] dur_ms (1.0 when there is none): the base of its shares. With
-    a deferred verify pass in the run (no sampling, :func:`collect_deferred_verification`), that over
-    the sampling's part of the run: the samples' shares are then of the run, as the pass's is."""
-    busy = d.total("collect_ms") or 1.0
-    run, sampling = d.run_ms, (d.collect_seconds or 0.0) * 1000.0
-    if d.verify_passes and 0.0 < sampling < run:
-        return busy * run / sampling
-    return busy
+    """The collector's summed [collect] dur_ms (1.0 when there is none): the base of its samples'
+    shares of their own time."""
+    return d.total("collect_ms") or 1.0
+
+
+def _collect_share(d: Collected, key: str) -> tuple[float, str]:
+    """(the share of the run, the evidence's clause saying what it is of) of the samples' summed
+    ``key``: its share of the samples' time times the sampling's part of the run
+    (:func:`~prime_rl.analysis.stages.collector_of_run`), the share the stage table gives it, so
+    that it ranks like with like beside a trio's findings or a deferred verify pass's
+    (:func:`collect_deferred_verification`), which are of the run. A collector alone: the same."""
+    part = d.total(key) / _collect_busy_ms(d)
+    return part * collector_of_run(d), of_the_samples(d, part)
 
 
 def collect_verification_bound(d: Collected, th: Thresholds) -> Finding | None:
@@ -460,11 +467,12 @@ def collect_verification_bound(d: Collected, th: Thresholds) -> Finding | None:
     if not _collect_verify_slow(d, th):
         return None
     cg, cv, _ = _collect_means(d)
+    share, of_what = _collect_share(d, "collect_verify_ms")
     return Finding(
         kind="verification_bound",
         title="Verification-bound: samples wait longer for the verifier than for the model",
-        evidence=f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x)",
-        share=d.total("collect_verify_ms") / _collect_busy_ms(d),
+        evidence=f"[collect] verify_ms mean {cv:.0f} ms vs gen_ms mean {cg:.0f} ms ({cv / cg:.1f}x){of_what}",
+        share=share,
         next=(
             "Add verifier processes (--verify.workers) or speed up the verifier (cache, fast mode).",
             "Defer verification: collect with --no-verify and score later with collect-rollouts verify.",
@@ -505,12 +513,14 @@ def collect_generation_bound(d: Collected, th: Thresholds) -> Finding | None:
     cg, cv, cq = _collect_means(d)
     if not cg or not d.series["collect_gen_ms"] or (cq and cq > cg) or _collect_verify_slow(d, th):
         return None
+    share, of_what = _collect_share(d, "collect_gen_ms")
     return Finding(
         kind="collect_generation_bound",
         title="Model inference: collection time is generation time",
         evidence=f"[collect] gen_ms mean {cg:.0f} ms of {d.stat('collect_done_ms', 'mean') or 0:.0f} ms per sample"
-        + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else ""),
-        share=d.total("collect_gen_ms") / _collect_busy_ms(d),
+        + (f"; verify_ms mean {cv:.0f} ms" if cv is not None else "")
+        + of_what,
+        share=share,
         next=(
             "Run `collect-rollouts diagnose`: if time drops with parallelism, raise num_samples_in_parallel.",
             "Otherwise tune the model server (memory utilisation, batched tokens, more replicas).",
@@ -524,11 +534,12 @@ def collect_queue(d: Collected, th: Thresholds) -> Finding | None:
     cg, _, cq = _collect_means(d)
     if not (cq and cg and cq > cg):
         return None
+    share, of_what = _collect_share(d, "collect_queue_ms")
     return Finding(
         kind="collect_queue",
         title="Client-side queueing: samples wait for a parallelism slot or a rate-limit pause",
-        evidence=f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms",
-        share=d.total("collect_queue_ms") / _collect_busy_ms(d),
+        evidence=f"[collect] queue_ms mean {cq:.0f} ms vs gen_ms mean {cg:.0f} ms{of_what}",
+        share=share,
         next=(
             "If 429s are counted, the rate limit sets the pace: see the rate-limit finding.",
             "Otherwise raise num_samples_in_parallel (the server has room).",

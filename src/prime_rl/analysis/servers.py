@@ -29,7 +29,7 @@ import polars as pl
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.server_load import ServerLoadSeries, percentile
-from prime_rl.analysis.stages import update_group
+from prime_rl.analysis.stages import collector_of_run, of_the_samples, update_group
 from prime_rl.analysis.stats import SAMPLE_RETRY, Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import unanswered as never_answered
@@ -343,7 +343,10 @@ def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
     """A collector run's slow servers: each whose median generation time per sample is
     ``server_slow_ratio`` times its peers' (the median of the faster half's medians, as for updates:
     :func:`_slower`), over at least ``server_min_updates`` samples each. Its share: each slow
-    server's share of the samples, times how much of their time the peers would not have taken."""
+    server's share of the samples, times how much of their time the peers would not have taken (a
+    share of the samples' time), times the sampling's part of the run
+    (:func:`~prime_rl.analysis.stages.collector_of_run`: a trio's logs analysed with the collector's,
+    or a verify pass, make the run longer than the sampling)."""
     rows = [r for r in server_rows(d) if r.samples >= th.server_min_updates]
     if len(rows) < 2:
         return None
@@ -358,12 +361,13 @@ def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
     samples = sum(r.samples for r in rows)
     where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
     answered = "; ".join(f"{u} answered {by_url[u].samples} of {samples} samples" for u in slow)
+    part = sum(by_url[u].samples / samples * (1 - 1 / ratios[u]) for u in slow) if samples else 0.0
     return Finding(
         kind="slow_server",
         title=_slow_title(slow, ratios, "generate"),
         evidence=f"median generation {where} per sample vs {peers:.0f} ms on the {len(medians) - len(slow)} other "
-        f"server(s) (>= server_slow_ratio {th.server_slow_ratio:g}x); {answered}",
-        share=sum(by_url[u].samples / samples * (1 - 1 / ratios[u]) for u in slow) if samples else 0.0,
+        f"server(s) (>= server_slow_ratio {th.server_slow_ratio:g}x); {answered}{of_the_samples(d, part)}",
+        share=part * collector_of_run(d),
         next=(
             f"Check {' and '.join(slow)}'s host (GPU health, other load, its batch size and KV cache in [server] "
             "lines).",

@@ -364,13 +364,46 @@ def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     return rows
 
 
+def _collector_span_ms(d: Collected) -> float:
+    """The collector's own time (ms): its sampling time (:attr:`Collected.collect_seconds`), else the
+    run's; a trio's logs analysed with it, or a deferred verify pass, make the run longer."""
+    return (d.collect_seconds or 0) * 1000.0 or d.run_ms
+
+
+def collector_of_run(d: Collected) -> float:
+    """The part of the run the collector's samples' time stands for: its sampling time over the run's
+    (at most 1; 1 without either). A share of the samples' summed time (``[collect] dur_ms``) times
+    this is the share of the run the stage table gives that time (:func:`_collector_rows`): what a
+    collector's findings are ranked by beside a trio's or a verify pass's, which are of the run."""
+    run = d.run_ms
+    return min(1.0, _collector_span_ms(d) / run) if run else 1.0
+
+
+SAME_TIME = 0.995
+"""A collector whose sampling is at least this part of the run (:func:`collector_of_run`) had the
+run to itself: its findings' evidence does not say how much of the run it sampled."""
+
+
+def of_the_samples(d: Collected, part: float) -> str:
+    """What a collector's finding whose time is ``part`` of the samples' time is a share of, as a
+    clause of its evidence: that part and the run's (its sampling time of the run's), or nothing
+    when the collector had the run to itself (its samples' time is the run's)."""
+    scale = collector_of_run(d)
+    if scale >= SAME_TIME:
+        return ""
+    return (
+        f"; {100 * part:.0f}% of the samples' time, {100 * part * scale:.0f}% of the run (the collector "
+        f"sampled {_collector_span_ms(d) / 1000:.1f} s of the run's {d.run_ms / 1000:.1f} s)"
+    )
+
+
 def _collector_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     """The offline collector's stages: its samples' generation, verification and client-side queue
     over its samples in flight, and a deferred verify pass's verification (collect-rollouts verify)
     over its own verifications in flight (its wall time)."""
     rows = []
     busy = d.total("collect_ms")
-    span = (d.collect_seconds or 0) * 1000.0 or d.run_ms  # the collector's own time (a trio's run beside it)
+    span = _collector_span_ms(d)  # the collector's own time (a trio's run beside it)
     passes = d.verify_passes
     if busy and span:
         # samples overlap: a stage's summed time over the mean number of samples in flight (Little's

@@ -225,11 +225,15 @@ def test_a_verify_pass_outranks_the_samples_it_outlasts(collected):
         ("collect_generation_bound", 0.384),
     ]
     assert rules.collect_verification_bound(d, TH) is None
-    # without a pass, the samples' shares are of their own time, as before
+    assert rules.collect_generation_bound(d, TH).evidence.endswith(
+        "; 96% of the samples' time, 38% of the run (the collector sampled 40.0 s of the run's 100.0 s)"
+    )
+    # a collector alone (its sampling is the run): the samples' shares of their own time, as before
     alone = collected(
-        collect_ms=[1000.0] * 160, collect_gen_ms=[960.0] * 160, fields={"collect_seconds": 40.0}
+        run_s=40.0, collect_ms=[1000.0] * 160, collect_gen_ms=[960.0] * 160, fields={"collect_seconds": 40.0}
     )
     assert rules.collect_generation_bound(alone, TH).share == pytest.approx(0.96)
+    assert "of the samples' time" not in rules.collect_generation_bound(alone, TH).evidence
 
 
 def test_a_pause_the_run_went_on_after_is_ranked_by_its_time_not_first(collected):

@@ -435,7 +435,10 @@ def test_a_verify_pass_s_verifications_are_not_the_samples_own(tmp_path, analyze
     (runs / "collect.log").write_text("\n".join([_start("12:00:00.000"), *slow]) + "\n")
     summary, _ = analyze([runs], tmp_path / "out2")
     bound = next(f for f in summary["findings"] if f["kind"] == "verification_bound")
-    assert bound["evidence"] == "[collect] verify_ms mean 20000 ms vs gen_ms mean 29000 ms (0.7x)"
+    assert bound["evidence"] == (
+        "[collect] verify_ms mean 20000 ms vs gen_ms mean 29000 ms (0.7x); 67% of the samples' time, 22% of "
+        "the run (the collector sampled 120.0 s of the run's 360.0 s)"
+    )
     assert (
         summary["stats"]["collect_verify_ms"]["count"],
         summary["stats"]["collect_verify_ms"]["mean"],
@@ -1205,3 +1208,40 @@ def test_the_orchestrator_s_and_the_collector_s_429s_on_one_server_are_counted_a
         "429 retries (collector)": 1,
         "other retries (collector)": 0,
     }
+
+
+def test_a_collector_s_findings_beside_a_trio_s_are_shares_of_the_run_as_its_stages_are(tmp_path, analyze):
+    """A trainer-bound trio run analysed with a collector's log of the same day (reviewer's s43): the
+    collector's findings were shares of its samples' own time while the report called them shares of
+    the run and ranked them with the trio's, which are: its generation finding read 0.975 ("98% of
+    the run", above the trio's trainer-bound) where the stage table gave collector generation 28%. Now each is its share
+    of the samples' time times the collector's part of the run (its 59.105 s of sampling), as the
+    stage table's is, and the evidence says both; a collector alone keeps its shares."""
+    collector = _collect_log(tmp_path / "collect.log", {"http://h:8000": 100.0, "http://c:1": 300.0})
+    alone, _ = analyze([collector], tmp_path / "alone")
+    found = {f["kind"]: f for f in alone["findings"]}
+    gen_part = (20 * 100.0 + 20 * 300.0) / (20 * 105.0 + 20 * 305.0 + 5.0)  # of the samples' time
+    assert found["collect_generation_bound"]["share"] == pytest.approx(gen_part)
+    assert found["slow_server"]["share"] == pytest.approx(0.5 * (1 - 1 / 3))  # c:1 took half the samples, 3x
+    assert all("of the samples' time" not in f["evidence"] for f in alone["findings"])
+    stage = next(s for s in alone["stages"] if s["name"] == "collector generation")
+    assert stage["share"] == pytest.approx(gen_part, rel=1e-3)
+
+    run = make_run("trainer_bound", steps=20, seed=1, start_offset_s=7200.0)
+    files = list(run.write(tmp_path / "trio").values())
+    summary, md = analyze([*files, collector], tmp_path / "out")
+    run_s = summary["run_seconds"]
+    of_run = 59.105 / run_s
+    found = {f["kind"]: f for f in summary["findings"]}
+    gen = found["collect_generation_bound"]
+    stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
+    assert gen["share"] == pytest.approx(gen_part * of_run, rel=1e-3) == pytest.approx(stage["share"])
+    assert gen["share"] < found["trainer_bound"]["share"]
+    clause = f"of the run (the collector sampled 59.1 s of the run's {run_s:.1f} s)"
+    assert gen["evidence"].endswith(
+        f"; {100 * gen_part:.0f}% of the samples' time, {100 * gen_part * of_run:.0f}% {clause}"
+    )
+    slow = found["slow_server"]
+    assert slow["share"] == pytest.approx(0.5 * (1 - 1 / 3) * of_run, rel=1e-3)
+    assert slow["evidence"].endswith(f"; 33% of the samples' time, {100 * of_run / 3:.0f}% {clause}")
+    assert f"{clause}. ({100 * gen['share']:.0f}% of the run)" in md
