@@ -21,6 +21,7 @@ from prime_rl.analysis.stages import (
     env_wall_ms,
     fewest_verify_workers,
     of_the_samples,
+    outside_counts,
     rate_limit_parts,
     update_critical,
     verify_wall_ms,
@@ -578,13 +579,16 @@ def rate_limited(d: Collected, th: Thresholds) -> Finding | None:
 def _rate_limited_time(d: Collected) -> str:
     """The time some request waited after a 429, each client's (the union of its waits), the
     orchestrator's split into the part within its generation batches and the rest
-    (:func:`~prime_rl.analysis.stages.rate_limit_parts`), as a clause of the finding's evidence."""
+    (:func:`~prime_rl.analysis.stages.rate_limit_parts`; the rest when it is worth a row of the stage
+    table: :func:`~prime_rl.analysis.stages.outside_counts`), as a clause of the finding's evidence."""
     parts = []
     if d.rate_limits.has(ORCHESTRATOR):
         inside, outside = rate_limit_parts(d)
         said = f"the orchestrator's for {(inside + outside) / 1000:.1f} s"
-        if d.series["gen_dur_ms"]:
+        if d.series["gen_dur_ms"] and outside_counts(d, outside):
             said += f" ({inside / 1000:.1f} s of it within its generation batches, {outside / 1000:.1f} s outside)"
+        elif d.series["gen_dur_ms"]:
+            said += " (within its generation batches)"
         parts.append(said)
     if d.rate_limits.has(COLLECTOR):
         parts.append(f"the collector's for {d.rate_limited_ms(COLLECTOR) / 1000:.1f} s")

@@ -330,9 +330,20 @@ def rate_limit_parts(d: Collected) -> tuple[float, float]:
     return inside, union - inside
 
 
-OUTSIDE_MS = 1.0
-"""The orchestrator's waits after a 429 outside generation get a row when they are more than this
-(ms): below, it is the rounding of the logged times."""
+OUTSIDE_MS = 1000.0
+"""The orchestrator's waits after a 429 outside generation get a row (and a part in the rate-limit
+finding's evidence) when they are at least this (ms) or :data:`OUTSIDE_SHARE` of the run
+(:func:`outside_counts`): less is the rounding of the logged times (batch windows rebuilt from
+``batch.done`` less ``dur_ms`` in logs without ``batch.start`` leave a few ms out), which made an
+empty "0.0 s, 0.0%" row."""
+OUTSIDE_SHARE = 0.005
+"""The part of the run the waits outside generation get a row at, if under :data:`OUTSIDE_MS`."""
+
+
+def outside_counts(d: Collected, outside_ms: float) -> bool:
+    """Whether the orchestrator's waits after a 429 outside generation (``outside_ms``) are worth a
+    row of their own: at least :data:`OUTSIDE_MS`, or :data:`OUTSIDE_SHARE` of the run."""
+    return outside_ms >= OUTSIDE_MS or bool(d.run_ms and outside_ms >= OUTSIDE_SHARE * d.run_ms)
 
 
 def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
@@ -348,10 +359,11 @@ def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
             how = f"time some request waited after a 429 ({union.format('[gen]')})"
             rows.append(("rate-limit waits (429)", ORCHESTRATOR, outside, how))
         else:
-            if inside or outside <= OUTSIDE_MS:
+            beside = outside_counts(d, outside)
+            if inside or not beside:
                 how = f"time some request waited after a 429 inside the generation batches ({union.format('[gen]')})"
                 rows.append(("rate-limit waits (429)", ORCHESTRATOR, inside, how))
-            if outside > OUTSIDE_MS:
+            if beside:
                 how = (
                     f"time some request waited after a 429 outside generation ({union.format('[gen]')} less "
                     "the part within generation): the producer generates ahead while a step waits for "
