@@ -12,7 +12,14 @@ from prime_rl.analysis.output import md_cell
 from prime_rl.analysis.restarts import HangBefore
 from prime_rl.analysis.server_columns import server_columns
 from prime_rl.analysis.servers import retry_counts, server_load_section, server_rows
-from prime_rl.analysis.stages import Stage, run_limit, server_preemptions, stages
+from prime_rl.analysis.stages import (
+    BESIDE_SAMPLES,
+    BESIDE_STEPS,
+    Stage,
+    run_limit,
+    server_preemptions,
+    stages,
+)
 from prime_rl.analysis.stats import Collected
 
 
@@ -102,11 +109,17 @@ def marker_note(rows: list[Stage]) -> str:
     note = ""
     if any(s.within for s in rows):
         note += ' A row marked "(within generation)" is a part of generation\'s time, not added to it.'
-    if any(s.beside for s in rows):
+    if any(s.beside == BESIDE_STEPS for s in rows):
         note += (
             ' A row marked "(beside the steps)" is time of the orchestrator\'s requests outside generation (its '
             "producer generates ahead while a step waits for weights or updates the servers): it overlaps the "
             "orchestrator's other rows and is not added to them either."
+        )
+    if any(s.beside == BESIDE_SAMPLES for s in rows):
+        note += (
+            ' A row marked "(beside the samples)" is wall time in which some request of the collector waited '
+            "after a 429 (the union of the waits, while other samples ran): it overlaps the collector's rows of "
+            "the samples' time and is not added to them."
         )
     return note
 

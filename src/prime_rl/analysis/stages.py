@@ -18,7 +18,9 @@ environment's (multi-turn episodes run side by side within the batches, so their
 is divided by the episodes in flight) and the orchestrator's waits after a 429 that lie in them.
 Those rows are marked ``within="generation"`` and are not added to the orchestrator's column. Its
 waits after a 429 outside them (its producer generates ahead while a step waits for weights or
-updates the servers) overlap those rows: marked ``beside="the steps"``, not added either.
+updates the servers) overlap those rows: marked ``beside="the steps"``, not added either. The
+collector's waits after a 429 (wall time: the union of its requests' waits) run beside its samples,
+whose rows are their summed times over the samples in flight: marked ``beside="the samples"``.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ class Stage:
     """The stage whose time this one is a part of (``generation``), not added to its process's column."""
     beside: str | None = None
     """What this stage's time runs beside (``the steps``: the orchestrator's requests outside
-    generation, while a step waits for weights or updates the servers): it overlaps the process's
-    other rows and is not added to its column."""
+    generation, while a step waits for weights or updates the servers; ``the samples``: the
+    collector's waits after a 429, wall time among its rows of the samples' time): it overlaps the
+    process's other rows and is not added to its column."""
 
     @property
     def marker(self) -> str:
@@ -294,7 +297,11 @@ def stages(d: Collected) -> list[Stage]:
             ms / run if run else 0.0,
             how,
             "generation" if (name, proc) in parts else None,
-            BESIDE_STEPS if (name, proc) == (OUTSIDE_GENERATION, ORCHESTRATOR) else None,
+            BESIDE_STEPS
+            if (name, proc) == (OUTSIDE_GENERATION, ORCHESTRATOR)
+            else BESIDE_SAMPLES
+            if (name, proc) == (RATE_LIMITED, COLLECTOR)
+            else None,
         )
         for name, proc, ms, how in rows
     ]
@@ -309,6 +316,12 @@ OUTSIDE_GENERATION = "rate-limit waits (429) outside generation"
 """The row of the orchestrator's waits after a 429 outside generation (:func:`rate_limit_parts`)."""
 BESIDE_STEPS = "the steps"
 """Its :attr:`Stage.beside`."""
+RATE_LIMITED = "rate-limit waits (429)"
+"""The row of a client's waits after a 429: the orchestrator's within generation (or its own row
+without batch lines), the collector's (:func:`_rate_limit_rows`)."""
+BESIDE_SAMPLES = "the samples"
+"""The collector's row's :attr:`Stage.beside`: wall time in which some request waited after a 429 (the
+union of the waits), while other samples ran, beside its rows of the samples' time; not added to them."""
 
 
 def rate_limit_parts(d: Collected) -> tuple[float, float]:
@@ -372,7 +385,7 @@ def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
                 rows.append((OUTSIDE_GENERATION, ORCHESTRATOR, outside, how))
     if d.rate_limits.has(COLLECTOR):
         how = f"time some request waited after a 429 ({union.format('[collect]')})"
-        rows.append(("rate-limit waits (429)", COLLECTOR, d.rate_limited_ms(COLLECTOR), how))
+        rows.append((RATE_LIMITED, COLLECTOR, d.rate_limited_ms(COLLECTOR), how))
     return rows
 
 

@@ -186,11 +186,34 @@ def test_a_collector_s_429_waits_are_its_own_row_not_the_orchestrator_s(tmp_path
     assert orchestrator["total_ms"] == pytest.approx(10000.0)
     collector_row = rows["collector", "rate-limit waits (429)"]
     assert collector_row["within"] is None and collector_row["total_ms"] == pytest.approx(2000.0)
+    assert collector_row["beside"] == "the samples"
     assert "[collect] request.retry" in collector_row["how"] and "[gen] request.retry" in orchestrator["how"]
-    assert "| collector | rate-limit waits (429) | 2.0 |" in md
+    assert "| collector | (beside the samples) rate-limit waits (429) | 2.0 |" in md
     # the finding's share: the time some request of either waited
     finding = next(f for f in summary["findings"] if f["kind"] == "rate_limited")
     assert finding["share"] == pytest.approx(12.0 / summary["run_seconds"])
+
+
+def test_a_collector_s_429_waits_are_marked_beside_its_samples_so_its_rows_add_up(tmp_path, analyze):
+    # a collector alone, 3.0 s: ten samples of 3 s side by side (2.9 s generating), four requests
+    # waiting 1 s together after a 429. Its rows are the samples' summed times over the samples in
+    # flight (generation 96.7%, verification 0.2%, queue 0.0%) and its 429 row wall time (33.3%),
+    # listed among them unmarked: the collector's rows made 130% (the reviewer's s08: 101.1%). The
+    # 429 row is marked "(beside the samples)" and not added, as the orchestrator's outside generation.
+    log = _collector_with_429s(tmp_path / "collect.log", "12:01:00", 4, 1000.0)
+    summary, md = analyze([log], tmp_path / "out")
+    rows = {s["name"]: s for s in summary["stages"] if s["process"] == "collector"}
+    waits = rows["rate-limit waits (429)"]
+    assert waits["beside"] == "the samples" and waits["within"] is None
+    assert waits["share"] == pytest.approx(1.0 / 3.0)
+    assert sum(s["share"] for s in rows.values() if not s["beside"]) == pytest.approx(2905.0 / 3000.0)
+    assert "| collector | (beside the samples) rate-limit waits (429) | 1.0 | 33.3% |" in md
+    assert (
+        'A row marked "(beside the samples)" is wall time in which some request of the collector waited after a '
+        "429 (the union of the waits, while other samples ran): it overlaps the collector's rows of the samples' "
+        "time and is not added to them." in md
+    )
+    assert "beside the steps" not in md
 
 
 def _stamp(line: str) -> float:
