@@ -258,6 +258,12 @@ class CollectorRuns:
         start, end = self._verified
         return VerifyPasses(self._verify_count, self._verify_ms, float(np.sum(end - start)))
 
+    def at_work(self) -> list[tuple[float, float]]:
+        """The times in which a run or a verification of the collector was at work, merged, in time
+        order: a trio's down time within one is no down time of the run."""
+        start, end = self._merged(verifications=True)
+        return list(zip(start.tolist(), end.tolist(), strict=True))
+
     def idle_seconds(self, beside: tuple[float, float] | None = None) -> float:
         """The time between the first start and the last end of the runs and verifications (and of
         ``beside``, the time of a trio's logs analysed with them: first to last line) in which

@@ -528,6 +528,23 @@ def run_time_within(
     return max(total, 0.0)
 
 
+def uncovered(down: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of each of ``down`` that none of ``spans`` (merged, in time order) covers: a trio's
+    down time in which another process (a collector's run) was at work is no down time of the run."""
+    out = []
+    for d0, d1 in down:
+        at = d0
+        for s0, s1 in spans:
+            if s1 <= at or s0 >= d1:
+                continue
+            if s0 > at:
+                out.append((at, s0))
+            at = max(at, s1)
+        if at < d1:
+            out.append((at, d1))
+    return out
+
+
 def _named(hang: Event) -> set[str]:
     """The processes a hang's ``waits=who>whom:what,...`` names."""
     named = set()

@@ -39,6 +39,7 @@ from prime_rl.analysis.restarts import (
     last_restart,
     place_hangs,
     run_time_within,
+    uncovered,
 )
 from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, SAMPLE, VERIFICATION, SampleSpans
 from prime_rl.analysis.sample_spans import INFO as SAMPLE_INFO
@@ -258,7 +259,8 @@ class Collected:
     """Every span of each kind, kept or not, as merged bars (:mod:`~prime_rl.analysis.bars`): the
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
-    """Time between a crash and its resume in which no process ran (:meth:`Segments.down_seconds`; of
+    """Time between a crash and its resume in which no process ran (:meth:`Segments.down_intervals`,
+    less where a collector's run or verify pass was at work: :meth:`CollectorRuns.at_work`; of
     a collector's logs, when neither a run, a deferred verification nor the trio whose logs are
     analysed with them (first to last line) was at work: :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
@@ -1185,7 +1187,9 @@ def _collect(
     if (began := c.collector_runs.first) is not None:  # its first line is written as a sample ends
         first_ts = min(first_ts, began)
     c.segments.finish()
-    down_s = c.segments.down_seconds()
+    # a trio's down time in which a collector's run or verify pass was at work is run time
+    down = uncovered(c.segments.down_intervals(), c.collector_runs.at_work())
+    down_s = math.fsum(end - start for start, end in down)
     # between two collector runs nothing ran, nor between them and a trio's logs (first to last line)
     trio = {log: w for log, w in windows.items() if log not in collector_logs}
     down_s += c.collector_runs.idle_seconds(run_window(trio, offsets) if trio else None)
@@ -1197,7 +1201,7 @@ def _collect(
         c.progress.pause,
     )
     # a pause's time in the run's: its start-up and any down time left out, as the run's time leaves them
-    down, window = c.segments.down_intervals(), (first_ts, last_ts)
+    window = (first_ts, last_ts)
     pauses = [replace(p, run_seconds=run_time_within([(p.start, p.end)], window, down)) for p in hangs.pauses]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     collected = Collected(

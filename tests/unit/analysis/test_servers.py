@@ -1245,3 +1245,36 @@ def test_a_collector_s_findings_beside_a_trio_s_are_shares_of_the_run_as_its_sta
     assert slow["share"] == pytest.approx(0.5 * (1 - 1 / 3) * of_run, rel=1e-3)
     assert slow["evidence"].endswith(f"; 33% of the samples' time, {100 * of_run / 3:.0f}% {clause}")
     assert f"{clause}. ({100 * gen['share']:.0f}% of the run)" in md
+
+
+def test_a_collector_run_through_a_trio_s_crash_leaves_no_down_time(tmp_path, analyze):
+    """A trio crashed after step 11 (about 12:00:20) and was resumed at step 10 two minutes later;
+    a collector analysed with it sampled from 12:00:00 to 12:04:00 without a break. The trio's down
+    time was left out all the same (120 s in which 'no process ran', a run of 120 s instead of 240 s,
+    every share of it twice too large): a restart's down time is down only where no run of the
+    collector covers it."""
+    from datetime import datetime
+
+    first = make_run("healthy", steps=12, seed=1)
+    second = make_run("healthy", steps=10, seed=2, first_step=10, start_offset_s=140.0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    paths = []
+    for name in ("orchestrator", "inference", "trainer"):
+        path = logs / f"{name}.log"
+        path.write_text("\n".join(getattr(first, name) + getattr(second, name)) + "\n")
+        paths.append(path)
+    collect = logs / "collect.log"  # 30 s samples, back to back, 12:00:00 to 12:04:00.003
+    collect.write_text("\n".join(_four_slots() + _four_slots(minute=2)) + "\n")
+    summary, md = analyze([*paths, collect], tmp_path / "out")
+    assert {r["process"] for r in summary["restarts"]} == {"orchestrator", "trainer"}
+    assert summary["down_seconds"] == pytest.approx(0.0, abs=1e-6)
+    start = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    last = max(
+        datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        for p in [*paths, collect]
+        for line in p.read_text().splitlines()
+    )
+    assert summary["run_seconds"] == pytest.approx(last - start, abs=1e-3)
+    assert "in which no process ran" not in md
+    assert all(s["share"] <= 1.0 for s in summary["stages"]), summary["stages"]
