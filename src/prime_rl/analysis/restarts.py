@@ -14,7 +14,10 @@ spent it in the run's wall time; the orchestrator's waits for weights are no per
 wait counts, in either run, but a resume's load of weights before its first batch, start-up). A
 restart's down time ends at the process's first line after it that is no start-up
 (:func:`~prime_rl.analysis.tagged.start_up`), as the run's first time is its first such line
-(:meth:`Segments.down_seconds`). A segment's redone steps are the steps of its step lines
+(:meth:`Segments.down_seconds`). A restart found by its step going back (no ``run.start``) has its
+start-up lines before its line: its down time runs from the process's last line before its longest
+silence since its last step line to its first line after that silence that is no start-up, the
+orchestrator's ``[ckpt]`` waits there (its load of weights) included (:meth:`Segments._old_resume`). A segment's redone steps are the steps of its step lines
 that an earlier segment of the process logged too (:attr:`Restart.redone`, known at the segment's end).
 A hang the ``rl`` launcher's watchdog saw before a restart of the orchestrator, after which the
 processes it named made no progress before that restart (the run hung, was killed and resumed), is
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.tagged import RUN_START, Event, TaggedLines, start_up, step_numbers
+from prime_rl.analysis.tagged import RESUME_LOAD, RUN_START, Event, TaggedLines, start_up, step_numbers
 from prime_rl.tracing import PROGRESS
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
@@ -584,6 +587,18 @@ class Segments:
         """By process, the time between each two consecutive step lines of one of its runs."""
         self._last_step_ts: dict[str, float] = {}
         """By process, the time of its last step line (NaN: a run.start since, or none yet)."""
+        self.silent_from: dict[int, float] = {}
+        """By index in :attr:`restarts`, for a restart found by its step going back (a log written
+        before ``run.start`` lines): when the process's silence before it began (the time of its last
+        line before it); its down time starts there, not ``down_s`` before the restart's line (the
+        process's first step line after the crash, which start-up lines come before)."""
+        self._gap_at: dict[str, tuple[float, float]] = {}
+        """By process, for the silence of :attr:`_gap` (in an earlier batch): when it began and the time
+        of the process's first line after it that is no start-up (NaN: none yet)."""
+        self.batch_loads: np.ndarray = np.empty(0, np.int64)
+        """The ``line`` of the last batch's ``[ckpt] wait.done`` lines that are a resume's load of weights
+        by the orchestrator found restarted by its step going back: after its silence, before the
+        first ``[gen] batch.start`` after it (:meth:`_old_resume`)."""
 
     def observe(self, lines: TaggedLines) -> list[int]:
         """Fold a batch of one process's lines; the rows that start a new segment of it. The downtime
@@ -592,8 +607,13 @@ class Segments:
         source = lines.source
         if source not in ("orchestrator", "trainer"):
             return []
-        rows, longest, starts = self._step_lines(lines, source)
+        rows, longest, starts, gaps = self._step_lines(lines, source)
         carried = self._gap.pop(source, -np.inf)  # since the last step line of an earlier batch
+        carried_at = self._gap_at.pop(source, (math.nan, math.nan))
+        ts = lines.frame.get_column("ts").to_numpy()
+        work = self._work(lines, source, ts)
+        self.batch_loads = np.empty(0, np.int64)
+        old: dict[int, float] = {}  # by restart, a step-back one's first line after its silence that is work
         # only the step lines' fields are read; a step is 1-8 ASCII digits, other lines are no step
         numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
         stepped = np.flatnonzero(numbers.is_not_null().to_numpy())
@@ -627,6 +647,10 @@ class Segments:
                     gap = max(gap, carried)
                 i = int(rows[stepped[k]])
                 ev = lines.event(i)
+                if not start[k]:  # its step went back: no run.start says where the resume began
+                    lo = int(rows[stepped[k - 1]]) + 1 if k else 0
+                    prior = (carried, carried_at) if not k else (-np.inf, (math.nan, math.nan))
+                    self._old_resume(lines, source, len(self.restarts), (lo, i), gaps, work, prior, old)
                 self.restarts.append(
                     Restart(
                         source,
@@ -641,13 +665,89 @@ class Segments:
             self._log(source, done[ended:])
             self._reached[source] = int(reach[-1])
             carried, longest = -np.inf, longest[stepped[-1] + 1 :]
+            carried_at = (math.nan, math.nan)
         gap = max(carried, float(longest.max()))
         if gap > -np.inf:
             self._gap[source] = gap
-        ts = lines.frame.get_column("ts").to_numpy()
+            tail = int(rows[stepped[-1]]) + 1 if len(stepped) else 0
+            self._gap_at[source] = self._silence(tail, len(ts), gaps, ts, work, carried, carried_at)
         self._resumed(lines, source, out, ts)
+        self.resumed_at.update(old)
         self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
         return out
+
+    @staticmethod
+    def _work(lines: TaggedLines, source: str, ts: np.ndarray) -> np.ndarray:
+        """The batch's lines with a time that are no start-up, the orchestrator's ``[ckpt]`` waits
+        left out too (a resume's load of weights, when a restart found by its step going back
+        follows them: :meth:`_old_resume`)."""
+        frame = lines.frame
+        work = ~start_up(frame) & ~np.isnan(ts)
+        if source == "orchestrator":
+            tag, event = frame.get_column("tag"), frame.get_column("event")
+            waits = ((tag == RESUME_LOAD[0]) & event.is_in(RESUME_LOAD[1])).fill_null(False).to_numpy()
+            work &= ~waits
+        return work
+
+    @staticmethod
+    def _silence(
+        lo: int,
+        hi: int,
+        gaps: np.ndarray,
+        ts: np.ndarray,
+        work: np.ndarray,
+        carried: float,
+        carried_at: tuple[float, float],
+    ) -> tuple[float, float]:
+        """The longest silence before the rows ``lo``..``hi`` (exclusive) and within them (``carried``,
+        which began and was followed by work at ``carried_at``, or one within): when it began and the
+        time of the first row of work after it up to ``hi`` (NaN: none)."""
+        if hi > lo and float(gaps[lo:hi].max()) > carried:
+            e = lo + int(np.argmax(gaps[lo:hi]))
+            began, after = float(ts[e] - gaps[e]), e
+        else:
+            (began, known), after = carried_at, lo
+            if not math.isnan(known):
+                return began, known
+        at = after + int(np.argmax(work[after:hi])) if hi > after and work[after:hi].any() else -1
+        return began, float(ts[at]) if at >= 0 else math.nan
+
+    def _old_resume(
+        self,
+        lines: TaggedLines,
+        source: str,
+        k: int,
+        bounds: tuple[int, int],
+        gaps: np.ndarray,
+        work: np.ndarray,
+        prior: tuple[float, tuple[float, float]],
+        old: dict[int, float],
+    ) -> None:
+        """Restart ``k`` of ``source``, found by its step line (row ``bounds[1]``) going back after the
+        rows from ``bounds[0]`` (``prior``: the longest silence of an earlier batch before them, and
+        :attr:`_gap_at`'s times of it): its silence began at the process's last line before the longest
+        silence since its last step line (:attr:`silent_from`), and the resume's first line of work
+        is its first after that silence that is no start-up (``old``): the orchestrator's ``[ckpt]``
+        waits between them are its load of weights, as they are between a ``run.start`` and the
+        first ``[gen] batch.start`` (:attr:`batch_loads`)."""
+        lo, i = bounds
+        ts = lines.frame.get_column("ts").to_numpy()
+        began, after = self._silence(lo, i + 1, gaps, ts, work, *prior)
+        if math.isnan(began):
+            return
+        self.silent_from[k] = began
+        if not math.isnan(after):
+            old[k] = after
+        if source == "orchestrator":
+            frame = lines.frame
+            quiet = np.flatnonzero(~np.isnan(ts[lo : i + 1]) & (ts[lo : i + 1] > began)) + lo
+            if len(quiet):
+                rows = np.arange(int(quiet[0]), i)
+                done = (frame.get_column("tag") == RESUME_LOAD[0]) & (
+                    frame.get_column("event") == "wait.done"
+                )
+                rows = rows[done.fill_null(False).to_numpy()[rows]]
+                self.batch_loads = np.union1d(self.batch_loads, frame.get_column("line").to_numpy()[rows])
 
     def _resumed(self, lines: TaggedLines, source: str, out: list[int], ts: np.ndarray) -> None:
         """Note where each restart of ``source`` (``out``: the batch's rows that start one; and one
@@ -739,35 +839,33 @@ class Segments:
         restarted alone (the trainer, while the orchestrator waited for it) leaves the run's time as
         it is: the waiting was part of the run. The silence taken is each process's longest since
         its last step line before the restart (:attr:`Restart.down_s`), placed as if it ended at the
-        restart: a silence that ended earlier (a long checkpoint write, then lines but no step line,
-        then the crash) in every process at once would be taken for down time too."""
+        restart (a ``run.start``; one found by its step going back: where the silence began,
+        :attr:`silent_from`): a silence that ended earlier (a long checkpoint write, then lines but no
+        step line, then the crash) in every process at once would be taken for down time too."""
         processes = set(self._reached)
         if not processes:
             return []
         timed = [
-            (r, max(self.resumed_at.get(k, r.ts), r.ts))
+            (r, self.silent_from.get(k, r.ts - r.down_s), self._back(k, r.ts))
             for k, r in enumerate(self.restarts)
             if r.ts is not None and r.down_s is not None
         ]
         down, used = [], set()
-        for first, resumed in (t for t in timed if t[0].process == min(processes)):
-            start, end, group = first.ts - first.down_s, resumed, [id(first)]
+        for first, silent, resumed in (t for t in timed if t[0].process == min(processes)):
+            start, end, group = silent, resumed, [id(first)]
             for process in sorted(processes - {first.process}):
                 match = next(
                     (
-                        (r, back)
-                        for r, back in timed
-                        if r.process == process
-                        and id(r) not in used
-                        and r.ts - r.down_s < end
-                        and back > start
+                        (r, silent, back)
+                        for r, silent, back in timed
+                        if r.process == process and id(r) not in used and silent < end and back > start
                     ),
                     None,
                 )
                 if match is None:
                     break
-                r, back = match
-                start, end = max(start, r.ts - r.down_s), min(end, back)
+                r, silent, back = match
+                start, end = max(start, silent), min(end, back)
                 group.append(id(r))
             else:
                 if end > start:
@@ -775,10 +873,20 @@ class Segments:
                     used.update(group)
         return down
 
-    def _step_lines(self, lines: TaggedLines, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _back(self, k: int, ts: float) -> float:
+        """Where restart ``k`` (its line at ``ts``) ended its process's down time: its first line of work
+        after it (:attr:`resumed_at`; a step-back restart's, after its silence, may come before its
+        line: :meth:`_old_resume`), else the restart's line."""
+        at = self.resumed_at.get(k, ts)
+        return at if k in self.silent_from else max(at, ts)
+
+    def _step_lines(
+        self, lines: TaggedLines, source: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The rows of the batch's step lines (:data:`STEP_LINE_OF`, and its tag's ``run.start``),
         the longest silence before each since the one before it (the last value: after the last
-        step line) and which are ``run.start``; the process's last time kept."""
+        step line), which are ``run.start`` and every row's silence before it; the process's last time
+        kept."""
         ts = lines.frame.get_column("ts").to_numpy()
         # each row's silence before it: the time since the process's previous timestamped line
         gaps = np.full(len(ts), -np.inf)
@@ -799,4 +907,4 @@ class Segments:
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
         longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
-        return rows, longest, starts
+        return rows, longest, starts, gaps

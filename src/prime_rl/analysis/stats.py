@@ -982,6 +982,8 @@ class _Collector:
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
         self.resume_loads = self._resume_loads(b)
+        if len(self.segments.batch_loads):  # a restart found by its step going back: its load of weights
+            self.resume_loads = np.union1d(self.resume_loads, self.segments.batch_loads)
         self.hangs.observe(b, self.segment_starts)
         self.progress.observe(b)
         for tag, lines in b.by_tag():

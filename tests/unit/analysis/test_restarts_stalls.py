@@ -174,7 +174,7 @@ class _LineByLine(Segments):
 
     def observe(self, lines: TaggedLines) -> list[int]:
         source = lines.source
-        rows, longest, starts = self._step_lines(lines, source)
+        rows, longest, starts, _ = self._step_lines(lines, source)
         longest = longest.tolist()
         steps = lines.rows_text(rows, "step")
         out = []
@@ -880,13 +880,16 @@ def test_every_wait_for_weights_counts_also_a_second_wait_for_the_same_step(tmp_
     assert summary["counts"]["ckpt_startup_wait_ms"] == 1500
     assert summary["counts"]["redone.gen_dur_ms"] == 3  # the steps' own series still count 5..7 once
     assert "count:   2" in (tmp_path / "out" / "ckpt_wait_stats.txt").read_text()
-    # a crash after step 9 and a resume at 6: both runs waited for weights steps 5..8
+    # a crash after step 9 and a resume at 6: both runs waited for weights steps 6..8 (the resume's
+    # first wait, for weights step 5 before its first batch, is its load: start-up, as after a
+    # run.start, though these logs have none)
     first = make_run("healthy", steps=10, seed=1)
     second = make_run("healthy", steps=8, seed=2, start_offset_s=600.0, first_step=6)
     (tmp_path / "appended").mkdir()
     summary, _ = analyze(_appended(tmp_path / "appended", first, second), tmp_path / "out2")
-    waited = first.values["ckpt_wait_ms"] + second.values["ckpt_wait_ms"]
-    assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waited) == 8 + 8
+    waited = first.values["ckpt_wait_ms"] + second.values["ckpt_wait_ms"][1:]
+    assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waited) == 8 + 7
+    assert summary["counts"]["ckpt_startup_wait_ms"] == round(second.values["ckpt_wait_ms"][0])
     stage = next(s for s in summary["stages"] if s["name"] == "checkpoint wait")
     assert stage["total_ms"] == pytest.approx(sum(waited), abs=1.0)
 
@@ -1257,6 +1260,34 @@ def test_a_resume_s_load_of_weights_is_start_up_not_a_wait_of_the_run(tmp_path, 
         (_ts(second.trainer[1]), max(_ts(x) for x in second.orchestrator + second.trainer + second.inference)),
     ]  # fmt: skip
     assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
+
+
+def test_a_resume_s_load_of_weights_is_start_up_also_in_logs_without_run_start_lines(tmp_path, analyze):
+    """The logs of test_a_resume_s_load_of_weights_is_start_up_not_a_wait_of_the_run without their
+    run.start lines (an orchestrator and trainer older than that line): the restart is still found
+    (the steps go back), but the resumed orchestrator's 60 s wait for weights step 8 counted as a
+    wait of the run ('Checkpoint I/O', 60.5 s of waits, 60% of a 101.0 s run), and the crash's
+    600 s silence was placed as if it ended at each process's first step line after the resume
+    (down 600.2 s of the 660 s between the crash and the load's end). The orchestrator's [ckpt]
+    waits after its silence, before the first [gen] batch.start after it that goes back, are its
+    load, as after a run.start; each process's silence begins at its last line before it."""
+    paths, first, second, _ = _resumed_with_a_load(tmp_path)
+    for path in paths:
+        path.write_text("".join(x for x in path.read_text().splitlines(True) if "run.start" not in x))
+    summary, md = analyze(paths, tmp_path / "out")
+    assert {r["process"] for r in summary["restarts"]} == {"orchestrator", "trainer"}
+    assert summary["primary"] is None, summary["findings"]
+    assert summary["counts"]["ckpt_startup_wait_ms"] == 60_000
+    waits = [x for x in first.orchestrator + second.orchestrator[3:] if "[ckpt] wait.done" in x]
+    assert summary["stats"]["ckpt_wait_ms"]["count"] == len(waits)
+    assert summary["stats"]["ckpt_wait_ms"]["max"] < 100.0
+    # the run's time as with the run.start lines: the resumed run's begins where the load ended
+    runs = [
+        (_ts(first.orchestrator[1]), max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)),
+        (_ts(second.trainer[1]), max(_ts(x) for x in second.orchestrator + second.trainer + second.inference)),
+    ]  # fmt: skip
+    assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
+    assert summary["down_seconds"] == pytest.approx(runs[1][0] - runs[0][1], abs=1e-3)
 
 
 def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[list[Path], list]:
