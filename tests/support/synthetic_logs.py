@@ -350,3 +350,15 @@ class _Scraper:
                 run.add(f"preempted {url}", float(preempted))
             at += SCRAPE_S
         self.next_at = at
+
+
+def appended(logs: Path, *runs: SyntheticRun) -> list[Path]:
+    """The runs' logs appended file by file under ``logs`` (made), as ``rl --resume`` appends to
+    logs/*.log: the orchestrator's, the inference server's and the trainer's paths."""
+    logs.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in ("orchestrator", "inference", "trainer"):
+        path = logs / f"{name}.log"
+        path.write_text("\n".join(line for run in runs for line in getattr(run, name)) + "\n")
+        paths.append(path)
+    return paths

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import appended, make_run
 
 from prime_rl.analysis.restarts import Hang, Restart, Segments, place_hangs
 from prime_rl.analysis.tagged import Event, TaggedLines
@@ -21,14 +21,7 @@ from prime_rl.tracing import format_tagged
 
 def _appended(tmp_path, first, second):
     """The two runs' logs appended file by file, as `rl --resume` appends to logs/*.log."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    paths = []
-    for name in ("orchestrator", "inference", "trainer"):
-        path = logs / f"{name}.log"
-        path.write_text("\n".join(getattr(first, name) + getattr(second, name)) + "\n")
-        paths.append(path)
-    return paths
+    return appended(tmp_path / "logs", first, second)
 
 
 def test_a_resumed_run_appended_to_the_same_logs_is_split_and_counted_once(tmp_path, analyze):
@@ -1305,12 +1298,7 @@ def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[l
         lines = getattr(third, name)
         lines.insert(0, _stamp(lines[0], -1.0) + format_tagged(tag, "run.start", step=35, resume=True))
     logs = tmp_path / "logs"
-    logs.mkdir(parents=True)
-    paths = []
-    for name in ("orchestrator", "inference", "trainer"):
-        path = logs / f"{name}.log"
-        path.write_text("\n".join(getattr(first, name) + getattr(second, name) + getattr(third, name)) + "\n")
-        paths.append(path)
+    paths = appended(logs, first, second, third)
     hang = format_tagged(
         "hang", "detected", silent_s=hang_after_s, threshold_s=120.0, median_step_s=1.6,
         waits="orchestrator>trainer:weights/step_19",

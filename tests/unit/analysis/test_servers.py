@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.support.synthetic_logs import Shape, make_run
+from tests.support.synthetic_logs import Shape, appended, make_run
 
 from prime_rl.analysis.compare import APART_RETRY_FIGURES
 from prime_rl.analysis.servers import ServerRow, _median
@@ -1257,14 +1257,8 @@ def test_a_collector_run_through_a_trio_s_crash_leaves_no_down_time(tmp_path, an
 
     first = make_run("healthy", steps=12, seed=1)
     second = make_run("healthy", steps=10, seed=2, first_step=10, start_offset_s=140.0)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    paths = []
-    for name in ("orchestrator", "inference", "trainer"):
-        path = logs / f"{name}.log"
-        path.write_text("\n".join(getattr(first, name) + getattr(second, name)) + "\n")
-        paths.append(path)
-    collect = logs / "collect.log"  # 30 s samples, back to back, 12:00:00 to 12:04:00.003
+    paths = appended(tmp_path / "logs", first, second)
+    collect = tmp_path / "logs" / "collect.log"  # 30 s samples, back to back, 12:00:00 to 12:04:00.003
     collect.write_text("\n".join(_four_slots() + _four_slots(minute=2)) + "\n")
     summary, md = analyze([*paths, collect], tmp_path / "out")
     assert {r["process"] for r in summary["restarts"]} == {"orchestrator", "trainer"}
