@@ -354,11 +354,19 @@ class _Scraper:
 
 def appended(logs: Path, *runs: SyntheticRun) -> list[Path]:
     """The runs' logs appended file by file under ``logs`` (made), as ``rl --resume`` appends to
-    logs/*.log: the orchestrator's, the inference server's and the trainer's paths."""
+    logs/*.log: the orchestrator's, the inference server's and the trainer's paths, then each other
+    server's (``inference_1`` ...) of runs with several."""
     logs.mkdir(parents=True, exist_ok=True)
+    names = ["orchestrator", "inference", "trainer"]
+    names += sorted({name for run in runs for name in run.servers})
     paths = []
-    for name in ("orchestrator", "inference", "trainer"):
+    for name in names:
         path = logs / f"{name}.log"
-        path.write_text("\n".join(line for run in runs for line in getattr(run, name)) + "\n")
+        lines = (
+            line
+            for run in runs
+            for line in (run.servers.get(name, []) if name in run.servers else getattr(run, name))
+        )
+        path.write_text("\n".join(lines) + "\n")
         paths.append(path)
     return paths

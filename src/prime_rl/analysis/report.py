@@ -258,7 +258,8 @@ def timeline(d: Collected) -> str:
         [f"An offline collector's {_collector_spans(kinds or {'sample'})} in time order."]
         if (kinds <= COLLECTOR_KINDS if kinds else d.is_collector_run)
         else [
-            "Weight updates, checkpoint waits/writes and generation batches in time order.",
+            "Weight updates, checkpoint waits/writes, generation batches and the trainer's compute (train) and "
+            "waits for rollouts (train_wait) in time order.",
             "For each update: its server, the batches it overlapped and, with the server log, the client.send -> server.recv gap.",
         ]
     )

@@ -1272,3 +1272,20 @@ def test_a_collector_run_through_a_trio_s_crash_leaves_no_down_time(tmp_path, an
     assert summary["run_seconds"] == pytest.approx(last - start, abs=1e-3)
     assert "in which no process ran" not in md
     assert all(s["share"] <= 1.0 for s in summary["stages"]), summary["stages"]
+
+
+def test_a_resumed_run_on_two_servers_counts_each_server_s_updates_of_both_runs(tmp_path, analyze):
+    """Two runs on two servers appended file by file (a crash and a resume): each server's log holds
+    both runs' lines, and each server's row counts the updates of both (the test helper had written the
+    first server's logs alone)."""
+    first = make_run("healthy", steps=8, seed=1, shape=Shape(servers=2))
+    second = make_run("healthy", steps=6, seed=2, first_step=6, start_offset_s=200.0, shape=Shape(servers=2))
+    paths = appended(tmp_path / "logs", first, second)
+    assert [p.name for p in paths] == ["orchestrator.log", "inference.log", "trainer.log", "inference_1.log"]
+    summary, _ = analyze(paths, tmp_path / "out")
+    sent = [u for u in summary["updates"] if u["done_ts"] is not None]
+    assert len(sent) == len(first.values["rpc_ms"]) + len(second.values["rpc_ms"])
+    by_url = {s["url"]: s["updates"] for s in summary["servers"]}
+    assert len(by_url) == 2 and sum(by_url.values()) == len(sent)
+    assert len(set(by_url.values())) == 1  # every update went to both servers
+    assert all(u["server"] is not None for u in sent)  # each joined its own server's lines
