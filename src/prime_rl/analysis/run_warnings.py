@@ -244,7 +244,7 @@ def failed_samples(d: Collected, th: Thresholds) -> str | None:
 
 def unplaced_hangs(d: Collected, th: Thresholds) -> str | None:
     """The watchdog's [hang] lines with no time that a restart of the orchestrator may lie before or
-    after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's hang nor a restart's."""
+    after (:func:`~prime_rl.analysis.hangs.place_hangs`): neither this run's hang nor a restart's."""
     if not d.hangs_unplaced:
         return None
     where = ", ".join(h.where() for h in d.hangs_unplaced[:5])

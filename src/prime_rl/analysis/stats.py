@@ -26,18 +26,14 @@ import polars as pl
 from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
+from prime_rl.analysis.hangs import Hang, HangLines, Pause, ProgressGaps, place_hangs
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, RateLimitWaits
 from prime_rl.analysis.restarts import (
-    Hang,
-    HangLines,
-    Pause,
-    ProgressGaps,
     Restart,
     Segments,
     last_restart,
-    place_hangs,
     run_time_within,
     uncovered,
 )
@@ -248,7 +244,7 @@ class Collected:
     """The ``rl`` launcher watchdog's ``[hang] detected`` lines since the orchestrator's last restart
     after which the run did not go on: no process made progress (those before it after which its
     run went on no further are in :attr:`restarts`, those a run went on after in :attr:`pauses`; a
-    line with no time goes by its position, :func:`~prime_rl.analysis.restarts.place_hangs`, and is
+    line with no time goes by its position, :func:`~prime_rl.analysis.hangs.place_hangs`, and is
     judged by the times around it, or stays here when they do not tell: :attr:`hangs_untold`)."""
     spans_dropped: dict[str, int] = field(default_factory=dict)
     """Spans of each kind (sorted by kind) left out of ``spans`` between the first and last :data:`SPANS_KEPT`."""
@@ -282,7 +278,7 @@ class Collected:
     are measured over it, not over the run, which a trio's logs analysed beside it make longer."""
     hangs_unplaced: list[Event] = field(default_factory=list)
     """``[hang] detected`` lines with no time that a restart of the orchestrator may lie before or
-    after (:func:`~prime_rl.analysis.restarts.place_hangs`): neither this run's nor a restart's."""
+    after (:func:`~prime_rl.analysis.hangs.place_hangs`): neither this run's nor a restart's."""
     verify_passes: VerifyPasses | None = None
     """The collector's deferred verify passes (``collect-rollouts verify``: ``verify.done``): their
     verifications' count, summed ``dur_ms`` (each in the ``collect_deferred_verify_ms`` series, never
@@ -298,11 +294,11 @@ class Collected:
     pauses: list[Pause] = field(default_factory=list)
     """The watchdog's hangs after which every process they named made progress again within their
     run, before the orchestrator's next restart if any
-    (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`): the run paused, then went on."""
+    (:meth:`~prime_rl.analysis.hangs.ProgressGaps.pause`): the run paused, then went on."""
     hangs_untold: list[Hang] = field(default_factory=list)
     """Those of :attr:`hangs` whose line has no time and whose placement (the times around it in its
     file) leaves none or several silences of the logs it may have ended: whether the run went on
-    after it is not known (:meth:`~prime_rl.analysis.restarts.ProgressGaps.pause`)."""
+    after it is not known (:meth:`~prime_rl.analysis.hangs.ProgressGaps.pause`)."""
     paused_seconds: float | None = None
     """The :attr:`pauses`' time in the run's time: their union (two [hang] lines in one pause count
     it once), less any down time and the start-up the run's time leaves out
@@ -428,7 +424,7 @@ def collector_only(counts: Counter) -> bool:
 
 _TAGS = frozenset(("weights", "ckpt", "gen", "rollout", "verify", "train", "collect", "env", "server"))
 """The tags the collector folds, each by its method of the same name (the [hang] lines are read
-with the lines around them, :class:`~prime_rl.analysis.restarts.HangLines`)."""
+with the lines around them, :class:`~prime_rl.analysis.hangs.HangLines`)."""
 
 FIELDS: dict[str, tuple[str, ...]] = {
     "weights": WEIGHTS_FIELDS,

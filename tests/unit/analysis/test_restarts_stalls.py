@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.synthetic_logs import appended, make_run
 
-from prime_rl.analysis.restarts import Hang, Restart, Segments, place_hangs
+from prime_rl.analysis.hangs import Hang, place_hangs
+from prime_rl.analysis.restarts import Restart, Segments
 from prime_rl.analysis.tagged import Event, TaggedLines
 from prime_rl.tracing import format_tagged
 

@@ -13,8 +13,8 @@ from prime_rl.analysis.analyze import rank_findings
 from prime_rl.analysis.clock import Placed
 from prime_rl.analysis.collector_runs import VerifyPasses
 from prime_rl.analysis.findings import Finding
+from prime_rl.analysis.hangs import Pause
 from prime_rl.analysis.parser import Event, ParseStats
-from prime_rl.analysis.restarts import Pause
 from prime_rl.analysis.server_load import ServerLoadSeries
 from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.thresholds import Thresholds
