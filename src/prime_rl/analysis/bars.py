@@ -41,6 +41,22 @@ def merge_intervals(start: np.ndarray, end: np.ndarray, resolution: float) -> tu
     return start[at], np.maximum.reduceat(end, at)
 
 
+def covered_s(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """How much of the stretches ``[start, end)`` (sorted, apart: :func:`merge_intervals`) lies before
+    each time of ``t``, seconds."""
+    done = np.concatenate(([0.0], np.cumsum(end - start)))
+    i = np.searchsorted(start, t, side="right")  # the stretches begun by t: all of them but the last done
+    last = np.maximum(i - 1, 0)
+    beyond = np.where(i > 0, np.clip(end[last] - t, 0.0, None), 0.0)  # the part of the last one after t
+    return done[i] - beyond
+
+
+def overlap_s(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """The time two sets of stretches (each sorted and apart) share, seconds."""
+    start, end = a
+    return float(np.sum(covered_s(*b, end) - covered_s(*b, start)))
+
+
 SAMPLES = "samples"
 """timeline.png's rows of an offline collector's samples: one per server, its key ``samples URL``
 (:func:`sample_row`) in :attr:`~prime_rl.analysis.stats.Collected.bars`."""

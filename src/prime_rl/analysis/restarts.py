@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
+from prime_rl.analysis.bars import merge_intervals, overlap_s
 from prime_rl.analysis.tagged import RESUME_LOAD, RUN_START, Event, TaggedLines, start_up, step_numbers
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
@@ -99,19 +100,14 @@ def run_time_within(
 ) -> float:
     """The seconds of the union of ``spans`` that are run time: within ``run`` (its first and last
     time) and outside each of ``down`` (:meth:`Segments.down_intervals`)."""
-    cut: list[tuple[float, float]] = []  # the down times, merged where they overlap
-    for d0, d1 in sorted(down):
-        if cut and d0 <= cut[-1][1]:
-            cut[-1] = (cut[-1][0], max(cut[-1][1], d1))
-        else:
-            cut.append((d0, d1))
-    total, reach = 0.0, -math.inf
-    for start, end in sorted(spans):
-        a, b = max(start, reach, run[0]), min(end, run[1])
-        reach = max(reach, end)
-        if b <= a:
-            continue
-        total += b - a - sum(max(0.0, min(b, d1) - max(a, d0)) for d0, d1 in cut)
+    if not spans:
+        return 0.0
+    start, end = (np.array(x, dtype=np.float64) for x in zip(*spans, strict=True))
+    within = merge_intervals(np.clip(start, *run), np.clip(end, *run), 0.0)
+    total = float(np.sum(within[1] - within[0]))
+    if down:
+        d0, d1 = (np.array(x, dtype=np.float64) for x in zip(*down, strict=True))
+        total -= overlap_s(within, merge_intervals(d0, d1, 0.0))
     return max(total, 0.0)
 
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from prime_rl.analysis.bars import merge_intervals
-from prime_rl.analysis.rate_limits import COLLECTOR, ORCHESTRATOR, overlap_s
+from prime_rl.analysis.bars import merge_intervals, overlap_s
+from prime_rl.analysis.rate_limits import COLLECTOR, ORCHESTRATOR
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import died_waiting, of_the_steps

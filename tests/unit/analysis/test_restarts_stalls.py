@@ -1080,6 +1080,14 @@ def _paused(
     return [*paths, logs / "rl.log"]
 
 
+def _progress_around_hang(paths: list[Path]) -> tuple[float, float]:
+    """The last progress line before the [hang] line of rl.log (``paths[-1]``) and the first after it,
+    of the orchestrator's and the trainer's logs (``paths[0]``, ``paths[2]``)."""
+    hung = _ts(paths[-1].read_text())
+    progress = _progress_times(paths[0]) + _progress_times(paths[2])
+    return max(t for t in progress if t <= hung), min(t for t in progress if t > hung)
+
+
 def _progress_times(path: Path) -> list[float]:
     """The times of a log's progress lines, as the watchdog counts them."""
     import re
@@ -1104,11 +1112,7 @@ def test_a_hang_the_run_went_on_after_is_a_pause_ranked_by_its_time(tmp_path, an
     summary, md = analyze(paths, tmp_path / "out")
     assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
     pause = next(f for f in summary["findings"] if f["kind"] == "pause")
-    from datetime import datetime
-
-    hung = datetime.strptime(paths[-1].read_text()[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
-    progress = _progress_times(paths[0]) + _progress_times(paths[2])  # the orchestrator's and the trainer's
-    before, after = max(t for t in progress if t <= hung), min(t for t in progress if t > hung)
+    before, after = _progress_around_hang(paths)
     assert 199.0 < after - before < 201.0
     assert pause["share"] == pytest.approx((after - before) / summary["run_seconds"])
     assert pause["title"] == (
@@ -1320,9 +1324,7 @@ def test_a_pause_the_run_went_on_after_before_a_later_crash_is_still_a_pause(tmp
     summary, md = analyze(paths, tmp_path / "out")
     assert summary["primary"]["kind"] == "pause", summary["findings"]
     pause = summary["primary"]
-    hung = _ts(paths[-1].read_text())
-    progress = _progress_times(paths[0]) + _progress_times(paths[2])  # the orchestrator's and the trainer's
-    before, after = max(t for t in progress if t <= hung), min(t for t in progress if t > hung)
+    before, after = _progress_around_hang(paths)
     assert 199.0 < after - before < 201.0
     assert pause["share"] == pytest.approx((after - before) / summary["run_seconds"])
     assert pause["title"] == (
