@@ -186,3 +186,22 @@ def test_a_log_with_dates_is_not_placed_whatever_its_name_says(tmp_path, analyze
     files["inference"].rename(renamed)
     summary, _ = analyze([tmp_path / "logs"], tmp_path / "out")
     assert summary["warnings"] == [] and json.dumps(summary["clock_offsets"]) == "{}"
+    assert summary["parse"]["undated"] == {}
+
+
+def test_summary_json_names_every_log_without_dates_and_where_it_was_placed(tmp_path, analyze):
+    """ParseStats.undated (the logs whose times have no date, each with the date it was placed on and
+    how) went only into the warnings, and only when the placement was a guess or moved: the guide's
+    capture placed by its name, inference_20260103_115959.log, left no trace in summary.json, nor did
+    a capture placed on the first of three dates it fits. Now summary.json's parse.undated names each."""
+    named = _resumed_run(tmp_path / "named", "inference_20260103_115959.log")
+    summary, _ = analyze([named], tmp_path / "out_named")
+    assert summary["warnings"] == []
+    (log,) = summary["parse"]["undated"]
+    assert log.endswith("inference_20260103_115959.log")
+    assert summary["parse"]["undated"][log] == {"date": "2026-01-03", "how": "name", "fits": []}
+    plain = _resumed_run(tmp_path / "plain", "inference.log")
+    summary, _ = analyze([plain], tmp_path / "out_plain")
+    assert list(summary["parse"]["undated"].values()) == [
+        {"date": "2026-01-01", "how": "several", "fits": ["2026-01-01", "2026-01-02", "2026-01-03"]}
+    ]
