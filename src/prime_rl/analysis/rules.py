@@ -27,7 +27,7 @@ from prime_rl.analysis.stages import (
     verify_wall_ms,
 )
 from prime_rl.analysis.stalls import hang, pause, stall
-from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.stats import Collected, describe
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.updates import of_the_steps
 
@@ -43,36 +43,91 @@ def _rpc_p50_mean(d: Collected) -> tuple[float | None, float | None]:
 
 
 def frontend_queue_saturation(d: Collected, th: Thresholds) -> Finding | None:
-    """Weight updates wait in front of the server: mean ``queue_ms`` above ``queue_ratio`` x mean
-    ``rpc_ms`` (the server's rpc_ms when the client gives none) and p95 ``queue_ms`` above
-    ``queue_ms_min``. Queueing comes in bursts (an update waits when the pool happens to be full), so
-    means (totals) are compared, not medians. Its share is the queue time the orchestrator waited for
-    (each update at its slowest server, as the stages count it: the servers queue side by side)."""
-    q50, q95 = d.stat("queue_ms", "p50"), d.stat("queue_ms", "p95")
-    qmean = d.stat("queue_ms", "mean")
+    """Weight updates wait in front of the server: mean queue above ``queue_ratio`` x mean ``rpc_ms``
+    (the server's rpc_ms when the client gives none) and p95 queue above ``queue_ms_min``. Queueing
+    comes in bursts (an update waits when the pool happens to be full), so means (totals) are
+    compared, not medians. The queue is each update's :func:`front_queue` (the client's ``queue_ms``
+    less what the server's lines say it spent). Its share is the queue time the orchestrator waited
+    for (each update at its slowest server, as the stages count it: the servers queue side by side)."""
+    front, unsplit = front_queue(d)
+    described = (
+        describe(front) if front is not None else {k: d.stat("queue_ms", k) for k in ("p50", "p95", "mean")}
+    )
+    q50, q95, qmean = described.get("p50"), described.get("p95"), described.get("mean")
     _, rmean = _rpc_p50_mean(d)
     if qmean is None or rmean is None:
         return None
     if not (qmean > th.queue_ratio * max(rmean, 1e-9) and (q95 or 0) > th.queue_ms_min):
         return None
     gap = d.stat("send_to_recv_ms", "p50")
-    where = (
-        f"; client.send -> server.recv median {gap:.1f} ms, so the wait happens before the server sees the request"
-        if gap is not None
-        else ""
+    where = ""
+    if gap is not None:
+        before = gap >= 0.5 * (q50 or 0.0)
+        where = f"; client.send -> server.recv median {gap:.1f} ms" + (
+            ", so the wait happens before the server sees the request" if before else ""
+        )
+    name = "queue_ms" if front is None else "queue in front of the server"
+    title = "Front-end queue saturation: admin requests wait behind streaming inference"
+    next_steps = (
+        "Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
+        "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool.",
     )
+    if unsplit:
+        title = (
+            "Weight updates wait before the engine's reload: in front of the server, or in its lock wait and "
+            "validation (logs without server_ms and the server's log do not tell them apart)"
+        )
+        where += (
+            f"; {unsplit} update(s) logged no server_ms (a client before it: queue_ms = wall_ms - rpc_ms) and their "
+            "server's log was not given: their queue_ms holds the server's lock wait and validation too"
+        )
+        next_steps = (
+            "Give the analyzer the inference servers' logs: their server.recv, lock_wait_ms and validate_ms split "
+            "this wait into the queue in front of the server and the server's own handling.",
+            *next_steps,
+        )
     run_ms = d.run_ms
     return Finding(
         kind="frontend_queue_saturation",
-        title="Front-end queue saturation: admin requests wait behind streaming inference",
-        evidence=f"queue_ms mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
+        title=title,
+        evidence=f"{name} mean {qmean:.1f} ms (median {q50:.1f}, p95 {q95:.1f}) vs rpc_ms mean {rmean:.1f} ms: "
         f"{qmean / max(rmean, 1e-9):.1f}x{where}",
         share=_update_server_queue(d)[1] / run_ms if run_ms else 1.0,
-        next=(
-            "Use the dedicated admin client (client.admin.mode: dedicated): its own small pool, never queued behind streams.",
-            "Compare queue_ms before/after; lower max_inflight or raise client.max_connections if streams still starve the pool.",
-        ),
+        next=next_steps,
     )
+
+
+def front_queue(d: Collected) -> tuple[list[float] | None, int]:
+    """Each update's queue in front of the server (every server's part; None: no update was
+    collected, the rule reads the ``queue_ms`` series), and how many of them could not be split.
+
+    The client's ``queue_ms`` is ``wall_ms - server_ms``: the server's handling is out of it. A
+    client from before ``server_ms`` logged ``wall_ms - rpc_ms``, so the server's lock wait and
+    validation lay in it; then the server's own lines take them out: its ``rpc.done lock_wait_ms``
+    and ``validate_ms`` where it logged them, and the queue is at most the time until its
+    ``server.recv`` (``client.send -> server.recv``; the rest the server had the request: a server
+    from before ``validate_ms`` logged its validation nowhere else). Such an update whose server
+    log was not given (no ``server.recv``, no rpc.done) is *unsplit*: its queue_ms is kept, and
+    counted."""
+    if not d.updates:
+        return None, 0
+    col = pl.col
+    old = col("handling").is_null() & col("queue").is_not_null()
+    told = col("lock").fill_null(0.0) + col("validate").fill_null(0.0)
+    less = (col("queue") - told).clip(lower_bound=0.0)
+    received = col("send_to_recv").is_not_null()
+    frame = d.update_frame().select(
+        front=pl.when(old & received)
+        .then(pl.min_horizontal(less, col("send_to_recv").clip(lower_bound=0.0)))
+        .when(old)
+        .then(less)
+        .otherwise("queue"),
+        unsplit=old & ~received & col("validate").is_null() & col("server_rpc").is_null(),
+    )
+    front = frame.get_column("front").drop_nulls().to_list()
+    if not front:
+        return None, 0
+    return front, int(frame.get_column("unsplit").sum())
 
 
 def _update_server_queue(d: Collected) -> tuple[float, float]:

@@ -98,8 +98,10 @@ class UpdateTime:
     """The rest of the server's handling (``server_ms`` less its lock wait, validation and rpc: holding
     the weight files), of the updates whose server logged its lock wait or validation."""
     unsplit: float
-    """``server_ms`` less ``rpc_ms`` of the updates whose server logged neither: lock wait and
-    validation together (no server log read)."""
+    """``server_ms`` less ``rpc_ms`` and any logged lock wait, of the updates whose server logged no
+    validation: validation, with the lock wait where that was not logged either (no server log read;
+    a server from before ``validate_ms``, whose client's ``server_ms`` is then the time after its
+    ``server.recv``)."""
     retry: float
     """The failed attempts and the backoff of retried updates, and the whole wait of those that
     failed in the end."""
@@ -138,17 +140,32 @@ def _update_critical(d: Collected) -> UpdateTime:
         d.update_frame()
         .filter(of_the_steps() & ~died_waiting(d.orchestrator_restarted))
         .select(
-            *update_group(), "wall", "rpc", "server_rpc", "retry", "gave_up", "lock", "validate", "handling"
+            *update_group(),
+            *(
+                "wall",
+                "rpc",
+                "server_rpc",
+                "retry",
+                "gave_up",
+                "lock",
+                "validate",
+                "handling",
+                "send_to_recv",
+            ),
         )
     )
     col = pl.col
     rpc = pl.coalesce("rpc", "server_rpc").fill_null(0.0)
     lock, validate = col("lock").fill_null(0.0), col("validate").fill_null(0.0)
-    split = col("lock").is_not_null() | col("validate").is_not_null()
+    # the rest is validation (and lock wait, where not logged) unless the server logged its validation
+    split = col("validate").is_not_null()
     # what the server's log says it spent (lock wait and validation come before its rpc.start)
     logged = rpc + lock + validate
-    handling = pl.max_horizontal(pl.coalesce("handling", "rpc", "server_rpc", pl.lit(0.0)), logged)
     last = (col("wall") - col("retry")).clip(lower_bound=0.0)  # the last attempt's wall_ms
+    # without server_ms, the server had the request from its server.recv on: what the client waited
+    # after that was the server's (a server from before validate_ms logged its validation nowhere)
+    held = pl.when(col("handling").is_null() & (col("retry") == 0.0)).then(last - col("send_to_recv"))
+    handling = pl.max_horizontal(pl.coalesce("handling", "rpc", "server_rpc", pl.lit(0.0)), logged, held)
     # an update that failed in the end: its whole wait is failed attempts (a server that finished
     # after the client gave up has an rpc_ms the steps did not wait for on top)
     lost = lambda c: pl.when("gave_up").then(0.0).otherwise(c)  # noqa: E731
@@ -478,7 +495,10 @@ def _update_rows(d: Collected) -> list[tuple[str, str, float, str]]:
             ("weight update: server validation", "orchestrator", t.validate, f"{at}: rpc.done validate_ms")
         )
     if t.unsplit:
-        how = f"{at}: server_ms - rpc_ms (no rpc.done lock_wait_ms or validate_ms to split it)"
+        how = (
+            f"{at}: server_ms (without it: wall_ms less client.send -> server.recv) less rpc_ms and any "
+            "rpc.done lock_wait_ms (no validate_ms to split it)"
+        )
         rows.append(("weight update: server lock wait and validation", "orchestrator", t.unsplit, how))
     if t.other > OTHER_MS * t.updates:
         how = f"{at}: server_ms less lock wait, validation and rpc (holding the weight files)"

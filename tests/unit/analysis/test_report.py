@@ -96,7 +96,11 @@ def test_text_files(collected):
 def test_front_end_saturation_names_the_numbers_and_the_fix(tmp_path, analyze):
     files = make_run("frontend_queue_saturation", seed=2).write(tmp_path / "logs")
     summary, md = analyze(files.values(), tmp_path / "out")
-    assert "Front-end queue saturation" in md and "queue_ms mean" in md and "vs rpc_ms mean" in md
+    assert (
+        "Front-end queue saturation" in md
+        and "queue in front of the server mean" in md
+        and "vs rpc_ms mean" in md
+    )
     assert "client.send -> server.recv median" in summary["primary"]["evidence"]
     assert any("dedicated admin client" in s for s in summary["primary"]["next"])
 

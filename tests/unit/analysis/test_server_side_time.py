@@ -140,7 +140,10 @@ def test_a_log_without_server_ms_keeps_rpc_ms_for_it_and_takes_the_servers_lock_
     tmp_path, analyze
 ):
     # an older client (queue_ms = wall_ms - rpc_ms) and server (no validate_ms): the lock wait the
-    # server logs lay in the client's queue_ms; the validation stays there, nothing says how long
+    # server logs lay in the client's queue_ms, and so did its validation: the queue is the time until
+    # the server received the request (client.send -> server.recv), the rest of queue_ms the server's.
+    # The validation stayed in the queue, and the queue (validation in it) outweighed the server's time:
+    # no slow reload, a front-end queue at 1.2 s an update
     run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=1300.0))
     _server_parts(run, lambda s: (0.08 * s, 0.77 * s, 0.15 * s), server_ms=False, validate_ms=False)
     updates = [u["http://h:8000"] for u in _updates(run)]
@@ -152,10 +155,16 @@ def test_a_log_without_server_ms_keeps_rpc_ms_for_it_and_takes_the_servers_lock_
     assert _update_rows(stages) == pytest.approx(wall, abs=2.0)
     assert stages["weight update: rpc"]["total_ms"] == pytest.approx(rpc, abs=2.0)
     assert stages["weight update: server lock wait"]["total_ms"] == pytest.approx(lock, abs=2.0)
-    assert stages["weight update: queue"]["total_ms"] == pytest.approx(wall - rpc - lock, abs=2.0)
+    gaps = sum(u["send_to_recv_ms"] for u in summary["updates"])
+    assert stages["weight update: queue"]["total_ms"] == pytest.approx(gaps, abs=2.0) and gaps < 0.01 * wall
     assert "weight update: server validation" not in stages
-    # the queue (validation in it) outweighs what the server is known to have spent: no slow reload
-    assert summary["primary"] is None or summary["primary"]["kind"] != "slow_reload"
+    both = stages["weight update: server lock wait and validation"]["total_ms"]
+    assert both == pytest.approx(wall - rpc - lock - gaps, abs=2.0)
+    assert (
+        summary["primary"]["kind"] == "slow_reload"
+        and "lock wait and validation" in summary["primary"]["title"]
+    )
+    assert "frontend_queue_saturation" not in {f["kind"] for f in summary["findings"]}
 
 
 def test_the_lock_wait_counts_once_per_update_at_the_server_the_orchestrator_waited_for(tmp_path, analyze):
@@ -185,9 +194,14 @@ def test_the_front_end_queue_s_share_is_the_queue_the_orchestrator_waited_for(
     tmp_path, analyze, shape, primary
 ):
     run = make_run("frontend_queue_saturation", steps=20, seed=3, shape=shape)
-    updates = _updates(run)
-    waited = sum(max(u.values(), key=lambda x: x["wall_ms"])["queue_ms"] for u in updates)
     summary, _, stages = _analyze(tmp_path, analyze, run)
+    # the synthetic client logs no server_ms: the queue in front of the server is the time until the
+    # server received each update (client.send -> server.recv), at the slowest server of each
+    slowest: dict[str, dict] = {}
+    for u in summary["updates"]:
+        if u["tid"] not in slowest or u["wall_ms"] > slowest[u["tid"]]["wall_ms"]:
+            slowest[u["tid"]] = u
+    waited = sum(u["send_to_recv_ms"] for u in slowest.values())
     run_ms = summary["run_seconds"] * 1000.0
     queue = next(f for f in summary["findings"] if f["kind"] == "frontend_queue_saturation")
     assert queue["share"] == pytest.approx(waited / run_ms, abs=1e-3)
@@ -241,3 +255,33 @@ def test_a_server_that_never_queues_has_a_queue_row_of_nothing(tmp_path, analyze
     summary, md, stages = _analyze(tmp_path, analyze, run)
     assert stages["server-side queue (requests waiting to be scheduled)"]["total_ms"] == 0.0
     assert "preempted" not in md.split("## Where the time goes")[1].split("##")[0]
+
+
+def test_an_old_client_s_queue_ms_that_the_server_spent_validating_is_no_front_end_queue(tmp_path, analyze):
+    """A client from before server_ms (queue_ms = wall_ms - rpc_ms): 18 updates of ~3 s, each received
+    by the server within ~4 ms and validated there for 85% of it (rpc.done validate_ms; lock wait 5%,
+    rpc 10%). Its queue_ms (mean ~2.8 s against rpc_ms ~0.3 s, 9x) made a secondary finding "Front-end
+    queue saturation ... so the wait happens before the server sees the request" beside the slow
+    validation. The queue in front of the server is what the server's lines leave of queue_ms (its lock
+    wait and validation out, at most the time to its server.recv): ~4 ms, no such finding. Without
+    the server's log nothing splits queue_ms: the finding says so instead of calling it a front-end queue."""
+    run = make_run("healthy", steps=20, seed=3, shape=Shape(rpc_ms=3000.0))
+    _server_parts(run, lambda s: (0.05 * s, 0.85 * s, 0.10 * s), server_ms=False)
+    queue = [u["http://h:8000"]["queue_ms"] for u in _updates(run)]
+    assert min(queue) > 2000 and len(queue) == 18
+    summary, md, stages = _analyze(tmp_path, analyze, run)
+    assert summary["primary"]["kind"] == "slow_reload" and "validating" in summary["primary"]["title"]
+    assert "frontend_queue_saturation" not in {f["kind"] for f in summary["findings"]}
+    assert stages["weight update: queue"]["total_ms"] < 200.0
+    # the orchestrator's log alone: the same queue_ms, nothing to split it
+    files = run.write(tmp_path / "alone")
+    summary, md = analyze(
+        [files["orchestrator"], files["trainer"]], tmp_path / "out_alone", "--async_level", "1"
+    )
+    (found,) = [f for f in summary["findings"] if f["kind"] == "frontend_queue_saturation"]
+    assert found["title"].startswith(
+        "Weight updates wait before the engine's reload: in front of the server, or"
+    )
+    assert "18 update(s) logged no server_ms" in found["evidence"]
+    assert "before the server sees the request" not in found["evidence"]
+    assert found["next"][0].startswith("Give the analyzer the inference servers' logs")
