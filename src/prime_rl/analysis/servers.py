@@ -57,8 +57,9 @@ class ServerRow:
     rollout.failed url=): in a report of one kind, that kind's (both: :attr:`updates_failed`,
     :attr:`samples_failed`)."""
     retried: int = 0
-    """Its updates that were retried (their wall time counts from the first attempt:
-    :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`)."""
+    """Its updates answered after more than one attempt (their wall time counts from the first
+    attempt: :data:`~prime_rl.analysis.updates.RETRY_GAP_MS`); one never answered is
+    :attr:`unanswered` alone, retried or not (no answer, no wall time to tell)."""
     wall_ms: Sequence[float] = field(default_factory=list)
     """Its updates' values, in their order (from the join: numpy arrays, 8 bytes a value)."""
     rpc_ms: Sequence[float] = field(default_factory=list)

@@ -1449,3 +1449,32 @@ def test_a_hang_line_with_no_time_is_judged_by_its_placement(tmp_path, analyze):
     summary, md = analyze(paths, tmp_path / "out4")
     hang = summary["primary"]
     assert hang["kind"] == "hang" and "is not known" not in hang["evidence"], summary["findings"]
+
+
+def test_a_retried_update_never_answered_is_unanswered_alone_not_retried(tmp_path, analyze):
+    """The columns do not overlap: `retried` counts updates answered after more than one attempt, an
+    update never answered is `unanswered` alone, also when the orchestrator had retried it. The last
+    update to http://h1:8000 failed once (the client's retry warning), was sent again (attempt=2) and
+    never answered where the logs end (600 s later): h1 reads 5 updates, 0 retried, 1 unanswered."""
+    from tests.support.synthetic_logs import Shape
+
+    run = make_run("healthy", steps=8, seed=4, shape=Shape(servers=2))
+    files = run.write(tmp_path / "logs")
+    send = max(i for i, x in enumerate(run.orchestrator) if "client.send" in x and "http://h1:8000" in x)
+    tid = run.orchestrator[send].split("[weights][")[1].split("]")[0]
+    orchestrator = [x for x in run.orchestrator if not (tid in x and "client.done" in x and "h1:8000" in x)]
+    at = orchestrator.index(run.orchestrator[send])
+    t0 = float(orchestrator[at].split(" t=")[1].split()[0])
+    warning = _stamp(orchestrator[at], 0.2).replace("INFO   ", "WARNING") + (
+        f"[weights][{tid}] /update_weights to http://h1:8000 failed (503); retry 1 in 0.30s"
+    )
+    again = _stamp(orchestrator[at], 0.5) + format_tagged(
+        "weights", "client.send", tid, url="http://h1:8000", path="/update_weights", t=t0 + 0.5, attempt=2
+    )
+    orchestrator[at + 1 : at + 1] = [warning, again]
+    orchestrator.append(_stamp(orchestrator[-1], 600.0) + "still waiting")
+    files["orchestrator"].write_text("\n".join(orchestrator) + "\n")
+    summary, md = analyze(files.values(), tmp_path / "out")
+    by_url = {s["url"]: (s["updates"], s["retried"], s["unanswered"]) for s in summary["servers"]}
+    assert by_url == {"http://h:8000": (6, 0, 0), "http://h1:8000": (5, 0, 1)}
+    assert "| http://h1:8000 | 5 | 0 | 0 |" in md
