@@ -138,6 +138,9 @@ class RunBounds:
     """The step it resumed at (None: the first run, or not known)."""
     reached: int | None = None
     """The step it reached before its next restart (None: the logs' last)."""
+    last: float = math.inf
+    """The last time of the other logs (inf: unknown): a ``[hang]`` line with no time and none after
+    it in its file is looked for before it first (:meth:`ProgressGaps._placed`)."""
 
 
 WentOn = Callable[[Hang, RunBounds], "Pause | None"]
@@ -146,7 +149,11 @@ it there; None: the run did not go on (:meth:`ProgressGaps.pause`)."""
 
 
 def place_hangs(
-    restarts: list[Restart], hangs: list[Hang], start: float | None, went_on: WentOn | None = None
+    restarts: list[Restart],
+    hangs: list[Hang],
+    start: float | None,
+    went_on: WentOn | None = None,
+    logs_end: float | None = None,
 ) -> PlacedHangs:
     """Each of ``hangs`` placed: one of an earlier run (it ends before ``start``, the run's start;
     rl.log keeps them over --clean) is left out; one after which the processes it named made
@@ -156,7 +163,8 @@ def place_hangs(
     time goes by its segment of that log; any other by its time, or with none by the times around it
     (:class:`Hang`): it cannot be placed when a restart with a time lies between them. Without any
     process's time (``start`` None; rl.log alone), a hang that is not in the orchestrator's log is
-    this run's."""
+    this run's. ``logs_end``: the other logs' last time (None: unknown), which a line with no time and
+    none after it in its file is looked for before first (:meth:`ProgressGaps._placed`)."""
     ordered = [k for k, r in enumerate(restarts) if r.process == "orchestrator"]
     timed = sorted((restarts[k].ts, k) for k in ordered if restarts[k].ts is not None)
     at = [ts for ts, _ in timed]
@@ -177,7 +185,8 @@ def place_hangs(
         until = math.inf if k is None else restarts[k].ts
         paused = None
         if went_on is not None and until is not None:  # did its run go on after it, before the restart?
-            paused = went_on(h, _bounds(restarts, timed, start, until, k))
+            bounds = _bounds(restarts, timed, start, until, k)
+            paused = went_on(h, bounds if logs_end is None else replace(bounds, last=logs_end))
         if paused is not None:
             pauses.append(paused)
         elif k is None:
@@ -337,28 +346,39 @@ class ProgressGaps:
         lasted the ``silent_s`` it says (else its ``threshold_s``) there. When exactly one such
         silence of the logs can hold it, it is judged as a line with a time in it would be; when none
         or several can (or the times around it, or its silence, are not known), it is kept in
-        :attr:`untold` and judged the run did not go on after it, as a line with no time was before."""
+        :attr:`untold` and judged the run did not go on after it, as a line with no time was before.
+        With no time after it in its file (nothing later in rl.log, or a console capture with no time
+        at all), it is looked for within the run's other logs (up to their last time,
+        :attr:`RunBounds.last`: the launcher writes it while its children run), and only when no
+        silence there can hold it, after their last line too (a run that hung where its logs end)."""
         ev = hang.event
         silent = next(
             (v for v in (_seconds(ev, "silent_s"), _seconds(ev, "threshold_s")) if v is not None), None
         )
         lo, hi = max(hang.earliest, run.since), min(hang.latest, run.until)
         found: dict[tuple[float, float], tuple] = {}
-        if silent is not None and math.isfinite(lo) and math.isfinite(hi) and lo <= hi:
-            # where each silence it may have ended had lasted ``silent``: after the run's start, each
-            # kept silence's start, each log's last progress
-            begins = [run.since, *(log[2] for log in self._logs.values())]
-            begins += [float(t) for log in self._logs.values() for t in log[4][:, 0]]
-            for at in sorted({lo, *(t + silent for t in begins if lo <= t + silent <= hi)}):
-                silence = self._silence(ev, at, run, every_log=True)
-                if silence is None or at - silence[0] < silent - PLACED_SLACK_S:
-                    continue  # some log made progress too close before it for the watchdog's silence
-                found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
+        # no time after it in its file: first within the other logs' time (the launcher writes it while
+        # its children run), and only where none fits there, after their last line too
+        tries = [hi] if math.isfinite(hi) else [run.last, hi] if math.isfinite(run.last) else []
+        for bound in tries:
+            if silent is not None and math.isfinite(lo) and lo <= bound:
+                # where each silence it may have ended had lasted ``silent``: after the run's start,
+                # each kept silence's start, each log's last progress
+                begins = [run.since, *(log[2] for log in self._logs.values())]
+                begins += [float(t) for log in self._logs.values() for t in log[4][:, 0]]
+                at_lo = [lo] if math.isfinite(bound) else []
+                for at in sorted({*at_lo, *(t + silent for t in begins if lo <= t + silent <= bound)}):
+                    silence = self._silence(ev, at, run, every_log=True)
+                    if silence is None or at - silence[0] < silent - PLACED_SLACK_S:
+                        continue  # some log made progress too close before it for the watchdog's silence
+                    found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
+            if found:
+                break
         if len(found) != 1:
             self.untold.append(hang)
             return None
         (silence,) = found.values()
-        return self._pause(ev, silence, run, (lo, hi)) if silence[4] else None
+        return self._pause(ev, silence, run, (lo, bound)) if silence[4] else None
 
     def _silence(
         self, hang: Event, h: float, run: RunBounds, every_log: bool = False

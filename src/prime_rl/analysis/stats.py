@@ -1197,6 +1197,7 @@ def _collect(
         c.hangs.finish(parse.last_lines),
         _run_start(first_ts, c.segments),
         c.progress.pause,
+        last_ts if math.isfinite(last_ts) else None,
     )
     # a pause's time in the run's: its start-up and any down time left out, as the run's time leaves them
     window = (first_ts, last_ts)

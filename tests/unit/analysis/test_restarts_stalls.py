@@ -1438,11 +1438,6 @@ def test_a_hang_line_with_no_time_is_judged_by_its_placement(tmp_path, analyze):
     assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
     assert "its line has no time, and the times around it in its file (" in hang["evidence"]
     assert "whether the run went on after it is not known, so it is taken as a hang" in hang["evidence"]
-    # nothing around it has a time
-    rl.write_text(line)
-    summary, md = analyze(paths, tmp_path / "out3")
-    assert summary["primary"]["kind"] == "hang"
-    assert "no line around it in its file has a time, so nothing tells" in summary["primary"]["evidence"]
     # the logs end in the pause: the only silence it may have ended is the last, a hang it is
     paths = _paused(tmp_path / "b", went_on=())
     paths[-1].write_text(f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, 3600.0)}went on\n")
@@ -1478,3 +1473,34 @@ def test_a_retried_update_never_answered_is_unanswered_alone_not_retried(tmp_pat
     by_url = {s["url"]: (s["updates"], s["retried"], s["unanswered"]) for s in summary["servers"]}
     assert by_url == {"http://h:8000": (6, 0, 0), "http://h1:8000": (5, 0, 1)}
     assert "| http://h1:8000 | 5 | 0 | 0 |" in md
+
+
+def test_a_hang_line_with_no_time_around_it_is_placed_within_the_other_logs_time(tmp_path, analyze):
+    """The [hang] line of test_a_hang_line_with_no_time_is_judged_by_its_placement alone in rl.log (a
+    console capture: no line of its file has a time) stayed 'Hang', share 1.0, though the run went on
+    for 20 steps after the pause: with no time after it, the search for the silence it ended had no
+    end. The launcher writes it while its children run: it is looked for within the other logs' time
+    first, where the pause is the one silence of 150 s and more (the logs' end comes right after the
+    last step), and judged there; only when none fits there is it looked for after their last line
+    too: a run whose logs end in the pause is a hang, known as one."""
+    paths = _paused(tmp_path / "a")
+    rl = paths[-1]
+    hung = rl.read_text()
+    line = hung[36:]  # the [hang] line without its time
+    rl.write_text(line)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    pause = summary["primary"]
+    assert pause["kind"] == "pause" and pause["title"].startswith(
+        "Pause: no progress for 200 s after step 19"
+    )
+    assert 0.5 < pause["share"] < 1.0
+    assert f"({rl}:1; its line has no time: placed between " in pause["evidence"]
+    assert pause["evidence"].endswith("then the run went on, to step 39")
+    # the logs end in the pause: no silence within them holds it, the one after their end does
+    paths = _paused(tmp_path / "b", went_on=())
+    paths[-1].write_text(line)
+    summary, md = analyze(paths, tmp_path / "out2")
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
+    assert "is not known" not in hang["evidence"] and "no line around it" not in hang["evidence"]
