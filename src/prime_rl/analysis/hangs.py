@@ -268,6 +268,17 @@ class Pause:
         """Its seconds in the run's time (:attr:`run_seconds`, else all of them)."""
         return self.seconds if self.run_seconds is None else self.run_seconds
 
+    @property
+    def costs_nothing(self) -> bool:
+        """Less than :data:`PAUSE_FREE_S` of it is run time (a pause in start-up, which the run's time
+        leaves out): no finding, a note among the warnings (the servers took that long to load)."""
+        return self.run_seconds is not None and self.run_seconds < PAUSE_FREE_S
+
+
+PAUSE_FREE_S = 0.5
+"""A pause with less run time than this (:attr:`Pause.run_seconds`) costs the run nothing: it is no
+finding, and SUMMARY.md's warnings note it (:func:`~prime_rl.analysis.run_warnings.free_pauses`)."""
+
 
 class ProgressGaps:
     """The orchestrator's and the trainer's logs' progress (:data:`~prime_rl.tracing.PROGRESS`), to tell a hang the run

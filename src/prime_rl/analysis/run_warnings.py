@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
@@ -257,6 +258,29 @@ def unplaced_hangs(d: Collected, th: Thresholds) -> str | None:
     )
 
 
+def free_pauses(d: Collected, th: Thresholds) -> str | None:
+    """The watchdog's hangs the run went on after whose pause has no run time
+    (:attr:`~prime_rl.analysis.hangs.Pause.costs_nothing`: in start-up, which the run's time leaves
+    out): no finding (:func:`~prime_rl.analysis.stalls.pause`), but worth knowing: how long the
+    start-up took."""
+    free = [p for p in d.pauses if p.costs_nothing]
+    if not free:
+        return None
+    said = []
+    for p in sorted(free, key=lambda p: p.start):
+        run = f"the run resumed at step {p.resumed}" if p.resumed is not None else "the run"
+        where = f"from the start of {run}" if p.start_up else f"from {local_time(p.start)}"
+        said.append(
+            f"no progress for {p.seconds:.0f} s {where} to its first progress at {local_time(p.end)} "
+            f"({p.hang.where()}: {hang_said(p.hang)})"
+        )
+    return (
+        f"the launcher's watchdog saw {len(free)} hang(s) the run went on after, none of whose time is run time "
+        f"(start-up, which the run's time leaves out: the servers and the trainer loading), so no finding: "
+        + "; ".join(said)
+    )
+
+
 WARNINGS: tuple[Check, ...] = (
     staleness_above_async_level,
     truncation,
@@ -267,4 +291,5 @@ WARNINGS: tuple[Check, ...] = (
     failed_updates,
     failed_samples,
     unplaced_hangs,
+    free_pauses,
 )

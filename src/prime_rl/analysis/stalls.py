@@ -323,17 +323,21 @@ def pause(d: Collected, th: Thresholds) -> Finding | None:
     is the time from the last progress before the hang (in start-up, with none before it in its
     run: from the run's start) to the first after it (each pause once), of the run, net of down time
     and of the start-up the run's time leaves out (:attr:`Collected.paused_seconds`; at most 1.0);
-    ranked by it, as any finding (a run that ends hung is :func:`hang`, ranked first)."""
-    if not d.pauses:
+    ranked by it, as any finding (a run that ends hung is :func:`hang`, ranked first). A pause none
+    of whose time is run time (:attr:`~prime_rl.analysis.hangs.Pause.costs_nothing`: in start-up,
+    which the run's time leaves out) is no finding: the warnings note it
+    (:func:`~prime_rl.analysis.run_warnings.free_pauses`)."""
+    pauses = [p for p in d.pauses if not p.costs_nothing]
+    if not pauses:
         return None
-    spans = sorted({(p.start, p.end) for p in d.pauses})
+    spans = sorted({(p.start, p.end) for p in pauses})
     paused = d.paused_seconds
     if paused is None:  # their time in the run's not known: their union
         paused, reach = 0.0, -math.inf
         for start, end in spans:
             paused += max(end - max(start, reach), 0.0)
             reach = max(reach, end)
-    longest = max(d.pauses, key=lambda p: (p.counted, p.seconds))
+    longest = max(pauses, key=lambda p: (p.counted, p.seconds))
     step = f" after step {longest.step}" if longest.step is not None else ""
     more = f"{len(spans)} pauses, {paused:.0f} s in all; the longest: " if len(spans) > 1 else ""
     went_on = f"; then the run went on, to step {longest.reached}" if longest.reached is not None else ""

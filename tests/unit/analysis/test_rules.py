@@ -252,6 +252,18 @@ def test_a_pause_the_run_went_on_after_is_ranked_by_its_time_not_first(collected
     assert "waits: orchestrator>trainer:weights/step_5; then the run went on, to step 9" in pause.evidence
 
 
+def test_a_pause_of_no_run_time_is_no_finding(collected):
+    """A pause in start-up none of whose 1900 s is run time was the primary finding of a healthy run
+    ('Pause in start-up', share 0.0): it costs nothing, so it is no finding, and beside a pause that
+    costs run time it is not the longest one named either."""
+    free = Pause(HANG, 0.0, 1900.0, None, 9, start_up=True, run_seconds=0.0)
+    assert rules.pause(collected(fields={"pauses": [free]}), TH) is None
+    assert rank_findings(collected(fields={"pauses": [free]}), TH).primary is None
+    costly = Pause(HANG, 2000.0, 2030.0, 4, 9, run_seconds=30.0)
+    f = rules.pause(collected(fields={"pauses": [free, costly], "paused_seconds": 30.0}), TH)
+    assert f.title.startswith("Pause: no progress for 30 s after step 4") and f.share == pytest.approx(0.3)
+
+
 def test_rpc_time_falls_back_to_the_server_log(collected):
     assert rules.slow_reload(collected(server_rpc_ms=[20000.0] * 3), TH).kind == "slow_reload"
     d = collected(queue_ms=[5000.0] * 4, server_rpc_ms=[200.0] * 4)
@@ -338,6 +350,10 @@ WARNS = {
         dict(counts={"collect.rollout.done": 8}),
     ),
     run_warnings.unplaced_hangs: (dict(fields={"hangs_unplaced": [HANG]}), dict(fields={"hangs": [HANG]})),
+    run_warnings.free_pauses: (
+        dict(fields={"pauses": [Pause(HANG, 0.0, 1900.0, None, 9, start_up=True, run_seconds=0.0)]}),
+        dict(fields={"pauses": [Pause(HANG, 20.0, 50.0, 4, 9, run_seconds=30.0)]}),
+    ),
 }
 
 
