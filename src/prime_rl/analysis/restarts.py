@@ -128,6 +128,56 @@ def uncovered(down: list[tuple[float, float]], spans: list[tuple[float, float]])
     return out
 
 
+WAITS = {"ckpt": ("wait.start", ("wait.done",)), "weights": ("client.send", ("client.done", "client.error"))}
+"""The orchestrator's lines that open a wait and those that end it, by tag: its wait for weights
+(``[ckpt]``) and for a server's answer to a weight update (``[weights]``, any trace id)."""
+
+
+def _waiting(frame: pl.DataFrame) -> np.ndarray:
+    """The rows of a batch of the orchestrator's lines whose silence before them lies within one of its
+    waits (:data:`WAITS`): the first line of the wait's tag at or after them ends a wait, which the
+    same process opened before them (a process that crashed while it waited ends none; the one
+    resumed after it opens its own before it ends one). A row after the batch's last such line is not
+    known to be: its silence stays one."""
+    tag, event = frame.get_column("tag"), frame.get_column("event")
+    out = np.zeros(len(frame), dtype=bool)
+    for name, (opens, ends) in WAITS.items():
+        lines = np.flatnonzero(((tag == name) & event.is_in((opens, *ends))).fill_null(False).to_numpy())
+        if len(lines):
+            done = event.gather(lines).is_in(ends).fill_null(False).to_numpy()
+            at = np.searchsorted(lines, np.arange(len(frame)))  # the first such line at or after each row
+            out |= (at < len(lines)) & done[np.minimum(at, len(lines) - 1)]
+    return out
+
+
+SILENCES_KEPT = 64
+"""How many of each process's longest silences :attr:`Segments.silences` keeps: a silence of every
+process at once that more than this many longer silences of one of them come with is not found."""
+
+
+def silent_together(
+    silences: dict[str, np.ndarray], down: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The times in which every process of ``silences`` (:attr:`Segments.silences`) was silent at once,
+    less the down times ``down`` (already left out of the run), in time order."""
+    if not silences:
+        return []
+    spans = None
+    for kept in silences.values():
+        own = sorted(map(tuple, kept.tolist()))
+        spans = (
+            own
+            if spans is None
+            else [(max(a, c), min(b, d)) for a, b in spans for c, d in own if max(a, c) < min(b, d)]
+        )
+    return [s for s in uncovered(sorted(spans or []), sorted(down)) if s[1] > s[0]]
+
+
+OTHER_SILENCES = 4
+"""How many silences of a process before a restart found by its step going back are kept beside its
+longest (:attr:`Segments.other_silences`)."""
+
+
 class Segments:
     """Watches the step lines of every process; :meth:`observe` says when a new segment starts."""
 
@@ -162,6 +212,17 @@ class Segments:
         before ``run.start`` lines): when the process's silence before it began (the time of its last
         line before it); its down time starts there, not ``down_s`` before the restart's line (the
         process's first step line after the crash, which start-up lines come before)."""
+        self.other_silences: dict[int, list[tuple[float, float]]] = {}
+        """By index in :attr:`restarts`, for a restart found by its step going back: the next longest
+        silences of its process before it (up to :data:`OTHER_SILENCES`, in its batch), each as when
+        it began and the time of the first line of work after it (NaN: none). One of them, not the
+        longest, may be its crash: a process that logs no wait (the trainer) has a resume's start-up
+        as one silence, which may outlast the crash (:meth:`down_intervals` takes the one every
+        process was silent in at once)."""
+        self.silences: dict[str, np.ndarray] = {}
+        """By process, its :data:`SILENCES_KEPT` longest silences between two of its lines with a time
+        (rows of start, end): where every process was silent at once, a log without run.start lines
+        may hold a restart it cannot tell from a pause (:func:`silent_together`)."""
         self._gap_at: dict[str, tuple[float, float]] = {}
         """By process, for the silence of :attr:`_gap` (in an earlier batch): when it began and the time
         of the process's first line after it that is no start-up (NaN: none yet)."""
@@ -241,10 +302,22 @@ class Segments:
             self._gap[source] = gap
             tail = int(rows[stepped[-1]]) + 1 if len(stepped) else 0
             self._gap_at[source] = self._silence(tail, len(ts), gaps, ts, work, carried, carried_at)
+        self._keep_silences(source, gaps, ts)
         self._resumed(lines, source, out, ts)
         self.resumed_at.update(old)
         self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
         return out
+
+    def _keep_silences(self, source: str, gaps: np.ndarray, ts: np.ndarray) -> None:
+        """Fold the batch's silences (``gaps``: each row's before it) into :attr:`silences`."""
+        rows = np.flatnonzero(np.isfinite(gaps) & (gaps > 0))
+        if not len(rows):
+            return
+        rows = rows[np.argsort(-gaps[rows], kind="stable")[:SILENCES_KEPT]]
+        kept = np.concatenate(
+            [self.silences.get(source, np.empty((0, 2))), np.column_stack([ts[rows] - gaps[rows], ts[rows]])]
+        )
+        self.silences[source] = kept[np.argsort(kept[:, 0] - kept[:, 1], kind="stable")[:SILENCES_KEPT]]
 
     @staticmethod
     def _work(lines: TaggedLines, source: str, ts: np.ndarray) -> np.ndarray:
@@ -308,6 +381,16 @@ class Segments:
         self.silent_from[k] = began
         if not math.isnan(after):
             old[k] = after
+        if i + 1 > lo:  # the next longest silences before it in the batch
+            rows = lo + np.argsort(-gaps[lo : i + 1], kind="stable")[: OTHER_SILENCES + 1]
+            rows = rows[np.isfinite(gaps[rows]) & (gaps[rows] > 0) & (ts[rows] - gaps[rows] != began)]
+            work_rows = np.flatnonzero(work)
+            others = []
+            for e in rows[:OTHER_SILENCES].tolist():
+                at = int(np.searchsorted(work_rows, e))
+                end = float(ts[work_rows[at]]) if at < len(work_rows) and work_rows[at] <= i else math.nan
+                others.append((float(ts[e] - gaps[e]), end))
+            self.other_silences[k] = others
         if source == "orchestrator":
             frame = lines.frame
             quiet = np.flatnonzero(~np.isnan(ts[lo : i + 1]) & (ts[lo : i + 1] > began)) + lo
@@ -416,19 +499,22 @@ class Segments:
         if not processes:
             return []
         timed = [
-            (r, self.silent_from.get(k, r.ts - r.down_s), self._back(k, r.ts))
+            (r, self.silent_from.get(k, r.ts - r.down_s), self._back(k, r.ts), k)
             for k, r in enumerate(self.restarts)
             if r.ts is not None and r.down_s is not None
         ]
         down, used = [], set()
-        for first, silent, resumed in (t for t in timed if t[0].process == min(processes)):
+        for first, silent, resumed, _ in (t for t in timed if t[0].process == min(processes)):
             start, end, group = silent, resumed, [id(first)]
             for process in sorted(processes - {first.process}):
+                # its first restart whose silence overlaps, and of its silences the one that overlaps most
                 match = next(
                     (
-                        (r, silent, back)
-                        for r, silent, back in timed
-                        if r.process == process and id(r) not in used and silent < end and back > start
+                        (r, *best)
+                        for r, silent, back, k in timed
+                        if r.process == process
+                        and id(r) not in used
+                        and (best := self._overlapping(k, (silent, back), start, end)) is not None
                     ),
                     None,
                 )
@@ -443,6 +529,19 @@ class Segments:
                     used.update(group)
         return down
 
+    def _overlapping(
+        self, k: int, longest: tuple[float, float], start: float, end: float
+    ) -> tuple[float, float] | None:
+        """Of restart ``k``'s silences (its ``longest``, and for one found by its step going back its
+        :attr:`other_silences`, each ended at its first line of work after it, else where the longest
+        ends), the one that overlaps ``start``..``end`` most; None: none does."""
+        silences = [longest] + [
+            (began, longest[1] if math.isnan(after) else after)
+            for began, after in self.other_silences.get(k, [])
+        ]
+        shared = [(min(end, b) - max(start, a), (a, b)) for a, b in silences if a < end and b > start]
+        return max(shared, key=lambda x: x[0])[1] if shared else None
+
     def _back(self, k: int, ts: float) -> float:
         """Where restart ``k`` (its line at ``ts``) ended its process's down time: its first line of work
         after it (:attr:`resumed_at`; a step-back restart's, after its silence, may come before its
@@ -456,7 +555,10 @@ class Segments:
         """The rows of the batch's step lines (:data:`STEP_LINE_OF`, and its tag's ``run.start``),
         the longest silence before each since the one before it (the last value: after the last
         step line), which are ``run.start`` and every row's silence before it; the process's last time
-        kept."""
+        kept. A silence of the orchestrator within one of its waits (its ``[ckpt]`` wait for weights,
+        a weight update's ``[weights] client.send`` to its answer: :func:`_waiting`) is none: it said
+        it waits, and the line that ends a wait comes from the process that opened it (a resume's
+        load of weights longer than the crash before it is no crash)."""
         ts = lines.frame.get_column("ts").to_numpy()
         # each row's silence before it: the time since the process's previous timestamped line
         gaps = np.full(len(ts), -np.inf)
@@ -468,8 +570,10 @@ class Segments:
             if before is not None:
                 gaps[stamped[0]] = max(stamps[0] - before, 0.0)
             self._last_ts[source] = float(stamps[-1])
-        tag, event = STEP_LINE_OF[source]
         frame = lines.frame
+        if source == "orchestrator":
+            gaps[_waiting(frame)] = -np.inf  # it said it waits: alive, no crash
+        tag, event = STEP_LINE_OF[source]
         events = frame.get_column("event")
         ours = (frame.get_column("tag") == tag) & events.is_in((event, RUN_START))
         rows = np.flatnonzero(ours.fill_null(False).to_numpy())

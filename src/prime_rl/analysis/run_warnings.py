@@ -258,6 +258,29 @@ def unplaced_hangs(d: Collected, th: Thresholds) -> str | None:
     )
 
 
+def silences_without_run_start(d: Collected, th: Thresholds) -> str | None:
+    """In logs without run.start lines: the times in which the orchestrator and the trainer were both
+    silent (:attr:`Collected.silences`) for ``silence_pace_ratio`` times the slower one's pace and
+    at least ``stall_min_s``: a restart there cannot be told from a pause; they count as run time."""
+    pace = max(d.step_seconds.values(), default=None)
+    if pace is None or not d.silences:
+        return None
+    bar = max(th.silence_pace_ratio * pace, th.stall_min_s)
+    long = [(a, b) for a, b in d.silences if b - a >= bar]
+    if not long:
+        return None
+    listed = ", ".join(f"{b - a:.0f} s from {local_time(a, '%Y-%m-%d %H:%M:%S')}" for a, b in long[:5])
+    more = f" and {len(long) - 5} more" if len(long) > 5 else ""
+    return (
+        f"{len(long)} time(s) in which neither the orchestrator nor the trainer wrote a line, each of at least "
+        f"{bar:.0f} s (`silence_pace_ratio` "
+        f"{th.silence_pace_ratio:g} x the steps' pace of {pace:.1f} s, and `stall_min_s`): {listed}{more}. These "
+        "logs have no run.start lines (processes older than them): a restart there (a crash and a resume that "
+        "redid no step, or whose start-up outlasted the crash) cannot be told from a pause, and the time counts "
+        "as run time"
+    )
+
+
 def free_pauses(d: Collected, th: Thresholds) -> str | None:
     """The watchdog's hangs the run went on after whose pause has no run time
     (:attr:`~prime_rl.analysis.hangs.Pause.costs_nothing`: in start-up, which the run's time leaves
@@ -291,5 +314,6 @@ WARNINGS: tuple[Check, ...] = (
     failed_updates,
     failed_samples,
     unplaced_hangs,
+    silences_without_run_start,
     free_pauses,
 )

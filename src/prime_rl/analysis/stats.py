@@ -35,6 +35,7 @@ from prime_rl.analysis.restarts import (
     Segments,
     last_restart,
     run_time_within,
+    silent_together,
     uncovered,
 )
 from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, SAMPLE, VERIFICATION, SampleSpans
@@ -312,6 +313,11 @@ class Collected:
     last value in each run of its process but the last that logged it (a step logged twice within
     one run is one value). It is time the earlier run spent, which the run's wall time holds:
     :meth:`total` adds it; the statistics keep one value per step."""
+    silences: list[tuple[float, float]] = field(default_factory=list)
+    """In logs without run.start lines (none of the orchestrator's or the trainer's): the times in which
+    the orchestrator and the trainer were silent at once (no line with a time), outside any down time
+    (:func:`~prime_rl.analysis.restarts.silent_together`): a restart that redid no step is not found
+    there, and a resume's start-up may hide its crash; the warnings name the long ones."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -1240,6 +1246,7 @@ def _collect(
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
+        silences=silent_together(c.segments.silences, down) if c.segments.first_start is None else [],
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected

@@ -1199,7 +1199,7 @@ def test_a_redone_step_s_first_run_counts_in_the_stages_and_both_runs_start_up_i
     assert "the stages count the time of both runs" in md
 
 
-def _resumed_with_a_load(tmp_path: Path, load_s: float = 60.0):
+def _resumed_with_a_load(tmp_path: Path, load_s: float = 60.0, gap_s: float = 600.0):
     """A healthy run (steps 0..11; the trainer crashed in step 11) resumed at step 8 ten minutes later
     (the reviewer's s49): each process logs run.start; the resumed orchestrator waits ``load_s`` for
     weights step 8 (its resume's load, before its first batch) while the trainer loads its
@@ -1209,7 +1209,7 @@ def _resumed_with_a_load(tmp_path: Path, load_s: float = 60.0):
     first = make_run("healthy", steps=12, seed=1)
     first.trainer = [x for x in first.trainer if "step=11" not in x]
     end = max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)
-    resume = end + 600.0
+    resume = end + gap_s
     begin = _ts(first.orchestrator[0])
     second = make_run("healthy", steps=12, seed=2, first_step=8, start_offset_s=resume - begin + load_s + 0.5)
     batch = next(i for i, x in enumerate(second.orchestrator) if "[gen] batch.start" in x)
@@ -1286,6 +1286,80 @@ def test_a_resume_s_load_of_weights_is_start_up_also_in_logs_without_run_start_l
     ]  # fmt: skip
     assert summary["run_seconds"] == pytest.approx(sum(b - a for a, b in runs), abs=1e-3)
     assert summary["down_seconds"] == pytest.approx(runs[1][0] - runs[0][1], abs=1e-3)
+
+
+def _without_run_start(paths: list[Path]) -> None:
+    """The logs as an orchestrator and a trainer older than the run.start lines wrote them."""
+    for path in paths:
+        path.write_text("".join(x for x in path.read_text().splitlines(True) if "run.start" not in x))
+
+
+def test_a_resume_s_start_up_longer_than_the_crash_is_no_crash_in_logs_without_run_start_lines(
+    tmp_path, analyze
+):
+    """Logs without run.start lines, a crash shorter than the resume's start-up: (a) the reviewer's
+    s49 with a 30 s crash and a 60 s load of weights by the resumed orchestrator read run 71.4 s, down
+    59.8 s (the load taken for the crash, the crash counted as run time), where the same logs with
+    run.start lines read 41.2 s and 90.0 s; (b) a slow-reload run resumed at step 10 10 s after its
+    crash (its first weight update after the resume 28 s, the trainer waiting 30 s for rollouts
+    meanwhile) read down 28.5 s, not 10.0. The orchestrator's silence within a wait it logged (a
+    [ckpt] wait for weights, a weight update's client.send to its answer) is no crash; a process
+    that logs no wait (the trainer) has its silence taken where every process was silent at once."""
+    paths, *_ = _resumed_with_a_load(tmp_path / "with", gap_s=30.0)
+    with_lines, _ = analyze(paths, tmp_path / "out_with")
+    _without_run_start(paths)
+    plain, _ = analyze(paths, tmp_path / "out_plain")
+    assert with_lines["down_seconds"] == pytest.approx(90.0, abs=0.1)
+    assert plain["run_seconds"] == pytest.approx(with_lines["run_seconds"], abs=0.01)
+    assert plain["down_seconds"] == pytest.approx(with_lines["down_seconds"], abs=0.01)
+    # (b): the trainer's longest silence is its start-up's wait for rollouts, not the crash
+    first = make_run("slow_reload", steps=12, seed=0)
+    end = max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)
+    begin = _ts(first.orchestrator[0])
+    second = make_run("slow_reload", steps=12, seed=1, first_step=10, start_offset_s=end - begin + 10.0)
+    resumed = min(_ts(x) for x in second.orchestrator + second.trainer + second.inference)
+    paths = _appended(tmp_path / "b", first, second)
+    summary, _ = analyze(paths, tmp_path / "out_b")
+    assert {r["process"] for r in summary["restarts"]} == {"orchestrator", "trainer"}
+    assert summary["down_seconds"] == pytest.approx(resumed - end, abs=0.01)
+    last = max(_ts(x) for x in second.orchestrator + second.trainer + second.inference)
+    assert summary["run_seconds"] == pytest.approx(last - begin - (resumed - end), abs=0.01)
+
+
+def test_a_silence_of_every_process_in_logs_without_run_start_lines_is_warned_of(tmp_path, analyze):
+    """A healthy run (steps 0..11, 1.7 s a step) that crashed and was resumed 120 s later at step 12,
+    redoing no step, in logs without run.start lines: no restart is found (no step goes back) and
+    the 120 s count as run time (run 160.9 s, where the same logs with run.start lines read 41.0 s
+    and 120.0 s down), without a word. A silence of every process that long against the run's pace
+    (silence_pace_ratio x its median step, at least stall_min_s) is warned of, with when and how
+    long; a slow step is no such silence, and logs with run.start lines need no warning."""
+    first = make_run("healthy", steps=12, seed=0)
+    end = max(_ts(x) for x in first.orchestrator + first.trainer + first.inference)
+    begin = _ts(first.orchestrator[0])
+    second = make_run("healthy", steps=12, seed=1, first_step=12, start_offset_s=end - begin + 120.0)
+    paths = _appended(tmp_path / "a", first, second)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert summary["restarts"] == [] and summary["run_seconds"] > 150.0
+    (warning,) = [
+        w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
+    ]
+    assert warning.startswith("1 time(s) in which")
+    assert "each of at least 30 s (`silence_pace_ratio` 10 x the steps' pace of 1.7 s" in warning
+    assert ": 120 s from " in warning and "cannot be told from a pause" in warning
+    assert f"- {warning}" in md
+    # the same logs with run.start lines: the restart is found, its silence is down time
+    second.orchestrator.insert(
+        0, _stamp(second.orchestrator[0], -0.2) + format_tagged("gen", "run.start", step=12)
+    )
+    second.trainer.insert(
+        0, _stamp(second.orchestrator[0], -0.1) + format_tagged("train", "run.start", step=12)
+    )
+    summary, _ = analyze(_appended(tmp_path / "b", first, second), tmp_path / "out_b")
+    assert 119.0 < summary["down_seconds"] < 121.0
+    assert not any("wrote a line" in w for w in summary["warnings"])
+    # a healthy run alone: no silence that long
+    summary, _ = analyze(_appended(tmp_path / "c", first, make_run("healthy", steps=0)), tmp_path / "out_c")
+    assert not any("wrote a line" in w for w in summary["warnings"])
 
 
 def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[list[Path], list]:

@@ -350,6 +350,10 @@ WARNS = {
         dict(counts={"collect.rollout.done": 8}),
     ),
     run_warnings.unplaced_hangs: (dict(fields={"hangs_unplaced": [HANG]}), dict(fields={"hangs": [HANG]})),
+    run_warnings.silences_without_run_start: (
+        dict(fields={"silences": [(0.0, 5.0), (100.0, 220.0)], "step_seconds": {"orchestrator": 1.5}}),
+        dict(fields={"silences": [(0.0, 5.0), (100.0, 120.0)], "step_seconds": {"orchestrator": 1.5}}),
+    ),
     run_warnings.free_pauses: (
         dict(fields={"pauses": [Pause(HANG, 0.0, 1900.0, None, 9, start_up=True, run_seconds=0.0)]}),
         dict(fields={"pauses": [Pause(HANG, 20.0, 50.0, 4, 9, run_seconds=30.0)]}),
