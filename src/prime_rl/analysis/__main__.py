@@ -103,8 +103,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write OUT/trace.json, the run as a Chrome/Perfetto trace: every process on one time axis "
         "(generation, checkpoint waits, weight updates per server, server rpc, trainer compute, waits and "
-        "publish); open it in https://ui.perfetto.dev. A long run's trace holds its first and last "
-        f"{collection.SPANS_KEPT} spans of each kind and weight updates",
+        "publish; an offline collector's samples per server, failed ones apart); open it in https://ui.perfetto.dev. "
+        f"A long run's trace holds its first and last {collection.SPANS_KEPT} spans of each kind and weight "
+        f"updates ({collection.SAMPLES_KEPT} of a collector's samples)",
     )
     return parser
 
@@ -256,9 +257,13 @@ def _main(argv: list[str] | None) -> None:
         print(f"trace: {trace} (open it in https://ui.perfetto.dev)")
         if dropped := left_out(analysis.data):
             counts = ", ".join(f"{n} {kind}" for kind, n in sorted(dropped.items()))
-            print(
-                f"  a long run: the trace holds the first and last {collection.SPANS_KEPT} of each kind; {counts} left out"
+            samples, ours = collection.kept_of(collection.SAMPLE), set(dropped) & collection.COLLECTOR_KINDS
+            kept = (  # a collector's samples and verifications keep fewer (as timeline.txt)
+                f"{samples}"
+                if set(dropped) <= collection.COLLECTOR_KINDS
+                else f"{collection.SPANS_KEPT}" + (f" ({samples} of a collector's)" if ours else "")
             )
+            print(f"  a long run: the trace holds the first and last {kept} of each kind; {counts} left out")
     if not stats.tagged:
         print(
             f"analyze-logs: no tagged timing line in {stats.lines} line(s) of {len(files)} file(s): are these the "

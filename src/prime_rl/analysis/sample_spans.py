@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 SAMPLE = "sample"
 """The kind of a collector's sample spans."""
-INFO = ("url", "status", "queue_ms", "gen_ms", "verify_ms")
-"""What timeline.txt says of each sample, besides its trace id."""
+INFO = ("url", "status", "queue_ms", "gen_ms", "verify_ms", "event")
+"""What timeline.txt and the trace say of each sample, besides its trace id (the trace marks a sample
+of a ``rollout.failed`` line failed by its ``event``: a malformed answer fails with status 200)."""
 VERIFICATION = "verification"
 """The kind of a deferred verify pass's verification spans, and the key of their row of
 timeline.png in :attr:`~prime_rl.analysis.stats.Collected.bars`."""

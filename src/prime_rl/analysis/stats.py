@@ -951,7 +951,7 @@ class _Collector:
             b.frame.get_column("ts"),
             dur,
             b.frame.get_column("tid"),
-            dict(zip(SAMPLE_INFO, (url, status, queue, gen, verify), strict=True)),
+            dict(zip(SAMPLE_INFO, (url, status, queue, gen, verify, event), strict=True)),
         )
         if deferred.is_not_null().any():  # a verify pass's verifications: named by task and repeat
             rows = deferred.is_not_null().arg_true()

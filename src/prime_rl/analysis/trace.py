@@ -5,18 +5,27 @@ one time axis, the first event of the run at 0:
 
 - **orchestrator**: generation batches, checkpoint waits, and one row per server for the weight
   updates it sent (client wall time, with the queue part as a nested slice);
-- **inference <url>** (one per server): the server-side rpc of each update (from the server log);
+- **inference <url>** (one per server): the server-side rpc of each update (from the server log),
+  and an offline collector's samples it answered (``[collect]`` lines with a ``dur_ms``, from the
+  line's time less its ``dur_ms`` to the line): a track ``sample``, and a track ``failed sample``
+  for those of ``rollout.failed`` lines (a sample without a URL: server ``server``);
+- **offline collector**: a deferred verify pass's verifications (``verify.done``), a track
+  ``verification``;
 - **trainer**: each step's compute (forward/backward and optimizer nested in it, from
   ``[train] compute.done``), its wait for rollouts, and the weight writes (publish).
 
-Every span is a complete event (``"ph": "X"``, ``ts``/``dur`` in microseconds). Spans of one kind
-never overlap on one row (they are sequential by construction), and kinds get rows of their own,
-so Perfetto nests nothing it should not. Processes and rows are named with metadata events.
+Every span of the trio is a complete event (``"ph": "X"``, ``ts``/``dur`` in microseconds). Spans of
+one kind never overlap on one row (they are sequential by construction), and kinds get rows of
+their own, so Perfetto nests nothing it should not. A collector's samples overlap (many in flight
+at once): each is an async slice (``"ph": "b"`` then ``"e"``, an ``id`` of its own), and Perfetto
+draws a process's async slices of one name as one track, as many levels deep as were in flight.
+Processes and rows are named with metadata events.
 
 A long run's trace holds its first and last :data:`~prime_rl.analysis.stats.SPANS_KEPT` spans of
-each kind and as many weight updates, as the timeline does; how many were left out between them is
-in the trace's ``otherData`` (``left_out``, by kind). The file is written an event at a time, so
-its size and the memory it takes do not grow with the run past that.
+each kind (a collector's samples and verifications: :data:`~prime_rl.analysis.stats.SAMPLES_KEPT`,
+as timeline.txt) and as many weight updates, as the timeline does; how many were left out between
+them is in the trace's ``otherData`` (``left_out``, by kind). The file is written an event at a
+time, so its size and the memory it takes do not grow with the run past that.
 """
 
 from __future__ import annotations
@@ -30,10 +39,14 @@ import polars as pl
 
 from prime_rl.analysis import stats
 from prime_rl.analysis.output import dumps, open_text
+from prime_rl.analysis.sample_spans import COLLECTOR_KINDS, SAMPLE, VERIFICATION
+from prime_rl.analysis.spans import Span
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.update_parts import Update
 
-_ORCH, _TRAINER, _FIRST_SERVER = 1, 2, 10
+_ORCH, _TRAINER, _COLLECTOR, _FIRST_SERVER = 1, 2, 3, 10
+_FAILED = "rollout.failed"
+"""The ``event`` of a failed sample's line (a sample's ``status`` may be 200: a malformed answer)."""
 _ROWS = {
     # kind: (pid, tid, row name)
     "gen": (_ORCH, 1, "generation batches"),
@@ -59,11 +72,16 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
     names: dict[tuple[int, int | None], str] = {(_ORCH, None): "orchestrator", (_TRAINER, None): "trainer"}
     for pid, tid, row in _ROWS.values():
         names[(pid, tid)] = row
-    servers = {url: k for k, url in enumerate(_server_urls(d))}
+    samples = [s for s in d.spans if s.kind in COLLECTOR_KINDS]
+    updated = _server_urls(d)
+    servers = {url: k for k, url in enumerate(dict.fromkeys([*updated, *map(_sample_url, samples)]))}
+    for url in updated:
+        names[(_FIRST_SERVER + servers[url], 1)] = "weight update rpc (server side)"
+        names[(_ORCH, 10 + servers[url])] = f"weight updates to {url}"
     for url, k in servers.items():
         names[(_FIRST_SERVER + k, None)] = f"inference {url}"
-        names[(_FIRST_SERVER + k, 1)] = "weight update rpc (server side)"
-        names[(_ORCH, 10 + k)] = f"weight updates to {url}"
+    if any(s.kind == VERIFICATION for s in samples):
+        names[(_COLLECTOR, None)] = "offline collector"
     for (pid, tid), name in sorted(names.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         if tid is None:
             yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
@@ -89,6 +107,31 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
         if u.recv_ts is not None and u.server_rpc_ms is not None:
             rpc = u.server_rpc_ms * 1e3
             yield _slice(f"rpc {u.tid}", "rpc", us(u.recv_ts), rpc, _FIRST_SERVER + srv, 1, {"tid": u.tid})
+    for n, s in enumerate(samples):
+        pid = _COLLECTOR if s.kind == VERIFICATION else _FIRST_SERVER + servers[_sample_url(s)]
+        yield from _async_slice(_sample_track(s), us(s.start), us(s.end), pid, n, s)
+
+
+def _sample_url(s: Span) -> str:
+    """The server of a collector's span: its URL (``server`` for a sample without one)."""
+    return s.info.get("url") or "server"
+
+
+def _sample_track(s: Span) -> str:
+    """The name of a collector's span, which is its track's: ``sample``, ``failed sample`` (a
+    ``rollout.failed`` line's) or ``verification``."""
+    if s.kind == SAMPLE and s.info.get("event") == _FAILED:
+        return f"failed {SAMPLE}"
+    return s.kind
+
+
+def _async_slice(name: str, ts: float, end: float, pid: int, n: int, s: Span) -> Iterator[dict[str, Any]]:
+    """Span ``s`` (``ts`` to ``end``, microseconds), which may overlap others of its track
+    (``name``), as an async slice of process ``pid``: its begin (the span's label and info its args)
+    and end events, id ``n``."""
+    args = {"label": s.label, **{k: v for k, v in s.info.items() if v is not None}}
+    yield {"name": name, "cat": s.kind, "ph": "b", "ts": ts, "pid": pid, "tid": pid, "id": n, "args": args}
+    yield {"name": name, "cat": s.kind, "ph": "e", "ts": max(end, ts), "pid": pid, "tid": pid, "id": n}
 
 
 def kept_updates(updates: Sequence[Update]) -> Iterator[Update]:
@@ -133,7 +176,7 @@ def _slice(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args:
 
 def left_out(d: Collected) -> dict[str, int]:
     """Spans of each kind and updates (``update``) a trace leaves out of a long run, by kind."""
-    out = {k: n for k, n in d.spans_dropped.items() if k in _ROWS}
+    out = {k: n for k, n in d.spans_dropped.items() if k in _ROWS or k in COLLECTOR_KINDS}
     updates = _updates_left_out(len(d.updates))  # a count: no records made
     return out | ({"update": updates} if updates else {})
 

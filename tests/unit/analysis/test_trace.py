@@ -9,19 +9,33 @@ from collections import Counter, defaultdict
 
 from tests.support.synthetic_logs import Shape, make_run
 
-PHASES = {"X", "M"}
+PHASES = {"X", "M", "b", "e"}
 
 
 def check_trace_format(doc: dict) -> list[dict]:
-    """Fail unless ``doc`` is a valid trace: typed fields, named processes and rows, and complete
-    events of one row that nest or are disjoint (Perfetto cannot draw partial overlaps)."""
+    """Fail unless ``doc`` is a valid trace: typed fields, named processes and rows, complete
+    events of one row that nest or are disjoint (Perfetto cannot draw partial overlaps), and async
+    slices (a collector's samples, which overlap) each a begin then an end of its own id, in a
+    named process."""
     assert set(doc) <= {"traceEvents", "displayTimeUnit", "otherData"} and doc["displayTimeUnit"] == "ms"
     events = doc["traceEvents"]
     named_pids, named_rows = set(), set()
     slices = defaultdict(list)
+    begun: dict[tuple[str, int], dict] = {}
     for e in events:
         assert e["ph"] in PHASES and isinstance(e["name"], str) and e["name"]
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] in ("b", "e"):
+            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0 and isinstance(e["id"], int)
+            key = (e["cat"], e["id"])
+            if e["ph"] == "b":
+                assert key not in begun and isinstance(e["args"], dict)
+                begun[key] = e
+            else:
+                b = begun.pop(key)
+                assert (b["name"], b["pid"]) == (e["name"], e["pid"]) and b["ts"] <= e["ts"]
+                assert b["pid"] in named_pids, b
+            continue
         if e["ph"] == "M":
             assert e["name"] in ("process_name", "process_sort_index", "thread_name")
             if e["name"] == "process_name":
@@ -40,6 +54,7 @@ def check_trace_format(doc: dict) -> list[dict]:
                 open_ends.pop()
             assert not open_ends or end <= open_ends[-1] + 1e-6, f"partial overlap on {(pid, tid)} at {start}"
             open_ends.append(end)
+    assert not begun, begun
     return events
 
 
@@ -135,3 +150,105 @@ def test_trainer_steps_are_compute_with_forward_backward_and_optimizer_nested_an
     rows = {(e["cat"], e["tid"]) for e in slices}
     assert rows == {("train", 1), ("train_fwd_bwd", 1), ("train_optim", 1), ("train_wait", 2)}
     assert min(e["ts"] for e in slices) == 0  # the wait, the first thing the trainer did
+
+
+def _collector_log(path, samples) -> None:
+    """A collect-rollouts log: each sample (event, its end in seconds after 12:00:00, dur_ms, status,
+    url) as the collector writes it, when it ends."""
+    from prime_rl.tracing import format_tagged
+
+    lines = []
+    for k, (event, end, dur, status, url) in enumerate(samples):
+        tagged = format_tagged(
+            "collect",
+            event,
+            f"s{k:03d}",
+            task=k,
+            repeat=0,
+            status=status,
+            dur_ms=dur,
+            **({"url": url} if url else {}),
+        )
+        lines.append(f"2026-01-01 12:{int(end) // 60:02d}:{end % 60:06.3f} | INFO    | {tagged}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_collector_s_samples_are_a_track_per_server_the_failed_ones_apart(
+    tmp_path, analyze, monkeypatch, capsys
+):
+    """A collector's trace held none of its samples (only the trio's spans were written). Each kept
+    sample (the first and last SAMPLES_KEPT, as timeline.txt) is now an async slice of its server's
+    process, from its line's time less its dur_ms to the line: a track "sample", and one "failed
+    sample" for rollout.failed lines (status 200 too: a malformed answer); verify.done lines are a
+    track "verification" of the offline collector; the samples left out are counted."""
+    from prime_rl.analysis import stats
+    from prime_rl.tracing import format_tagged
+
+    monkeypatch.setattr(stats, "SAMPLES_KEPT", 3)
+    a, b = "http://a:8000", "http://b:8000"
+    samples = [
+        ("rollout.done", 2.0, 2000.0, 200, a),  # s000: 0-2 s
+        ("rollout.done", 3.0, 2500.0, 200, b),  # s001: 0.5-3 s
+        ("rollout.failed", 3.5, 1000.0, "conn", a),  # s002: 2.5-3.5 s, overlaps nothing of a's
+        ("rollout.done", 10.0, 1000.0, 200, a),  # s003, s004: left out
+        ("rollout.done", 11.0, 1000.0, 200, b),
+        ("rollout.failed", 20.0, 4000.0, 200, b),  # s005: 16-20 s, a malformed answer
+        ("rollout.done", 21.0, 6000.0, 200, a),  # s006: 15-21 s
+        ("rollout.done", 22.0, 3000.0, 200, None),  # s007: 19-22 s, no server named
+    ]
+    log = tmp_path / "collect.log"
+    _collector_log(log, samples)
+    verify = format_tagged("collect", "verify.done", None, task=1, repeat=0, dur_ms=1500.0)
+    log.write_text(log.read_text() + f"2026-01-01 12:00:30.000 | INFO    | {verify}\n")
+    summary, _ = analyze([log], tmp_path / "out", "--trace")
+    doc = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = check_trace_format(doc)
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    got = [
+        (processes[e["pid"]], e["name"], e["args"]["label"], e["ts"] / 1e6, e["args"].get("status"))
+        for e in events
+        if e["ph"] == "b"
+    ]
+    ends = {(e["cat"], e["id"]): e["ts"] / 1e6 for e in events if e["ph"] == "e"}
+    got_ends = [ends[(e["cat"], e["id"])] for e in events if e["ph"] == "b"]
+    assert got == [
+        ("inference http://a:8000", "sample", "sample s000", 0.0, "200"),
+        ("inference http://b:8000", "sample", "sample s001", 0.5, "200"),
+        ("inference http://a:8000", "failed sample", "sample s002", 2.5, "conn"),
+        ("inference http://a:8000", "sample", "sample s006", 15.0, "200"),
+        ("inference http://b:8000", "failed sample", "sample s005", 16.0, "200"),
+        ("inference server", "sample", "sample s007", 19.0, "200"),
+        ("offline collector", "verification", "verification task=1 repeat=0", 28.5, None),
+    ]
+    assert got_ends == [2.0, 3.0, 3.5, 21.0, 20.0, 22.0, 30.0]
+    assert doc["otherData"]["left_out"] == summary["spans_dropped"] == {"sample": 2}
+    assert "the trace holds the first and last 3 of each kind; 2 sample left out" in capsys.readouterr().out
+
+
+def test_a_collector_s_samples_on_a_trio_s_server_join_its_process(tmp_path, analyze):
+    """Analysed with a trio's logs, samples answered by one of its servers are a track of that
+    server's process, beside its weight updates' rpc row; a server only the collector named gets a
+    process of its own."""
+    run = make_run("healthy", steps=4, seed=1)
+    files = run.write(tmp_path / "trio")
+    _collector_log(
+        tmp_path / "collect.log",
+        [
+            ("rollout.done", 2.0, 1000.0, 200, "http://h:8000"),
+            ("rollout.done", 3.0, 1000.0, 200, "http://z:1"),
+        ],
+    )
+    analyze([*files.values(), tmp_path / "collect.log"], tmp_path / "out", "--trace")
+    events = check_trace_format(json.loads((tmp_path / "out" / "trace.json").read_text()))
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    on = {e["args"]["label"]: processes[e["pid"]] for e in events if e["ph"] == "b"}
+    assert on == {"sample s000": "inference http://h:8000", "sample s001": "inference http://z:1"}
+    rpc = {processes[e["pid"]] for e in events if e.get("cat") == "rpc"}
+    assert rpc == {"inference http://h:8000"}
+    rows = {
+        (processes[e["pid"]], e["args"]["name"])
+        for e in events
+        if e["name"] == "thread_name" and e["pid"] >= 10
+    }
+    assert rows == {("inference http://h:8000", "weight update rpc (server side)")}
