@@ -89,8 +89,7 @@ class SampleSpans:
         rows = np.flatnonzero(timed)
         if not len(rows):
             return
-        url = info.get("url")
-        self._bars(start[rows], end[rows], url.gather(rows) if url is not None else None)
+        self._bars(start, end, info.get("url"), rows)
         columns = {"start": pl.Series(start), "end": ts, "tid": tid, **info}
         if self._head < self._kept:  # among the first samples: kept now
             self._give(columns, rows)
@@ -111,22 +110,35 @@ class SampleSpans:
         self._waiting_rows = 0
 
     def _give(self, columns: dict[str, pl.Series], rows: np.ndarray) -> None:
+        """The samples of ``rows`` to the spans, as a frame of the rows they keep (``kept``, the
+        spans' number): the first ones while fewer than ``kept`` were given, and the batch's last
+        ``kept``; the rows between are counted as dropped here, as the spans would count them
+        (``rows_kept``), not gathered (all of a batch of 84,000 lines took 2.6 ms, its 4,000 kept 0.2)."""
+        given = len(rows)
+        head = min(max(self._kept - self._head, 0), given)
+        tail = min(given - head, self._kept)
+        if cut := given - head - tail:
+            self._spans.dropped[self._kind] = self._spans.dropped.get(self._kind, 0) + cut
+            rows = np.concatenate([rows[:head], rows[given - tail :]])
+        self._head += given
         frame = pl.DataFrame(columns)[rows]
-        self._head += frame.height
         self._spans.add_frame(self._kind, self._kind + " {}", frame, self._info, "tid", True)
 
-    def _bars(self, start: np.ndarray, end: np.ndarray, url: pl.Series | None) -> None:
-        """Each server's samples (in line order: by end), merged where they overlap, to its row."""
+    def _bars(self, start: np.ndarray, end: np.ndarray, url: pl.Series | None, rows: np.ndarray) -> None:
+        """Each server's samples (the lines ``rows``, in line order: by end), merged where they
+        overlap, to its row. The servers are told apart by the whole column's codes as categories,
+        read at ``rows``: gathering the URLs of ``rows`` as text first took 0.8 ms of an 84,000-line
+        batch, as much as the cast."""
         if url is None:  # spans of no server: one row
-            self._row(None, start, end)
+            self._row(None, start[rows], end[rows])
             return
-        codes = url.fill_null("").cast(pl.Categorical).to_physical().to_numpy()
+        codes = url.fill_null("").cast(pl.Categorical).to_physical().to_numpy()[rows]
         if codes.min() == codes.max():  # one server (or none named)
-            self._row(url[0], start, end)
+            self._row(url[int(rows[0])], start[rows], end[rows])
             return
         order = np.argsort(codes, kind="stable")  # each server's samples stay in line order
         cuts = np.flatnonzero(np.diff(codes[order])) + 1
-        for at in np.split(order, cuts):
+        for at in np.split(rows[order], cuts):
             self._row(url[int(at[0])], start[at], end[at])
 
     def _row(self, url: str | None, start: np.ndarray, end: np.ndarray) -> None:
