@@ -111,6 +111,21 @@ def run_time_within(
     return max(total, 0.0)
 
 
+def open_time_within(
+    opens: list[tuple[float, float]], run: tuple[float, float], down: list[tuple[float, float]]
+) -> float:
+    """The seconds of run time of the batches and waits left open (``opens``: each from its open line
+    to its process's restart, ``inf`` where the logs end inside it): each ends where the first down
+    time after its open line begins (the crash: every process silent), else at its restart, and
+    counts within ``run`` less ``down`` (:func:`run_time_within`)."""
+    starts = sorted(a for a, _ in down)
+    cut = []
+    for since, until in opens:
+        at = next((a for a in starts if a >= since), math.inf)
+        cut.append((since, min(until, at)))
+    return run_time_within(cut, run, down)
+
+
 def uncovered(down: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The parts of each of ``down`` that none of ``spans`` (merged, in time order) covers: a trio's
     down time in which another process (a collector's run) was at work is no down time of the run."""

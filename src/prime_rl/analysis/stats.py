@@ -34,6 +34,7 @@ from prime_rl.analysis.restarts import (
     Restart,
     Segments,
     last_restart,
+    open_time_within,
     run_time_within,
     silent_together,
     uncovered,
@@ -318,6 +319,13 @@ class Collected:
     the orchestrator and the trainer were silent at once (no line with a time), outside any down time
     (:func:`~prime_rl.analysis.restarts.silent_together`): a restart that redid no step is not found
     there, and a resume's start-up may hide its crash; the warnings name the long ones."""
+    open_ms: dict[str, float] = field(default_factory=dict)
+    """By series (``gen_dur_ms``, ``ckpt_wait_ms``, ``train_wait_ms``), the run time of the batches and
+    waits no line ended: each from its open line (``[gen] batch.start``, ``[ckpt] wait.start``, the
+    trainer's ``[train] wait.start`` but a run's first) to where the down time after it begins (a crash,
+    then a resume; else its process's restart) or the logs end (the stall rule's wait open at their
+    end), less down time (:func:`~prime_rl.analysis.restarts.open_time_within`). It is time the stage
+    spent in the run's wall time: :meth:`total` adds it."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -380,7 +388,8 @@ class Collected:
 
     def _total(self, key: str) -> float:
         out = sum(self.series[key])
-        return out + self.earlier_runs_ms[key] if key in self.earlier_runs_ms else out
+        out = out + self.earlier_runs_ms[key] if key in self.earlier_runs_ms else out
+        return out + self.open_ms[key] if key in self.open_ms else out
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
@@ -607,6 +616,14 @@ class _Collector:
         self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
+        self.restart_ts = np.empty(0)
+        """The times of the batch's lines that start a new segment of its process (:attr:`segment_starts`)."""
+        self.open_since: dict[tuple[str, str], float] = {}
+        """By series and source, the time of the line that opened a batch or wait still open (no line
+        that ends it, nor a restart of its process, since): :meth:`_left_open`."""
+        self.left_open: dict[str, list[tuple[float, float]]] = {}
+        """By series, each batch or wait left open where its process started again (a crash, then a
+        resume): the time of its open line and of the restart's line (``inf``: none)."""
 
     def handler(self, tag: str) -> Callable[[int, TaggedLines], None] | None:
         """The method that folds ``tag``'s lines (looked up per batch: a table of bound methods
@@ -633,6 +650,48 @@ class _Collector:
         if loose:  # values at no step: the series' count is no number of steps
             self.counts[f"{AT_NO_STEP}{key}"] += len(loose)
         self.series[key].extend(loose)
+
+    def _left_open(
+        self,
+        key: str,
+        b: TaggedLines,
+        opening: np.ndarray,
+        closing: np.ndarray,
+        counts: np.ndarray | None = None,
+    ) -> None:
+        """Keep the batch or wait of series ``key`` open where its process started again in ``b``
+        (rows ``opening`` open one, ``closing`` end it): as the stall rule's wait open where the logs
+        end (:attr:`Collected.open_batch`), one is open when the last of those lines before the restart
+        opens it. Each is kept with the time of its open line and of the restart (:attr:`left_open`);
+        the one open after ``b``'s last restart waits for a later batch (:attr:`open_since`).
+        ``counts``: whether each opening row's wait is one of the run's (a trainer run's first wait
+        for rollouts is start-up)."""
+        line = b.frame.get_column("line").to_numpy()
+        ts = b.frame.get_column("ts").to_numpy()
+        marks = np.flatnonzero(opening | closing)
+        since = self.open_since.pop((key, b.source), None)
+
+        def at(i: int) -> float | None:
+            counted = opening[i] and (counts is None or counts[i]) and not math.isnan(ts[i])
+            return float(ts[i]) if counted else None
+
+        lo = 0
+        for before, restart in zip(
+            np.searchsorted(line[marks], self.segment_starts[0]).tolist(),
+            self.restart_ts.tolist(),
+            strict=True,
+        ):
+            if before > lo:  # the last line of the segment that opens or ends one
+                since = at(int(marks[before - 1]))
+            if since is not None:
+                self.left_open.setdefault(key, []).append(
+                    (since, math.inf if math.isnan(restart) else restart)
+                )
+            since, lo = None, before
+        if len(marks) > lo:
+            since = at(int(marks[-1]))
+        if since is not None:
+            self.open_since[key, b.source] = since
 
     def _extend(self, key: str, values: list[float | None]) -> None:
         """Add every value that is not None (a series with no per-step values)."""
@@ -704,6 +763,14 @@ class _Collector:
             end, took_ms = ts.gather(timed), write.gather(timed)
             spans = pl.DataFrame({"start": end - took_ms / 1000.0, "end": end, "arg": step.gather(timed)})
             self.spans.add_frame("ckpt_write", "write weights step {}", spans)
+        opening, closing = starts.to_numpy().copy(), dones.to_numpy().copy()
+        if loads is not None and loads.any():  # a resume's load (and its wait.start) ends no wait of the run
+            marks = np.flatnonzero(opening | closing)
+            load = np.flatnonzero(loads.fill_null(False).to_numpy()[marks])
+            closing[marks[load]] = False
+            load = load[load > 0]
+            opening[marks[load - 1]] = False
+        self._left_open("ckpt_wait_ms", b, opening, closing)
         marks = (starts | dones).arg_true()
         if len(marks):  # an open wait is the last wait.start with no wait.done after it
             i = int(marks[-1])
@@ -741,6 +808,7 @@ class _Collector:
         if dones.any():
             done_completions = b.num_series("completions", ("batch.done",)).filter(dones).drop_nulls()
             self.counts["completions"] += sum(map(int, done_completions.to_list()))
+        self._left_open("gen_dur_ms", b, starts.to_numpy(), dones.to_numpy())
         marks = (starts | dones).arg_true()
         if len(marks):  # an open batch is the last batch.start with no batch.done after it
             i = int(marks[-1])
@@ -801,6 +869,7 @@ class _Collector:
         only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
         # step 0's wait is start-up (the servers start, the first batch is generated with nothing
         # to overlap it), not the steady state a bottleneck is judged on; so is a resumed run's first
+        starting = self.trainer_starting
         start_up = (step_s == "0").fill_null(False) | pl.Series(self._first_steps(b, done.fill_null(False)))
         self._per_step("train_wait_ms", b, "step", only(~start_up, wait_s))
         self._per_step("train_ms", b, "step", only(done, train_s))
@@ -809,10 +878,30 @@ class _Collector:
         self._per_step("publish_ms", b, "step", only(done, write_s))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
         events = b.frame.get_column("event")
+        self._train_wait_left_open(b, step_s, done.fill_null(False).to_numpy(), starting)
         marks = events.is_in(("wait.start", "wait.done", "run.start")).fill_null(False).arg_true()
         if len(marks):  # the trainer's wait for rollouts open at the batch's end (a new run closes it)
             i = int(marks[-1])
             self.train_wait = (b, i) if events[i] == "wait.start" else None
+
+    def _train_wait_left_open(
+        self, b: TaggedLines, step: pl.Series, done: np.ndarray, starting: bool
+    ) -> None:
+        """The trainer's waits for rollouts left open (:meth:`_left_open`): a ``wait.start`` opens one, a
+        ``wait.done`` or ``run.start`` ends it; a wait before the run's first ``step.done`` (after its
+        ``run.start`` or a step going back; ``starting``: one before ``b`` has had none since), or for
+        step 0, is start-up, as its wait_ms is."""
+        events = b.frame.get_column("event")
+        opening = (events == "wait.start").fill_null(False).to_numpy()
+        began = (events == RUN_START).fill_null(False).to_numpy()
+        closing = (events == "wait.done").fill_null(False).to_numpy() | began
+        began |= np.isin(b.frame.get_column("line").to_numpy(), self.segment_starts[0])
+        rows = np.arange(len(opening))
+        last_done = np.maximum.accumulate(np.where(done, rows, -1))
+        last_start = np.maximum.accumulate(np.where(began, rows, -1))
+        # a step.done that starts a segment (its step went back) is the run's first: the waits after it count
+        ran = np.where(last_start >= 0, last_done >= last_start, (last_done >= 0) | (not starting))
+        self._left_open("train_wait_ms", b, opening, closing, ran & (step != "0").fill_null(True).to_numpy())
 
     def _first_steps(self, b: TaggedLines, done: pl.Series) -> np.ndarray:
         """Which of the [train] lines ``b`` are the first ``step.done`` (``done``) of a run of the
@@ -980,6 +1069,7 @@ class _Collector:
         """One batch (one source): restarts first, then each tag's lines."""
         restarts = self.segments.observe(b)
         self.segment_starts = self._segment_starts(b, restarts)
+        self.restart_ts = b.frame.get_column("ts").to_numpy()[restarts] if restarts else np.empty(0)
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
@@ -1209,6 +1299,10 @@ def _collect(
     window = (first_ts, last_ts)
     pauses = [replace(p, run_seconds=run_time_within([(p.start, p.end)], window, down)) for p in hangs.pauses]
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
+    # the batches and waits no line ended: left open by a crash, or where the logs end
+    for (key, _), since in c.open_since.items():
+        c.left_open.setdefault(key, []).append((since, math.inf))
+    open_ms = {key: open_time_within(opens, window, down) * 1000.0 for key, opens in c.left_open.items()}
     collected = Collected(
         parse,
         updates,
@@ -1246,6 +1340,7 @@ def _collect(
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
+        open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         silences=silent_together(c.segments.silences, down) if c.segments.first_start is None else [],
     )
     collected.memo("update_frame", lambda: frame)  # made once, above

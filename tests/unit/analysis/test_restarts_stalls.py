@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.synthetic_logs import appended, make_run
+from tests.support.synthetic_logs import Shape, appended, make_run
 
 from prime_rl.analysis.hangs import Hang, place_hangs
 from prime_rl.analysis.restarts import Restart, Segments
@@ -1577,3 +1577,80 @@ def test_a_hang_line_with_no_time_around_it_is_placed_within_the_other_logs_time
     hang = summary["primary"]
     assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
     assert "is not known" not in hang["evidence"] and "no line around it" not in hang["evidence"]
+
+
+def _crashed_inside(tmp_path: Path, inside: str, resumed: str = "run.start"):
+    """A healthy run of 5 s batches (steps 0..9) that crashed 40 s into a batch or a wait of step 10's,
+    every process silent from then on, resumed at step 8 ten minutes later (``resumed``: ``run.start``,
+    each process's run.start line; ``old``: none, the steps go back; ``none``: the logs end there).
+    ``inside``: ``generation`` (its [gen] batch.start, then the orchestrator's [server] metrics every
+    5 s until the crash; the trainer waits for its rollouts: [train] wait.start) or ``checkpoint
+    wait`` (its [ckpt] wait.start for weights step 9 while the trainer computes step 9 for 40 s and
+    dies writing them). The paths and the runs."""
+    first = make_run("healthy", steps=10, seed=1, shape=Shape(gen_ms=5000.0))
+    last = max(first.orchestrator + first.trainer + first.inference, key=_ts)
+    if inside == "generation":
+        first.orchestrator.append(
+            _stamp(last, 0.1) + format_tagged("gen", "batch.start", step=10, inflight=64, target_batch=256)
+        )
+        first.trainer.append(_stamp(last, 0.1) + format_tagged("train", "wait.start", step=10))
+        for k in range(1, 9):  # the last at 40.1 s: the crash
+            metrics = dict(url="http://h:8000", running=8, waiting=0, kv_cache_pct=30.0, preemptions=7)
+            first.orchestrator.append(
+                _stamp(last, 0.1 + 5 * k) + format_tagged("server", "metrics", **metrics)
+            )
+    else:
+        first.orchestrator.append(_stamp(last, 0.1) + format_tagged("ckpt", "wait.start", target_step=9))
+        first.trainer.append(
+            _stamp(last, 40.1) + format_tagged("train", "compute.done", step=9, train_ms=40000.0)
+        )
+    offset = _ts(last) - _ts(first.orchestrator[0]) + 640.0
+    second = make_run(
+        "healthy", steps=6, seed=2, first_step=8, start_offset_s=offset, shape=Shape(gen_ms=5000.0)
+    )
+    if resumed == "run.start":
+        for run, step in ((first, 0), (second, 8)):
+            began = _stamp(run.orchestrator[0], -1.0)
+            run.orchestrator.insert(0, began + format_tagged("gen", "run.start", step=step, resume=step > 0))
+            run.trainer.insert(0, began + format_tagged("train", "run.start", step=step, resume=step > 0))
+    runs = (first,) if resumed == "none" else (first, second)
+    return appended(tmp_path / "logs", *runs), runs
+
+
+@pytest.mark.parametrize("resumed", ["run.start", "old", "none"])
+def test_a_batch_or_wait_a_crash_left_open_counts_in_its_stage(tmp_path, analyze, resumed):
+    """A run that crashed 40 s into a generation batch (its steps take 5 s) and was resumed: the time
+    from the batch's [gen] batch.start to the crash (where the down time begins: every process silent)
+    is run time, but no line ended the batch, so no stage counted it: generation read 78.0 s of a
+    121.6 s run and the orchestrator's rows added up to 81.5 s; the trainer's wait for those rollouts
+    (its [train] wait.start, open too) was in no stage either. The same with a crash 40 s into a wait
+    for weights ([ckpt] wait.start): checkpoint wait 0.3 s where the orchestrator waited 40.3 s. The
+    batch or wait open where a run crashed counts in its stage up to the crash, as one open where the
+    logs end counts up to their end (the stall rule's wait; ``none``: the logs end 40 s into it), also
+    in logs without run.start lines (``old``)."""
+    paths, runs = _crashed_inside(tmp_path / "gen", "generation", resumed)
+    summary, md = analyze(paths, tmp_path / "out")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    done = _field_sum([x for run in runs for x in run.orchestrator], "[gen] batch.done", "dur_ms")
+    # the open batch from its batch.start to the crash (the orchestrator's last [server] metrics line)
+    assert stages["generation"] + stages["verification (scoring)"] == pytest.approx(done + 40_000.0, abs=1.0)
+    # the trainer's wait for them, from its wait.start 0.1 s into the batch (each run's first step's
+    # wait is start-up)
+    steps = [[x for x in run.trainer if "[train] step.done" in x][1:] for run in runs]
+    waits = _field_sum([x for run in steps for x in run], "[train] step.done", "wait_ms")
+    assert stages["trainer waits for rollouts"] == pytest.approx(waits + 40_000.0, abs=1.0)
+    # the orchestrator's rows add up to its time (each step's lines but its updates' and waits' come
+    # in the same millisecond, the first batch's 0.5 ms before the run starts)
+    orchestrator = [s for s in summary["stages"] if s["process"] == "orchestrator" and not s.get("within")]
+    assert math.fsum(s["share"] for s in orchestrator if not s.get("beside")) == pytest.approx(1.0, abs=0.01)
+
+    paths, runs = _crashed_inside(tmp_path / "ckpt", "checkpoint wait", resumed)
+    summary, md = analyze(paths, tmp_path / "out2")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    # the resumed run's wait before its first batch is its load of weights: start-up
+    waits = [[x for x in run.orchestrator if "[ckpt] wait.done" in x][k:] for k, run in enumerate(runs)]
+    waited = _field_sum([x for run in waits for x in run], "[ckpt] wait.done", "wait_ms")
+    # the open wait from its wait.start to the crash (the trainer's compute.done of step 9)
+    assert stages["checkpoint wait"] == pytest.approx(waited + 40_000.0, abs=1.0)
+    orchestrator = [s for s in summary["stages"] if s["process"] == "orchestrator" and not s.get("within")]
+    assert math.fsum(s["share"] for s in orchestrator if not s.get("beside")) == pytest.approx(1.0, abs=0.01)
