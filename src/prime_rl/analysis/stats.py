@@ -879,9 +879,12 @@ class _Collector:
         self._train_spans(b, step_s, wait_s, train_s, write_s)
         events = b.frame.get_column("event")
         self._train_wait_left_open(b, step_s, done.fill_null(False).to_numpy(), starting)
-        marks = events.is_in(("wait.start", "wait.done", "run.start")).fill_null(False).arg_true()
-        if len(marks):  # the trainer's wait for rollouts open at the batch's end (a new run closes it)
-            i = int(marks[-1])
+        # the trainer's wait for rollouts open at the batch's end: a new run closes it, by its run.start
+        # or, in logs without those, by the line its step went back at (a segment's start)
+        marks = events.is_in(("wait.start", "wait.done", "run.start")).fill_null(False).to_numpy()
+        marks |= np.isin(b.frame.get_column("line").to_numpy(), self.segment_starts[0])
+        if marks.any():
+            i = int(np.flatnonzero(marks)[-1])
             self.train_wait = (b, i) if events[i] == "wait.start" else None
 
     def _train_wait_left_open(

@@ -1654,3 +1654,17 @@ def test_a_batch_or_wait_a_crash_left_open_counts_in_its_stage(tmp_path, analyze
     assert stages["checkpoint wait"] == pytest.approx(waited + 40_000.0, abs=1.0)
     orchestrator = [s for s in summary["stages"] if s["process"] == "orchestrator" and not s.get("within")]
     assert math.fsum(s["share"] for s in orchestrator if not s.get("beside")) == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.parametrize("resumed", ["run.start", "old"])
+def test_a_trainer_wait_a_crash_left_open_is_no_stall_once_the_run_resumed(tmp_path, analyze, resumed):
+    """The run of test_a_batch_or_wait_a_crash_left_open_counts_in_its_stage whose trainer crashed in its
+    wait for step 10's rollouts ([train] wait.start, no wait.done) and was resumed at step 8. In logs
+    without run.start lines (``old``) the crashed wait stayed the trainer's open wait, whatever the
+    resumed run did after it: 'Stall: the trainer waits for the rollouts of step 10, which the
+    orchestrator never wrote', though the resumed run trained steps 8..13. The step going back (the
+    resumed run's first step.done) closes it, as run.start does."""
+    paths, runs = _crashed_inside(tmp_path / "gen", "generation", resumed)
+    summary, md = analyze(paths, tmp_path / "out")
+    assert not [f for f in summary["findings"] if f["kind"] == "stall"], summary["findings"]
+    assert "Stall" not in md
