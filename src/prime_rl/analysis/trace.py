@@ -74,7 +74,8 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
         names[(pid, tid)] = row
     samples = [s for s in d.spans if s.kind in COLLECTOR_KINDS]
     updated = _server_urls(d)
-    servers = {url: k for k, url in enumerate(dict.fromkeys([*updated, *map(_sample_url, samples)]))}
+    sampled = [_sample_url(s) for s in samples if s.kind != VERIFICATION]  # a verification has no server
+    servers = {url: k for k, url in enumerate(dict.fromkeys([*updated, *sampled]))}
     for url in updated:
         names[(_FIRST_SERVER + servers[url], 1)] = "weight update rpc (server side)"
         names[(_ORCH, 10 + servers[url])] = f"weight updates to {url}"

@@ -252,3 +252,23 @@ def test_a_collector_s_samples_on_a_trio_s_server_join_its_process(tmp_path, ana
         if e["name"] == "thread_name" and e["pid"] >= 10
     }
     assert rows == {("inference http://h:8000", "weight update rpc (server side)")}
+
+
+def test_a_verify_pass_names_no_server_of_its_own(tmp_path, analyze):
+    """A verify pass's verify.done lines name no server: they are the offline collector's track. Its
+    verifications were counted among the servers too (a span without a URL is server "server"), so
+    the trace named an empty process "inference server" beside the two servers its samples named."""
+    from prime_rl.tracing import format_tagged
+
+    a, b = "http://a:8000", "http://b:8000"
+    log = tmp_path / "collect.log"
+    _collector_log(log, [("rollout.done", 2.0, 2000.0, 200, a), ("rollout.done", 3.0, 2500.0, 200, b)])
+    verify = format_tagged("collect", "verify.done", None, task=1, repeat=0, dur_ms=1500.0)
+    log.write_text(log.read_text() + f"2026-01-01 12:00:30.000 | INFO    | {verify}\n")
+    analyze([log], tmp_path / "out", "--trace")
+    events = check_trace_format(json.loads((tmp_path / "out" / "trace.json").read_text()))
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    used = {e["pid"] for e in events if e["ph"] != "M"}
+    named = {name for pid, name in processes.items() if pid in used}
+    assert named == {"inference http://a:8000", "inference http://b:8000", "offline collector"}
+    assert "inference server" not in processes.values()
