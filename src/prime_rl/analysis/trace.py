@@ -69,16 +69,18 @@ def trace_events(d: Collected) -> Iterator[dict[str, Any]]:
     def us(t: float) -> float:
         return round((t - t0) * 1e6, 1)
 
-    names: dict[tuple[int, int | None], str] = {(_ORCH, None): "orchestrator", (_TRAINER, None): "trainer"}
-    for pid, tid, row in _ROWS.values():
-        names[(pid, tid)] = row
+    # the processes and rows with events only (a collector's trace has no orchestrator or trainer)
+    process = {_ORCH: "orchestrator", _TRAINER: "trainer"}
+    names: dict[tuple[int, int | None], str] = {}
+    for pid, tid, row in (_ROWS[kind] for kind in {s.kind for s in d.spans} if kind in _ROWS):
+        names[(pid, None)], names[(pid, tid)] = process[pid], row
     samples = [s for s in d.spans if s.kind in COLLECTOR_KINDS]
     updated = _server_urls(d)
     sampled = [_sample_url(s) for s in samples if s.kind != VERIFICATION]  # a verification has no server
     servers = {url: k for k, url in enumerate(dict.fromkeys([*updated, *sampled]))}
     for url in updated:
         names[(_FIRST_SERVER + servers[url], 1)] = "weight update rpc (server side)"
-        names[(_ORCH, 10 + servers[url])] = f"weight updates to {url}"
+        names[(_ORCH, None)], names[(_ORCH, 10 + servers[url])] = "orchestrator", f"weight updates to {url}"
     for url, k in servers.items():
         names[(_FIRST_SERVER + k, None)] = f"inference {url}"
     if any(s.kind == VERIFICATION for s in samples):

@@ -257,7 +257,9 @@ def test_a_collector_s_samples_on_a_trio_s_server_join_its_process(tmp_path, ana
 def test_a_verify_pass_names_no_server_of_its_own(tmp_path, analyze):
     """A verify pass's verify.done lines name no server: they are the offline collector's track. Its
     verifications were counted among the servers too (a span without a URL is server "server"), so
-    the trace named an empty process "inference server" beside the two servers its samples named."""
+    the trace named an empty process "inference server" beside the two servers its samples named;
+    and a collector's trace named the trio's processes and rows, empty ("orchestrator", "trainer").
+    Only processes with events are named now."""
     from prime_rl.tracing import format_tagged
 
     a, b = "http://a:8000", "http://b:8000"
@@ -269,6 +271,11 @@ def test_a_verify_pass_names_no_server_of_its_own(tmp_path, analyze):
     events = check_trace_format(json.loads((tmp_path / "out" / "trace.json").read_text()))
     processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     used = {e["pid"] for e in events if e["ph"] != "M"}
-    named = {name for pid, name in processes.items() if pid in used}
-    assert named == {"inference http://a:8000", "inference http://b:8000", "offline collector"}
-    assert "inference server" not in processes.values()
+    assert set(processes) == used
+    assert set(processes.values()) == {
+        "inference http://a:8000",
+        "inference http://b:8000",
+        "offline collector",
+    }
+    rows = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    assert rows <= {(e["pid"], e["tid"]) for e in events if e["ph"] != "M"}
