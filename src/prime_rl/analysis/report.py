@@ -171,7 +171,8 @@ def _second(whole: int) -> str | None:
 def slowest_updates(d: Collected, n: int = 10) -> str:
     """slowest_updates.txt: the ``n`` longest weight updates and the generation batches they overlapped.
     The updates the orchestrator died waiting for (:func:`~prime_rl.analysis.updates.died_waiting`:
-    down time, which the stages count as none) are not ranked; a line under the list names them."""
+    no answer says how long they took; the stages count them up to the crash) are not ranked; a line
+    under the list names them."""
     rows = d.update_frame().select(  # the row numbers and times alone: a sort of every column would copy them all
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
         pl.col("took").fill_null(0.0),
@@ -212,8 +213,8 @@ def _died_waiting_note(d: Collected, dead: list[Update]) -> str:
     more = f" and {len(dead) - 5} more" if len(dead) > 5 else ""
     return (
         f"(not ranked: {len(dead)} update(s) the orchestrator died waiting for, sent before its restart at "
-        f"{_clock(d.orchestrator_restarted)} and never answered: {named}{more}; down time, no step waited for "
-        "them, as in the stages)"
+        f"{_clock(d.orchestrator_restarted)} and never answered: {named}{more}; the stages count them up to the "
+        "crash, where the down time begins)"
     )
 
 

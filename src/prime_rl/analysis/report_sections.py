@@ -193,9 +193,9 @@ def per_server(d: Collected) -> list[str]:
 
 UNANSWERED_NOTE = (
     "`unanswered`: weight updates never answered, not in `updates` or the medians: those the orchestrator "
-    "died waiting for (sent before its last restart) are down time, not a wait of the steps, in neither the "
-    "stages nor slowest_updates.txt; those sent after it (or with no restart) are still waiting where the "
-    "logs end (see Stall, when it lasted long enough)."
+    "died waiting for (sent before its last restart) count in the weight-update stages up to the crash (the "
+    "down time after it is no run time), not in slowest_updates.txt; those sent after it (or with no "
+    "restart) are still waiting where the logs end (see Stall, when it lasted long enough)."
 )
 
 

@@ -118,12 +118,20 @@ def open_time_within(
     to its process's restart, ``inf`` where the logs end inside it): each ends where the first down
     time after its open line begins (the crash: every process silent), else at its restart, and
     counts within ``run`` less ``down`` (:func:`run_time_within`)."""
+    return run_time_within(open_spans(opens, down), run, down)
+
+
+def open_spans(
+    opens: list[tuple[float, float]], down: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """Each of ``opens`` (its open line's time, its process's restart's: ``inf``, none) cut where the
+    first down time after its open line begins (the crash: every process silent)."""
     starts = sorted(a for a, _ in down)
     cut = []
     for since, until in opens:
         at = next((a for a in starts if a >= since), math.inf)
         cut.append((since, min(until, at)))
-    return run_time_within(cut, run, down)
+    return cut
 
 
 def uncovered(down: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

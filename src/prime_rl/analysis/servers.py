@@ -9,8 +9,8 @@ Weight updates come from the client's ``[weights]`` lines (``url=``), one update
 server (:mod:`~prime_rl.analysis.updates`); retries (429 and errors) from ``[gen] request.retry
 url=``; failed updates from ``client.error``; an update's wall time is the client's whole wait for
 it, the failed attempts of a retried one included (:func:`~prime_rl.analysis.updates.update_frame`);
-an update never answered is counted apart (``unanswered``): one the orchestrator died waiting for,
-as the stages count it, down time (:func:`~prime_rl.analysis.updates.died_waiting`), and one still
+an update never answered is counted apart (``unanswered``): one the orchestrator died waiting for
+(:func:`~prime_rl.analysis.updates.died_waiting`; the stages count it up to the crash), and one still
 waiting where the logs end (the stall rule's, :func:`~prime_rl.analysis.stalls.first_unanswered`).
 A server whose median update wall time is ``server_slow_ratio`` times its peers' median is named,
 with the ratio.
@@ -79,7 +79,7 @@ class ServerRow:
     unanswered: int = 0
     """Its updates never answered (:func:`~prime_rl.analysis.updates.unanswered`): those the
     orchestrator died waiting for (sent before its last restart:
-    :func:`~prime_rl.analysis.updates.died_waiting`; down time, as the stages count them) and those
+    :func:`~prime_rl.analysis.updates.died_waiting`; the stages count them up to the crash) and those
     still waiting where the logs end; not in :attr:`updates` nor in the value lists."""
     _medians: dict[str, float | None] = field(default_factory=dict, repr=False, compare=False)
 

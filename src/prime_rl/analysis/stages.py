@@ -116,14 +116,19 @@ class UpdateTime:
 def update_critical(d: Collected) -> UpdateTime:
     """The weight updates' time, each update taken at its slowest server: what the orchestrator
     waits for before it generates again (:class:`UpdateTime`). The health loop's updates
-    (:attr:`~prime_rl.analysis.updates.Update.background`) are left out: no step waits for them; so
-    are those left unanswered before the orchestrator's last restart (it died waiting: down time,
-    :func:`~prime_rl.analysis.updates.died_waiting`)."""
+    (:attr:`~prime_rl.analysis.updates.Update.background`) are left out: no step waits for them. One
+    never answered (the orchestrator died waiting for it, :func:`~prime_rl.analysis.updates.died_waiting`,
+    or still waited where the logs end) counts from its ``client.send`` to where the down time after
+    it begins, or the logs' end (:attr:`~prime_rl.analysis.stats.Collected.open_updates`): queue until
+    its server's ``server.recv``, then the server's, rpc from an ``rpc.start`` no ``rpc.done``
+    followed; a resume's resend under its trace id is another update (an update is one run's of the
+    orchestrator)."""
     return d.memo("update_critical", lambda: _update_critical(d))
 
 
 def _update_critical(d: Collected) -> UpdateTime:
-    """Column-wise: each group's (:func:`update_group`) slowest update by its wall time (else the
+    """Column-wise: each group's (:func:`update_group`, within one run of the orchestrator) slowest
+    update by its wall time (else the
     server's handling as its log gives it, else 0; the first of equals), summed in the groups' order.
 
     An update's server handling is the client's ``server_ms``; in a log without it (``rpc_ms`` stood
@@ -134,13 +139,31 @@ def _update_critical(d: Collected) -> UpdateTime:
     (:attr:`~prime_rl.analysis.updates.Update.gave_up`) counts as failed attempts alone."""
     if not d.updates:
         return UpdateTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    # the health loop's updates (a server brought back) are no step's wait, nor one the orchestrator
-    # died waiting for (it is down time, and a resend under its trace id would share its group)
+    # the health loop's updates (a server brought back) are no step's wait
+    frame, keep = d.update_frame(), of_the_steps() & ~died_waiting(d.orchestrator_restarted)
+    if d.open_updates is not None:
+        # one never answered counts up to the crash (or the logs' end), as a batch left open does
+        col = pl.col
+        frame = frame.with_row_index("k").join(d.open_updates, on="k", how="left", maintain_order="left")
+        frame = frame.with_columns(
+            wall=pl.coalesce("open_wall", "wall"),
+            handling=pl.coalesce("open_handling", "handling"),
+            rpc=pl.coalesce("open_rpc", "rpc"),
+        )
+        keep = of_the_steps() & (~died_waiting(d.orchestrator_restarted) | col("open_wall").is_not_null())
+    restarted = sorted(r.ts for r in d.restarts if r.process == "orchestrator" and r.ts is not None)
+    # an update is one run's of the orchestrator: a resume's resend under a trace id the crash left
+    # unanswered is another update
+    run = pl.lit(0, pl.Int64)
+    if restarted:
+        start = frame.get_column("start").fill_null(-math.inf).to_numpy()
+        run = pl.Series("run", np.searchsorted(np.array(restarted), start, side="right"), dtype=pl.Int64)
     frame = (
-        d.update_frame()
-        .filter(of_the_steps() & ~died_waiting(d.orchestrator_restarted))
+        frame.with_columns(run=run)
+        .filter(keep)
         .select(
             *update_group(),
+            "run",
             *(
                 "wall",
                 "rpc",
@@ -185,6 +208,7 @@ def _update_critical(d: Collected) -> UpdateTime:
         .select(
             "tid",
             "window",
+            "run",
             "i",
             "ms",
             "retry",
@@ -200,7 +224,7 @@ def _update_critical(d: Collected) -> UpdateTime:
     # one server: every update its own group (the group_by's groups would cost 170 MB for the
     # 714k updates of the 10M-line all-tagged benchmark, the check 18 MB)
     if frame.get_column("tid").n_unique() < frame.height:
-        parts = parts.group_by("tid", "window", maintain_order=True).agg(
+        parts = parts.group_by("tid", "window", "run", maintain_order=True).agg(
             pl.col(*names).sort_by("ms", "i", descending=[True, False]).first()
         )
     # summed in order, as one update after another (a cumulative sum adds left to right, as a loop

@@ -34,6 +34,7 @@ from prime_rl.analysis.restarts import (
     Restart,
     Segments,
     last_restart,
+    open_spans,
     open_time_within,
     run_time_within,
     silent_together,
@@ -62,7 +63,9 @@ from prime_rl.analysis.updates import (
     WEIGHTS_NUMBERS,
     Update,
     UpdateJoin,
+    of_the_steps,
     prepare_weights,
+    unanswered,
     update_frame,
 )
 
@@ -326,6 +329,14 @@ class Collected:
     then a resume; else its process's restart) or the logs end (the stall rule's wait open at their
     end), less down time (:func:`~prime_rl.analysis.restarts.open_time_within`). It is time the stage
     spent in the run's wall time: :meth:`total` adds it."""
+    open_updates: pl.DataFrame | None = None
+    """The steps' weight updates never answered (:func:`~prime_rl.analysis.updates.unanswered`), each
+    counted from its ``client.send`` to where the down time after it begins (the orchestrator died
+    waiting: a crash, then a resume; else its restart) or the logs end, less down time, as the
+    batches and waits left open (:attr:`open_ms`): ``k`` (its row of :meth:`update_frame`),
+    ``open_wall`` (ms), ``open_handling`` (the part after its server's ``server.recv``; null: none)
+    and ``open_rpc`` (the part after the server's ``rpc.start`` that no ``rpc.done`` followed; null:
+    none). :func:`~prime_rl.analysis.stages.update_critical` counts them; None: no such update."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -1306,6 +1317,8 @@ def _collect(
     for (key, _), since in c.open_since.items():
         c.left_open.setdefault(key, []).append((since, math.inf))
     open_ms = {key: open_time_within(opens, window, down) * 1000.0 for key, opens in c.left_open.items()}
+    restarted = [r.ts for r in c.segments.restarts if r.process == "orchestrator" and r.ts is not None]
+    open_updates = _open_updates(frame, c.join.rpc_left_open(), restarted, window, down)
     collected = Collected(
         parse,
         updates,
@@ -1344,10 +1357,68 @@ def _collect(
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
+        open_updates=open_updates,
         silences=silent_together(c.segments.silences, down) if c.segments.first_start is None else [],
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
+
+
+def _open_updates(
+    frame: pl.DataFrame,
+    rpc_left_open: pl.DataFrame,
+    restarted: list[float],
+    window: tuple[float, float],
+    down: list[tuple[float, float]],
+) -> pl.DataFrame | None:
+    """:attr:`Collected.open_updates` of the updates ``frame`` (:func:`update_frame`): each of the
+    steps' updates never answered runs from its client.send to its orchestrator's next restart
+    (``restarted``: the times), cut where the down time after it begins
+    (:func:`~prime_rl.analysis.restarts.open_spans`), within ``window`` less ``down``; its server had
+    it from its server.recv on, its engine from the last ``rpc.start`` left open (``rpc_left_open``:
+    :meth:`~prime_rl.analysis.updates.UpdateJoin.rpc_left_open`) of its trace id and server file
+    after that. One after which the orchestrator sent another update before that end went on without
+    its answer: it is none (it was not what the orchestrator waited for)."""
+    rows = frame.with_row_index("k").filter(unanswered() & of_the_steps())
+    if not rows.height:
+        return None
+    restarted = sorted(restarted)
+    sent = (
+        frame.filter(of_the_steps() & pl.col("send_ts").is_not_null())
+        .select("send_ts", "tid")
+        .sort("send_ts")
+    )
+    sent_ts, sent_tid = sent.get_column("send_ts").to_numpy(), sent.get_column("tid").to_list()
+    rpc_starts: dict[tuple[str, str], list[float]] = {}
+    for tid, server, ts in rpc_left_open.iter_rows():
+        if ts is not None:
+            rpc_starts.setdefault((tid, server), []).append(ts)
+    out = []
+
+    def run_ms(since: float, end: float) -> float:
+        return run_time_within([(since, end)], window, down) * 1000.0
+
+    columns = rows.select("k", "send_ts", "recv_ts", "tid", pl.col("server").cast(pl.String))
+    for k, send, recv, tid, server in columns.iter_rows():
+        until = next((r for r in restarted if r > send), math.inf)
+        ((_, end),) = open_spans([(send, until)], down)
+        later = int(np.searchsorted(sent_ts, send, side="right"))
+        while later < len(sent_tid) and sent_tid[later] == tid:
+            later += 1
+        if later < len(sent_tid) and sent_ts[later] < end:  # the orchestrator went on without it
+            continue
+        handling = rpc = None
+        if recv is not None and recv < end:
+            handling = run_ms(max(recv, send), end)
+            engine = [t for t in rpc_starts.get((tid, server), ()) if recv <= t < end]
+            if engine:
+                rpc = run_ms(max(engine), end)
+        out.append((k, run_ms(send, end), handling, rpc))
+    return pl.DataFrame(
+        out,
+        schema={"k": pl.UInt32, "open_wall": pl.Float64, "open_handling": pl.Float64, "open_rpc": pl.Float64},
+        orient="row",
+    )
 
 
 SAMPLE_RETRY = "collect."

@@ -164,6 +164,7 @@ class UpdateJoin:
         self._max_parts = MAX_PARTS if max_parts is None else max_parts
         self._updates: UpdateTable | None = None
         self._probe = ClockProbe()
+        self._rpc_open = RpcLeftOpen()
         self.offsets: Offsets = {}
         """Server logs whose clock is off the orchestrator's (:mod:`~prime_rl.analysis.clock_offsets`),
         found before the join, which takes their lines on the orchestrator's clock."""
@@ -185,6 +186,7 @@ class UpdateJoin:
             self._client.add(client)
         if server is not None:
             self._server.add(server)
+            self._rpc_open.add(server)
         n = self._client.parts_n
         if n < self._max_parts and self._client.rows + self._server.rows > self._split_rows * n:
             self._client.split(n * PARTS)
@@ -202,6 +204,12 @@ class UpdateJoin:
             finally:
                 self.spill.close()
         return self._updates
+
+    def rpc_left_open(self) -> pl.DataFrame:
+        """The servers' ``rpc.start`` lines that no ``rpc.done`` of their trace id and file followed
+        (:class:`RpcLeftOpen`), on the orchestrator's clock: ``tid``, ``server`` (the file) and ``ts``.
+        After :meth:`updates` (which finds the clocks)."""
+        return self._rpc_open.frame(self.offsets)
 
     def _take(self, part: int) -> tuple[pl.DataFrame, pl.DataFrame, Usual]:
         """One part's lines (client, server) and their usual updates: the join's column work, which
@@ -257,6 +265,57 @@ class UpdateJoin:
         keys = [key for key, _ in alone]
         order.append(_keyed(frame_of(u for _, u in alone), 1, [r for r, _ in keys], [p for _, p in keys]))
         return UpdateTable(_in_order(order, self.spill))
+
+
+class RpcLeftOpen:
+    """The servers' ``rpc.start`` lines no ``rpc.done`` followed: of the lines of their trace id in
+    their file, the next is a ``server.recv`` or an ``rpc.start`` (another update under the trace id,
+    another attempt) or none (the logs end). An update a crash of the orchestrator left unanswered
+    had its engine's reload running from there (:func:`~prime_rl.analysis.stages.update_critical`).
+    Few are kept: an rpc.start whose rpc.done comes next is let go a batch at a time, column-wise."""
+
+    _KEY = ("tid", "source")
+
+    def __init__(self) -> None:
+        self.left: list[pl.DataFrame] = []
+        self.pending = pl.DataFrame(
+            schema={"event": pl.String, "tid": pl.String, "source": pl.String, "ts": pl.Float64}
+        )
+        """The rpc.start lines with no later line of their trace id and file yet (a batch's last)."""
+
+    def add(self, servers: pl.DataFrame) -> None:
+        """A batch's server lines (:data:`SERVER_SCHEMA`, in line order)."""
+        lines = servers.select(
+            pl.col("event").cast(pl.String), "tid", pl.col("source").cast(pl.String), "ts"
+        ).filter(pl.col("event").is_in(_SERVER_EVENTS))
+        if self.pending.height:
+            lines = pl.concat([self.pending, lines])
+        col = pl.col
+        # the common case: the line after an rpc.start is its rpc.done
+        answered = (
+            (col("event").shift(-1) == "rpc.done")
+            & (col("tid").shift(-1) == col("tid"))
+            & (col("source").shift(-1) == col("source"))
+        ).fill_null(False)
+        open_tids = lines.filter((col("event") == "rpc.start") & ~answered).get_column("tid").unique()
+        if not len(open_tids):
+            self.pending = self.pending.clear()
+            return
+        starts = (
+            lines.filter(col("tid").is_in(open_tids.implode()))
+            .with_columns(next=col("event").shift(-1).over(self._KEY))
+            .filter((col("event") == "rpc.start") & (col("next") != "rpc.done").fill_null(True))
+        )
+        left = starts.filter(col("next").is_not_null()).drop("next")
+        if left.height:
+            self.left.append(left)
+        self.pending = starts.filter(col("next").is_null()).drop("next")
+
+    def frame(self, offsets: Offsets) -> pl.DataFrame:
+        """Every rpc.start left open (those where the logs end too): ``tid``, ``server``, ``ts`` on the
+        orchestrator's clock (``offsets``)."""
+        lines = pl.concat([*self.left, self.pending])
+        return on_orchestrator_clock(lines, offsets).select("tid", server="source", ts="ts")
 
 
 def _in_order(parts: list[pl.DataFrame | Path], spill: Spill) -> pl.DataFrame:
@@ -485,9 +544,10 @@ def unanswered() -> pl.Expr:
 
 def died_waiting(restarted: float | None) -> pl.Expr:
     """Of :func:`update_frame`'s rows: the updates left :func:`unanswered` before the orchestrator's
-    last restart at ``restarted`` (None: it never restarted, none): it died waiting for them. That is
-    down time, no step's wait: the stages count no time for them, slowest_updates.txt leaves them
-    out and the per-server table counts them apart (``unanswered``)."""
+    last restart at ``restarted`` (None: it never restarted, none): it died waiting for them. The
+    stages count each up to the crash, where the down time begins
+    (:attr:`~prime_rl.analysis.stats.Collected.open_updates`); slowest_updates.txt leaves them out (no
+    answer says how long they took) and the per-server table counts them apart (``unanswered``)."""
     if restarted is None:
         return pl.lit(False)
     return unanswered() & (pl.col("send_ts") < restarted)

@@ -744,6 +744,7 @@ def _died_waiting_for_deadbeef(tmp_path: Path) -> list[Path]:
         + format_tagged("weights", "client.send", "deadbeef", **send, t=2e3, attempt=1)
     )
     # the server outlived the orchestrator and finished that load 40 s later: down time, no step's
+    # (the orchestrator died at its client.send: the stages count none of it)
     first.inference += [
         _stamp(first.orchestrator[-1], 0.2)
         + format_tagged("weights", "server.recv", "deadbeef", path="/update_weights", t=2e3),
@@ -766,7 +767,7 @@ def _died_waiting_for_deadbeef(tmp_path: Path) -> list[Path]:
 def test_an_update_the_orchestrator_died_waiting_for_is_not_ranked_and_its_server_counts_it_apart(
     tmp_path, analyze
 ):
-    """The stages count no time for update deadbeef (the orchestrator died waiting for it), yet
+    """No answer timed update deadbeef (the orchestrator died waiting for it), yet
     slowest_updates.txt ranked it first (rpc 39998.0 ms, no wall time) and its server's row counted it
     among its 21 updates (22), its 40 s in the rpc_ms median's values. Now it is named under the list,
     not ranked, and counted in the row's own 'unanswered' column, which the report explains."""
@@ -777,7 +778,7 @@ def test_an_update_the_orchestrator_died_waiting_for_is_not_ranked_and_its_serve
     assert note.startswith(
         "(not ranked: 1 update(s) the orchestrator died waiting for, sent before its restart"
     )
-    assert "never answered: deadbeef to http://h:8000; down time" in note
+    assert "never answered: deadbeef to http://h:8000; the stages count them up to the crash" in note
     answered = [u for u in summary["updates"] if u["done_ts"] is not None and u["url"] == "http://h:8000"]
     (server,) = summary["servers"]
     assert (server["updates"], server["unanswered"]) == (len(answered), 1) == (21, 1)
@@ -787,7 +788,10 @@ def test_an_update_the_orchestrator_died_waiting_for_is_not_ranked_and_its_serve
     p50 = " | ".join(f"{server[f'{key}_p50']:.1f}" for key in ("wall_ms", "rpc_ms", "queue_ms"))
     assert head in table and f"| http://h:8000 | 21 | 0 | 0 | {p50} | 1 | 0 | 0 |" in table
     assert "`unanswered`: weight updates never answered, not in `updates` or the medians: those the " in table
-    assert "died waiting for (sent before its last restart) are down time" in table
+    assert (
+        "died waiting for (sent before its last restart) count in the weight-update stages up to the crash"
+        in table
+    )
 
 
 def test_an_update_still_unanswered_where_the_logs_end_is_counted_apart_in_its_server_s_row(
@@ -1668,3 +1672,106 @@ def test_a_trainer_wait_a_crash_left_open_is_no_stall_once_the_run_resumed(tmp_p
     summary, md = analyze(paths, tmp_path / "out")
     assert not [f for f in summary["findings"] if f["kind"] == "stall"], summary["findings"]
     assert "Stall" not in md
+
+
+def _crashed_in_an_update(
+    tmp_path: Path, received: bool, resumed: str, gap_s: float = 600.0, background=False
+):
+    """The run of :func:`_crashed_inside` (5 s batches, steps 0..9) whose orchestrator waited for weights
+    step 9 and sent their update t0010 (``[weights] client.send``, 0.1 s after the run's last line), then
+    logged only its [server] metrics every 5 s until the crash 40.1 s after that line: every process
+    silent from then on. ``received``: the server logged ``server.recv`` and ``rpc.start`` 5 ms after
+    the send and no ``rpc.done`` (its engine reloading for 40 s); else no line (the request never
+    reached it). Resumed at step 8 ``gap_s`` later (``resumed`` as for :func:`_crashed_inside`): the
+    resumed run sends t0010 again (attempt=1) and it is answered. The paths and the runs."""
+    first = make_run("healthy", steps=10, seed=1, shape=Shape(gen_ms=5000.0))
+    last = max(first.orchestrator + first.trainer + first.inference, key=_ts)
+    clock = 1000.0 + _ts(last) - _ts(first.orchestrator[0])  # the t= clock of the synthetic run
+    first.orchestrator += [
+        _stamp(last, 0.05) + format_tagged("ckpt", "wait.start", target_step=9),
+        _stamp(last, 0.08) + format_tagged("ckpt", "wait.done", target_step=9, wait_ms=30.0),
+        _stamp(last, 0.1)
+        + format_tagged(
+            "weights", "client.send", "t0010", url="http://h:8000", path="/update_weights",
+            t=f"{clock + 0.1:.6f}", attempt=1, background="true" if background else "false",
+        ),
+    ]  # fmt: skip
+    if received:
+        first.inference += [
+            _stamp(last, 0.105)
+            + format_tagged(
+                "weights", "server.recv", "t0010", path="/update_weights", t=f"{clock + 0.105:.6f}"
+            ),
+            _stamp(last, 0.105)
+            + format_tagged("weights", "rpc.start", "t0010", op="update_weights", t=f"{clock + 0.105:.6f}"),
+        ]
+    for k in range(1, 9):  # the last at 40.1 s: the crash
+        metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=30.0, preemptions=7)
+        first.orchestrator.append(_stamp(last, 0.1 + 5 * k) + format_tagged("server", "metrics", **metrics))
+    offset = _ts(last) - _ts(first.orchestrator[0]) + 40.1 + gap_s
+    second = make_run(
+        "healthy", steps=6, seed=2, first_step=8, start_offset_s=offset, shape=Shape(gen_ms=5000.0)
+    )
+    assert any("[weights][t0010] client.done" in x for x in second.orchestrator)  # the resend, answered
+    if resumed == "run.start":
+        for run, step in ((first, 0), (second, 8)):
+            began = _stamp(run.orchestrator[0], -1.0)
+            run.orchestrator.insert(0, began + format_tagged("gen", "run.start", step=step, resume=step > 0))
+            run.trainer.insert(0, began + format_tagged("train", "run.start", step=step, resume=step > 0))
+    runs = (first,) if resumed == "none" else (first, second)
+    return appended(tmp_path / "logs", *runs), runs
+
+
+@pytest.mark.parametrize(
+    "resumed, gap_s", [("run.start", 600.0), ("old", 600.0), ("run.start", 20.0), ("none", 0.0)]
+)
+@pytest.mark.parametrize("received", [True, False], ids=["rpc", "queue"])
+def test_a_weight_update_a_crash_left_unanswered_counts_in_its_stage(
+    tmp_path, analyze, resumed, gap_s, received
+):
+    """A run that crashed 40 s into a weight update (client.send; the server's server.recv and rpc.start,
+    no rpc.done) and was resumed: the 40 s from the send to the crash (where the down time begins,
+    every process silent) are run time, but no stage counted them: 'weight update: rpc' read 2.7 s of
+    a 121.6 s run, the orchestrator's rows added up to 0.670 of it. They count now, as a batch left open
+    does (test_a_batch_or_wait_a_crash_left_open_counts_in_its_stage): rpc from the server's rpc.start
+    (39.995 s), queue before its server.recv (5 ms); where the server never received it, all 40 s are
+    queue. The resumed run's resend under the same trace id (attempt=1) is an update of its own, also
+    when the resume came 20 s after the crash (one trace id, one ten-minute window); ``none``: the logs
+    end 40 s into the update (the stall rule's), which counts up to their end."""
+    paths, runs = _crashed_in_an_update(tmp_path / "logs", received, resumed, gap_s)
+    summary, md = analyze(paths, tmp_path / "out")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    answered = [x for run in runs for x in run.orchestrator]
+    rpc = _field_sum(answered, "client.done", "rpc_ms")  # every answered update's, both runs'
+    # the answered updates' queue: client.send -> server.recv (no server_ms: the server had each from
+    # its server.recv on), paired in order, the crashed update's lines left out
+    sends = [x for x in answered if "client.send" in x]
+    recvs = [x for run in runs for x in run.inference if "server.recv" in x]
+    sends = [x for x in sends if not ("[t0010]" in x and x in runs[0].orchestrator)]
+    recvs = [x for x in recvs if not ("[t0010]" in x and x in runs[0].inference)]
+    t = lambda x: float(x.split(" t=")[1].split()[0])  # noqa: E731
+    assert len(sends) == len(recvs) == len([x for x in answered if "client.done" in x])
+    queue = math.fsum((t(r) - t(c)) * 1000.0 for c, r in zip(sends, recvs, strict=True))
+    # the crashed update: sent 0.1 s after the run's last line, received at 0.105 s, its rpc.start then;
+    # the crash (the orchestrator's last line) at 40.1 s
+    if received:
+        assert stages["weight update: rpc"] == pytest.approx(rpc + 39_995.0, abs=1.0)
+        assert stages["weight update: queue"] == pytest.approx(queue + 5.0, abs=1.0)
+    else:
+        assert stages["weight update: rpc"] == pytest.approx(rpc, abs=1.0)
+        assert stages["weight update: queue"] == pytest.approx(queue + 40_000.0, abs=1.0)
+    orchestrator = [s for s in summary["stages"] if s["process"] == "orchestrator" and not s.get("within")]
+    assert math.fsum(s["share"] for s in orchestrator if not s.get("beside")) == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_health_loop_update_a_crash_left_unanswered_counts_in_no_stage(tmp_path, analyze):
+    """The update of test_a_weight_update_a_crash_left_unanswered_counts_in_its_stage sent by the
+    orchestrator's health loop (background=true): no step waited for it, so no weight-update stage
+    counts it, unanswered or not."""
+    paths, runs = _crashed_in_an_update(tmp_path / "logs", True, "run.start", background=True)
+    summary, md = analyze(paths, tmp_path / "out")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    answered = [x for run in runs for x in run.orchestrator]
+    assert stages["weight update: rpc"] == pytest.approx(
+        _field_sum(answered, "client.done", "rpc_ms"), abs=1.0
+    )
