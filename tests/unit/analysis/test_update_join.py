@@ -283,7 +283,8 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     (background) are no step's and count nowhere; one that failed in the end has no server or queue
     time, all of it is its failed attempts. The server's handling is its server_ms (rpc_ms where the
     client has none, and at least the rpc, lock wait and validation its log gives; at most the last
-    attempt's wall time), split into rpc, lock wait and validation in that order (each at most what is
+    attempt's wall time; a client without server_ms: at least its wait after the server's server.recv),
+    split into rpc, lock wait and validation in that order (each at most what is
     left) and the rest (the rest is unsplit, validation with any lock wait not logged, when the server
     logged no validate_ms: a server from before it logged its validation nowhere); the queue is the rest
     of the last attempt's wall time."""
@@ -295,6 +296,15 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     def _handling(u: Update) -> float:
         said = u.server_ms if u.server_ms is not None else _rpc(u)
         h = max(said, _rpc(u) + (u.lock_wait_ms or 0.0) + (u.validate_ms or 0.0))
+        if (
+            u.server_ms is None
+            and u.retry_ms == 0
+            and u.waited_ms is not None
+            and u.send_to_recv_ms is not None
+        ):
+            h = max(
+                h, u.waited_ms - u.send_to_recv_ms
+            )  # no server_ms: the server had it from its server.recv on
         return h if u.waited_ms is None else min(h, max(u.waited_ms - u.retry_ms, 0.0))
 
     def _update_ms(u: Update) -> float:
