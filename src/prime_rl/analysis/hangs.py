@@ -140,7 +140,8 @@ class RunBounds:
     """The step it reached before its next restart (None: the logs' last)."""
     last: float = math.inf
     """The last time of the other logs (inf: unknown): a ``[hang]`` line with no time and none after
-    it in its file is looked for before it first (:meth:`ProgressGaps._placed`)."""
+    it in its file is looked for before it and after it alike (:meth:`ProgressGaps._placed`); with
+    none known, it is not placed."""
 
 
 WentOn = Callable[[Hang, RunBounds], "Pause | None"]
@@ -164,7 +165,7 @@ def place_hangs(
     (:class:`Hang`): it cannot be placed when a restart with a time lies between them. Without any
     process's time (``start`` None; rl.log alone), a hang that is not in the orchestrator's log is
     this run's. ``logs_end``: the other logs' last time (None: unknown), which a line with no time and
-    none after it in its file is looked for before first (:meth:`ProgressGaps._placed`)."""
+    none after it in its file is looked for before and after (:meth:`ProgressGaps._placed`)."""
     ordered = [k for k, r in enumerate(restarts) if r.process == "orchestrator"]
     timed = sorted((restarts[k].ts, k) for k in ordered if restarts[k].ts is not None)
     at = [ts for ts, _ in timed]
@@ -288,7 +289,8 @@ class ProgressGaps:
 
     def __init__(self) -> None:
         self._logs: dict[str, list] = {}
-        """By file: [process, first time, last time, last step, gaps (rows of start, end, step)]."""
+        """By file: [process, first time, last time, last step, gaps (rows of start, end, step), the
+        step of its first step line (NaN: none yet)]."""
         self.untold: list[Hang] = []
         """``[hang]`` lines with no time whose placement leaves none or several silences of the logs
         they may have ended (:meth:`_placed`): whether the run went on after them is not known."""
@@ -310,7 +312,9 @@ class ProgressGaps:
         if not len(rows):
             return
         key = str(b.path) if b.path is not None else b.source
-        log = self._logs.setdefault(key, [b.source, math.inf, -math.inf, math.nan, np.empty((0, 3))])
+        log = self._logs.setdefault(
+            key, [b.source, math.inf, -math.inf, math.nan, np.empty((0, 3)), math.nan]
+        )
         t = ts[rows]
         start = np.concatenate([[log[2]], t[:-1]])
         with np.errstate(invalid="ignore"):
@@ -334,6 +338,9 @@ class ProgressGaps:
             gaps = gaps[np.argsort(gaps[:, 0] - gaps[:, 1], kind="stable")[:GAPS_KEPT]]
         log[1], log[2] = min(log[1], float(t.min())), max(log[2], float(t[-1]))
         log[3], log[4] = float(steps[-1]), gaps
+        if math.isnan(log[5]) and len(step_rows):
+            first = step_numbers(pl.Series(b.rows_text(step_rows[:1], "step"), dtype=pl.String))[0]
+            log[5] = float(first) if first is not None else math.nan
 
     def pause(self, hang: Hang, run: RunBounds = RunBounds(-math.inf)) -> Pause | None:
         """The pause ``hang`` was part of, when every process its ``waits=`` names (of those with a
@@ -354,54 +361,100 @@ class ProgressGaps:
     def _placed(self, hang: Hang, run: RunBounds) -> Pause | None:
         """A ``[hang]`` line with no time, judged by its placement: it came between the times around it
         in its file (:class:`Hang`) and within its run, at the end of a silence of every log that had
-        lasted the ``silent_s`` it says (else its ``threshold_s``) there. When exactly one such
-        silence of the logs can hold it, it is judged as a line with a time in it would be; when none
-        or several can (or the times around it, or its silence, are not known), it is kept in
-        :attr:`untold` and judged the run did not go on after it, as a line with no time was before.
+        lasted the ``silent_s`` it says (else its ``threshold_s``) there, and that the steps logged
+        before it allow (:meth:`_may_hold`). When exactly one such silence of the logs can hold it,
+        it is judged as a line with a time in it would be; when none or several can (or the times
+        around it, or its silence, are not known), it is kept in :attr:`untold` and judged the run
+        did not go on after it, as a line with no time was before.
         With no time after it in its file (nothing later in rl.log, or a console capture with no time
-        at all), it is looked for within the run's other logs (up to their last time,
-        :attr:`RunBounds.last`: the launcher writes it while its children run), and only when no
-        silence there can hold it, after their last line too (a run that hung where its logs end)."""
+        at all), it is looked for within the run's other logs (the launcher writes it while its
+        children run) and after their last line (:attr:`RunBounds.last`; a run that hung where its
+        logs end) alike: a silence within them is not preferred to the one after them."""
         ev = hang.event
         silent = next(
             (v for v in (_seconds(ev, "silent_s"), _seconds(ev, "threshold_s")) if v is not None), None
         )
         lo, hi = max(hang.earliest, run.since), min(hang.latest, run.until)
         found: dict[tuple[float, float], tuple] = {}
-        # no time after it in its file: first within the other logs' time (the launcher writes it while
-        # its children run), and only where none fits there, after their last line too
-        tries = [hi] if math.isfinite(hi) else [run.last, hi] if math.isfinite(run.last) else []
-        for bound in tries:
-            if silent is not None and math.isfinite(lo) and lo <= bound:
-                # where each silence it may have ended had lasted ``silent``: after the run's start,
-                # each kept silence's start, each log's last progress
-                begins = [run.since, *(log[2] for log in self._logs.values())]
-                begins += [float(t) for log in self._logs.values() for t in log[4][:, 0]]
-                at_lo = [lo] if math.isfinite(bound) else []
-                for at in sorted({*at_lo, *(t + silent for t in begins if lo <= t + silent <= bound)}):
-                    silence = self._silence(ev, at, run, every_log=True)
-                    if silence is None or at - silence[0] < silent - PLACED_SLACK_S:
-                        continue  # some log made progress too close before it for the watchdog's silence
-                    found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
-            if found:
-                break
+        # no time after it in its file: within the other logs' time and after their last line alike
+        # (the launcher writes it while its children run, or the run hung where its logs end)
+        if (
+            silent is not None
+            and math.isfinite(lo)
+            and lo <= hi
+            and (math.isfinite(hi) or math.isfinite(run.last))
+        ):
+            # where each silence it may have ended had lasted ``silent``: after the run's start, each
+            # kept silence's start, each log's last progress
+            begins = [run.since, *(log[2] for log in self._logs.values())]
+            begins += [float(t) for log in self._logs.values() for t in log[4][:, 0]]
+            at_lo = [lo] if math.isfinite(hi) else []
+            for at in sorted({*at_lo, *(t + silent for t in begins if lo <= t + silent <= hi)}):
+                silence = self._silence(ev, at, run, every_log=True)
+                if silence is None or at - silence[0] < silent - PLACED_SLACK_S:
+                    continue  # some log made progress too close before it for the watchdog's silence
+                if not self._may_hold(ev, silence, run):
+                    continue  # the steps logged before it contradict the line's waits= or pace
+                found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
         if len(found) != 1:
             self.untold.append(hang)
             return None
         (silence,) = found.values()
-        return self._pause(ev, silence, run, (lo, bound)) if silence[4] else None
+        return (
+            self._pause(ev, silence, run, (lo, hi if math.isfinite(hi) else run.last)) if silence[4] else None
+        )
+
+    def _may_hold(self, hang: Event, silence: tuple, run: RunBounds) -> bool:
+        """Whether ``silence`` (:meth:`_silence`) can hold the ``[hang]`` line ``hang`` by the steps
+        logged before it in its run. The watchdog names the steps its waits are for
+        (:func:`_waited_steps`): each was logged, or the one before it was, before the hang (some log's
+        step before the silence is at least N - 1); the trainer waiting for ``rollouts/step_N`` had
+        logged step N - 1 last; the orchestrator waiting for ``weights/step_N``, the trainer had logged
+        no step after N (it writes them after step N - 1); the orchestrator waiting for the
+        generation of step N, it had logged that batch's start last. A line with a ``median_step_s``
+        came after the watchdog saw the steps' pace (before it, its threshold is ``first_step_s``): two
+        steps of its run were logged before it, so it is in no start-up and in no silence after the
+        run's first step. A log whose step before the silence is not known (none in its run) is no
+        evidence."""
+        _, _, start_up, step, _, steps = silence
+        if _seconds(hang, "median_step_s") is not None:
+            if start_up:
+                return False
+            first = run.resumed
+            if first is None:
+                firsts = [log[5] for log in self._logs.values() if not math.isnan(log[5])]
+                first = min(firsts) if firsts else None
+            if first is not None and not math.isnan(step) and step <= first:
+                return False
+        for who, what, n in _waited_steps(hang):
+            if not math.isnan(step) and step < n - 1:
+                return False
+            trainer, orchestrator = steps.get("trainer", math.nan), steps.get("orchestrator", math.nan)
+            if who == "trainer" and what == "rollouts" and not math.isnan(trainer) and trainer != n - 1:
+                return False
+            if who == "orchestrator" and what == "weights" and not math.isnan(trainer) and trainer > n:
+                return False
+            if (
+                who == "orchestrator"
+                and what == "generation"
+                and not math.isnan(orchestrator)
+                and orchestrator != n
+            ):
+                return False
+        return True
 
     def _silence(
         self, hang: Event, h: float, run: RunBounds, every_log: bool = False
-    ) -> tuple[float, float, bool, float, bool] | None:
+    ) -> tuple[float, float, bool, float, bool, dict[str, float]] | None:
         """The silence of the logs around time ``h`` of ``run``: its start (the last progress of any
         log before ``h`` in its run; none: the run's start, in start-up), end (the first progress of
         any after ``h`` in its run; inf: none), whether it is the start-up, the step logged last
-        before it (NaN: none), and whether every process ``hang`` names made progress after it;
+        before it (NaN: none), whether every process ``hang`` names made progress after it, and by
+        process the step it logged last before it in its run (none: left out);
         None: no log's silence there is known (``every_log``: some log's is not: it made progress
         close to ``h``), or the run's start is not."""
         around: list[tuple[str, float, float, float]] = []  # (process, before, after, step before)
-        for process, first, last, last_step, gaps in self._logs.values():
+        for process, first, last, last_step, gaps, _ in self._logs.values():
             if h < first:
                 around.append((process, -math.inf, first, math.nan))
             elif h >= last:
@@ -428,17 +481,28 @@ class ProgressGaps:
         if not math.isfinite(start):
             return None
         steps = [s for *_, s in around if not math.isnan(s)]
-        return start, min(a for _, _, a, _ in around), start_up, max(steps, default=math.nan), went_on
+        by_process: dict[str, float] = {}
+        for p, _, _, s in around:
+            if not math.isnan(s):
+                by_process[p] = max(by_process.get(p, -math.inf), s)
+        return (
+            start,
+            min(a for _, _, a, _ in around),
+            start_up,
+            max(steps, default=math.nan),
+            went_on,
+            by_process,
+        )
 
     def _pause(
         self,
         hang: Event,
-        silence: tuple[float, float, bool, float, bool],
+        silence: tuple[float, float, bool, float, bool, dict[str, float]],
         run: RunBounds,
         placed: tuple[float, float] | None = None,
     ) -> Pause | None:
         """The pause of ``silence`` (:meth:`_silence`, one the processes went on after)."""
-        start, end, start_up, step, _ = silence
+        start, end, start_up, step, *_ = silence
         if not end > start:
             return None
         reached = run.reached
@@ -464,6 +528,25 @@ def _seconds(ev: Event, key: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and value > 0 else None
+
+
+def _waited_steps(hang: Event) -> list[tuple[str, str, int]]:
+    """The steps a hang's ``waits=`` names, each as (who waits, what: ``rollouts``, ``weights`` or
+    ``generation``, its step N): ``rollouts/step_N``, ``weights/step_N``, ``generation_of_step_N``
+    (the watchdog's :meth:`~prime_rl.launcher.watchdog.Watchdog._waits`)."""
+    waited = []
+    for wait in (hang.fields.get("waits") or "").split(","):
+        if ">" not in wait or ":" not in wait:
+            continue
+        who, what = wait.split(">", 1)[0].strip(), wait.split(":", 1)[1].strip()
+        for kind, head in (
+            ("rollouts", "rollouts/step_"),
+            ("weights", "weights/step_"),
+            ("generation", "generation_of_step_"),
+        ):
+            if what.startswith(head) and what[len(head) :].isdigit():
+                waited.append((who, kind, int(what[len(head) :])))
+    return waited
 
 
 def _named(hang: Event) -> set[str]:

@@ -1490,7 +1490,8 @@ def test_a_hang_line_with_no_time_is_judged_by_its_placement(tmp_path, analyze):
     steps logged after it show the run went on. Between those times the logs hold one silence as
     long as its silent_s (150 s), the pause: it is judged there as a line with that time would be.
     When the times around it leave several such silences (the pause, and the end of the logs after
-    it), or it has none, whether the run went on is not known: a hang, as before, and it says so."""
+    it) and the steps its waits= names leave both, or it has none, whether the run went on is not
+    known: a hang, as before, and it says so."""
     paths = _paused(tmp_path / "a")
     rl = paths[-1]
     hung = rl.read_text()
@@ -1508,7 +1509,13 @@ def test_a_hang_line_with_no_time_is_judged_by_its_placement(tmp_path, analyze):
     assert 0.5 < pause["share"] < 1.0
     assert f"({rl}:2; its line has no time: placed between " in pause["evidence"]
     assert pause["evidence"].endswith("then the run went on, to step 39")
-    # the line after it an hour later: the end of the logs is a silence it may have ended too
+    # the line after it an hour later: the end of the logs is a silence it may have ended too, but
+    # the trainer had logged step 39 there, past the weights/step_19 its waits= names: the pause
+    rl.write_text(f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, 3600.0)}went on\n")
+    summary, md = analyze(paths, tmp_path / "out3")
+    assert summary["primary"]["kind"] == "pause", summary["findings"]
+    # with waits= naming no step, nothing tells the two apart
+    line = line.replace("waits=orchestrator>trainer:weights/step_19", "waits=none")
     rl.write_text(f"{_stamp(hung, -3000.0)}starting\n{line}{_stamp(hung, 3600.0)}went on\n")
     summary, md = analyze(paths, tmp_path / "out2")
     hang = summary["primary"]
@@ -1581,6 +1588,91 @@ def test_a_hang_line_with_no_time_around_it_is_placed_within_the_other_logs_time
     hang = summary["primary"]
     assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
     assert "is not known" not in hang["evidence"] and "no line around it" not in hang["evidence"]
+
+
+def _clock(t: float) -> str:
+    """The loguru time of ``t`` seconds after 2026-01-01 12:10:00."""
+    from datetime import datetime, timedelta
+
+    return (datetime(2026, 1, 1, 12, 10) + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@pytest.mark.parametrize(
+    "median, waits",
+    [
+        ("5.0", "trainer>orchestrator:rollouts/step_20"),
+        ("unknown", "trainer>orchestrator:rollouts/step_20"),
+        ("5.0", "none"),
+        ("unknown", "none"),
+    ],
+)
+def test_a_hang_line_with_no_time_is_not_put_in_a_silence_its_steps_rule_out(
+    tmp_path, analyze, median, waits
+):
+    """A run whose first batch took 200 s (within the watchdog's first_step_s: no [hang] then), then 5 s
+    steps 1..19, that hung in step 20 where its logs end; rl.log a console capture with the one
+    untimed [hang] line (silent_s=150; the reviewer's d6). It read 'Pause: no progress for 200 s after
+    step 0, then the run went on' (share 0.67): the line was looked for within the other logs' time
+    first, and the first batch's silence is as long as its silent_s. The trainer waiting for
+    rollouts/step_20 had logged step 19, and a line with a median_step_s came after two steps of its
+    run: either puts it after the logs' end, a hang. With neither, both silences fit: whether the run
+    went on is not known, a hang, as a line with no time was before, and it says so."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    orchestrator, trainer = [], []
+
+    def at(t: float, lines: list, *tagged, **fields) -> None:
+        stamp = _clock(t) + " | INFO    | "
+        lines.append((t, stamp + format_tagged(*tagged, **fields)))
+
+    at(-0.5, orchestrator, "gen", "run.start", step=0, resume=False, async_level=2)
+    at(-0.5, trainer, "train", "run.start", step=0, resume=False)
+    t = done = 0.0
+    for step in range(21):
+        if step > 1:
+            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
+            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
+            t += 0.01
+        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        at(done, trainer, "train", "wait.start", step=step)
+        if step == 20:
+            break  # hung: nothing more
+        dur = 200.0 if step == 0 else 4.99
+        at(
+            t + dur,
+            orchestrator,
+            "gen",
+            "batch.done",
+            step=step,
+            completions=256,
+            dur_ms=dur * 1000,
+            inflight=64,
+        )
+        t += dur
+        ready = max(done, t)
+        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - done) * 1000)
+        at(
+            ready + 3,
+            trainer,
+            "train",
+            "step.done",
+            step=step,
+            wait_ms=(ready - done) * 1000,
+            train_ms=3000.0,
+        )
+        done = ready + 3
+    for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
+        (logs / f"{name}.log").write_text("\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n")
+    rl = logs / "rl.log"
+    hang = format_tagged(
+        "hang", "detected", silent_s=150.0, threshold_s=120.0, median_step_s=median, waits=waits
+    )
+    rl.write_text(hang + "\n")
+    summary, md = analyze([logs / "orchestrator.log", logs / "trainer.log", rl], tmp_path / "out")
+    assert not any(f["kind"] == "pause" for f in summary["findings"]), summary["findings"]
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and hang["share"] == 1.0, summary["findings"]
+    assert ("is not known" in hang["evidence"]) == ((median, waits) == ("unknown", "none")), hang["evidence"]
 
 
 def _crashed_inside(tmp_path: Path, inside: str, resumed: str = "run.start"):
