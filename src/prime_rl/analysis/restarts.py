@@ -156,15 +156,20 @@ WAITS = {"ckpt": ("wait.start", ("wait.done",)), "weights": ("client.send", ("cl
 (``[ckpt]``) and for a server's answer to a weight update (``[weights]``, any trace id)."""
 
 
-def _waiting(frame: pl.DataFrame) -> np.ndarray:
+GEN_BATCH = {"gen": ("batch.start", ("batch.done",))}
+"""The orchestrator's generation batch as a wait (:func:`_waiting`): its ``batch.done`` proves it alive
+since its ``batch.start``. Not for finding restarts, only for :attr:`Segments.silences`."""
+
+
+def _waiting(frame: pl.DataFrame, waits: dict[str, tuple[str, tuple[str, ...]]] = WAITS) -> np.ndarray:
     """The rows of a batch of the orchestrator's lines whose silence before them lies within one of its
-    waits (:data:`WAITS`): the first line of the wait's tag at or after them ends a wait, which the
-    same process opened before them (a process that crashed while it waited ends none; the one
-    resumed after it opens its own before it ends one). A row after the batch's last such line is not
-    known to be: its silence stays one."""
+    waits (``waits``, by default :data:`WAITS`): the first line of the wait's tag at or after them
+    ends a wait, which the same process opened before them (a process that crashed while it waited
+    ends none; the one resumed after it opens its own before it ends one). A row after the batch's
+    last such line is not known to be: its silence stays one."""
     tag, event = frame.get_column("tag"), frame.get_column("event")
     out = np.zeros(len(frame), dtype=bool)
-    for name, (opens, ends) in WAITS.items():
+    for name, (opens, ends) in waits.items():
         lines = np.flatnonzero(((tag == name) & event.is_in((opens, *ends))).fill_null(False).to_numpy())
         if len(lines):
             done = event.gather(lines).is_in(ends).fill_null(False).to_numpy()
@@ -179,10 +184,14 @@ process at once that more than this many longer silences of one of them come wit
 
 
 def silent_together(
-    silences: dict[str, np.ndarray], down: list[tuple[float, float]]
+    silences: dict[str, np.ndarray],
+    down: list[tuple[float, float]],
+    stepped: float = -math.inf,
 ) -> list[tuple[float, float]]:
     """The times in which every process of ``silences`` (:attr:`Segments.silences`) was silent at once,
-    less the down times ``down`` (already left out of the run), in time order."""
+    less the down times ``down`` (already left out of the run), in time order; those that end by
+    ``stepped`` (before it, some process had logged no step line yet: no resume could redo no step,
+    :meth:`Segments.all_stepped`) are left out."""
     if not silences:
         return []
     spans = None
@@ -193,7 +202,7 @@ def silent_together(
             if spans is None
             else [(max(a, c), min(b, d)) for a, b in spans for c, d in own if max(a, c) < min(b, d)]
         )
-    return [s for s in uncovered(sorted(spans or []), sorted(down)) if s[1] > s[0]]
+    return [(a, b) for a, b in uncovered(sorted(spans or []), sorted(down)) if b > a and b > stepped]
 
 
 OTHER_SILENCES = 4
@@ -245,7 +254,11 @@ class Segments:
         self.silences: dict[str, np.ndarray] = {}
         """By process, its :data:`SILENCES_KEPT` longest silences between two of its lines with a time
         (rows of start, end): where every process was silent at once, a log without run.start lines
-        may hold a restart it cannot tell from a pause (:func:`silent_together`)."""
+        may hold a restart it cannot tell from a pause (:func:`silent_together`). The orchestrator's
+        within a wait it logged (:data:`WAITS`) or a generation batch (:data:`GEN_BATCH`) are none:
+        the line that ends it proves it alive."""
+        self._first_step: dict[str, float] = {}
+        """By process, the time of its first step line (no ``run.start``)."""
         self._gap_at: dict[str, tuple[float, float]] = {}
         """By process, for the silence of :attr:`_gap` (in an earlier batch): when it began and the time
         of the process's first line after it that is no start-up (NaN: none yet)."""
@@ -325,7 +338,13 @@ class Segments:
             self._gap[source] = gap
             tail = int(rows[stepped[-1]]) + 1 if len(stepped) else 0
             self._gap_at[source] = self._silence(tail, len(ts), gaps, ts, work, carried, carried_at)
+        if source == "orchestrator":  # a silence within a batch is no restart's: batch.done ends it
+            gaps = np.where(_waiting(lines.frame, GEN_BATCH), -np.inf, gaps)
         self._keep_silences(source, gaps, ts)
+        stamped = ts[rows[~starts]]
+        stamped = stamped[~np.isnan(stamped)]
+        if len(stamped) and source not in self._first_step:
+            self._first_step[source] = float(stamped.min())
         self._resumed(lines, source, out, ts)
         self.resumed_at.update(old)
         self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
@@ -335,6 +354,8 @@ class Segments:
         """Fold the batch's silences (``gaps``: each row's before it) into :attr:`silences`."""
         rows = np.flatnonzero(np.isfinite(gaps) & (gaps > 0))
         if not len(rows):
+            if not np.isnan(ts).all():  # lines with a time, never silent so far: it is a process here
+                self.silences.setdefault(source, np.empty((0, 2)))
             return
         rows = rows[np.argsort(-gaps[rows], kind="stable")[:SILENCES_KEPT]]
         kept = np.concatenate(
@@ -564,6 +585,12 @@ class Segments:
         ]
         shared = [(min(end, b) - max(start, a), (a, b)) for a, b in silences if a < end and b > start]
         return max(shared, key=lambda x: x[0])[1] if shared else None
+
+    def all_stepped(self) -> float:
+        """The time by which every process with step lines had logged its first (-inf: none): a
+        resume needs a step done by the trainer, for which the orchestrator finished a batch, so a
+        restart before it sends some step back (is found)."""
+        return max(self._first_step.values(), default=-math.inf)
 
     def _back(self, k: int, ts: float) -> float:
         """Where restart ``k`` (its line at ``ts``) ended its process's down time: its first line of work

@@ -1366,6 +1366,77 @@ def test_a_silence_of_every_process_in_logs_without_run_start_lines_is_warned_of
     assert not any("wrote a line" in w for w in summary["warnings"])
 
 
+def _old_logs(tmp_path: Path, slow: tuple[int, float] | None = None, lead_s: float = 0.0) -> list[Path]:
+    """Hand-built logs without run.start lines of a healthy run of 5 s steps 0..19 (async_level 2: the
+    orchestrator's [ckpt] wait for weights step s-2 before batch s, the trainer's [train] wait for
+    each step's rollouts); ``slow``: (step, seconds) a batch that takes that long; ``lead_s``: the
+    orchestrator's first line a [server] metrics line that long before its first batch (the servers
+    loading), the trainer's wait for step 0 from then on."""
+    orchestrator, trainer = [], []
+
+    def at(t: float, lines: list, *tagged, **fields) -> None:
+        stamp = _clock(t) + " | INFO    | "
+        lines.append((t, stamp + format_tagged(*tagged, **fields)))
+
+    if lead_s:
+        metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=0.0, preemptions=0)
+        at(-lead_s, orchestrator, "server", "metrics", **metrics)
+    t, done = 0.0, -lead_s  # the trainer waits for step 0's rollouts from its start
+
+    for step in range(20):
+        if step > 1:
+            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
+            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
+            t += 0.01
+        dur = slow[1] if slow is not None and slow[0] == step else 4.99
+        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        at(
+            t + dur,
+            orchestrator,
+            "gen",
+            "batch.done",
+            step=step,
+            completions=256,
+            dur_ms=dur * 1000,
+            inflight=64,
+        )
+        t += dur
+        ready = max(done, t)
+        at(done, trainer, "train", "wait.start", step=step)
+        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - done) * 1000)
+        at(
+            ready + 3,
+            trainer,
+            "train",
+            "step.done",
+            step=step,
+            wait_ms=(ready - done) * 1000,
+            train_ms=3000.0,
+        )
+        done = ready + 3
+    tmp_path.mkdir(parents=True)
+    for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
+        (tmp_path / f"{name}.log").write_text(
+            "\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n"
+        )
+    return [tmp_path / "orchestrator.log", tmp_path / "trainer.log"]
+
+
+@pytest.mark.parametrize("case", ["first batch", "a later batch", "before the first step"])
+def test_a_silence_a_batch_or_the_start_holds_is_no_restart_to_warn_of(tmp_path, analyze, case):
+    """A healthy fresh run in logs without run.start lines (5 s steps 0..19) whose first batch took
+    75 s (the servers warming up, a first compile) warned '1 time(s) in which neither the orchestrator
+    nor the trainer wrote a line ... 75 s from 2026-01-01 12:00:00 ... a restart there ... cannot be
+    told from a pause' (the reviewer's d4). A silence within a [gen] batch is none: its batch.done
+    proves the orchestrator alive, as a [ckpt] wait's wait.done does (a later batch of 75 s too); nor is
+    one before every process logged a step line (75 s of loading before the first batch): a resume
+    that redid no step needs a step done before it, and any other sends a step back (is found)."""
+    slow, lead = {"first batch": ((0, 75.0), 0.0), "a later batch": ((10, 75.0), 0.0)}.get(case, (None, 75.0))
+    summary, md = analyze(_old_logs(tmp_path / "logs", slow, lead), tmp_path / "out", "--async-level", "2")
+    assert summary["restarts"] == [] and summary["run_seconds"] > 172.0
+    assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+
+
 def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[list[Path], list]:
     """The paused run of :func:`_paused` (200 s of silence after step 19, the watchdog's [hang]
     ``hang_after_s`` into it, then steps 20..39), which then crashed after step 39 and was resumed
