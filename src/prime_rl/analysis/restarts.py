@@ -187,11 +187,13 @@ def silent_together(
     silences: dict[str, np.ndarray],
     down: list[tuple[float, float]],
     stepped: float = -math.inf,
+    restarts: list[tuple[float, float]] = (),
 ) -> list[tuple[float, float]]:
     """The times in which every process of ``silences`` (:attr:`Segments.silences`) was silent at once,
     less the down times ``down`` (already left out of the run), in time order; those that end by
     ``stepped`` (before it, some process had logged no step line yet: no resume could redo no step,
-    :meth:`Segments.all_stepped`) are left out."""
+    :meth:`Segments.all_stepped`) or overlap one of ``restarts`` (the silences of the restarts found,
+    :meth:`Segments.restart_silences`: a restart there is told) are left out."""
     if not silences:
         return []
     spans = None
@@ -202,7 +204,11 @@ def silent_together(
             if spans is None
             else [(max(a, c), min(b, d)) for a, b in spans for c, d in own if max(a, c) < min(b, d)]
         )
-    return [(a, b) for a, b in uncovered(sorted(spans or []), sorted(down)) if b > a and b > stepped]
+    return [
+        (a, b)
+        for a, b in uncovered(sorted(spans or []), sorted(down))
+        if b > a and b > stepped and not any(a < end and b > start for start, end in restarts)
+    ]
 
 
 OTHER_SILENCES = 4
@@ -585,6 +591,15 @@ class Segments:
         ]
         shared = [(min(end, b) - max(start, a), (a, b)) for a, b in silences if a < end and b > start]
         return max(shared, key=lambda x: x[0])[1] if shared else None
+
+    def restart_silences(self) -> list[tuple[float, float]]:
+        """The silence of each restart found, of its process (as :meth:`down_intervals` takes it):
+        from where it began to where the process did its first thing after it."""
+        return [
+            (self.silent_from.get(k, r.ts - r.down_s), self._back(k, r.ts))
+            for k, r in enumerate(self.restarts)
+            if r.ts is not None and r.down_s is not None
+        ]
 
     def all_stepped(self) -> float:
         """The time by which every process with step lines had logged its first (-inf: none): a

@@ -1358,7 +1358,9 @@ def _collect(
         earlier_runs_ms=earlier_runs_ms,
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
-        silences=silent_together(c.segments.silences, down, c.segments.all_stepped())
+        silences=silent_together(
+            c.segments.silences, down, c.segments.all_stepped(), c.segments.restart_silences()
+        )
         if c.segments.first_start is None
         else [],
     )

@@ -70,7 +70,7 @@ class Thresholds(BaseModel):
     stall_min_s: float = 30.0
     """A wait still open where the logs end is a stall when it lasted this many seconds (and 3x the median wait of its kind) to the last line of any log, or the other side fell silent since before it began for this many seconds and 3x its own median time between step lines (a server's: the orchestrator's)."""
     silence_pace_ratio: float = 10.0
-    """In logs without run.start lines, a time in which the orchestrator and the trainer were both silent (no line), outside any down time, is warned of when it lasted this multiple of the slower one's pace (its median time between step lines) and at least stall_min_s: a restart there (one that redid no step, or whose start-up outlasted its crash) cannot be told from a pause, and it counts as run time. The orchestrator is not silent within a [gen] batch or a wait it logged, and a time before every process logged a step line is left out."""
+    """In logs without run.start lines, a time in which the orchestrator and the trainer were both silent (no line), outside any down time, is warned of when it lasted this multiple of the slower one's pace (its median time between step lines) and at least stall_min_s: a restart there (one that redid no step, or whose start-up outlasted its crash) cannot be told from a pause, and it counts as run time. The orchestrator is not silent within a [gen] batch or a wait it logged; a time before every process logged a step line, and one that overlaps a found restart's silence, are left out."""
     preemptions_per_min: float = 2.0
     """KV-cache pressure: a server preempts more than this many requests a minute ([server] metrics preemptions=, over the scraped time) ..."""
     kv_cache_pct_high: float = 90.0

@@ -1437,6 +1437,78 @@ def test_a_silence_a_batch_or_the_start_holds_is_no_restart_to_warn_of(tmp_path,
     assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
 
 
+def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path, analyze):
+    """Logs without run.start lines: the orchestrator alone died 1 s into its [ckpt] wait for weights
+    step 8 (at 50 s, 5 s steps); the trainer went on to step 9 and waited for step 10's rollouts from 58
+    s; the orchestrator was resumed at 171 s, loaded weights for 4 s and redid steps 8 and 9 (the
+    reviewer's d7). SUMMARY.md's Restarts listed 'orchestrator restarted at 12:02:55 ... after 121 s
+    without a line: it had reached step 9 and resumed at step 8', and its Warnings '113 s from 12:00:58
+    ... a restart there ... cannot be told from a pause': the silence of both processes (58 to 171 s)
+    is the found restart's own, not down time only because the trainer was alive. A silence that
+    overlaps a found restart's silence is left out."""
+    orchestrator, trainer = [], []
+
+    def at(t: float, lines: list, *tagged, **fields) -> None:
+        lines.append((t, _clock(t) + " | INFO    | " + format_tagged(*tagged, **fields)))
+
+    def batch(t: float, step: int) -> float:
+        if step > 1:
+            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
+            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
+            t += 0.01
+        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        at(
+            t + 4.99,
+            orchestrator,
+            "gen",
+            "batch.done",
+            step=step,
+            completions=256,
+            dur_ms=4990.0,
+            inflight=64,
+        )
+        return t + 4.99
+
+    def train(step: int, waits: float, ready: float) -> float:
+        at(waits, trainer, "train", "wait.start", step=step)
+        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - waits) * 1000)
+        at(
+            ready + 3,
+            trainer,
+            "train",
+            "step.done",
+            step=step,
+            wait_ms=(ready - waits) * 1000,
+            train_ms=3000.0,
+        )
+        return ready + 3
+
+    for step in range(10):
+        batch(5.0 * step, step)
+        done = train(step, 0.0 if step == 0 else 5 * step + 3.0, 5 * step + 5.0)
+    at(50.0, orchestrator, "ckpt", "wait.start", target_step=8)  # dies at 51: no more line
+    at(171.0, orchestrator, "ckpt", "wait.start", target_step=7)  # resumed: its load of weights
+    at(175.0, orchestrator, "ckpt", "wait.done", target_step=7, wait_ms=4000.0)
+    t = 175.0
+    for step in (8, 9):
+        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        at(t + 5, orchestrator, "gen", "batch.done", step=step, completions=256, dur_ms=5000.0, inflight=64)
+        t += 5
+    for step in range(10, 20):
+        t = batch(t, step)
+        done = train(step, done, max(done, t))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
+        (logs / f"{name}.log").write_text("\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n")
+    summary, md = analyze(
+        [logs / "orchestrator.log", logs / "trainer.log"], tmp_path / "out", "--async-level", "2"
+    )
+    (restart,) = summary["restarts"]
+    assert (restart["process"], restart["reached"], restart["resumed"]) == ("orchestrator", 9, 8)
+    assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+
+
 def _paused_then_resumed(tmp_path: Path, hang_after_s: float = 150.0) -> tuple[list[Path], list]:
     """The paused run of :func:`_paused` (200 s of silence after step 19, the watchdog's [hang]
     ``hang_after_s`` into it, then steps 20..39), which then crashed after step 39 and was resumed
