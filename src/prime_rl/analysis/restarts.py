@@ -112,25 +112,30 @@ def run_time_within(
 
 
 def open_time_within(
-    opens: list[tuple[float, float]], run: tuple[float, float], down: list[tuple[float, float]]
+    opens: list[tuple[float, float, float]], run: tuple[float, float], down: list[tuple[float, float]]
 ) -> float:
-    """The seconds of run time of the batches and waits left open (``opens``: each from its open line
-    to its process's restart, ``inf`` where the logs end inside it): each ends where the first down
-    time after its open line begins (the crash: every process silent), else at its restart, and
-    counts within ``run`` less ``down`` (:func:`run_time_within`)."""
+    """The seconds of run time of the batches and waits left open (``opens``: each its open line's
+    time, its crashed process's last line's before its restart and its restart's; ``inf``, ``inf``
+    where the logs end inside it), cut as :func:`open_spans` cuts them, counted within ``run`` less
+    ``down`` (:func:`run_time_within`)."""
     return run_time_within(open_spans(opens, down), run, down)
 
 
 def open_spans(
-    opens: list[tuple[float, float]], down: list[tuple[float, float]]
+    opens: list[tuple[float, float, float]], down: list[tuple[float, float]]
 ) -> list[tuple[float, float]]:
-    """Each of ``opens`` (its open line's time, its process's restart's: ``inf``, none) cut where the
-    first down time after its open line begins (the crash: every process silent)."""
+    """Each of ``opens`` (its open line's time, its crashed process's last line's before its restart
+    and its restart's; ``inf``, ``inf``: none) from its open line to its end. Each ends where the first
+    down time after its open line begins, when that is before its process's restart: the whole run
+    went down (every process silent), which in a wait of a process that logs nothing while it waits is
+    its crash, as far as its lines tell; else (its process crashed alone, the others went on) at its
+    process's last line: the process was alive up to there, and its silence after it, to its restart,
+    may be minutes of a dead process, its time no stage's."""
     starts = sorted(a for a, _ in down)
     cut = []
-    for since, until in opens:
+    for since, last, until in opens:
         at = next((a for a in starts if a >= since), math.inf)
-        cut.append((since, min(until, at)))
+        cut.append((since, at if at <= until else max(since, last)))
     return cut
 
 

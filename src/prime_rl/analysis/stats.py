@@ -325,9 +325,10 @@ class Collected:
     open_ms: dict[str, float] = field(default_factory=dict)
     """By series (``gen_dur_ms``, ``ckpt_wait_ms``, ``train_wait_ms``), the run time of the batches and
     waits no line ended: each from its open line (``[gen] batch.start``, ``[ckpt] wait.start``, the
-    trainer's ``[train] wait.start`` but a run's first) to where the down time after it begins (a crash,
-    then a resume; else its process's restart) or the logs end (the stall rule's wait open at their
-    end), less down time (:func:`~prime_rl.analysis.restarts.open_time_within`). It is time the stage
+    trainer's ``[train] wait.start`` but a run's first) to where the down time after it begins (a crash
+    of the whole run, then a resume; else, its process crashed alone, that process's last line before
+    its restart) or the logs end (the stall rule's wait open at their end), less down time
+    (:func:`~prime_rl.analysis.restarts.open_time_within`). It is time the stage
     spent in the run's wall time: :meth:`total` adds it."""
     open_updates: pl.DataFrame | None = None
     """The steps' weight updates never answered (:func:`~prime_rl.analysis.updates.unanswered`), each
@@ -627,14 +628,23 @@ class _Collector:
         self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
-        self.restart_ts = np.empty(0)
-        """The times of the batch's lines that start a new segment of its process (:attr:`segment_starts`)."""
+        self.fell_silent: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+            np.empty(0, np.int64),
+            np.empty(0),
+            np.empty(0),
+        )
+        """For each of the batch's lines that start a new segment of its process (:attr:`segment_starts`):
+        the ``line`` before which the process's lines are the crashed run's, when that run fell silent
+        (its last line with a time) and the time of the restart's line (NaN: none) (:meth:`_fell_silent`)."""
+        self.last_ts: dict[str, float] = {}
+        """By source, the time of its last line with a time in the batches before the current one."""
         self.open_since: dict[tuple[str, str], float] = {}
         """By series and source, the time of the line that opened a batch or wait still open (no line
         that ends it, nor a restart of its process, since): :meth:`_left_open`."""
-        self.left_open: dict[str, list[tuple[float, float]]] = {}
+        self.left_open: dict[str, list[tuple[float, float, float]]] = {}
         """By series, each batch or wait left open where its process started again (a crash, then a
-        resume): the time of its open line and of the restart's line (``inf``: none)."""
+        resume): the time of its open line, of the crashed run's last line and of the restart's line
+        (``inf``: none; :func:`~prime_rl.analysis.restarts.open_time_within`)."""
 
     def handler(self, tag: str) -> Callable[[int, TaggedLines], None] | None:
         """The method that folds ``tag``'s lines (looked up per batch: a table of bound methods
@@ -672,9 +682,11 @@ class _Collector:
     ) -> None:
         """Keep the batch or wait of series ``key`` open where its process started again in ``b``
         (rows ``opening`` open one, ``closing`` end it): as the stall rule's wait open where the logs
-        end (:attr:`Collected.open_batch`), one is open when the last of those lines before the restart
-        opens it. Each is kept with the time of its open line and of the restart (:attr:`left_open`);
-        the one open after ``b``'s last restart waits for a later batch (:attr:`open_since`).
+        end (:attr:`Collected.open_batch`), one is open when the last of those lines the crashed run
+        logged (before its silence: :attr:`fell_silent`; a resume's start-up lines before its restart's
+        line are the new run's) opens it. Each is kept with the time of its open line, of the crashed
+        run's last line and of the restart's line (:attr:`left_open`). The one open after ``b``'s last
+        restart waits for a later batch (:attr:`open_since`).
         ``counts``: whether each opening row's wait is one of the run's (a trainer run's first wait
         for rollouts is start-up)."""
         line = b.frame.get_column("line").to_numpy()
@@ -687,17 +699,15 @@ class _Collector:
             return float(ts[i]) if counted else None
 
         lo = 0
-        for before, restart in zip(
-            np.searchsorted(line[marks], self.segment_starts[0]).tolist(),
-            self.restart_ts.tolist(),
-            strict=True,
+        ends, silent, restart = self.fell_silent
+        for before, last, again in zip(
+            np.searchsorted(line[marks], ends).tolist(), silent.tolist(), restart.tolist(), strict=True
         ):
-            if before > lo:  # the last line of the segment that opens or ends one
+            if before > lo:  # the crashed run's last line that opens or ends one
                 since = at(int(marks[before - 1]))
             if since is not None:
-                self.left_open.setdefault(key, []).append(
-                    (since, math.inf if math.isnan(restart) else restart)
-                )
+                again = math.inf if math.isnan(again) else again
+                self.left_open.setdefault(key, []).append((since, again if math.isnan(last) else last, again))
             since, lo = None, before
         if len(marks) > lo:
             since = at(int(marks[-1]))
@@ -1083,7 +1093,7 @@ class _Collector:
         """One batch (one source): restarts first, then each tag's lines."""
         restarts = self.segments.observe(b)
         self.segment_starts = self._segment_starts(b, restarts)
-        self.restart_ts = b.frame.get_column("ts").to_numpy()[restarts] if restarts else np.empty(0)
+        self.fell_silent = self._fell_silent(b, restarts)
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
@@ -1099,6 +1109,34 @@ class _Collector:
                     handler(seq, lines)
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
+
+    def _fell_silent(self, b: TaggedLines, restarts: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each restart of batch ``b`` (rows ``restarts``), where the crashed run of its process fell
+        silent (:attr:`fell_silent`): before a ``run.start``, at the process's last line with a time
+        before it; before a restart found by its step going back, whose resume's start-up lines come
+        before its line, where its silence began (:attr:`~prime_rl.analysis.restarts.Segments.silent_from`,
+        its down time's start), the lines after it being the resumed run's."""
+        ts = b.frame.get_column("ts").to_numpy()
+        stamped = np.flatnonzero(~np.isnan(ts))
+        carried = self.last_ts.get(b.source, math.nan)
+        if len(stamped):
+            self.last_ts[b.source] = float(ts[stamped[-1]])
+        if not restarts:
+            return np.empty(0, np.int64), np.empty(0), np.empty(0)
+        line = b.frame.get_column("line").to_numpy()
+        first = len(self.segments.restarts) - len(restarts)
+        ends, times = [], []
+        for k, i in enumerate(restarts, first):
+            before = stamped[stamped < i]
+            began = self.segments.silent_from.get(k)
+            if began is None:  # a run.start: the lines before it are the crashed run's
+                ends.append(int(line[i]))
+                times.append(float(ts[before[-1]]) if len(before) else carried)
+            else:
+                quiet = before[ts[before] <= began]
+                ends.append(int(line[quiet[-1]]) + 1 if len(quiet) else int(line[0]))
+                times.append(began)
+        return np.maximum.accumulate(np.array(ends, np.int64)), np.array(times), ts[restarts]
 
     def _segment_starts(self, b: TaggedLines, restarts: list[int]) -> tuple[np.ndarray, int]:
         """The lines of batch ``b`` that start a new segment of its process (rows ``restarts``;
@@ -1315,7 +1353,7 @@ def _collect(
     last_write = c.last_write[0].event(c.last_write[1]) if c.last_write else None
     # the batches and waits no line ended: left open by a crash, or where the logs end
     for (key, _), since in c.open_since.items():
-        c.left_open.setdefault(key, []).append((since, math.inf))
+        c.left_open.setdefault(key, []).append((since, math.inf, math.inf))
     open_ms = {key: open_time_within(opens, window, down) * 1000.0 for key, opens in c.left_open.items()}
     restarted = [r.ts for r in c.segments.restarts if r.process == "orchestrator" and r.ts is not None]
     open_updates = _open_updates(frame, c.join.rpc_left_open(), restarted, window, down)
@@ -1405,7 +1443,7 @@ def _open_updates(
     columns = rows.select("k", "send_ts", "recv_ts", "tid", pl.col("server").cast(pl.String))
     for k, send, recv, tid, server in columns.iter_rows():
         until = next((r for r in restarted if r > send), math.inf)
-        ((_, end),) = open_spans([(send, until)], down)
+        ((_, end),) = open_spans([(send, until, until)], down)
         later = int(np.searchsorted(sent_ts, send, side="right"))
         while later < len(sent_tid) and sent_tid[later] == tid:
             later += 1

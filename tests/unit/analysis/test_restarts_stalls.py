@@ -1818,14 +1818,15 @@ def test_a_hang_line_with_no_time_is_not_put_in_a_silence_its_steps_rule_out(
     assert ("is not known" in hang["evidence"]) == ((median, waits) == ("unknown", "none")), hang["evidence"]
 
 
-def _crashed_inside(tmp_path: Path, inside: str, resumed: str = "run.start"):
+def _crashed_inside(tmp_path: Path, inside: str, resumed: str = "run.start", resume_waits: bool = False):
     """A healthy run of 5 s batches (steps 0..9) that crashed 40 s into a batch or a wait of step 10's,
     every process silent from then on, resumed at step 8 ten minutes later (``resumed``: ``run.start``,
     each process's run.start line; ``old``: none, the steps go back; ``none``: the logs end there).
     ``inside``: ``generation`` (its [gen] batch.start, then the orchestrator's [server] metrics every
     5 s until the crash; the trainer waits for its rollouts: [train] wait.start) or ``checkpoint
     wait`` (its [ckpt] wait.start for weights step 9 while the trainer computes step 9 for 40 s and
-    dies writing them). The paths and the runs."""
+    dies writing them). ``resume_waits``: the resumed trainer waits for rollouts (start-up) before its
+    first step.done. The paths and the runs."""
     first = make_run("healthy", steps=10, seed=1, shape=Shape(gen_ms=5000.0))
     last = max(first.orchestrator + first.trainer + first.inference, key=_ts)
     if inside == "generation":
@@ -1847,6 +1848,12 @@ def _crashed_inside(tmp_path: Path, inside: str, resumed: str = "run.start"):
     second = make_run(
         "healthy", steps=6, seed=2, first_step=8, start_offset_s=offset, shape=Shape(gen_ms=5000.0)
     )
+    if resume_waits:
+        i = next(k for k, x in enumerate(second.trainer) if "[train] step.done" in x)
+        second.trainer[i:i] = [
+            _stamp(second.trainer[i], -2.0) + format_tagged("train", "wait.start", step=8),
+            _stamp(second.trainer[i], -1.5) + format_tagged("train", "wait.done", step=8, wait_ms=500.0),
+        ]
     if resumed == "run.start":
         for run, step in ((first, 0), (second, 8)):
             began = _stamp(run.orchestrator[0], -1.0)
@@ -2010,3 +2017,200 @@ def test_a_health_loop_update_a_crash_left_unanswered_counts_in_no_stage(tmp_pat
     assert stages["weight update: rpc"] == pytest.approx(
         _field_sum(answered, "client.done", "rpc_ms"), abs=1.0
     )
+
+
+@pytest.mark.parametrize("resumed", ["run.start", "old"])
+def test_a_trainer_wait_a_crash_left_open_counts_also_when_its_resume_waits_before_its_first_step(
+    tmp_path, analyze, resumed
+):
+    """The generation crash of test_a_batch_or_wait_a_crash_left_open_counts_in_its_stage (every process
+    silent from 40.1 s into step 10's batch; the trainer in its wait for those rollouts since 0.1 s)
+    whose resumed trainer waits for rollouts before its first step.done (start-up): in logs without
+    run.start lines that wait's wait.done ended the crashed wait, which then counted in no stage
+    (trainer waits 0.42 s, with run.start lines 40.42 s). The lines a resume logs after its process's
+    silence, before its step goes back, are the resumed run's: the crashed wait counts its 40 s in
+    both."""
+    paths, runs = _crashed_inside(tmp_path / "gen", "generation", resumed, resume_waits=True)
+    summary, md = analyze(paths, tmp_path / "out")
+    stages = {s["name"]: s["total_ms"] for s in summary["stages"]}
+    steps = [[x for x in run.trainer if "[train] step.done" in x][1:] for run in runs]
+    waits = _field_sum([x for run in steps for x in run], "[train] step.done", "wait_ms")
+    assert stages["trainer waits for rollouts"] == pytest.approx(waits + 40_000.0, abs=1.0)
+
+
+def _alone_at(t: float, tag: str, event: str, **fields) -> tuple[float, str]:
+    """A line ``t`` seconds after 2026-01-01 12:00:00 (kept with its time, to sort a log by)."""
+    from datetime import datetime, timedelta
+
+    stamp = (datetime(2026, 1, 1, 12) + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return t, f"{stamp} | INFO    | " + format_tagged(tag, event, **fields)
+
+
+def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
+    """A run of 5 s steps (async level 2; steps 0..19) of which one process crashed alone while the
+    other went on (processes run by hand: the launcher stops every process when one exits), resumed
+    at an earlier step (``run_start``: each run's ``run.start`` lines, 0.5 s before its first line;
+    else none, its step goes back). The orchestrator's step ``s`` from ``5 s``: a 10 ms wait for
+    weights ``s - 2`` (from step 2), a 4.99 s batch; the trainer's step ``s`` waits for its rollouts
+    from ``5 s + 3`` to ``5 s + 5`` (step 0: from 0), then trains 3 s. ``crashed``:
+
+    - ``trainer``: its last line is its [train] wait.start step=10 at 53 s; the orchestrator wrote
+      step 10's rollouts at 54.99 s and goes on to step 11, then waits for weights step 10 from 60
+      s. The trainer is resumed at 100 s: a start-up wait (no time), steps 8, 9, 10 done at 103, 106,
+      109 s (its write of step 10 ends the orchestrator's wait), 11 and 12 after them.
+    - ``batch``: the orchestrator's last lines are its [gen] batch.start step=10 at 50.01 s and a
+      request.retry at 53 s; resumed at 90 s, it loads weights until 100 s, redoes steps 9 and 10
+      (5 s each); the trainer waits for step 10's rollouts from 53 to 110 s.
+    - ``checkpoint``: the orchestrator's last line is its [ckpt] wait.start target_step=8 at 50 s
+      (weights the trainer wrote at 48 s); resumed at 171 s, it loads weights until 175 s, redoes
+      steps 8 and 9 (5 s each); the trainer waits for step 10's rollouts from 58 s."""
+    orchestrator: list[tuple[float, str]] = []
+    trainer: list[tuple[float, str]] = []
+
+    def orchestrator_step(s: int, t: float, batch_s: float = 4.99, wait: bool = True) -> float:
+        if s > 1 and wait:
+            orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=s - 2))
+            orchestrator.append(_alone_at(t + 0.01, "ckpt", "wait.done", target_step=s - 2, wait_ms=10.0))
+            t += 0.01
+        orchestrator.append(_alone_at(t, "gen", "batch.start", step=s, inflight=64, target_batch=256))
+        done = dict(step=s, completions=256, dur_ms=batch_s * 1000.0, inflight=64)
+        orchestrator.append(_alone_at(t + batch_s, "gen", "batch.done", **done))
+        orchestrator.append(
+            _alone_at(t + batch_s, "verify", "batch.done", step=s, completions=256, dur_ms=10.0)
+        )
+        return t + batch_s
+
+    def trainer_step(s: int, waits: float, waited: float) -> float:
+        wait_ms = (waited - waits) * 1000.0
+        trainer.append(_alone_at(waits, "train", "wait.start", step=s))
+        trainer.append(_alone_at(waited, "train", "wait.done", step=s, wait_ms=wait_ms))
+        done = dict(step=s, wait_ms=wait_ms, train_ms=3000.0, write_ms=40.0)
+        trainer.append(_alone_at(waited + 3.0, "train", "step.done", **done))
+        trainer.append(_alone_at(waited + 3.0, "ckpt", "write.done", step=s, write_ms=40.0))
+        return waited + 3.0
+
+    def begun(log: list[tuple[float, str]], t: float, tag: str, step: int, **fields) -> None:
+        if run_start:
+            log.append(_alone_at(t - 0.5, tag, "run.start", step=step, resume=step > 0, **fields))
+
+    begun(orchestrator, 0.0, "gen", 0, async_level=2)
+    begun(trainer, 0.0, "train", 0)
+    done = trainer_step(0, 0.0, 5.0)
+    for s in range(1, 10):
+        done = trainer_step(s, 5 * s + 3.0, 5 * s + 5.0)  # step 9 done at 53 s
+    if crashed == "trainer":
+        for s in range(12):
+            t = orchestrator_step(s, 5.0 * s)
+        trainer.append(_alone_at(53.0, "train", "wait.start", step=10))  # the crash
+        orchestrator.append(_alone_at(60.0, "ckpt", "wait.start", target_step=10))
+        begun(trainer, 100.0, "train", 8)
+        done = 100.0
+        for s in (8, 9, 10):
+            done = trainer_step(s, done, done)
+        orchestrator.append(_alone_at(109.0, "ckpt", "wait.done", target_step=10, wait_ms=49000.0))
+        t = orchestrator_step(12, 109.0, 5.0, wait=False)
+        done = trainer_step(12, trainer_step(11, done, done), t)  # waits 112..114 s
+        first = 13
+    else:
+        for s in range(10):
+            t = orchestrator_step(s, 5.0 * s)
+        if crashed == "batch":
+            orchestrator.append(_alone_at(50.0, "ckpt", "wait.start", target_step=8))
+            orchestrator.append(_alone_at(50.01, "ckpt", "wait.done", target_step=8, wait_ms=10.0))
+            orchestrator.append(
+                _alone_at(50.01, "gen", "batch.start", step=10, inflight=64, target_batch=256)
+            )
+            retry = dict(url="http://h:8000", status=500, attempt=1, wait_ms=100.0)
+            orchestrator.append(_alone_at(53.0, "gen", "request.retry", **retry))  # the crash
+            t, step, load = 90.0, 9, 10.0
+        else:
+            orchestrator.append(_alone_at(50.0, "ckpt", "wait.start", target_step=8))  # the crash
+            t, step, load = 171.0, 8, 4.0
+        begun(orchestrator, t, "gen", step, async_level=2)
+        orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=7))
+        t += load
+        orchestrator.append(_alone_at(t, "ckpt", "wait.done", target_step=7, wait_ms=load * 1000.0))
+        for s in (step, step + 1):
+            t = orchestrator_step(s, t, 5.0, wait=False)
+        if crashed == "batch":  # the trainer waits for step 10's rollouts until the resumed run wrote them
+            done = trainer_step(10, 53.0, t)
+        first = step + 2
+    for s in range(first, 20):
+        t = orchestrator_step(s, t)
+        done = trainer_step(s, 58.0 if s == 10 else done, max(done, t))
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, log in (("orchestrator", orchestrator), ("trainer", trainer)):
+        path = root / f"{name}.log"
+        path.write_text("\n".join(line for _, line in sorted(log, key=lambda x: x[0])) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _alone_read(tmp_path: Path, analyze, crashed: str) -> dict:
+    """:func:`_crashed_alone`'s run read with and without run.start lines: its summary, checked to read
+    the same in both (the stages to the millisecond, the findings' kinds and shares)."""
+    read = {}
+    for run_start in (True, False):
+        paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start)
+        summary, _ = analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")
+        stages = {s["name"]: round(s["total_ms"]) for s in summary["stages"]}
+        findings = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+        read[run_start] = (summary, stages, findings)
+    assert read[True][1:] == read[False][1:]
+    assert read[True][0]["down_seconds"] == read[False][0]["down_seconds"] == 0.0  # the other process went on
+    return read[True][0]
+
+
+def _stage_ms(summary: dict, name: str) -> float:
+    return next(s["total_ms"] for s in summary["stages"] if s["name"] == name)
+
+
+def test_a_trainer_that_crashed_alone_in_its_wait_for_rollouts_waited_no_longer_than_it_lived(
+    tmp_path, analyze
+):
+    """The trainer alone crashed in its wait for step 10's rollouts (its last line, [train] wait.start at
+    53 s) and was resumed at 100 s while the orchestrator went on (_crashed_alone ``trainer``): with
+    run.start lines the open wait counted to the resume's run.start at 99.5 s, 46.5 s in which the
+    trainer was dead (the rollouts it waited for were there at 54.99 s): trainer waits 80.5 s of a 152 s
+    run and the primary 'Generation-bound', where logs without run.start lines read 34.0 s and
+    'Checkpoint I/O'. A process that crashed alone (no down time: the other went on) was alive up to
+    its last line: its open wait ends there. 34.0 s: steps 1..9 wait 2 s each (18 s; the first run's
+    steps 8 and 9 are the earlier run's time), the resumed run's steps 8..11 none (the first,
+    start-up, and rollouts already there), steps 12..19 2 s each (16 s); the open wait 53 -> 53 s."""
+    summary = _alone_read(tmp_path, analyze, "trainer")
+    assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(34_000.0, abs=1.0)
+    # the orchestrator waited for weights step 10 from 60 s to the resumed trainer's write at 109 s
+    assert _stage_ms(summary, "checkpoint wait") == pytest.approx(49_000.0 + 17 * 10.0, abs=1.0)
+    assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
+    assert not any(f["kind"] == "generation_bound" for f in summary["findings"]), summary["findings"]
+
+
+def test_an_orchestrator_that_crashed_alone_in_a_batch_generated_no_longer_than_it_lived(tmp_path, analyze):
+    """The orchestrator alone crashed 2.99 s into step 10's batch ([gen] batch.start at 50.01 s, its last
+    line at 53 s), was resumed at 90 s, loaded weights until 100 s and redid steps 9 and 10 while the
+    trainer waited (_crashed_alone ``batch``): the open batch counted to the orchestrator's restart,
+    the run.start at 89.5 s (generation 144.09 s) or in logs without run.start lines the step going
+    back at 100 s (154.59 s: the resume's load of weights too, start-up). It ends at the orchestrator's
+    last line: 2.99 s, and generation 107.59 s in both: 19 batches of 4.99 s (steps 0..8 and 11..19,
+    and step 9's first run, the earlier run's time: 94.81 s) and the resumed steps 9 and 10 (10 s),
+    less the 0.21 s of verification, its own row."""
+    summary = _alone_read(tmp_path, analyze, "batch")
+    assert _stage_ms(summary, "generation") == pytest.approx(
+        19 * 4_990.0 + 10_000.0 - 210.0 + 2_990.0, abs=1.0
+    )
+    assert _stage_ms(summary, "checkpoint wait") == pytest.approx(18 * 10.0, abs=1.0)  # the load is start-up
+
+
+def test_an_orchestrator_that_crashed_alone_in_a_wait_for_weights_is_no_checkpoint_i_o(tmp_path, analyze):
+    """The orchestrator alone crashed in its wait for weights step 8 ([ckpt] wait.start at 50 s, its last
+    line; the trainer wrote them at 48 s), and was resumed at 171 s while the trainer went on
+    (_crashed_alone ``checkpoint``): the open wait counted to its restart, the run.start at 170.5 s
+    (checkpoint wait 120.68 s) or in logs without run.start lines the step going back at 175 s (125.18
+    s, the resume's load of weights too), and 'Checkpoint I/O: the orchestrator waits for the trainer's
+    weight writes' was a finding at a share of 0.51 / 0.53. It ends at the orchestrator's last line,
+    its wait.start: checkpoint wait 0.18 s (18 waits of 10 ms), and no such finding."""
+    summary = _alone_read(tmp_path, analyze, "checkpoint")
+    assert _stage_ms(summary, "checkpoint wait") == pytest.approx(18 * 10.0, abs=1.0)
+    assert not any(f["kind"] == "checkpoint_io" for f in summary["findings"]), summary["findings"]
+    assert summary["primary"]["kind"] == "generation_bound", summary["findings"]
