@@ -119,7 +119,8 @@ def update_critical(d: Collected) -> UpdateTime:
     (:attr:`~prime_rl.analysis.updates.Update.background`) are left out: no step waits for them. One
     never answered (the orchestrator died waiting for it, :func:`~prime_rl.analysis.updates.died_waiting`,
     or still waited where the logs end) counts from its ``client.send`` to where the down time after
-    it begins, or the logs' end (:attr:`~prime_rl.analysis.stats.Collected.open_updates`): queue until
+    it begins (else, the orchestrator crashed alone, to its last line before its restart), or the
+    logs' end (:attr:`~prime_rl.analysis.stats.Collected.open_updates`): queue until
     its server's ``server.recv``, then the server's, rpc from an ``rpc.start`` no ``rpc.done``
     followed; a resume's resend under its trace id is another update (an update is one run's of the
     orchestrator)."""
@@ -151,13 +152,14 @@ def _update_critical(d: Collected) -> UpdateTime:
             rpc=pl.coalesce("open_rpc", "rpc"),
         )
         keep = of_the_steps() & (~died_waiting(d.orchestrator_restarted) | col("open_wall").is_not_null())
-    restarted = sorted(r.ts for r in d.restarts if r.process == "orchestrator" and r.ts is not None)
     # an update is one run's of the orchestrator: a resume's resend under a trace id the crash left
-    # unanswered is another update
+    # unanswered is another update, also one its start-up logs before its step goes back (the lines
+    # after the crashed run fell silent are the resumed run's)
+    silent = d.orchestrator_fell_silent
     run = pl.lit(0, pl.Int64)
-    if restarted:
+    if silent:
         start = frame.get_column("start").fill_null(-math.inf).to_numpy()
-        run = pl.Series("run", np.searchsorted(np.array(restarted), start, side="right"), dtype=pl.Int64)
+        run = pl.Series("run", np.searchsorted(np.array(silent), start, side="left"), dtype=pl.Int64)
     frame = (
         frame.with_columns(run=run)
         .filter(keep)

@@ -333,11 +333,18 @@ class Collected:
     open_updates: pl.DataFrame | None = None
     """The steps' weight updates never answered (:func:`~prime_rl.analysis.updates.unanswered`), each
     counted from its ``client.send`` to where the down time after it begins (the orchestrator died
-    waiting: a crash, then a resume; else its restart) or the logs end, less down time, as the
-    batches and waits left open (:attr:`open_ms`): ``k`` (its row of :meth:`update_frame`),
+    waiting: a crash of the whole run, then a resume; else, the orchestrator crashed alone, its last
+    line before its restart) or the logs end, less down time, as the batches and waits left open
+    (:attr:`open_ms`): ``k`` (its row of :meth:`update_frame`),
     ``open_wall`` (ms), ``open_handling`` (the part after its server's ``server.recv``; null: none)
     and ``open_rpc`` (the part after the server's ``rpc.start`` that no ``rpc.done`` followed; null:
     none). :func:`~prime_rl.analysis.stages.update_critical` counts them; None: no such update."""
+    orchestrator_fell_silent: list[float] = field(default_factory=list)
+    """For each restart of the orchestrator with a time, in order, when its crashed run fell silent
+    (:meth:`_Collector._fell_silent`: its last line with a time before a ``run.start``; before a
+    restart found by its step going back, where its silence began): its lines after that, a resume's
+    start-up too, are the resumed run's. :func:`~prime_rl.analysis.stages.update_critical` splits the
+    weight updates into the orchestrator's runs there."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -638,6 +645,10 @@ class _Collector:
         (its last line with a time) and the time of the restart's line (NaN: none) (:meth:`_fell_silent`)."""
         self.last_ts: dict[str, float] = {}
         """By source, the time of its last line with a time in the batches before the current one."""
+        self.orchestrator_silent: list[tuple[float, float]] = []
+        """For each restart of the orchestrator with a time, in order: when its crashed run fell silent
+        (:attr:`fell_silent`; the restart's time where no line before it has one) and the time of the
+        restart's line."""
         self.open_since: dict[tuple[str, str], float] = {}
         """By series and source, the time of the line that opened a batch or wait still open (no line
         that ends it, nor a restart of its process, since): :meth:`_left_open`."""
@@ -1094,6 +1105,13 @@ class _Collector:
         restarts = self.segments.observe(b)
         self.segment_starts = self._segment_starts(b, restarts)
         self.fell_silent = self._fell_silent(b, restarts)
+        if b.source == "orchestrator":
+            _, silent, again = self.fell_silent
+            self.orchestrator_silent += [
+                (r if math.isnan(t) else t, r)
+                for t, r in zip(silent.tolist(), again.tolist(), strict=True)
+                if not math.isnan(r)
+            ]
         if restarts and b.source == "orchestrator":
             self.restarted = (seq, b.column("line")[restarts[-1]])
         self.run_starts = self._run_levels(b)
@@ -1355,8 +1373,8 @@ def _collect(
     for (key, _), since in c.open_since.items():
         c.left_open.setdefault(key, []).append((since, math.inf, math.inf))
     open_ms = {key: open_time_within(opens, window, down) * 1000.0 for key, opens in c.left_open.items()}
-    restarted = [r.ts for r in c.segments.restarts if r.process == "orchestrator" and r.ts is not None]
-    open_updates = _open_updates(frame, c.join.rpc_left_open(), restarted, window, down)
+    orchestrator_silent = sorted(c.orchestrator_silent)
+    open_updates = _open_updates(frame, c.join.rpc_left_open(), orchestrator_silent, window, down)
     collected = Collected(
         parse,
         updates,
@@ -1396,6 +1414,7 @@ def _collect(
         earlier_runs_ms=earlier_runs_ms,
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
+        orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
         silences=silent_together(
             c.segments.silences, down, c.segments.all_stepped(), c.segments.restart_silences()
         )
@@ -1409,22 +1428,25 @@ def _collect(
 def _open_updates(
     frame: pl.DataFrame,
     rpc_left_open: pl.DataFrame,
-    restarted: list[float],
+    restarted: list[tuple[float, float]],
     window: tuple[float, float],
     down: list[tuple[float, float]],
 ) -> pl.DataFrame | None:
     """:attr:`Collected.open_updates` of the updates ``frame`` (:func:`update_frame`): each of the
-    steps' updates never answered runs from its client.send to its orchestrator's next restart
-    (``restarted``: the times), cut where the down time after it begins
-    (:func:`~prime_rl.analysis.restarts.open_spans`), within ``window`` less ``down``; its server had
-    it from its server.recv on, its engine from the last ``rpc.start`` left open (``rpc_left_open``:
-    :meth:`~prime_rl.analysis.updates.UpdateJoin.rpc_left_open`) of its trace id and server file
-    after that. One after which the orchestrator sent another update before that end went on without
-    its answer: it is none (it was not what the orchestrator waited for)."""
+    steps' updates never answered runs from its client.send to where the down time after it begins,
+    when that is before the orchestrator's next restart (the whole run went down), else to the
+    orchestrator's last line before that restart (it crashed alone: its silence after it is a dead
+    process's) (``restarted``: for each restart, when the crashed run fell silent and the restart's
+    time; the restart whose crashed run logged the client.send, a resume's start-up lines being the
+    resumed run's; :func:`~prime_rl.analysis.restarts.open_spans`), within ``window`` less ``down``;
+    its server had it from its server.recv on, its engine from the last ``rpc.start`` left open
+    (``rpc_left_open``: :meth:`~prime_rl.analysis.updates.UpdateJoin.rpc_left_open`) of its trace id
+    and server file after that. One after which the orchestrator sent another update before that
+    end went on without its answer: it is none (it was not what the orchestrator waited for)."""
     rows = frame.with_row_index("k").filter(unanswered() & of_the_steps())
     if not rows.height:
         return None
-    restarted = sorted(restarted)
+    silent = np.array([t for t, _ in restarted])
     sent = (
         frame.filter(of_the_steps() & pl.col("send_ts").is_not_null())
         .select("send_ts", "tid")
@@ -1442,8 +1464,9 @@ def _open_updates(
 
     columns = rows.select("k", "send_ts", "recv_ts", "tid", pl.col("server").cast(pl.String))
     for k, send, recv, tid, server in columns.iter_rows():
-        until = next((r for r in restarted if r > send), math.inf)
-        ((_, end),) = open_spans([(send, until, until)], down)
+        run = int(np.searchsorted(silent, send, side="left"))  # the run that logged it
+        last, until = restarted[run] if run < len(restarted) else (math.inf, math.inf)
+        ((_, end),) = open_spans([(send, last, until)], down)
         later = int(np.searchsorted(sent_ts, send, side="right"))
         while later < len(sent_tid) and sent_tid[later] == tid:
             later += 1

@@ -2038,12 +2038,13 @@ def test_a_trainer_wait_a_crash_left_open_counts_also_when_its_resume_waits_befo
     assert stages["trainer waits for rollouts"] == pytest.approx(waits + 40_000.0, abs=1.0)
 
 
-def _alone_at(t: float, tag: str, event: str, **fields) -> tuple[float, str]:
-    """A line ``t`` seconds after 2026-01-01 12:00:00 (kept with its time, to sort a log by)."""
+def _alone_at(t: float, tag: str, event: str, tid: str | None = None, /, **fields) -> tuple[float, str]:
+    """A line ``t`` seconds after 2026-01-01 12:00:00 (kept with its time, to sort a log by; ``tid``:
+    its trace id)."""
     from datetime import datetime, timedelta
 
     stamp = (datetime(2026, 1, 1, 12) + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return t, f"{stamp} | INFO    | " + format_tagged(tag, event, **fields)
+    return t, f"{stamp} | INFO    | " + format_tagged(tag, event, tid, **fields)
 
 
 def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
@@ -2063,9 +2064,38 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
       (5 s each); the trainer waits for step 10's rollouts from 53 to 110 s.
     - ``checkpoint``: the orchestrator's last line is its [ckpt] wait.start target_step=8 at 50 s
       (weights the trainer wrote at 48 s); resumed at 171 s, it loads weights until 175 s, redoes
-      steps 8 and 9 (5 s each); the trainer waits for step 10's rollouts from 58 s."""
+      steps 8 and 9 (5 s each); the trainer waits for step 10's rollouts from 58 s.
+    - ``update``: after its wait for weights step 8 (50 -> 50.01 s) the orchestrator sends their update
+      t0010 at 50.01 s ([weights] client.send; the server's server.recv and rpc.start 5 ms later, no
+      rpc.done) and its last line is a [server] metrics line at 53.01 s, 3 s into the update; resumed
+      at 173.01 s, it loads weights until 177.01 s, sends t0010 again (attempt=1, a new process: 5 ms
+      of queue, 195 ms of rpc; start-up, before its first batch), redoes steps 8 and 9 (5 s each); the
+      trainer waits for step 10's rollouts from 58 s. The server's lines are inference.log's (its clock ``t=`` the
+      seconds of the lines' times)."""
     orchestrator: list[tuple[float, str]] = []
     trainer: list[tuple[float, str]] = []
+    inference: list[tuple[float, str]] = []
+
+    def update(t: float, attempt: int, rpc_s: float | None) -> None:
+        url, path = "http://h:8000", "/update_weights"
+        orchestrator.append(
+            _alone_at(t, "weights", "client.send", "t0010", url=url, path=path, t=f"{t:.6f}", attempt=attempt)
+        )
+        recv = t + 0.005
+        inference.append(_alone_at(recv, "weights", "server.recv", "t0010", path=path, t=f"{recv:.6f}"))
+        inference.append(
+            _alone_at(recv, "weights", "rpc.start", "t0010", op="update_weights", t=f"{recv:.6f}")
+        )
+        if rpc_s is None:  # no answer: the crash
+            return
+        end = recv + rpc_s
+        rpc_ms = rpc_s * 1000.0
+        inference.append(
+            _alone_at(end, "weights", "rpc.done", "t0010", op="update_weights", t=f"{end:.6f}", rpc_ms=rpc_ms)
+        )
+        wall_ms = (end - t) * 1000.0
+        done = dict(url=url, wall_ms=wall_ms, rpc_ms=rpc_ms, queue_ms=wall_ms - rpc_ms)
+        orchestrator.append(_alone_at(end, "weights", "client.done", "t0010", **done))
 
     def orchestrator_step(s: int, t: float, batch_s: float = 4.99, wait: bool = True) -> float:
         if s > 1 and wait:
@@ -2123,6 +2153,13 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
             retry = dict(url="http://h:8000", status=500, attempt=1, wait_ms=100.0)
             orchestrator.append(_alone_at(53.0, "gen", "request.retry", **retry))  # the crash
             t, step, load = 90.0, 9, 10.0
+        elif crashed == "update":
+            orchestrator.append(_alone_at(50.0, "ckpt", "wait.start", target_step=8))
+            orchestrator.append(_alone_at(50.01, "ckpt", "wait.done", target_step=8, wait_ms=10.0))
+            update(50.01, 1, None)
+            metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=30.0, preemptions=7)
+            orchestrator.append(_alone_at(53.01, "server", "metrics", **metrics))  # the crash
+            t, step, load = 173.01, 8, 4.0
         else:
             orchestrator.append(_alone_at(50.0, "ckpt", "wait.start", target_step=8))  # the crash
             t, step, load = 171.0, 8, 4.0
@@ -2130,6 +2167,9 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
         orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=7))
         t += load
         orchestrator.append(_alone_at(t, "ckpt", "wait.done", target_step=7, wait_ms=load * 1000.0))
+        if crashed == "update":  # the resume's update of the weights it loaded: start-up
+            update(t, 1, 0.195)
+            t += 0.2
         for s in (step, step + 1):
             t = orchestrator_step(s, t, 5.0, wait=False)
         if crashed == "batch":  # the trainer waits for step 10's rollouts until the resumed run wrote them
@@ -2140,7 +2180,9 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
         done = trainer_step(s, 58.0 if s == 10 else done, max(done, t))
     root.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, log in (("orchestrator", orchestrator), ("trainer", trainer)):
+    for name, log in (("orchestrator", orchestrator), ("trainer", trainer), ("inference", inference)):
+        if not log:
+            continue
         path = root / f"{name}.log"
         path.write_text("\n".join(line for _, line in sorted(log, key=lambda x: x[0])) + "\n")
         paths.append(path)
@@ -2214,3 +2256,25 @@ def test_an_orchestrator_that_crashed_alone_in_a_wait_for_weights_is_no_checkpoi
     assert _stage_ms(summary, "checkpoint wait") == pytest.approx(18 * 10.0, abs=1.0)
     assert not any(f["kind"] == "checkpoint_io" for f in summary["findings"]), summary["findings"]
     assert summary["primary"]["kind"] == "generation_bound", summary["findings"]
+
+
+def test_an_orchestrator_that_crashed_alone_in_a_weight_update_updated_no_longer_than_it_lived(
+    tmp_path, analyze
+):
+    """The orchestrator alone crashed 3 s into its update of weights step 8 (t0010: client.send at 50.01
+    s, the server's rpc.start 5 ms later, no rpc.done; its last line at 53.01 s), was resumed at 173.01
+    s, loaded weights for 4 s and sent t0010 again (0.2 s, answered) while the trainer went on
+    (_crashed_alone ``update``): the unanswered update counted to the orchestrator's restart, the
+    run.start at 172.51 s ('weight update: rpc' 122.69 s, the resend's 0.195 s with it) or in logs
+    without run.start lines the step going back at 177.21 s (127.195 s: the resend, logged before it,
+    in the crashed update's group, left out as the faster), and 'slow_reload' was a finding at a share
+    of 0.511 / 0.53, though no stage counts the dead orchestrator's silence. It ends at the
+    orchestrator's last line, as a batch left open does
+    (test_an_orchestrator_that_crashed_alone_in_a_batch_generated_no_longer_than_it_lived): the
+    weight-update stages add 3 s (5 ms of queue, 2.995 s of rpc) to the resend's 0.2 s, in both log
+    formats; the resend (a start-up line, the resumed run's) is an update of the resumed run."""
+    summary = _alone_read(tmp_path, analyze, "update")
+    updates = {s["name"]: s["total_ms"] for s in summary["stages"] if s["name"].startswith("weight update")}
+    assert math.fsum(updates.values()) == pytest.approx(3_000.0 + 200.0, abs=2.0), updates
+    assert updates["weight update: rpc"] == pytest.approx(2_995.0 + 195.0, abs=2.0), updates
+    assert updates["weight update: queue"] == pytest.approx(5.0 + 5.0, abs=2.0), updates
