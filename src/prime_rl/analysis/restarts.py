@@ -183,6 +183,44 @@ def _waiting(frame: pl.DataFrame, waits: dict[str, tuple[str, tuple[str, ...]]] 
     return out
 
 
+BEFORE_RUN_START = {"trainer": ("ckpt", ("write.done",)), "orchestrator": ("server", ("metrics",))}
+"""By process, the tagged lines a resumed process may log before its ``run.start``: the trainer's
+``[ckpt] write.done`` of ``weights/step_N`` published again from its checkpoint (retention deleted
+it, or the crash tore it: the trainer publishes it before its run.start), the orchestrator's
+``[server] metrics`` (its scraper starts just before its run.start). The crashed run may have logged
+such lines last too (:func:`fell_silent_before_start`)."""
+
+
+def fell_silent_before_start(
+    frame: pl.DataFrame, source: str, before: np.ndarray, at: int, carried: float
+) -> tuple[int, float]:
+    """For a ``run.start`` at row ``at`` of a batch of ``source``'s lines (``frame``; ``before``: its
+    rows with a time before it; ``carried``: the process's last time in an earlier batch, NaN: none),
+    where its crashed run fell silent: the row from which the lines are the resumed run's and the time
+    of the crashed run's last line. That is the longest silence before the run.start or before one of
+    the lines right before it that the resumed process may have logged before it
+    (:data:`BEFORE_RUN_START`): a trainer's republish of its weights is the resumed run's, one the
+    crashed run wrote before it died is the crashed run's (the crash and the start-up are the silence)."""
+    ts = frame.get_column("ts").to_numpy()
+    own = np.zeros(len(frame), dtype=bool)
+    if source in BEFORE_RUN_START:
+        tag, events = BEFORE_RUN_START[source]
+        own = (
+            ((frame.get_column("tag") == tag) & frame.get_column("event").is_in(events))
+            .fill_null(False)
+            .to_numpy()
+        )
+    other = np.flatnonzero(~own[before])
+    lo = int(other[-1]) + 1 if len(other) else 0
+    rows = np.append(before[lo:], at)
+    prior = np.concatenate([[ts[before[lo - 1]] if lo else carried], ts[before[lo:]]])
+    with np.errstate(invalid="ignore"):
+        gaps = ts[rows] - prior
+    gaps = np.where(np.isnan(gaps), -np.inf, gaps)
+    j = len(rows) - 1 if np.isneginf(gaps).all() else int(np.argmax(gaps))
+    return int(rows[j]), float(prior[j])
+
+
 SILENCES_KEPT = 64
 """How many of each process's longest silences :attr:`Segments.silences` keeps: a silence of every
 process at once that more than this many longer silences of one of them come with is not found."""

@@ -33,6 +33,7 @@ from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, Rate
 from prime_rl.analysis.restarts import (
     Restart,
     Segments,
+    fell_silent_before_start,
     last_restart,
     open_spans,
     open_time_within,
@@ -341,7 +342,7 @@ class Collected:
     none). :func:`~prime_rl.analysis.stages.update_critical` counts them; None: no such update."""
     orchestrator_fell_silent: list[float] = field(default_factory=list)
     """For each restart of the orchestrator with a time, in order, when its crashed run fell silent
-    (:meth:`_Collector._fell_silent`: its last line with a time before a ``run.start``; before a
+    (:meth:`_Collector._fell_silent`: its last line before the silence before a ``run.start``; before a
     restart found by its step going back, where its silence began): its lines after that, a resume's
     start-up too, are the resumed run's. :func:`~prime_rl.analysis.stages.update_critical` splits the
     weight updates into the orchestrator's runs there."""
@@ -1130,8 +1131,9 @@ class _Collector:
 
     def _fell_silent(self, b: TaggedLines, restarts: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each restart of batch ``b`` (rows ``restarts``), where the crashed run of its process fell
-        silent (:attr:`fell_silent`): before a ``run.start``, at the process's last line with a time
-        before it; before a restart found by its step going back, whose resume's start-up lines come
+        silent (:attr:`fell_silent`): before a ``run.start``, at the process's last line before the
+        silence before it (:func:`~prime_rl.analysis.restarts.fell_silent_before_start`: a resumed
+        trainer may publish its weights again before its run.start, a line of the resumed run); before a restart found by its step going back, whose resume's start-up lines come
         before its line, where its silence began (:attr:`~prime_rl.analysis.restarts.Segments.silent_from`,
         its down time's start), the lines after it being the resumed run's."""
         ts = b.frame.get_column("ts").to_numpy()
@@ -1147,9 +1149,10 @@ class _Collector:
         for k, i in enumerate(restarts, first):
             before = stamped[stamped < i]
             began = self.segments.silent_from.get(k)
-            if began is None:  # a run.start: the lines before it are the crashed run's
-                ends.append(int(line[i]))
-                times.append(float(ts[before[-1]]) if len(before) else carried)
+            if began is None:  # a run.start: the lines before the silence before it are the crashed run's
+                row, last = fell_silent_before_start(b.frame, b.source, before, i, carried)
+                ends.append(int(line[row]))
+                times.append(last)
             else:
                 quiet = before[ts[before] <= began]
                 ends.append(int(line[quiet[-1]]) + 1 if len(quiet) else int(line[0]))

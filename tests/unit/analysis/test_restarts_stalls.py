@@ -2047,7 +2047,7 @@ def _alone_at(t: float, tag: str, event: str, tid: str | None = None, /, **field
     return t, f"{stamp} | INFO    | " + format_tagged(tag, event, tid, **fields)
 
 
-def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
+def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool = False) -> list[Path]:
     """A run of 5 s steps (async level 2; steps 0..19) of which one process crashed alone while the
     other went on (processes run by hand: the launcher stops every process when one exits), resumed
     at an earlier step (``run_start``: each run's ``run.start`` lines, 0.5 s before its first line;
@@ -2071,7 +2071,12 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
       at 173.01 s, it loads weights until 177.01 s, sends t0010 again (attempt=1, a new process: 5 ms
       of queue, 195 ms of rpc; start-up, before its first batch), redoes steps 8 and 9 (5 s each); the
       trainer waits for step 10's rollouts from 58 s. The server's lines are inference.log's (its clock ``t=`` the
-      seconds of the lines' times)."""
+      seconds of the lines' times).
+
+    ``before_start``: the resumed process logs a line of its start-up before its run.start time (in both
+    formats): the trainer publishes weights/step_8 again from its checkpoint ([ckpt] write.done at 99 s,
+    as train.py does when the crash tore them or retention deleted them), the orchestrator a [server]
+    metrics line 0.2 s before it."""
     orchestrator: list[tuple[float, str]] = []
     trainer: list[tuple[float, str]] = []
     inference: list[tuple[float, str]] = []
@@ -2133,6 +2138,9 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
             t = orchestrator_step(s, 5.0 * s)
         trainer.append(_alone_at(53.0, "train", "wait.start", step=10))  # the crash
         orchestrator.append(_alone_at(60.0, "ckpt", "wait.start", target_step=10))
+        if before_start:  # the resumed trainer publishes weights/step_8 again before its run.start
+            republished = dict(step=8, write_ms=900.0, bytes=1000, shards=1, background="false")
+            trainer.append(_alone_at(99.0, "ckpt", "write.done", **republished))
         begun(trainer, 100.0, "train", 8)
         done = 100.0
         for s in (8, 9, 10):
@@ -2163,6 +2171,9 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
         else:
             orchestrator.append(_alone_at(50.0, "ckpt", "wait.start", target_step=8))  # the crash
             t, step, load = 171.0, 8, 4.0
+        if before_start:  # the resumed orchestrator's scraper logs before its run.start
+            metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=0.0, preemptions=0)
+            orchestrator.append(_alone_at(t - 0.7, "server", "metrics", **metrics))
         begun(orchestrator, t, "gen", step, async_level=2)
         orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=7))
         t += load
@@ -2189,12 +2200,12 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool) -> list[Path]:
     return paths
 
 
-def _alone_read(tmp_path: Path, analyze, crashed: str) -> dict:
+def _alone_read(tmp_path: Path, analyze, crashed: str, before_start: bool = False) -> dict:
     """:func:`_crashed_alone`'s run read with and without run.start lines: its summary, checked to read
     the same in both (the stages to the millisecond, the findings' kinds and shares)."""
     read = {}
     for run_start in (True, False):
-        paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start)
+        paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start, before_start)
         summary, _ = analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")
         stages = {s["name"]: round(s["total_ms"]) for s in summary["stages"]}
         findings = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
@@ -2226,6 +2237,34 @@ def test_a_trainer_that_crashed_alone_in_its_wait_for_rollouts_waited_no_longer_
     assert _stage_ms(summary, "checkpoint wait") == pytest.approx(49_000.0 + 17 * 10.0, abs=1.0)
     assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
     assert not any(f["kind"] == "generation_bound" for f in summary["findings"]), summary["findings"]
+
+
+@pytest.mark.parametrize("crashed", ["trainer", "batch"])
+def test_a_crashed_run_fell_silent_before_the_lines_its_resume_logs_before_its_run_start(
+    tmp_path, analyze, crashed
+):
+    """The trainer alone crashed in its wait for step 10's rollouts (its last line, [train] wait.start at
+    53 s) and its resume published weights/step_8 again from its checkpoint ([ckpt] write.done at 99 s,
+    as train.py does before its run.start when the crash tore them or retention deleted them) before its
+    run.start at 99.5 s (_crashed_alone ``trainer``, ``before_start``): with run.start lines the crashed
+    run was taken to fall silent at its last line before the run.start, the resume's write.done, so its
+    open wait counted 53 -> 99 s: trainer waits 80.0 s and the primary 'Generation-bound', where the
+    same logs without run.start lines (and with them, without the republish) read 34.0 s and
+    'Checkpoint I/O' (the reviewer's d1). The crashed run fell silent before the silence that precedes
+    the run.start, the lines the resume may log before it (a republish, a [server] metrics line of the
+    orchestrator) being the resumed run's: 34.0 s, as
+    test_a_trainer_that_crashed_alone_in_its_wait_for_rollouts_waited_no_longer_than_it_lived reckons.
+    An orchestrator that crashed alone 2.99 s into a batch whose resume logs a [server] metrics line
+    before its run.start (``batch``) generates 107.59 s (143.79 s before), as
+    test_an_orchestrator_that_crashed_alone_in_a_batch_generated_no_longer_than_it_lived reckons."""
+    summary = _alone_read(tmp_path, analyze, crashed, before_start=True)
+    if crashed == "trainer":
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(34_000.0, abs=1.0)
+        assert summary["primary"]["kind"] == "checkpoint_io", summary["findings"]
+    else:
+        assert _stage_ms(summary, "generation") == pytest.approx(
+            19 * 4_990.0 + 10_000.0 - 210.0 + 2_990.0, abs=1.0
+        )
 
 
 def test_an_orchestrator_that_crashed_alone_in_a_batch_generated_no_longer_than_it_lived(tmp_path, analyze):
