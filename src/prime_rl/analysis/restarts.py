@@ -5,8 +5,10 @@ A process starts again where it logs ``run.start`` (``[gen] run.start step=`` of
 line, where its step counter goes back: the orchestrator's ``[gen] batch.start step=`` or the
 trainer's ``[train] step.done step=`` at or below a step it already reached (a resume at checkpoint
 ``N`` redoes the steps from ``N`` on; a resume at the step after the last one logged, where a crash
-fell between a checkpoint and the next step's line, has no step going back to show it). Each such
-line opens a new segment.
+fell between a checkpoint and the next step's line, has no step going back to show it), or where the
+trainer opens again the wait for rollouts its crashed run left open (``[train] wait.start`` for the
+step of the open one: a resume at the step it crashed waiting for; :meth:`Segments._reopening`). Each
+such line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
 step's), so a redone step is counted once in the statistics; the stages count the time of both runs
 (the values replaced, :attr:`~prime_rl.analysis.stats.Collected.earlier_runs_ms`: the earlier run
@@ -34,7 +36,15 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals, overlap_s
-from prime_rl.analysis.tagged import RESUME_LOAD, RUN_START, Event, TaggedLines, start_up, step_numbers
+from prime_rl.analysis.tagged import (
+    RESUME_LOAD,
+    RUN_START,
+    TRAIN_WAIT,
+    Event,
+    TaggedLines,
+    start_up,
+    step_numbers,
+)
 
 STEP_LINE_OF = {"orchestrator": ("gen", "batch.start"), "trainer": ("train", "step.done")}
 """The line whose ``step=`` counts a process's progress, by process."""
@@ -221,22 +231,29 @@ def fell_silent_before_start(
     return int(rows[j]), float(prior[j])
 
 
+TRAIN_SPANS = {"wait.start": "wait.done", "wait.done": "step.done"}
+"""The trainer's [train] line that opens a wait for rollouts or a step's compute, and the one that
+closes it (:meth:`Segments._trainer_alive`)."""
+TRAIN_MARKS = ("wait.start", "wait.done", "step.done", RUN_START)
+"""The trainer's [train] lines that open or close one of :data:`TRAIN_SPANS` (a ``run.start``: none)."""
+
+
 SILENCES_KEPT = 64
 """How many of each process's longest silences :attr:`Segments.silences` keeps: a silence of every
 process at once that more than this many longer silences of one of them come with is not found."""
 
 
 def silent_together(
-    silences: dict[str, np.ndarray],
-    down: list[tuple[float, float]],
-    stepped: float = -math.inf,
-    restarts: list[tuple[float, float]] = (),
+    silences: dict[str, np.ndarray], down: list[tuple[float, float]], stepped: float = -math.inf
 ) -> list[tuple[float, float]]:
     """The times in which every process of ``silences`` (:attr:`Segments.silences`) was silent at once,
     less the down times ``down`` (already left out of the run), in time order; those that end by
     ``stepped`` (before it, some process had logged no step line yet: no resume could redo no step,
-    :meth:`Segments.all_stepped`) or overlap one of ``restarts`` (the silences of the restarts found,
-    :meth:`Segments.restart_silences`: a restart there is told) are left out."""
+    :meth:`Segments.all_stepped`) are left out. A silence of a process that a line of it proves it
+    lived through (within a wait or a batch it logged and closed) is none of :attr:`Segments.silences`:
+    a time that holds a restart found of another process is no restart to warn of when that process
+    was alive, and one to warn of when it is not known to be (a whole-run crash whose other process
+    redid no step)."""
     if not silences:
         return []
     spans = None
@@ -247,11 +264,7 @@ def silent_together(
             if spans is None
             else [(max(a, c), min(b, d)) for a, b in spans for c, d in own if max(a, c) < min(b, d)]
         )
-    return [
-        (a, b)
-        for a, b in uncovered(sorted(spans or []), sorted(down))
-        if b > a and b > stepped and not any(a < end and b > start for start, end in restarts)
-    ]
+    return [(a, b) for a, b in uncovered(sorted(spans or []), sorted(down)) if b > a and b > stepped]
 
 
 OTHER_SILENCES = 4
@@ -304,8 +317,14 @@ class Segments:
         """By process, its :data:`SILENCES_KEPT` longest silences between two of its lines with a time
         (rows of start, end): where every process was silent at once, a log without run.start lines
         may hold a restart it cannot tell from a pause (:func:`silent_together`). The orchestrator's
-        within a wait it logged (:data:`WAITS`) or a generation batch (:data:`GEN_BATCH`) are none:
-        the line that ends it proves it alive."""
+        within a wait it logged (:data:`WAITS`) or a generation batch (:data:`GEN_BATCH`) are none,
+        as the trainer's within a wait for rollouts or a step it logged and closed
+        (:meth:`_trainer_alive`): the line that ends it proves it alive."""
+        self._train_open: int | None = None
+        """The step of the trainer's wait for rollouts open at its last line of :data:`TRAIN_MARKS` so far
+        (its ``wait.start``'s; None: none open)."""
+        self._train_mark: str | None = None
+        """The trainer's last [train] line of :data:`TRAIN_MARKS` so far (its event; None: none)."""
         self._first_step: dict[str, float] = {}
         """By process, the time of its first step line (no ``run.start``)."""
         self._gap_at: dict[str, tuple[float, float]] = {}
@@ -323,7 +342,7 @@ class Segments:
         source = lines.source
         if source not in ("orchestrator", "trainer"):
             return []
-        rows, longest, starts, gaps = self._step_lines(lines, source)
+        rows, longest, starts, gaps, reopens = self._step_lines(lines, source)
         carried = self._gap.pop(source, -np.inf)  # since the last step line of an earlier batch
         carried_at = self._gap_at.pop(source, (math.nan, math.nan))
         ts = lines.frame.get_column("ts").to_numpy()
@@ -342,17 +361,18 @@ class Segments:
                 self.first_start = first if self.first_start is None else min(self.first_start, first)
         if len(stepped):
             steps = numbers.gather(stepped).to_numpy()
-            start = starts[stepped]
+            start, again = starts[stepped], reopens[stepped]
             reached = self._reached.get(source)
-            # what each line leaves reached: its step, or for a run.start the step before the one
-            # it starts at (its first step line then goes on from there)
-            reach = np.where(start, steps - 1, steps)
+            # what each line leaves reached: its step, or for a run.start (or a wait reopened) the step
+            # before the one it starts at (its first step line then goes on from there)
+            reach = np.where(start | again, steps - 1, steps)
             before = np.concatenate([[-1 if reached is None else reached], reach[:-1]])
             seen = np.arange(len(steps)) > 0 if reached is None else np.ones(len(steps), dtype=bool)
-            done = np.where(start, -1, steps)  # the steps logged (a run.start's is none)
+            done = np.where(start | again, -1, steps)  # the steps logged (a run.start's is none)
             ended = 0  # where the current segment's lines in the batch begin
-            # a restart: the step went back, or the process started again after lines of its own
-            for k in np.flatnonzero(np.where(start, seen, steps <= before)).tolist():
+            # a restart: the step went back, the process started again after lines of its own, or the
+            # trainer reopened the wait its crashed run left open (a resume that redid no step)
+            for k in np.flatnonzero(np.where(start, seen, again | (steps <= before))).tolist():
                 self._log(source, done[ended:k])
                 ended = k
                 self._end_segment(source)
@@ -389,15 +409,40 @@ class Segments:
             self._gap_at[source] = self._silence(tail, len(ts), gaps, ts, work, carried, carried_at)
         if source == "orchestrator":  # a silence within a batch is no restart's: batch.done ends it
             gaps = np.where(_waiting(lines.frame, GEN_BATCH), -np.inf, gaps)
+        elif source == "trainer":  # nor one within a wait or a step the trainer closed
+            gaps = np.where(self._trainer_alive(lines.frame), -np.inf, gaps)
         self._keep_silences(source, gaps, ts)
-        stamped = ts[rows[~starts]]
+        stamped = ts[rows[~(starts | reopens)]]
         stamped = stamped[~np.isnan(stamped)]
         if len(stamped) and source not in self._first_step:
             self._first_step[source] = float(stamped.min())
         self._resumed(lines, source, out, ts)
         self.resumed_at.update(old)
-        self._pace(source, ts[rows], starts, starts | np.isin(rows, out))
+        self._pace(source, ts[rows], starts | reopens, starts | reopens | np.isin(rows, out))
         return out
+
+    def _trainer_alive(self, frame: pl.DataFrame) -> np.ndarray:
+        """The rows of a batch of the trainer's lines whose silence before them lies within a wait for
+        rollouts or a step it logged and closed (:data:`TRAIN_SPANS`): its [train] line before them (of
+        those, a batch before this one's: :attr:`_train_mark`) opens one and its first at or after them
+        closes it. The line that closes it proves it alive since: a resumed trainer's first such line
+        is a ``wait.start`` (after its ``run.start``, if any), one that reopens its crashed run's wait
+        too. A row after the batch's last such line is not known to be."""
+        tag, event = frame.get_column("tag"), frame.get_column("event")
+        marks = np.flatnonzero(((tag == "train") & event.is_in(TRAIN_MARKS)).fill_null(False).to_numpy())
+        out = np.zeros(len(frame), dtype=bool)
+        if not len(marks):
+            return out
+        events = event.gather(marks).to_list()
+        closes = np.array(
+            [
+                TRAIN_SPANS.get(before) == e
+                for before, e in zip([self._train_mark, *events[:-1]], events, strict=True)
+            ]
+        )
+        self._train_mark = events[-1]
+        at = np.searchsorted(marks, np.arange(len(frame)))  # the first such line at or after each row
+        return (at < len(marks)) & closes[np.minimum(at, len(marks) - 1)]
 
     def _keep_silences(self, source: str, gaps: np.ndarray, ts: np.ndarray) -> None:
         """Fold the batch's silences (``gaps``: each row's before it) into :attr:`silences`."""
@@ -635,15 +680,6 @@ class Segments:
         shared = [(min(end, b) - max(start, a), (a, b)) for a, b in silences if a < end and b > start]
         return max(shared, key=lambda x: x[0])[1] if shared else None
 
-    def restart_silences(self) -> list[tuple[float, float]]:
-        """The silence of each restart found, of its process (as :meth:`down_intervals` takes it):
-        from where it began to where the process did its first thing after it."""
-        return [
-            (self.silent_from.get(k, r.ts - r.down_s), self._back(k, r.ts))
-            for k, r in enumerate(self.restarts)
-            if r.ts is not None and r.down_s is not None
-        ]
-
     def all_stepped(self) -> float:
         """The time by which every process with step lines had logged its first (-inf: none): a
         resume needs a step done by the trainer, for which the orchestrator finished a batch, so a
@@ -683,10 +719,37 @@ class Segments:
             gaps[_waiting(frame)] = -np.inf  # it said it waits: alive, no crash
         tag, event = STEP_LINE_OF[source]
         events = frame.get_column("event")
-        ours = (frame.get_column("tag") == tag) & events.is_in((event, RUN_START))
-        rows = np.flatnonzero(ours.fill_null(False).to_numpy())
+        ours = (
+            ((frame.get_column("tag") == tag) & events.is_in((event, RUN_START))).fill_null(False).to_numpy()
+        )
+        reopening = self._reopening(lines) if source == "trainer" else np.zeros(len(ts), dtype=bool)
+        rows = np.flatnonzero(ours | reopening)
         starts = (events.gather(rows) == RUN_START).fill_null(False).to_numpy()
         # the longest silence before each step line since the one before it, and after the last
         bounds = np.concatenate([[0], rows + 1])
         longest = np.maximum.reduceat(np.append(gaps, -np.inf), bounds)
-        return rows, longest, starts, gaps
+        return rows, longest, starts, gaps, reopening[rows]
+
+    def _reopening(self, lines: TaggedLines) -> np.ndarray:
+        """The rows of a batch of the trainer's lines that reopen its wait for rollouts: a [train]
+        ``wait.start`` for the step whose ``wait.start`` is its last line of :data:`TRAIN_MARKS` before
+        it (a batch before this one's: :attr:`_train_open`), no ``wait.done``, ``step.done`` nor
+        ``run.start`` between. A trainer waits once per step, so only a new process does this: one
+        resumed at the step it crashed waiting for, which redid no step (no ``step.done`` goes back)."""
+        frame = lines.frame
+        tag, event = frame.get_column("tag"), frame.get_column("event")
+        marks = np.flatnonzero(((tag == "train") & event.is_in(TRAIN_MARKS)).fill_null(False).to_numpy())
+        out = np.zeros(len(frame), dtype=bool)
+        if not len(marks):
+            return out
+        waits = (event.gather(marks) == TRAIN_WAIT[1]).fill_null(False).to_numpy()
+        steps = step_numbers(pl.Series(lines.rows_text(marks[waits], "step"), dtype=pl.String)).to_numpy()
+        open_step = np.full(len(marks), np.nan)  # the step of each mark's wait.start, NaN: none
+        open_step[waits] = np.where(np.isnan(steps.astype(np.float64)), np.nan, steps)
+        before = np.concatenate(
+            [[math.nan if self._train_open is None else self._train_open], open_step[:-1]]
+        )
+        out[marks] = waits & (open_step == before)
+        last = float(open_step[-1])
+        self._train_open = None if math.isnan(last) else int(last)
+        return out

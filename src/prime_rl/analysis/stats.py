@@ -1418,9 +1418,7 @@ def _collect(
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
         orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
-        silences=silent_together(
-            c.segments.silences, down, c.segments.all_stepped(), c.segments.restart_silences()
-        )
+        silences=silent_together(c.segments.silences, down, c.segments.all_stepped())
         if c.segments.first_start is None
         else [],
     )

@@ -168,7 +168,7 @@ class _LineByLine(Segments):
 
     def observe(self, lines: TaggedLines) -> list[int]:
         source = lines.source
-        rows, longest, starts, _ = self._step_lines(lines, source)
+        rows, longest, starts, _, _ = self._step_lines(lines, source)  # the orchestrator: no wait reopened
         longest = longest.tolist()
         steps = lines.rows_text(rows, "step")
         out = []
@@ -1444,8 +1444,9 @@ def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path,
     reviewer's d7). SUMMARY.md's Restarts listed 'orchestrator restarted at 12:02:55 ... after 121 s
     without a line: it had reached step 9 and resumed at step 8', and its Warnings '113 s from 12:00:58
     ... a restart there ... cannot be told from a pause': the silence of both processes (58 to 171 s)
-    is the found restart's own, not down time only because the trainer was alive. A silence that
-    overlaps a found restart's silence is left out."""
+    is the found restart's own, not down time only because the trainer was alive. A silence of the
+    trainer within a wait it logged and closed is none (its wait.done proves it alive; a resumed
+    trainer's first line is a wait.start), so no time of both processes' silence is left."""
     orchestrator, trainer = [], []
 
     def at(t: float, lines: list, *tagged, **fields) -> None:
@@ -2317,3 +2318,142 @@ def test_an_orchestrator_that_crashed_alone_in_a_weight_update_updated_no_longer
     assert math.fsum(updates.values()) == pytest.approx(3_000.0 + 200.0, abs=2.0), updates
     assert updates["weight update: rpc"] == pytest.approx(2_995.0 + 195.0, abs=2.0), updates
     assert updates["weight update: queue"] == pytest.approx(5.0 + 5.0, abs=2.0), updates
+
+
+def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]:
+    """Logs of 5 s steps (async level 2) whose whole run crashed 1 s after its last line and was
+    resumed 120 s later at its checkpoint, each run's ``run.start`` lines 0.5 s before its first line
+    with ``run_start``. The orchestrator's step ``s``: a 10 ms wait for weights ``s - 2`` (from step
+    2), a 4.99 s batch; the trainer's step ``s`` waits from its last step.done (step 0: from 0) for
+    batch ``s``, trains 3 s, then step.done and [ckpt] write.done of ``s + 1``. The orchestrator has
+    done batches 0..11 (the last at 59.98 s) and logged its wait for weights 10 and [gen] batch.start
+    step=12 at 59.99 s. ``trainer_in``:
+
+    - ``wait``: the trainer has done steps 0..11 (the last at 62.98 s) and logged its [train] wait.start
+      step=12 then; the crash at 63.98 s, the resume at 183.98 s at step 12: the orchestrator loads
+      weights for 4 s and generates steps 12..24; the trainer waits for step 12 (its wait.start again),
+      trains it and steps 13..24. The trainer redoes no step.
+    - ``compute``: the trainer's last lines are its wait.start and wait.done of step 11 (59.98 s): it
+      crashed 1 s into that step's compute (60.99 s); the resume at 180.99 s is at step 11 (both
+      processes: the orchestrator redoes batch 11). The trainer redoes no step.done."""
+    orchestrator: list[tuple[float, str]] = []
+    trainer: list[tuple[float, str]] = []
+
+    def orchestrator_step(s: int, t: float, wait_s: float | None = 0.01) -> float:
+        if s > 1 and wait_s is not None:
+            orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=s - 2))
+            orchestrator.append(
+                _alone_at(t + wait_s, "ckpt", "wait.done", target_step=s - 2, wait_ms=wait_s * 1e3)
+            )
+            t += wait_s
+        orchestrator.append(_alone_at(t, "gen", "batch.start", step=s, inflight=64, target_batch=256))
+        done = dict(step=s, completions=256, dur_ms=4990.0, inflight=64)
+        orchestrator.append(_alone_at(t + 4.99, "gen", "batch.done", **done))
+        orchestrator.append(_alone_at(t + 4.99, "verify", "batch.done", step=s, completions=256, dur_ms=10.0))
+        return t + 4.99
+
+    def trainer_step(s: int, waits: float, ready: float, crash: bool = False) -> float:
+        wait_ms = (ready - waits) * 1000.0
+        trainer.append(_alone_at(waits, "train", "wait.start", step=s))
+        trainer.append(_alone_at(ready, "train", "wait.done", step=s, wait_ms=wait_ms))
+        if crash:
+            return ready
+        done = dict(step=s, wait_ms=wait_ms, train_ms=3000.0, write_ms=40.0)
+        trainer.append(_alone_at(ready + 3.0, "train", "step.done", **done))
+        trainer.append(_alone_at(ready + 3.0, "ckpt", "write.done", step=s + 1, write_ms=40.0))
+        return ready + 3.0
+
+    def begun(t: float, step: int) -> None:
+        if run_start:
+            orchestrator.append(
+                _alone_at(t - 0.5, "gen", "run.start", step=step, resume=step > 0, async_level=2)
+            )
+            trainer.append(_alone_at(t - 0.5, "train", "run.start", step=step, resume=step > 0))
+
+    begun(0.0, 0)
+    t = done = 0.0
+    last = 12 if trainer_in == "wait" else 11
+    for s in range(12):
+        waits = done
+        t = orchestrator_step(s, t)
+        done = trainer_step(s, waits, max(done, t), crash=s == last)
+    orchestrator.append(_alone_at(t, "ckpt", "wait.start", target_step=10))
+    orchestrator.append(_alone_at(t + 0.01, "ckpt", "wait.done", target_step=10, wait_ms=10.0))
+    orchestrator.append(_alone_at(t + 0.01, "gen", "batch.start", step=12, inflight=64, target_batch=256))
+    if trainer_in == "wait":
+        trainer.append(_alone_at(done, "train", "wait.start", step=12))
+    resumed = max(t + 0.01, done) + 1.0 + 120.0
+    begun(resumed, last)
+    orchestrator.append(_alone_at(resumed, "ckpt", "wait.start", target_step=last - 1))  # the resume's load
+    orchestrator.append(_alone_at(resumed + 4.0, "ckpt", "wait.done", target_step=last - 1, wait_ms=4000.0))
+    t, done = resumed + 4.0, resumed
+    for s in range(last, 25):
+        waits = done
+        t = orchestrator_step(s, t, None if s == last else 0.01)
+        done = trainer_step(s, waits, max(done, t))
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, log in (("orchestrator", orchestrator), ("trainer", trainer)):
+        path = root / f"{name}.log"
+        path.write_text("\n".join(line for _, line in sorted(log, key=lambda x: x[0])) + "\n")
+        paths.append(path)
+    return paths
+
+
+def test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted(tmp_path, analyze):
+    """The whole run crashed while the orchestrator generated step 12 and the trainer waited for its
+    rollouts (its last line, [train] wait.start step=12 at 62.98 s), and was resumed 120 s later at
+    step 12 (_whole_run_crash ``wait``): the trainer redid no step (its last step.done 11, its first
+    after 12), so in logs without run.start lines only the orchestrator's restart was found (its batch
+    12 again); the 125 s of down time counted as run time (run 255.97 s, down 0) and no finding was
+    made (trainer waits 54.98 s of it, 21.5%), with no word of it: 696f97d left out a silence of every
+    process that overlaps a found restart's (the reviewer's d2). The same logs with run.start lines read
+    run 130.97 s, down 125.0 s, trainer waits 45.99 s and 'Generation-bound' at 0.351. A trainer's
+    wait.start for the step whose wait.start is open (no wait.done since) is a new process: the trainer
+    restarted there, and both formats read the same. Down 125.0 s: from the trainer's last line (62.98
+    s, the later of the two processes' last lines) to the orchestrator's first batch after its 4 s load
+    (187.98 s); run 130.97 s: 0 to 62.98 s (batches 0..11 to 59.98 s, step 11's 3 s of training) and
+    187.98 to 255.97 s (batch 12's 4.99 s, 12 steps of 5 s, step 24's 3 s of training); trainer waits
+    45.99 s: steps 1..11 (21.99 s, step 1's 1.99 s) and 13..24 (24 s), 2 s each (step 0 and the resumed
+    run's first, step 12, are start-up; the wait the crash left open ends where the down time begins)."""
+    read = {}
+    for run_start in (True, False):
+        paths = _whole_run_crash(tmp_path / f"logs_{run_start}", "wait", run_start)
+        summary, _ = analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")
+        restarts = sorted((r["process"], r["reached"], r["resumed"]) for r in summary["restarts"])
+        assert restarts == [("orchestrator", 12, 12), ("trainer", 11, 12)], summary["restarts"]
+        assert summary["down_seconds"] == pytest.approx(125.0, abs=0.01)
+        assert summary["run_seconds"] == pytest.approx(130.97, abs=0.01)
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(45_990.0, abs=5.0)
+        assert summary["primary"]["kind"] == "generation_bound", summary["findings"]
+        assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+        read[run_start] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+    assert read[True] == read[False] and read[False][0] == ("generation_bound", 0.351)
+
+
+def test_a_silence_that_holds_a_restart_found_is_warned_of_unless_the_others_lived_through_it(
+    tmp_path, analyze
+):
+    """The whole run crashed 1 s into the trainer's compute of step 11 (its last line, [train] wait.done
+    step=11 at 59.98 s) while the orchestrator generated step 12, and was resumed 120 s later at step 11
+    (_whole_run_crash ``compute``): in logs without run.start lines the orchestrator's restart is found
+    (its batch 11 again), the trainer's not (it redid no step.done, and opened a new wait after its
+    wait.done); 696f97d left out the silence of both processes (59.99 to 180.99 s) as a found restart's,
+    taking the trainer for alive, so the 121 s counted as run time with no word. A silence that holds a
+    found restart is left out only when each other process is proven alive through it (its silence
+    lies within a wait or a step it logged and closed, as the trainer's in
+    test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of): here it is warned of, 121 s from
+    12:00:59 (59.99 s, the orchestrator's last line; to the resume's first lines at 180.99 s)."""
+    paths = _whole_run_crash(tmp_path / "logs", "compute", run_start=False)
+    summary, md = analyze(paths, tmp_path / "out", "--async-level", "2")
+    assert [(r["process"], r["reached"], r["resumed"]) for r in summary["restarts"]] == [
+        ("orchestrator", 12, 11)
+    ]
+    assert summary["down_seconds"] == 0.0
+    (warning,) = [
+        w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
+    ]
+    assert ": 121 s from 2026-01-01 12:00:59." in warning, warning
+    # with run.start lines both restarts are found: the silence is down time, no warning
+    summary, _ = analyze(_whole_run_crash(tmp_path / "rs", "compute", run_start=True), tmp_path / "out_rs")
+    assert summary["down_seconds"] > 120.0 and not any("wrote a line" in w for w in summary["warnings"])
