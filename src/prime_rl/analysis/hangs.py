@@ -216,6 +216,38 @@ def _bounds(
     return RunBounds(since, until, resumed, restarts[k].reached if k is not None else None)
 
 
+def down_after_hangs(
+    down: list[tuple[float, float]], hangs: list[Hang], resumes: list[float]
+) -> list[tuple[float, float]]:
+    """Each of ``down`` (:meth:`~prime_rl.analysis.restarts.Segments.down_intervals`, in time order)
+    begun no earlier than the last ``[hang]`` line of the crashed run within it: the ``rl`` launcher's
+    watchdog writes one only while every child runs (its loop checks for a hang, then for an exited
+    child, and on the first it stops the others and writes no more), so the processes ran up to that
+    line, silent in a hang (a trainer's wait for rollouts that ends in its ``data.wait_timeout_s``, its
+    error on stderr), not down. The crashed run's lines are those before the first of ``resumes`` in
+    the down time (:meth:`~prime_rl.analysis.restarts.Segments.resumes_began`): one after it is the
+    resumed run's start-up, which the run's time leaves out as it does the first run's. A line with no
+    time counts at the earliest it can have, when its latest is before that too."""
+    out = []
+    for start, end in down:
+        began = min((b for b in resumes if start < b <= end), default=end)
+        alive = [h.earliest for h in hangs if start < h.earliest and h.latest < began]
+        out.append((max([start, *alive]), end))
+    return out
+
+
+def watched_running(hangs: list[Hang]) -> list[tuple[float, float]]:
+    """The times the watchdog's timed ``[hang]`` lines prove the launcher's children ran through, in
+    time order: each line's ``silent_s`` before it (the watchdog measures the silence of the children
+    it started and watches, and writes only while they all run), a hang, no restart."""
+    spans = []
+    for h in hangs:
+        silent = _seconds(h.event, "silent_s")
+        if h.event.ts is not None and silent is not None:
+            spans.append((h.event.ts - silent, h.event.ts))
+    return sorted(spans)
+
+
 def _before(h: Hang) -> HangBefore:
     """A hang kept with the restart after it."""
     return HangBefore(h.event.ts, h.event.where(), hang_said(h.event))

@@ -667,6 +667,17 @@ class Segments:
                     used.update(group)
         return down
 
+    def resumes_began(self) -> list[float]:
+        """The time each restart's process logged its first line after its crash, start-up included
+        (its ``run.start``; for one found by its step going back, where its longest silence before it
+        ended: :attr:`silent_from` plus :attr:`Restart.down_s`), in time order: a line of the
+        launcher from then on may be the resumed run's start-up."""
+        return sorted(
+            self.silent_from[k] + r.down_s if k in self.silent_from and r.down_s is not None else r.ts
+            for k, r in enumerate(self.restarts)
+            if r.ts is not None
+        )
+
     def _overlapping(
         self, k: int, longest: tuple[float, float], start: float, end: float
     ) -> tuple[float, float] | None:

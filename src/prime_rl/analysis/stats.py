@@ -26,7 +26,15 @@ import polars as pl
 from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
-from prime_rl.analysis.hangs import Hang, HangLines, Pause, ProgressGaps, place_hangs
+from prime_rl.analysis.hangs import (
+    Hang,
+    HangLines,
+    Pause,
+    ProgressGaps,
+    down_after_hangs,
+    place_hangs,
+    watched_running,
+)
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, RateLimitWaits
@@ -262,7 +270,7 @@ class Collected:
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
     """Time between a crash and its resume in which no process ran (:meth:`Segments.down_intervals`,
-    less where a collector's run or verify pass was at work: :meth:`CollectorRuns.at_work`; of
+    each begun no earlier than the watchdog's last ``[hang]`` line in it: :func:`down_after_hangs`; less where a collector's run or verify pass was at work: :meth:`CollectorRuns.at_work`; of
     a collector's logs, when neither a run, a deferred verification nor the trio whose logs are
     analysed with them (first to last line) was at work: :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
@@ -1354,8 +1362,13 @@ def _collect(
     if (began := c.collector_runs.first) is not None:  # its first line is written as a sample ends
         first_ts = min(first_ts, began)
     c.segments.finish()
-    # a trio's down time in which a collector's run or verify pass was at work is run time
-    down = uncovered(c.segments.down_intervals(), c.collector_runs.at_work())
+    # a trio's down time in which a collector's run or verify pass was at work is run time, and so is
+    # its part up to the launcher's watchdog's last [hang] line in it (the processes ran, hung)
+    watched = c.hangs.finish(parse.last_lines)
+    down = uncovered(
+        down_after_hangs(c.segments.down_intervals(), watched, c.segments.resumes_began()),
+        c.collector_runs.at_work(),
+    )
     down_s = math.fsum(end - start for start, end in down)
     # between two collector runs nothing ran, nor between them and a trio's logs (first to last line)
     trio = {log: w for log, w in windows.items() if log not in collector_logs}
@@ -1363,7 +1376,7 @@ def _collect(
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     hangs = place_hangs(
         c.segments.restarts,
-        c.hangs.finish(parse.last_lines),
+        watched,
         _run_start(first_ts, c.segments),
         c.progress.pause,
         last_ts if math.isfinite(last_ts) else None,
@@ -1418,7 +1431,10 @@ def _collect(
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
         orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
-        silences=silent_together(c.segments.silences, down, c.segments.all_stepped())
+        # a time the watchdog's [hang] lines prove the processes ran through is a hang, no restart
+        silences=uncovered(
+            silent_together(c.segments.silences, down, c.segments.all_stepped()), watched_running(watched)
+        )
         if c.segments.first_start is None
         else [],
     )

@@ -2400,6 +2400,48 @@ def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]
     return paths
 
 
+def test_a_run_that_hung_until_it_was_killed_ran_up_to_the_watchdog_s_last_hang_line(tmp_path, analyze):
+    """The run hung (the orchestrator stuck in batch 12 from 59.99 s, the trainer's [train] wait.start
+    step=12 at 62.98 s its last line: a trainer that waits until its data.wait_timeout_s writes its
+    RolloutTimeoutError on stderr, and the launcher stops the others), was killed and resumed at step
+    12 (_whole_run_crash ``wait``); rl.log holds the watchdog's [hang] line at 112.98 s (no progress
+    for 53 s). The down time began at the trainer's last line (62.98 s) in both formats: run 130.97 s,
+    down 125.0 s, while SUMMARY.md listed the hang at 12:01:52 before the restart (the reviewer's d3).
+    The watchdog writes only while every child runs, so the down time begins at its last [hang] line in
+    it: down 75.0 s (112.98 to 187.98 s), run 180.97 s; the 50 s of the hang after the trainer's last
+    line are in the stages the crash left open (trainer waits 45.99 + 50 = 95.99 s; generation's batch
+    12 from 59.99 s), the hang is listed under the orchestrator's restart and is no finding, and the
+    silence the [hang] line proves the processes lived through is no silence to warn of. Both formats
+    read the same."""
+    read = {}
+    for run_start in (True, False):
+        root = tmp_path / f"logs_{run_start}"
+        paths = _whole_run_crash(root, "wait", run_start)
+        hang = _alone_at(
+            112.98,
+            "hang",
+            "detected",
+            silent_s=53.0,
+            threshold_s=50.0,
+            median_step_s=5.0,
+            waits="trainer>orchestrator:rollouts/step_12",
+        )[1]
+        (root / "rl.log").write_text(hang + "\n")
+        summary, md = analyze([*paths, root / "rl.log"], tmp_path / f"out_{run_start}", "--async-level", "2")
+        assert summary["down_seconds"] == pytest.approx(75.0, abs=0.01)
+        assert summary["run_seconds"] == pytest.approx(180.97, abs=0.01)
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(95_990.0, abs=5.0)
+        restarts = {r["process"]: r for r in summary["restarts"]}
+        assert [h["said"][:23] for h in restarts["orchestrator"]["hangs_before"]] == [
+            "no progress for 53 s (t"
+        ]
+        assert not any(f["kind"] in ("hang", "pause") for f in summary["findings"]), summary["findings"]
+        assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+        assert "leaves out the 75 s in which no process ran" in md
+        read[run_start] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+    assert read[True] == read[False] and read[False][0][0] == "generation_bound"
+
+
 def test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted(tmp_path, analyze):
     """The whole run crashed while the orchestrator generated step 12 and the trainer waited for its
     rollouts (its last line, [train] wait.start step=12 at 62.98 s), and was resumed 120 s later at
