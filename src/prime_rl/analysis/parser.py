@@ -28,6 +28,7 @@ free-form message that quotes something a client sent (``weight dir '... [weight
 
 from __future__ import annotations
 
+import filecmp
 import gzip
 import math
 import os
@@ -271,6 +272,7 @@ def scan_files(
     file is left out (:mod:`~prime_rl.analysis.time_order`; 0: none is)."""
     stats = stats if stats is not None else ParseStats()
     start = time.perf_counter()
+    paths = _distinct(paths, stats)
     heads = [_head(p) for _, p in paths]
     stats.ref_date = reference_date(heads)
     clock = Clock(stats.ref_date)
@@ -281,6 +283,27 @@ def scan_files(
     with ThreadPoolExecutor(SCANNERS, thread_name_prefix="analyzer-scan") as pool:
         yield from _scan_paths(paths, stats, clock, places, events_seen, pool, read, kinds, jump_s)
     stats.seconds += time.perf_counter() - start
+
+
+def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[str, Path]]:
+    """``paths`` less the files whose bytes are those of a file before them (a log copied under another
+    name and given beside it: its lines read twice would count every stage twice and look like a
+    restart), each named in ``stats.duplicate_files``. Only files of one size are compared, byte by
+    byte; a copy taken while the log grew (a prefix of it), or edited, is not found."""
+    by_size: dict[int, list[Path]] = {}
+    out = []
+    for label, path in paths:
+        try:
+            size = path.stat().st_size
+            same = next((q for q in by_size.get(size, ()) if filecmp.cmp(path, q, shallow=False)), None)
+        except OSError:  # read as it is: the scan says what is wrong with it
+            size, same = -1, None
+        if same is not None and size > 0:
+            stats.duplicate_files.append(f"{path}: the same bytes as {same}")
+            continue
+        by_size.setdefault(size, []).append(path)
+        out.append((label, path))
+    return out
 
 
 def _places(

@@ -116,6 +116,11 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
     if p.unknown_tags:
         tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))
         parts.append(f"{sum(p.unknown_tags.values())} line(s) with a tag the analyzer does not read: {tags}")
+    if p.duplicate_files:
+        parts.append(
+            f"{len(p.duplicate_files)} file(s) left out as copies of a log given before them, their lines not read "
+            f"twice ({'; '.join(p.duplicate_files[:3])})"
+        )
     if p.cut_files:
         parts.append(
             f"{len(p.cut_files)} compressed file(s) cut short or corrupt, read up to where they break "

@@ -145,6 +145,31 @@ def test_a_log_split_into_rotated_parts_reads_as_the_whole_log(tmp_path, analyze
     assert split["stats"] == whole["stats"]
 
 
+def test_a_copy_of_a_log_given_beside_it_is_read_once_and_named(tmp_path, analyze):
+    """A trainer log and a byte-for-byte copy of it under another name (a capture given explicitly beside
+    it): its lines were read twice, a false trainer restart ("reached 19, resumed 0") and every trainer
+    stage doubled (the reviewer's async-0 run: trainer waits 118.8% of the run, the primary's share
+    1.188). The copy is left out, named in a warning and in summary.json; the run reads as with one."""
+    files = make_run("healthy", steps=20, seed=3).write(tmp_path / "logs")
+    once, _ = analyze(files.values(), tmp_path / "out_once")
+    copy = tmp_path / "capture" / "trainer_console.log"
+    copy.parent.mkdir()
+    copy.write_bytes(files["trainer"].read_bytes())
+    twice, md = analyze([*files.values(), copy], tmp_path / "out_twice")
+    assert twice["restarts"] == [] and "## Restarts" not in md
+    assert twice["stages"] == once["stages"] and twice["findings"] == once["findings"]
+    assert twice["parse"]["duplicate_files"] == [f"{copy}: the same bytes as {files['trainer']}"]
+    assert str(copy) not in twice["parse"]["files"]
+    assert (
+        f"1 file(s) left out as copies of a log given before them, their lines not read twice ({copy}: " in md
+    )
+    # an empty file is no copy of another empty one: nothing to read twice
+    (tmp_path / "e1.log").write_text("")
+    (tmp_path / "e2.log").write_text("")
+    again, _ = analyze([*files.values(), tmp_path / "e1.log", tmp_path / "e2.log"], tmp_path / "out_empty")
+    assert again["parse"]["duplicate_files"] == []
+
+
 def test_numbers_too_big_for_their_statistics_leave_valid_json(tmp_path, analyze):
     log = tmp_path / "orchestrator.log"
     log.write_text(
