@@ -31,11 +31,13 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals, overlap_s
+from prime_rl.analysis.parser import log_of
 from prime_rl.analysis.tagged import (
     RESUME_LOAD,
     RUN_START,
@@ -239,8 +241,23 @@ TRAIN_MARKS = ("wait.start", "wait.done", "step.done", RUN_START)
 
 
 SILENCES_KEPT = 64
-"""How many of each process's longest silences :attr:`Segments.silences` keeps: a silence of every
-process at once that more than this many longer silences of one of them come with is not found."""
+"""How many of each log's longest silences, and of each process's, :attr:`Segments.silences` keeps: a
+silence of every process at once that more than this many longer silences of one of them (or of one
+of its logs) come with is not found."""
+
+
+def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The times in both ``a`` and ``b`` (each sorted, its spans apart), sorted, none empty."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def silent_together(
@@ -313,13 +330,10 @@ class Segments:
         longest, may be its crash: a process that logs no wait (the trainer) has a resume's start-up
         as one silence, which may outlast the crash (:meth:`down_intervals` takes the one every
         process was silent in at once)."""
-        self.silences: dict[str, np.ndarray] = {}
-        """By process, its :data:`SILENCES_KEPT` longest silences between two of its lines with a time
-        (rows of start, end): where every process was silent at once, a log without run.start lines
-        may hold a restart it cannot tell from a pause (:func:`silent_together`). The orchestrator's
-        within a wait it logged (:data:`WAITS`) or a generation batch (:data:`GEN_BATCH`) are none,
-        as the trainer's within a wait for rollouts or a step it logged and closed
-        (:meth:`_trainer_alive`): the line that ends it proves it alive."""
+        self._file_silences: dict[str, dict[str | None, tuple[np.ndarray, float, float]]] = {}
+        """By process, by its log (:func:`~prime_rl.analysis.parser.log_of`; rotated parts are one):
+        the log's :data:`SILENCES_KEPT` longest silences between two of its lines with a time (rows of
+        start, end), its first and its last time (:attr:`silences` merges them)."""
         self._train_open: int | None = None
         """The step of the trainer's wait for rollouts open at its last line of :data:`TRAIN_MARKS` so far
         (its ``wait.start``'s; None: none open)."""
@@ -411,7 +425,7 @@ class Segments:
             gaps = np.where(_waiting(lines.frame, GEN_BATCH), -np.inf, gaps)
         elif source == "trainer":  # nor one within a wait or a step the trainer closed
             gaps = np.where(self._trainer_alive(lines.frame), -np.inf, gaps)
-        self._keep_silences(source, gaps, ts)
+        self._keep_silences(source, lines.path, gaps, ts)
         stamped = ts[rows[~(starts | reopens)]]
         stamped = stamped[~np.isnan(stamped)]
         if len(stamped) and source not in self._first_step:
@@ -444,18 +458,51 @@ class Segments:
         at = np.searchsorted(marks, np.arange(len(frame)))  # the first such line at or after each row
         return (at < len(marks)) & closes[np.minimum(at, len(marks) - 1)]
 
-    def _keep_silences(self, source: str, gaps: np.ndarray, ts: np.ndarray) -> None:
-        """Fold the batch's silences (``gaps``: each row's before it) into :attr:`silences`."""
-        rows = np.flatnonzero(np.isfinite(gaps) & (gaps > 0))
-        if not len(rows):
-            if not np.isnan(ts).all():  # lines with a time, never silent so far: it is a process here
-                self.silences.setdefault(source, np.empty((0, 2)))
+    def _keep_silences(self, source: str, path: Path | None, gaps: np.ndarray, ts: np.ndarray) -> None:
+        """Fold the batch's silences (``gaps``: each row's before it, since the process's line before
+        it) into its log's (``path``'s) in :attr:`_file_silences`: the batch's first line with a time
+        is silent since its log's line before it (none: the time before a log's first line is no
+        silence of it, it had not begun)."""
+        stamped = np.flatnonzero(~np.isnan(ts))
+        if not len(stamped):
             return
-        rows = rows[np.argsort(-gaps[rows], kind="stable")[:SILENCES_KEPT]]
-        kept = np.concatenate(
-            [self.silences.get(source, np.empty((0, 2))), np.column_stack([ts[rows] - gaps[rows], ts[rows]])]
-        )
-        self.silences[source] = kept[np.argsort(kept[:, 0] - kept[:, 1], kind="stable")[:SILENCES_KEPT]]
+        files = self._file_silences.setdefault(source, {})
+        log = log_of(str(path)) if path is not None else None
+        kept, first, last = files.get(log, (np.empty((0, 2)), math.nan, math.nan))
+        gaps = gaps.copy()
+        i = stamped[0]
+        if np.isfinite(gaps[i]):  # the process's line before it may be another log's
+            gaps[i] = max(ts[i] - last, 0.0) if not math.isnan(last) else -np.inf
+        lo, hi = float(np.min(ts[stamped])), float(np.max(ts[stamped]))
+        first = lo if math.isnan(first) else min(first, lo)
+        last = hi if math.isnan(last) else max(last, hi)
+        rows = np.flatnonzero(np.isfinite(gaps) & (gaps > 0))
+        if len(rows):
+            rows = rows[np.argsort(-gaps[rows], kind="stable")[:SILENCES_KEPT]]
+            kept = np.concatenate([kept, np.column_stack([ts[rows] - gaps[rows], ts[rows]])])
+            kept = kept[np.argsort(kept[:, 0] - kept[:, 1], kind="stable")[:SILENCES_KEPT]]
+        files[log] = (kept, first, last)
+
+    @property
+    def silences(self) -> dict[str, np.ndarray]:
+        """By process, its :data:`SILENCES_KEPT` longest silences (rows of start, end): the times in
+        which none of its logs wrote a line (a trainer on more GPUs writes one per rank:
+        logs/trainer/rank_0.log, rank_1.log), each log being silent between two of its lines with a
+        time and before its first and after its last, within the process's first and last time. Where
+        every process was silent at once, a log without run.start lines may hold a restart it cannot
+        tell from a pause (:func:`silent_together`). The orchestrator's within a wait it logged
+        (:data:`WAITS`) or a generation batch (:data:`GEN_BATCH`) are none, as the trainer's within a
+        wait for rollouts or a step it logged and closed (:meth:`_trainer_alive`): the line that ends
+        it proves it alive (rank 0's, through the other ranks' silences)."""
+        out = {}
+        for source, files in self._file_silences.items():
+            spans = [(min(f[1] for f in files.values()), max(f[2] for f in files.values()))]
+            for kept, first, last in files.values():
+                own = [(-math.inf, first), *sorted(map(tuple, kept.tolist())), (last, math.inf)]
+                spans = _intersect(spans, own)
+            spans = sorted(spans, key=lambda span: span[0] - span[1])[:SILENCES_KEPT]
+            out[source] = np.array(spans, dtype=np.float64).reshape(-1, 2)
+        return out
 
     @staticmethod
     def _work(lines: TaggedLines, source: str, ts: np.ndarray) -> np.ndarray:

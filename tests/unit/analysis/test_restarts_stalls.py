@@ -1437,7 +1437,26 @@ def test_a_silence_a_batch_or_the_start_holds_is_no_restart_to_warn_of(tmp_path,
     assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
 
 
-def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path, analyze):
+def _two_ranks(trainer: Path) -> Path:
+    """The logs' directory of ``trainer`` (its trainer.log) in the layout of a trainer on two GPUs:
+    trainer.log as trainer/rank_0.log, beside it trainer/rank_1.log with rank 1's lines, a [train]
+    compute.done at each of rank 0's step.done (train.py logs wait.start, wait.done and step.done on
+    rank 0 only, compute.done on every rank)."""
+    root = trainer.parent
+    (root / "trainer").mkdir()
+    rank_1 = []
+    for line in trainer.read_text().splitlines():
+        if "[train] step.done " in line:
+            step = int(line.split(" step=")[1].split()[0])
+            done = format_tagged("train", "compute.done", step=step, rank=1, train_ms=3000.0)
+            rank_1.append(line.split(" | ")[0] + " | INFO    | " + done)
+    trainer.rename(root / "trainer" / "rank_0.log")
+    (root / "trainer" / "rank_1.log").write_text("\n".join(rank_1) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path, analyze, ranks):
     """Logs without run.start lines: the orchestrator alone died 1 s into its [ckpt] wait for weights
     step 8 (at 50 s, 5 s steps); the trainer went on to step 9 and waited for step 10's rollouts from 58
     s; the orchestrator was resumed at 171 s, loaded weights for 4 s and redid steps 8 and 9 (the
@@ -1446,7 +1465,11 @@ def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path,
     ... a restart there ... cannot be told from a pause': the silence of both processes (58 to 171 s)
     is the found restart's own, not down time only because the trainer was alive. A silence of the
     trainer within a wait it logged and closed is none (its wait.done proves it alive; a resumed
-    trainer's first line is a wait.start), so no time of both processes' silence is left."""
+    trainer's first line is a wait.start), so no time of both processes' silence is left. With the
+    trainer on two GPUs (``ranks`` 2: logs/trainer/rank_0.log, rank_1.log with only compute.done
+    lines) rank 1's silence from its step 9 to its step 10 brought the warning back ('113 s from
+    12:00:58', the rev_q reviewer's d1): a process is silent only where none of its logs wrote a line,
+    and rank 0's wait proves the trainer alive through rank 1's silence."""
     orchestrator, trainer = [], []
 
     def at(t: float, lines: list, *tagged, **fields) -> None:
@@ -1502,9 +1525,13 @@ def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path,
     logs.mkdir()
     for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
         (logs / f"{name}.log").write_text("\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n")
-    summary, md = analyze(
-        [logs / "orchestrator.log", logs / "trainer.log"], tmp_path / "out", "--async-level", "2"
+    paths = (
+        [logs / "orchestrator.log", logs / "trainer.log"]
+        if ranks == 1
+        else [_two_ranks(logs / "trainer.log")]
     )
+    summary, md = analyze(paths, tmp_path / "out", "--async-level", "2")
+    assert len(summary["parse"]["files"]) == ranks + 1
     (restart,) = summary["restarts"]
     assert (restart["process"], restart["reached"], restart["resumed"]) == ("orchestrator", 9, 8)
     assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
@@ -2499,3 +2526,24 @@ def test_a_silence_that_holds_a_restart_found_is_warned_of_unless_the_others_liv
     # with run.start lines both restarts are found: the silence is down time, no warning
     summary, _ = analyze(_whole_run_crash(tmp_path / "rs", "compute", run_start=True), tmp_path / "out_rs")
     assert summary["down_seconds"] > 120.0 and not any("wrote a line" in w for w in summary["warnings"])
+
+
+def test_a_silence_of_a_trainer_on_two_gpus_is_warned_of_once(tmp_path, analyze):
+    """The whole run crashed 1 s into the trainer's compute of step 11 and only the orchestrator's
+    restart is found in logs without run.start lines (_whole_run_crash ``compute``, as in
+    test_a_silence_that_holds_a_restart_found_is_warned_of_unless_the_others_lived_through_it), the
+    trainer on two GPUs (logs/trainer/rank_0.log, rank_1.log with only compute.done lines: _two_ranks):
+    the warning listed the one crash once per trainer log, '2 time(s) ... 121 s from 2026-01-01
+    12:00:59, 121 s from 2026-01-01 12:00:59' (the rev_q reviewer's d2), each rank's silence met with
+    the orchestrator's on its own. The trainer is silent where neither rank wrote a line: once, as
+    with one trainer log."""
+    paths = _whole_run_crash(tmp_path / "logs", "compute", run_start=False)
+    summary, _ = analyze([_two_ranks(paths[1])], tmp_path / "out", "--async-level", "2")
+    assert len(summary["parse"]["files"]) == 3
+    assert [(r["process"], r["reached"], r["resumed"]) for r in summary["restarts"]] == [
+        ("orchestrator", 12, 11)
+    ]
+    (warning,) = [
+        w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
+    ]
+    assert warning.startswith("1 time(s) ") and ": 121 s from 2026-01-01 12:00:59." in warning, warning
