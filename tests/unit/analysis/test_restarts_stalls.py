@@ -2547,3 +2547,16 @@ def test_a_silence_of_a_trainer_on_two_gpus_is_warned_of_once(tmp_path, analyze)
         w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
     ]
     assert warning.startswith("1 time(s) ") and ": 121 s from 2026-01-01 12:00:59." in warning, warning
+
+
+def test_silence_pace_ratio_says_which_silences_are_left_out(tmp_path, analyze):
+    """SUMMARY.md prints each threshold with its docstring: silence_pace_ratio's still said 'one that
+    overlaps a found restart's silence, are left out', a rule 8e8dd72 removed (the rev_q reviewer's
+    d5). It says the trainer is not silent within its closed wait or step, and that a whole-run
+    crash of which only the orchestrator's restart is found still warns."""
+    paths = _whole_run_crash(tmp_path / "logs", "compute", run_start=False)
+    _, md = analyze(paths, tmp_path / "out", "--async-level", "2")
+    (line,) = [x for x in md.splitlines() if x.startswith("- `silence_pace_ratio` = ")]
+    assert "overlaps a found restart" not in line, line
+    assert "nor the trainer within a wait for rollouts or a step it logged and closed" in line, line
+    assert "only the orchestrator's restart is found still warns" in line, line
