@@ -6,8 +6,9 @@ line, where its step counter goes back: the orchestrator's ``[gen] batch.start s
 trainer's ``[train] step.done step=`` at or below a step it already reached (a resume at checkpoint
 ``N`` redoes the steps from ``N`` on; a resume at the step after the last one logged, where a crash
 fell between a checkpoint and the next step's line, has no step going back to show it), or where the
-trainer opens again the wait for rollouts its crashed run left open (``[train] wait.start`` for the
-step of the open one: a resume at the step it crashed waiting for; :meth:`Segments._reopening`). Each
+trainer opens again the wait for rollouts its crashed run left open or closed last (``[train]
+wait.start`` for the step of the open one, or of its last ``wait.done`` with no ``step.done`` since: a
+resume at the step it crashed waiting for or computing; :meth:`Segments._reopening`). Each
 such line opens a new segment.
 The per-step series of :mod:`~prime_rl.analysis.stats` keep one value per step (the redone
 step's), so a redone step is counted once in the statistics; the stages count the time of both runs
@@ -335,8 +336,8 @@ class Segments:
         the log's :data:`SILENCES_KEPT` longest silences between two of its lines with a time (rows of
         start, end), its first and its last time (:attr:`silences` merges them)."""
         self._train_open: int | None = None
-        """The step of the trainer's wait for rollouts open at its last line of :data:`TRAIN_MARKS` so far
-        (its ``wait.start``'s; None: none open)."""
+        """The step of the trainer's wait for rollouts or compute open at its last line of
+        :data:`TRAIN_MARKS` so far (its ``wait.start``'s or ``wait.done``'s; None: none open)."""
         self._train_mark: str | None = None
         """The trainer's last [train] line of :data:`TRAIN_MARKS` so far (its event; None: none)."""
         self._first_step: dict[str, float] = {}
@@ -385,7 +386,8 @@ class Segments:
             done = np.where(start | again, -1, steps)  # the steps logged (a run.start's is none)
             ended = 0  # where the current segment's lines in the batch begin
             # a restart: the step went back, the process started again after lines of its own, or the
-            # trainer reopened the wait its crashed run left open (a resume that redid no step)
+            # trainer reopened the wait of the step its crashed run waited for or computed last (a
+            # resume that redid no step)
             for k in np.flatnonzero(np.where(start, seen, again | (steps <= before))).tolist():
                 self._log(source, done[ended:k])
                 ended = k
@@ -790,20 +792,23 @@ class Segments:
 
     def _reopening(self, lines: TaggedLines) -> np.ndarray:
         """The rows of a batch of the trainer's lines that reopen its wait for rollouts: a [train]
-        ``wait.start`` for the step whose ``wait.start`` is its last line of :data:`TRAIN_MARKS` before
-        it (a batch before this one's: :attr:`_train_open`), no ``wait.done``, ``step.done`` nor
-        ``run.start`` between. A trainer waits once per step, so only a new process does this: one
-        resumed at the step it crashed waiting for, which redid no step (no ``step.done`` goes back)."""
+        ``wait.start`` for the step whose ``wait.start`` or ``wait.done`` is its last line of
+        :data:`TRAIN_MARKS` before it (a batch before this one's: :attr:`_train_open`), no
+        ``step.done`` nor ``run.start`` between. A trainer waits once per step, then computes it and
+        logs its ``step.done``, so only a new process does this: one resumed at the step it crashed
+        waiting for or computing, which redid no step (no ``step.done`` goes back)."""
         frame = lines.frame
         tag, event = frame.get_column("tag"), frame.get_column("event")
         marks = np.flatnonzero(((tag == "train") & event.is_in(TRAIN_MARKS)).fill_null(False).to_numpy())
         out = np.zeros(len(frame), dtype=bool)
         if not len(marks):
             return out
-        waits = (event.gather(marks) == TRAIN_WAIT[1]).fill_null(False).to_numpy()
-        steps = step_numbers(pl.Series(lines.rows_text(marks[waits], "step"), dtype=pl.String)).to_numpy()
-        open_step = np.full(len(marks), np.nan)  # the step of each mark's wait.start, NaN: none
-        open_step[waits] = np.where(np.isnan(steps.astype(np.float64)), np.nan, steps)
+        events = event.gather(marks)
+        waits = (events == TRAIN_WAIT[1]).fill_null(False).to_numpy()
+        opens = events.is_in(tuple(TRAIN_SPANS)).fill_null(False).to_numpy()  # wait.start, wait.done
+        steps = step_numbers(pl.Series(lines.rows_text(marks[opens], "step"), dtype=pl.String)).to_numpy()
+        open_step = np.full(len(marks), np.nan)  # the step of each mark's wait.start or wait.done, NaN: none
+        open_step[opens] = np.where(np.isnan(steps.astype(np.float64)), np.nan, steps)
         before = np.concatenate(
             [[math.nan if self._train_open is None else self._train_open], open_step[:-1]]
         )

@@ -2362,7 +2362,10 @@ def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]
       trains it and steps 13..24. The trainer redoes no step.
     - ``compute``: the trainer's last lines are its wait.start and wait.done of step 11 (59.98 s): it
       crashed 1 s into that step's compute (60.99 s); the resume at 180.99 s is at step 11 (both
-      processes: the orchestrator redoes batch 11). The trainer redoes no step.done."""
+      processes: the orchestrator redoes batch 11). The trainer redoes no step.done.
+    - ``step``: as ``wait`` without the trainer's wait.start step=12: it crashed after its step.done
+      11 (62.98 s; saving its checkpoint), before it waited for step 12; nothing in its lines tells
+      its resume at step 12 from a trainer that went on."""
     orchestrator: list[tuple[float, str]] = []
     trainer: list[tuple[float, str]] = []
 
@@ -2399,7 +2402,7 @@ def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]
 
     begun(0.0, 0)
     t = done = 0.0
-    last = 12 if trainer_in == "wait" else 11
+    last = 12 if trainer_in in ("wait", "step") else 11
     for s in range(12):
         waits = done
         t = orchestrator_step(s, t)
@@ -2503,50 +2506,80 @@ def test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted(tmp
 def test_a_silence_that_holds_a_restart_found_is_warned_of_unless_the_others_lived_through_it(
     tmp_path, analyze
 ):
-    """The whole run crashed 1 s into the trainer's compute of step 11 (its last line, [train] wait.done
-    step=11 at 59.98 s) while the orchestrator generated step 12, and was resumed 120 s later at step 11
-    (_whole_run_crash ``compute``): in logs without run.start lines the orchestrator's restart is found
-    (its batch 11 again), the trainer's not (it redid no step.done, and opened a new wait after its
-    wait.done); 696f97d left out the silence of both processes (59.99 to 180.99 s) as a found restart's,
-    taking the trainer for alive, so the 121 s counted as run time with no word. A silence that holds a
-    found restart is left out only when each other process is proven alive through it (its silence
-    lies within a wait or a step it logged and closed, as the trainer's in
-    test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of): here it is warned of, 121 s from
-    12:00:59 (59.99 s, the orchestrator's last line; to the resume's first lines at 180.99 s)."""
-    paths = _whole_run_crash(tmp_path / "logs", "compute", run_start=False)
+    """The whole run crashed after the trainer's step.done 11 (62.98 s; before its wait.start step=12)
+    while the orchestrator generated step 12, and was resumed 120 s later at step 12 (_whole_run_crash
+    ``step``): in logs without run.start lines the orchestrator's restart is found (its batch 12
+    again), the trainer's not (it redid no step.done, and its resume's wait.start 12 follows its
+    step.done 11 as a live trainer's would); 696f97d left out the silence of both processes (62.98 to
+    183.98 s) as a found restart's, taking the trainer for alive, so the 121 s counted as run time
+    with no word. A silence that holds a found restart is left out only when each other process is
+    proven alive through it (its silence lies within a wait or a step it logged and closed, as the
+    trainer's in test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of): here it is
+    warned of, 121 s from 12:01:02 (62.98 s, the trainer's last line; to the resume's first lines at
+    183.98 s). (A crash in the trainer's compute is found: its resume waits again for the step it
+    computed, test_a_trainer_that_waits_again_for_the_step_it_crashed_computing_restarted.)"""
+    paths = _whole_run_crash(tmp_path / "logs", "step", run_start=False)
     summary, md = analyze(paths, tmp_path / "out", "--async-level", "2")
     assert [(r["process"], r["reached"], r["resumed"]) for r in summary["restarts"]] == [
-        ("orchestrator", 12, 11)
+        ("orchestrator", 12, 12)
     ]
     assert summary["down_seconds"] == 0.0
     (warning,) = [
         w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
     ]
-    assert ": 121 s from 2026-01-01 12:00:59." in warning, warning
+    assert ": 121 s from 2026-01-01 12:01:02." in warning, warning
     # with run.start lines both restarts are found: the silence is down time, no warning
-    summary, _ = analyze(_whole_run_crash(tmp_path / "rs", "compute", run_start=True), tmp_path / "out_rs")
+    summary, _ = analyze(_whole_run_crash(tmp_path / "rs", "step", run_start=True), tmp_path / "out_rs")
     assert summary["down_seconds"] > 120.0 and not any("wrote a line" in w for w in summary["warnings"])
 
 
+def test_a_trainer_that_waits_again_for_the_step_it_crashed_computing_restarted(tmp_path, analyze):
+    """The whole run crashed 1 s into the trainer's compute of step 11 (its last line, [train] wait.done
+    step=11 at 59.98 s) while the orchestrator generated step 12, and was resumed 120 s later at step
+    11 (_whole_run_crash ``compute``): in logs without run.start lines only the orchestrator's restart
+    was found (its batch 11 again; the trainer redid no step.done), the 121 s counted as run time
+    (run 257.98 s, down 0, no finding) and were warned of ('121 s from 12:00:59'), where the same logs
+    with run.start lines read run 132.98 s, down 125.0 s and 'Generation-bound' at 0.346 (the rev_q
+    reviewer's first note). The trainer logs wait.start, wait.done, then step.done for each step, so
+    a wait.start for the step whose wait.done is its last such line is a new process (as one for the
+    step whose wait.start is: test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted):
+    the trainer restarted there (reached 10, resumed 11), and both formats read the same, with one
+    trainer log or two (logs/trainer/rank_0.log and rank_1.log: _two_ranks)."""
+    read = {}
+    for run_start in (True, False):
+        for ranks in (1, 2):
+            paths = _whole_run_crash(tmp_path / f"logs_{run_start}_{ranks}", "compute", run_start)
+            if ranks == 2:
+                paths = [_two_ranks(paths[1])]
+            summary, _ = analyze(paths, tmp_path / f"out_{run_start}_{ranks}", "--async-level", "2")
+            restarts = sorted((r["process"], r["reached"], r["resumed"]) for r in summary["restarts"])
+            assert restarts == [("orchestrator", 12, 11), ("trainer", 10, 11)], summary["restarts"]
+            assert summary["down_seconds"] == pytest.approx(125.0, abs=0.01)
+            assert summary["run_seconds"] == pytest.approx(132.98, abs=0.01)
+            assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+            read[run_start, ranks] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+    assert len(set(map(tuple, read.values()))) == 1 and read[False, 1][0] == ("generation_bound", 0.346), read
+
+
 def test_a_silence_of_a_trainer_on_two_gpus_is_warned_of_once(tmp_path, analyze):
-    """The whole run crashed 1 s into the trainer's compute of step 11 and only the orchestrator's
-    restart is found in logs without run.start lines (_whole_run_crash ``compute``, as in
+    """The whole run crashed after the trainer's step.done 11 and only the orchestrator's restart is
+    found in logs without run.start lines (_whole_run_crash ``step``, as in
     test_a_silence_that_holds_a_restart_found_is_warned_of_unless_the_others_lived_through_it), the
     trainer on two GPUs (logs/trainer/rank_0.log, rank_1.log with only compute.done lines: _two_ranks):
     the warning listed the one crash once per trainer log, '2 time(s) ... 121 s from 2026-01-01
-    12:00:59, 121 s from 2026-01-01 12:00:59' (the rev_q reviewer's d2), each rank's silence met with
-    the orchestrator's on its own. The trainer is silent where neither rank wrote a line: once, as
-    with one trainer log."""
-    paths = _whole_run_crash(tmp_path / "logs", "compute", run_start=False)
+    12:01:02, 121 s from 2026-01-01 12:01:02' (the rev_q reviewer's d2, with a crash in the compute
+    then not found), each rank's silence met with the orchestrator's on its own. The trainer is
+    silent where neither rank wrote a line: once, as with one trainer log."""
+    paths = _whole_run_crash(tmp_path / "logs", "step", run_start=False)
     summary, _ = analyze([_two_ranks(paths[1])], tmp_path / "out", "--async-level", "2")
     assert len(summary["parse"]["files"]) == 3
     assert [(r["process"], r["reached"], r["resumed"]) for r in summary["restarts"]] == [
-        ("orchestrator", 12, 11)
+        ("orchestrator", 12, 12)
     ]
     (warning,) = [
         w for w in summary["warnings"] if "neither the orchestrator nor the trainer wrote a line" in w
     ]
-    assert warning.startswith("1 time(s) ") and ": 121 s from 2026-01-01 12:00:59." in warning, warning
+    assert warning.startswith("1 time(s) ") and ": 121 s from 2026-01-01 12:01:02." in warning, warning
 
 
 def test_silence_pace_ratio_says_which_silences_are_left_out(tmp_path, analyze):
