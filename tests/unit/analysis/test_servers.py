@@ -517,9 +517,10 @@ def test_collector_shards_at_the_same_time_are_one_collector_with_their_samples_
         "collect", "run.start", None, todo=16, done=0, resume=False
     )
     logs = []
-    for shard in (0, 1):
+    for shard in (0, 1):  # each shard its own tasks (ids): a byte-identical copy would be read once
         logs.append(tmp_path / f"shard{shard}_collect.log")
-        logs[-1].write_text("\n".join([start, *_four_slots()]) + "\n")
+        lines = [x.replace("][t", f"][s{shard}t") for x in _four_slots()]
+        logs[-1].write_text("\n".join([start, *lines]) + "\n")
     summary, _ = analyze(logs, tmp_path / "out")
     stage = next(s for s in summary["stages"] if s["name"] == "collector generation")
     assert stage["how"] == "[collect] gen_ms summed / 8.0 samples in flight (mean)"
