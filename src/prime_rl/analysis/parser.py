@@ -286,21 +286,32 @@ def scan_files(
 
 
 def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[str, Path]]:
-    """``paths`` less the files whose bytes are those of a file before them (a log copied under another
-    name and given beside it: its lines read twice would count every stage twice and look like a
-    restart), each named in ``stats.duplicate_files``. Only files of one size are compared, byte by
-    byte; a copy taken while the log grew (a prefix of it), or edited, is not found."""
+    """``paths`` less the files that repeat a file before them (their lines read twice would count every
+    stage twice and look like a restart), each pair named in ``stats.duplicate_files``: a file with the
+    same bytes (a log copied under another name and given beside it; only files of one size are
+    compared, byte by byte), or the same part of the same log (:func:`_rotation`: ``trainer.log.1``
+    beside the ``trainer.log.1.gz`` it was decompressed from). A copy taken while the log grew (a
+    prefix of it), or edited, is not found."""
     by_size: dict[int, list[Path]] = {}
+    parts: dict[tuple[Path, tuple[int, int]], Path] = {}
     out = []
     for label, path in paths:
         try:
+            log, place = _rotation(path)
+            part = parts.get((log, place))
             size = path.stat().st_size
             same = next((q for q in by_size.get(size, ()) if filecmp.cmp(path, q, shallow=False)), None)
-        except OSError:  # read as it is: the scan says what is wrong with it
-            size, same = -1, None
-        if same is not None and size > 0:
-            stats.duplicate_files.append(f"{path}: the same bytes as {same}")
+        except (OSError, ValueError):  # read as it is: the scan says what is wrong with it
+            log, place, part, size, same = path, (1, 0), None, -1, None
+        if part is not None:
+            stats.duplicate_files.append(
+                f"{part} and {path}: the same part of {log} (one of them compressed)"
+            )
             continue
+        if same is not None and size > 0:
+            stats.duplicate_files.append(f"{same} and {path}: the same bytes")
+            continue
+        parts[(log, place)] = path
         by_size.setdefault(size, []).append(path)
         out.append((label, path))
     return out

@@ -118,7 +118,7 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
         parts.append(f"{sum(p.unknown_tags.values())} line(s) with a tag the analyzer does not read: {tags}")
     if p.duplicate_files:
         parts.append(
-            f"{len(p.duplicate_files)} file(s) left out as copies of a log given before them, their lines not read "
+            f"{len(p.duplicate_files)} file(s) read once, each the same log as another given, their lines not read "
             f"twice ({'; '.join(p.duplicate_files[:3])})"
         )
     if p.cut_files:

@@ -103,8 +103,8 @@ class ParseStats:
     """Files that could not be read to their end (a compressed log cut short or corrupt), as
     ``file: what went wrong after N lines``; their lines up to there are read."""
     duplicate_files: list[str] = field(default_factory=list)
-    """Files left out as copies of a file given before them (the same bytes), as ``file: the same bytes
-    as other``: their lines would be read twice."""
+    """Files read once that were given twice as different files (the same bytes; the same part of a log,
+    one of them compressed), as ``kept and left out: why``: their lines would be read twice."""
     ref_date: str | None = None
     """The earliest date of the logs (:func:`~prime_rl.analysis.clock.reference_date`)."""
     undated: dict[str, Any] = field(default_factory=dict)

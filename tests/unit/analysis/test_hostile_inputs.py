@@ -5,6 +5,7 @@ no tagged line, --compare's arguments, a pipe. Each test failed (a traceback or 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -147,7 +148,7 @@ def test_a_log_split_into_rotated_parts_reads_as_the_whole_log(tmp_path, analyze
 
 def test_a_copy_of_a_log_given_beside_it_is_read_once_and_named(tmp_path, analyze):
     """A trainer log and a byte-for-byte copy of it under another name (a capture given explicitly beside
-    it): its lines were read twice, a false trainer restart ("reached 19, resumed 0") and every trainer
+    it), or a rotated part beside its decompressed copy: its lines were read twice, a false trainer restart ("reached 19, resumed 0") and every trainer
     stage doubled (the reviewer's async-0 run: trainer waits 118.8% of the run, the primary's share
     1.188). The copy is left out, named in a warning and in summary.json; the run reads as with one."""
     files = make_run("healthy", steps=20, seed=3).write(tmp_path / "logs")
@@ -158,11 +159,25 @@ def test_a_copy_of_a_log_given_beside_it_is_read_once_and_named(tmp_path, analyz
     twice, md = analyze([*files.values(), copy], tmp_path / "out_twice")
     assert twice["restarts"] == [] and "## Restarts" not in md
     assert twice["stages"] == once["stages"] and twice["findings"] == once["findings"]
-    assert twice["parse"]["duplicate_files"] == [f"{copy}: the same bytes as {files['trainer']}"]
+    assert twice["parse"]["duplicate_files"] == [f"{files['trainer']} and {copy}: the same bytes"]
     assert str(copy) not in twice["parse"]["files"]
-    assert (
-        f"1 file(s) left out as copies of a log given before them, their lines not read twice ({copy}: " in md
-    )
+    said = "1 file(s) read once, each the same log as another given, their lines not read twice"
+    assert f"{said} ({files['trainer']} and {copy}: the same bytes)" in md
+    # the same part of a log twice: trainer.log.1 beside the trainer.log.1.gz it was decompressed from
+    # (other bytes, the same lines) read as two parts: a false restart, the part's stages twice
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    lines = files["trainer"].read_text().splitlines(keepends=True)
+    (rotated / "trainer.log.1").write_text("".join(lines[:50]))
+    (rotated / "trainer.log").write_text("".join(lines[50:]))
+    with gzip.open(rotated / "trainer.log.1.gz", "wt") as gz:
+        gz.write("".join(lines[:50]))
+    parts, md = analyze([files["orchestrator"], files["inference"], rotated], tmp_path / "out_parts")
+    assert parts["restarts"] == [] and parts["stages"] == once["stages"]
+    assert parts["parse"]["duplicate_files"] == [
+        f"{rotated / 'trainer.log.1'} and {rotated / 'trainer.log.1.gz'}: the same part of "
+        f"{rotated.resolve() / 'trainer.log'} (one of them compressed)"
+    ]
     # an empty file is no copy of another empty one: nothing to read twice
     (tmp_path / "e1.log").write_text("")
     (tmp_path / "e2.log").write_text("")
