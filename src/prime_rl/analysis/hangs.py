@@ -32,7 +32,8 @@ from prime_rl.tracing import PROGRESS
 
 @dataclass(frozen=True)
 class Hang:
-    """A ``[hang] detected`` line of the watchdog, with what places it among the runs."""
+    """A ``[hang] detected`` line of the watchdog (or a launcher's :data:`STOPS` line), with what
+    places it among the runs."""
 
     event: Event
     earliest: float
@@ -45,13 +46,22 @@ class Hang:
     before its first restart), by its position (None: in another file, or it has a time)."""
 
 
+STOPS = (("launcher", "child.exit"), ("launcher", "interrupted"))
+"""The ``rl`` launcher's lines as it stops its children (a child exited, or it was interrupted):
+every child ran up to it (:func:`down_after_hangs`)."""
+
+
 class HangLines:
-    """Reads the watchdog's ``[hang] detected`` lines from every batch (:meth:`observe`), each with the
-    times around it in its file (:class:`Hang`); :meth:`finish` hands them over, in the order read."""
+    """Reads the watchdog's ``[hang] detected`` lines and the launcher's :data:`STOPS` lines from every
+    batch (:meth:`observe`), each with the times around it in its file (:class:`Hang`); :meth:`finish`
+    hands the hangs over, in the order read, and keeps the stops in :attr:`stops`."""
 
     def __init__(self) -> None:
         self._hangs: list[list] = []
-        """Each hang as [event, earliest, latest, segment] (latest None: waiting for a later line)."""
+        """Each hang or stop as [event, earliest, latest, segment] (latest None: waiting for a later
+        line), in the order read."""
+        self.stops: list[Hang] = []
+        """The launcher's :data:`STOPS` lines, placed as hangs are (:meth:`finish`)."""
         self._latest: dict[str, float] = {}
         """By file, the latest time of its lines read so far."""
         self._waiting: dict[str, list[int]] = {}
@@ -72,16 +82,19 @@ class HangLines:
                     self._hangs[k][2] = float(ts[0])
             else:
                 self._waiting[key] = waiting
-        if any((tag, event) == ("hang", "detected") for tag, event, _ in counts):
+        if any((tag, event) == ("hang", "detected") or (tag, event) in STOPS for tag, event, _ in counts):
             self._add(b, key, segment_starts)
         if last is not None:
             self._latest[key] = max(self._latest.get(key, -math.inf), last)
 
     def _add(self, b: TaggedLines, key: str, segment_starts: tuple[np.ndarray, int]) -> None:
-        """Keep the batch's hang lines: a line with no time between the last time before it (of the
-        batch, else of the file so far) and the first after it (else waiting for one)."""
+        """Keep the batch's hang and stop lines: a line with no time between the last time before it
+        (of the batch, else of the file so far) and the first after it (else waiting for one)."""
         frame = b.frame
-        hangs = (frame.get_column("tag") == "hang") & (frame.get_column("event") == "detected")
+        tag, event = frame.get_column("tag"), frame.get_column("event")
+        hangs = (tag == "hang") & (event == "detected")
+        for stop in STOPS:
+            hangs = hangs | ((tag == stop[0]) & (event == stop[1]))
         ts = frame.get_column("ts").to_numpy()
         stamped = np.flatnonzero(~np.isnan(ts))
         lines = frame.get_column("line").to_numpy()
@@ -101,14 +114,16 @@ class HangLines:
             self._hangs.append([b.event(i), earliest, latest, segment])
 
     def finish(self, last_lines: dict[str, tuple[float | None, str]]) -> list[Hang]:
-        """The hangs read; one still waiting for a later time takes its file's last line's (a line
-        at or after it; none, or the hang line itself: inf)."""
+        """The hangs read (the stops go to :attr:`stops`); one still waiting for a later time takes
+        its file's last line's (a line at or after it; none, or the hang line itself: inf)."""
         for key, waiting in self._waiting.items():
             ts = last_lines.get(key, (None, ""))[0]
             for k in waiting:
                 self._hangs[k][2] = ts if ts is not None else math.inf
         self._waiting = {}
-        return [Hang(*h) for h in self._hangs]
+        read = [Hang(*h) for h in self._hangs]
+        self.stops = [h for h in read if h.event.tag == "launcher"]
+        return [h for h in read if h.event.tag == "hang"]
 
 
 @dataclass(frozen=True)
@@ -217,34 +232,52 @@ def _bounds(
 
 
 def down_after_hangs(
-    down: list[tuple[float, float]], hangs: list[Hang], resumes: list[float]
+    down: list[tuple[float, float]], hangs: list[Hang], resumes: list[float], stops: list[Hang] = ()
 ) -> list[tuple[float, float]]:
     """Each of ``down`` (:meth:`~prime_rl.analysis.restarts.Segments.down_intervals`, in time order)
-    begun no earlier than the last ``[hang]`` line of the crashed run within it: the ``rl`` launcher's
-    watchdog writes one only while every child runs (its loop checks for a hang, then for an exited
-    child, and on the first it stops the others and writes no more), so the processes ran up to that
-    line, silent in a hang (a trainer's wait for rollouts that ends in its ``data.wait_timeout_s``, its
-    error on stderr), not down. The crashed run's lines are those before the first of ``resumes`` in
-    the down time (:meth:`~prime_rl.analysis.restarts.Segments.resumes_began`): one after it is the
-    resumed run's start-up, which the run's time leaves out as it does the first run's. A line with no
-    time counts at the earliest it can have, when its latest is before that too."""
+    begun no earlier than the last ``[hang]`` line or launcher's stop (``stops``: its
+    ``[launcher] child.exit`` or ``interrupted`` line, :data:`STOPS`) of the crashed run within it:
+    the ``rl`` launcher's watchdog writes one only while every child runs (its loop checks for a hang,
+    then for an exited child, and on the first it writes its ``child.exit`` line, stops the others and
+    writes no more), so the processes ran up to that line, silent in a hang (a trainer's wait for
+    rollouts that ends in its ``data.wait_timeout_s``, its error on stderr), not down. The crashed
+    run's lines are those before the first of ``resumes`` in the down time
+    (:meth:`~prime_rl.analysis.restarts.Segments.resumes_began`): one after it is the resumed run's
+    start-up, which the run's time leaves out as it does the first run's. A stop counts only when its
+    launch had started its children before the down time began (its time less its ``up_s``): a
+    relaunch whose child died in its start-up, before it logged a step line, is no part of the
+    crashed run. A line with no time counts at the earliest it can have, when its latest is before
+    that too."""
     out = []
     for start, end in down:
         began = min((b for b in resumes if start < b <= end), default=end)
         alive = [h.earliest for h in hangs if start < h.earliest and h.latest < began]
+        alive += [
+            h.earliest for h in stops if start < h.earliest and h.latest < began and _launched_by(h, start)
+        ]
         out.append((max([start, *alive]), end))
     return out
 
 
-def watched_running(hangs: list[Hang]) -> list[tuple[float, float]]:
-    """The times the watchdog's timed ``[hang]`` lines prove the launcher's children ran through, in
-    time order: each line's ``silent_s`` before it (the watchdog measures the silence of the children
-    it started and watches, and writes only while they all run), a hang, no restart."""
+def _launched_by(stop: Hang, t: float) -> bool:
+    """Whether the launch a :data:`STOPS` line ends had started its children before ``t`` (by its
+    ``up_s``; none readable: not known, False)."""
+    up = _seconds(stop.event, "up_s")
+    return up is not None and stop.latest - up < t
+
+
+def watched_running(hangs: list[Hang], stops: list[Hang] = ()) -> list[tuple[float, float]]:
+    """The times the watchdog's timed ``[hang]`` lines and the launcher's timed :data:`STOPS` lines
+    prove the launcher's children ran through, in time order: each ``[hang]`` line's ``silent_s``
+    before it (the watchdog measures the silence of the children it started and watches, and writes
+    only while they all run), a hang, no restart; each stop line's ``up_s`` before it (one launch's
+    children, started then and stopped there: the launcher restarts none of them in between)."""
     spans = []
-    for h in hangs:
-        silent = _seconds(h.event, "silent_s")
-        if h.event.ts is not None and silent is not None:
-            spans.append((h.event.ts - silent, h.event.ts))
+    for lines, key in ((hangs, "silent_s"), (stops, "up_s")):
+        for h in lines:
+            before = _seconds(h.event, key)
+            if h.event.ts is not None and before is not None:
+                spans.append((h.event.ts - before, h.event.ts))
     return sorted(spans)
 
 

@@ -83,7 +83,19 @@ def _usable(module):
 
 _scan = _usable(_scan)
 
-TAGS = (b"weights", b"ckpt", b"gen", b"rollout", b"verify", b"collect", b"train", b"env", b"server", b"hang")
+TAGS = (
+    b"weights",
+    b"ckpt",
+    b"gen",
+    b"rollout",
+    b"verify",
+    b"collect",
+    b"train",
+    b"env",
+    b"server",
+    b"hang",
+    b"launcher",
+)
 _TAG_ALT = b"|".join(TAGS)
 _MARKERS = re.compile(rb"\[(?:" + _TAG_ALT + rb")\]")
 # from a marker: the tag, an optional trace id, then whitespace and the rest of the line (no rest:

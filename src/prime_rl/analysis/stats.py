@@ -270,7 +270,8 @@ class Collected:
     rows of timeline.png. Empty: the plot makes them from :attr:`spans`."""
     down_seconds: float = 0.0
     """Time between a crash and its resume in which no process ran (:meth:`Segments.down_intervals`,
-    each begun no earlier than the watchdog's last ``[hang]`` line in it: :func:`down_after_hangs`; less where a collector's run or verify pass was at work: :meth:`CollectorRuns.at_work`; of
+    each begun no earlier than the watchdog's last ``[hang]`` line or the launcher's ``[launcher]
+    child.exit`` / ``interrupted`` line in it: :func:`down_after_hangs`; less where a collector's run or verify pass was at work: :meth:`CollectorRuns.at_work`; of
     a collector's logs, when neither a run, a deferred verification nor the trio whose logs are
     analysed with them (first to last line) was at work: :meth:`CollectorRuns.idle_seconds`):
     left out of :attr:`run_seconds`, so the shares of the run are of the time it ran."""
@@ -1363,10 +1364,11 @@ def _collect(
         first_ts = min(first_ts, began)
     c.segments.finish()
     # a trio's down time in which a collector's run or verify pass was at work is run time, and so is
-    # its part up to the launcher's watchdog's last [hang] line in it (the processes ran, hung)
+    # its part up to the launcher's watchdog's last [hang] line in it (the processes ran, hung) or its
+    # [launcher] line as it stopped them (a child exited: the others ran up to it)
     watched = c.hangs.finish(parse.last_lines)
     down = uncovered(
-        down_after_hangs(c.segments.down_intervals(), watched, c.segments.resumes_began()),
+        down_after_hangs(c.segments.down_intervals(), watched, c.segments.resumes_began(), c.hangs.stops),
         c.collector_runs.at_work(),
     )
     down_s = math.fsum(end - start for start, end in down)
@@ -1431,9 +1433,11 @@ def _collect(
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
         orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
-        # a time the watchdog's [hang] lines prove the processes ran through is a hang, no restart
+        # a time the watchdog's [hang] lines prove the processes ran through is a hang, no restart, as
+        # is one the launcher's stop lines prove one launch's children ran through
         silences=uncovered(
-            silent_together(c.segments.silences, down, c.segments.all_stepped()), watched_running(watched)
+            silent_together(c.segments.silences, down, c.segments.all_stepped()),
+            watched_running(watched, c.hangs.stops),
         )
         if c.segments.first_start is None
         else [],

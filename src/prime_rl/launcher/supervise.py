@@ -8,7 +8,11 @@ its leader has exited already, so vLLM's engine processes go with it. Each child
 launcher (:func:`prime_rl.lifecycle.watch_launcher`) and takes its group down when the launcher
 dies, SIGKILL included. When one child dies (or cannot be started) the others are stopped and
 :func:`launch` returns 1 naming it, the error its log ends with, and the end of its log; Ctrl-C or
-SIGTERM stops everything (130); a finished run returns 0.
+SIGTERM stops everything (130); a finished run returns 0. Before it stops the others for a child's
+exit, and before it stops everything when interrupted, it logs one tagged line
+(``[launcher] child.exit process= code= up_s=``, ``[launcher] interrupted up_s=``; docs/design.md):
+the others ran up to it (the child that exited, up to one poll of 0.5 s before it), which the
+analyzer takes as the end of a run that crashed (:func:`prime_rl.analysis.hangs.down_after_hangs`).
 """
 
 from __future__ import annotations
@@ -242,6 +246,11 @@ def _report_hang(hang: Hang, children: list[Child], stacks: bool) -> None:
         logger.warning(f"Python stacks dumped: {where or 'no process could dump its stacks'}")
 
 
+def _up_s(started: float) -> float:
+    """Seconds since the launcher started its children (``started``: ``time.monotonic()`` then)."""
+    return round(time.monotonic() - started, 3)
+
+
 def launch(cfg: RLConfig, lock_fd: int | None = None) -> int:
     """Lock and prepare the run directory, write the three configs, start the processes and
     supervise them. ``lock_fd``: the run directory's lock when the caller holds it already."""
@@ -296,6 +305,7 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     fds = (lock_fd,)  # the children hold the run directory's lock too: it lasts as long as any of them
+    started = time.monotonic()  # the children's start: ``up_s`` of the [launcher] lines
     try:
         try:
             children.append(
@@ -344,12 +354,14 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
                     code = trainer.proc.returncode
                 elif c.name == "trainer" and code == 0:
                     continue  # done training; the orchestrator finishes its last step
+                log_tagged("launcher", "child.exit", process=c.name, code=code, up_s=_up_s(started))
                 why = c.reason()
                 logger.error(
                     f"{c.name} exited with code {code}{f': {why}' if why else ''}; stopping the others. "
                     f"Last lines of {c.log_path}:\n{c.tail()}"
                 )
                 return 1
+        log_tagged("launcher", "interrupted", up_s=_up_s(started))
         logger.warning("interrupted: stopping every process")
         return 130
     finally:

@@ -2347,9 +2347,11 @@ def test_an_orchestrator_that_crashed_alone_in_a_weight_update_updated_no_longer
     assert updates["weight update: queue"] == pytest.approx(5.0 + 5.0, abs=2.0), updates
 
 
-def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]:
-    """Logs of 5 s steps (async level 2) whose whole run crashed 1 s after its last line and was
-    resumed 120 s later at its checkpoint, each run's ``run.start`` lines 0.5 s before its first line
+def _whole_run_crash(
+    root: Path, trainer_in: str, run_start: bool, crash_s: float = 1.0, down_s: float = 120.0
+) -> list[Path]:
+    """Logs of 5 s steps (async level 2) whose whole run crashed ``crash_s`` (1 s) after its last line
+    and was resumed ``down_s`` (120 s) later at its checkpoint, each run's ``run.start`` lines 0.5 s before its first line
     with ``run_start``. The orchestrator's step ``s``: a 10 ms wait for weights ``s - 2`` (from step
     2), a 4.99 s batch; the trainer's step ``s`` waits from its last step.done (step 0: from 0) for
     batch ``s``, trains 3 s, then step.done and [ckpt] write.done of ``s + 1``. The orchestrator has
@@ -2412,7 +2414,7 @@ def _whole_run_crash(root: Path, trainer_in: str, run_start: bool) -> list[Path]
     orchestrator.append(_alone_at(t + 0.01, "gen", "batch.start", step=12, inflight=64, target_batch=256))
     if trainer_in == "wait":
         trainer.append(_alone_at(done, "train", "wait.start", step=12))
-    resumed = max(t + 0.01, done) + 1.0 + 120.0
+    resumed = max(t + 0.01, done) + crash_s + down_s
     begun(resumed, last)
     orchestrator.append(_alone_at(resumed, "ckpt", "wait.start", target_step=last - 1))  # the resume's load
     orchestrator.append(_alone_at(resumed + 4.0, "ckpt", "wait.done", target_step=last - 1, wait_ms=4000.0))
@@ -2470,6 +2472,60 @@ def test_a_run_that_hung_until_it_was_killed_ran_up_to_the_watchdog_s_last_hang_
         assert "leaves out the 75 s in which no process ran" in md
         read[run_start] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
     assert read[True] == read[False] and read[False][0][0] == "generation_bound"
+
+
+def test_a_run_that_hung_until_the_trainer_timed_out_ran_up_to_the_launcher_s_exit_line(tmp_path, analyze):
+    """The run hung (the orchestrator stuck in batch 12 from 59.99 s, the trainer's [train] wait.start
+    step=12 at 62.98 s its last line), the watchdog's one [hang] line at 112.98 s; the trainer's wait
+    ran out its data.wait_timeout_s (600 s): it exited at 662.98 s, the launcher wrote its
+    ``[launcher] child.exit process=trainer code=1 up_s=663.98`` line (and its untagged error) and
+    stopped the others; a rerun 60 s later resumed at step 12 (_whole_run_crash ``wait``, resume at
+    722.98 s, its load of weights to 726.98 s). The down time began at the [hang] line: run 180.97 s,
+    down 614.0 s in both formats (the rev_r reviewer's d1), though every process ran to 662.98 s. The
+    launcher writes the line as it sees the child's exit, before it stops the others: down 64.0 s
+    (662.98 to 726.98), run 730.97 s, the 600 s of the
+    trainer's wait in its stage (45.99 + 600 = 645.99 s), the crashed batch 12's generation up to
+    662.98 s in its stage (25 batches' 4.98 s, 124.5 s, + 602.99 s = 727.49 s), and no silence to warn of (the line's up_s proves one launch's children ran from -1 s to it). A
+    relaunch whose inference died 5 s into its start-up (its [launcher] line at 687.98 s, up_s=5)
+    is no part of the crashed run: the same numbers. The [launcher] tag is a known one."""
+    read = {}
+    for run_start, relaunch_failed in ((True, False), (False, False), (False, True)):
+        root = tmp_path / f"logs_{run_start}_{relaunch_failed}"
+        paths = _whole_run_crash(root, "wait", run_start, crash_s=600.0, down_s=60.0)
+        lines = [
+            _alone_at(
+                112.98,
+                "hang",
+                "detected",
+                silent_s=53.0,
+                threshold_s=50.0,
+                median_step_s=5.0,
+                waits="trainer>orchestrator:rollouts/step_12",
+            ),
+            (
+                662.98,
+                "2026-01-01 12:11:02.980 | ERROR   | trainer exited with code 1: RolloutTimeoutError; stopping the others. Last lines of logs/trainer/stdout.log:",
+            ),
+            _alone_at(662.98, "launcher", "child.exit", process="trainer", code=1, up_s=663.98),
+            (
+                721.98,
+                "2026-01-01 12:12:01.980 | INFO    | started inference, trainer (1 process(es)) and orchestrator; logs in logs",
+            ),
+        ]
+        if relaunch_failed:
+            lines.append(_alone_at(687.98, "launcher", "child.exit", process="inference", code=1, up_s=5.0))
+        (root / "rl.log").write_text("\n".join(line for _, line in sorted(lines, key=lambda x: x[0])) + "\n")
+        out = tmp_path / f"out_{run_start}_{relaunch_failed}"
+        summary, md = analyze([*paths, root / "rl.log"], out, "--async-level", "2")
+        assert summary["down_seconds"] == pytest.approx(64.0, abs=0.01)
+        assert summary["run_seconds"] == pytest.approx(730.97, abs=0.01)
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(645_990.0, abs=5.0)
+        assert _stage_ms(summary, "generation") == pytest.approx(727_490.0, abs=5.0)
+        assert summary["unknown_tags"] == {}
+        assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
+        assert "leaves out the 64 s in which no process ran" in md
+        read[run_start, relaunch_failed] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
+    assert len(set(map(tuple, read.values()))) == 1 and read[False, False][0][0] == "generation_bound"
 
 
 def test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted(tmp_path, analyze):

@@ -31,6 +31,7 @@ from prime_rl.launcher.supervise import (
     with_resume,
 )
 from prime_rl.paths import mark_stable
+from prime_rl.tracing import parse_tagged
 
 
 def test_secrets_travel_by_env_never_in_the_written_configs(tmp_path, monkeypatch):
@@ -182,6 +183,60 @@ def test_a_child_that_cannot_be_started_fails_the_run_and_stops_the_others(tmp_p
         f"cannot start trainer ({sys.executable}): [Errno 2] No such file or directory; stopping the others"
     ]
     assert [c.name for c in started] == ["inference"] and running_in_group(started[0].proc.pid) == []
+
+
+def _messages() -> tuple[list[str], int]:
+    messages: list[str] = []
+    return messages, logger.add(lambda m: messages.append(m.record["message"]), level="INFO")
+
+
+def test_a_child_s_exit_is_logged_as_a_tagged_launcher_line_before_the_others_are_stopped(
+    tmp_path, monkeypatch
+):
+    """The analyzer reads rl.log's tagged lines only (docs/design.md): the launcher's line for the
+    exit it stops the run for names the child and its code, and how long its children had run
+    (``up_s``: the analyzer takes a crashed run's processes to have run up to it); the untagged error
+    follows it, as before."""
+    dies = "import time; time.sleep(0.3); print('RuntimeError: boom'); exit(7)"
+    _scripted_children(monkeypatch, {"inference": SLEEP, "trainer": dies, "orchestrator": SLEEP})
+    messages, sink = _messages()
+    began = time.monotonic()
+    try:
+        assert supervise.launch(_rl_config(tmp_path)) == 1
+    finally:
+        logger.remove(sink)
+    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    assert len(tagged) == 1, messages
+    line = tagged[0]
+    assert (line.tag, line.event) == ("launcher", "child.exit")
+    assert line.fields["process"] == "trainer" and line.fields["code"] == "7"
+    assert 0.3 <= float(line.fields["up_s"]) <= time.monotonic() - began
+    assert list(line.fields) == ["process", "code", "up_s"]
+    error = next(
+        k for k, m in enumerate(messages) if m.startswith("trainer exited with code 7: RuntimeError: boom")
+    )
+    assert messages.index(next(m for m in messages if m.startswith("[launcher]"))) < error
+
+
+def test_an_interrupted_launcher_logs_a_tagged_line_before_it_stops_every_process(tmp_path, monkeypatch):
+    """SIGTERM (here from the trainer, the launcher's child) stops every process (130), after a
+    ``[launcher] interrupted up_s=`` line."""
+    interrupts = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(300)"
+    started = _scripted_children(
+        monkeypatch, {"inference": SLEEP, "trainer": interrupts, "orchestrator": SLEEP}
+    )
+    messages, sink = _messages()
+    try:
+        assert supervise.launch(_rl_config(tmp_path)) == 130
+    finally:
+        logger.remove(sink)
+    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    assert [(t.event, list(t.fields)) for t in tagged] == [("interrupted", ["up_s"])], messages
+    assert float(tagged[0].fields["up_s"]) >= 0
+    assert messages.index(next(m for m in messages if m.startswith("[launcher]"))) < messages.index(
+        "interrupted: stopping every process"
+    )
+    assert all(running_in_group(c.proc.pid) == [] for c in started)
 
 
 def test_a_busy_inference_port_is_refused_before_anything_starts(tmp_path, monkeypatch):
