@@ -42,6 +42,7 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import polars as pl
@@ -301,32 +302,52 @@ def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[st
     """``paths`` less the files that repeat a file before them (their lines read twice would count every
     stage twice and look like a restart), each pair named in ``stats.duplicate_files``: a file with the
     same bytes (a log copied under another name and given beside it; only files of one size are
-    compared, byte by byte), or the same part of the same log (:func:`_rotation`: ``trainer.log.1``
-    beside the ``trainer.log.1.gz`` it was decompressed from). A copy taken while the log grew (a
-    prefix of it), or edited, is not found."""
+    compared, byte by byte), or the same lines compressed (a part of a log beside the copy it was
+    decompressed from, ``trainer.log.1.gz`` and ``trainer.log.1``: the same part of the log,
+    :func:`_rotation`; compared as text only then). A copy taken while the log grew (a prefix of it),
+    or edited, is not found; two files of one part with other lines (logs compressed in place, then
+    a resume's new ones beside them) are both read."""
     by_size: dict[int, list[Path]] = {}
-    parts: dict[tuple[Path, tuple[int, int]], Path] = {}
+    parts: dict[tuple[Path, tuple[int, int]], list[Path]] = {}
     out = []
     for label, path in paths:
         try:
             log, place = _rotation(path)
-            part = parts.get((log, place))
             size = path.stat().st_size
             same = next((q for q in by_size.get(size, ()) if filecmp.cmp(path, q, shallow=False)), None)
+            unzipped = next((q for q in parts.get((log, place), ()) if _same_text(path, q)), None)
         except (OSError, ValueError):  # read as it is: the scan says what is wrong with it
-            log, place, part, size, same = path, (1, 0), None, -1, None
-        if part is not None:
-            stats.duplicate_files.append(
-                f"{part} and {path}: the same part of {log} (one of them compressed)"
-            )
-            continue
+            log, place, size, same, unzipped = path, (1, 0), -1, None, None
         if same is not None and size > 0:
             stats.duplicate_files.append(f"{same} and {path}: the same bytes")
             continue
-        parts[(log, place)] = path
+        if unzipped is not None and size > 0:
+            stats.duplicate_files.append(f"{unzipped} and {path}: the same lines, one of them compressed")
+            continue
+        parts.setdefault((log, place), []).append(path)
         by_size.setdefault(size, []).append(path)
         out.append((label, path))
     return out
+
+
+def _same_text(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b``, one of them gzip-compressed (by its name), hold the same text."""
+    if a.name.endswith(".gz") == b.name.endswith(".gz"):
+        return False  # both plain or both compressed: their bytes were compared
+
+    def reader(x: Path) -> IO[bytes]:
+        return gzip.open(x, "rb") if x.name.endswith(".gz") else x.open("rb")
+
+    try:
+        with reader(a) as fa, reader(b) as fb:
+            while True:
+                ca, cb = fa.read(1 << 20), fb.read(1 << 20)
+                if ca != cb:
+                    return False
+                if not ca:
+                    return True
+    except (OSError, EOFError, zlib.error):  # a compressed file cut short or corrupt: read as it is
+        return False
 
 
 def _places(
@@ -1111,7 +1132,8 @@ def _in_order(files: list[Path]) -> list[Path]:
     lines twice and look like a restart), with the rotated parts of one log oldest first
     (``o.log.2``, ``o.log.1``, ``o.log``; ``o.log-20260101``, ``o.log-20260102``, ``o.log``: sorted
     by name the live part would come first, and its steps would seem to be redone by the older
-    parts), where the log's first part was."""
+    parts), where the log's first part was; of two files of one place (``o.log.gz`` and ``o.log``),
+    the compressed one first."""
     seen: set[Path] = set()
     parts: dict[Path, list[tuple[tuple[int, int], Path]]] = {}
     for f in files:
@@ -1121,7 +1143,10 @@ def _in_order(files: list[Path]) -> list[Path]:
         seen.add(real)
         log, place = _rotation(f)
         parts.setdefault(log, []).append((place, f))
-    return [f for group in parts.values() for _, f in sorted(group, key=lambda part: part[0])]
+    # of two files of one place, the compressed one first: logs compressed in place (gzip *.log) and
+    # the new ones a resume wrote beside them, a gzip -c snapshot beside the live file
+    order = lambda part: (part[0], not part[1].name.endswith(".gz"))  # noqa: E731
+    return [f for group in parts.values() for _, f in sorted(group, key=order)]
 
 
 def discover(inputs: list[Path]) -> list[tuple[str, Path]]:

@@ -126,6 +126,10 @@ UPDATE_SERIES = (
 _UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock", "handling", "validate")
 """Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
 
+LAUNCHER_TAGS = ("hang", "launcher")
+"""The tags only the launcher writes (its watchdog's ``[hang]``, its ``[launcher]`` lines): a batch of
+these alone is the launcher's, no time of the run's window."""
+
 
 AT_NO_STEP = "nostep."
 """The prefix of :attr:`Collected.counts`' keys that count the values of a per-step series
@@ -1335,8 +1339,12 @@ def _collect(
         counts_of, first, last = b.overview()
         for tag, event, n in counts_of:
             lines[tag, event] += n
-        # the launcher's log keeps every run's lines over --clean: its [hang] lines are no time of this one
-        if first is not None and last is not None and b.source != LAUNCHER:
+        # the launcher's log keeps every run's lines over --clean: its [hang] and [launcher] lines are no
+        # time of this one, whatever the file is called (rl.log renamed: its lines are the launcher's)
+        launcher = (
+            b.source == LAUNCHER or bool(counts_of) and all(tag in LAUNCHER_TAGS for tag, _, _ in counts_of)
+        )
+        if first is not None and last is not None and not launcher:
             _add_windows(windows, b, first, last, collector_logs if _has_collect(counts_of) else None)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)

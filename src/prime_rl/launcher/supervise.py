@@ -246,6 +246,11 @@ def _report_hang(hang: Hang, children: list[Child], stacks: bool) -> None:
         logger.warning(f"Python stacks dumped: {where or 'no process could dump its stacks'}")
 
 
+TRAINER_FINISH_S = 600.0
+"""How long the trainer may take to exit after the orchestrator finished its last step (its last
+weight write, its checkpoint) before the run counts as failed and it is stopped."""
+
+
 def _up_s(started: float) -> float:
     """Seconds since the launcher started its children (``started``: ``time.monotonic()`` then)."""
     return round(time.monotonic() - started, 3)
@@ -346,7 +351,7 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
                 if c.name == "orchestrator" and code == 0:
                     trainer = by_name["trainer"]
                     with contextlib.suppress(subprocess.TimeoutExpired):
-                        trainer.proc.wait(timeout=600)
+                        trainer.proc.wait(timeout=TRAINER_FINISH_S)
                     if trainer.proc.returncode == 0:
                         logger.info(f"run complete: {cfg.max_steps} steps; metrics in {paths.metrics_file}")
                         return 0
@@ -354,10 +359,17 @@ def _launch(cfg: RLConfig, lock_fd: int) -> int:
                     code = trainer.proc.returncode
                 elif c.name == "trainer" and code == 0:
                     continue  # done training; the orchestrator finishes its last step
-                log_tagged("launcher", "child.exit", process=c.name, code=code, up_s=_up_s(started))
+                # code None: the trainer had not exited TRAINER_FINISH_S after the orchestrator finished (no code=)
+                exited = {"code": code} if code is not None else {}
+                log_tagged("launcher", "child.exit", process=c.name, **exited, up_s=_up_s(started))
                 why = c.reason()
+                how = (
+                    f"exited with code {code}"
+                    if code is not None
+                    else f"did not exit {TRAINER_FINISH_S:g} s after the orchestrator finished"
+                )
                 logger.error(
-                    f"{c.name} exited with code {code}{f': {why}' if why else ''}; stopping the others. "
+                    f"{c.name} {how}{f': {why}' if why else ''}; stopping the others. "
                     f"Last lines of {c.log_path}:\n{c.tail()}"
                 )
                 return 1

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import appended, make_run
 
 from prime_rl.analysis.__main__ import main as analyze_main
 from prime_rl.analysis.parser import discover, label_for
 from prime_rl.analysis.thresholds import Thresholds
+from prime_rl.tracing import format_tagged
 
 
 def _strict_json(path: Path):
@@ -175,14 +176,67 @@ def test_a_copy_of_a_log_given_beside_it_is_read_once_and_named(tmp_path, analyz
     parts, md = analyze([files["orchestrator"], files["inference"], rotated], tmp_path / "out_parts")
     assert parts["restarts"] == [] and parts["stages"] == once["stages"]
     assert parts["parse"]["duplicate_files"] == [
-        f"{rotated / 'trainer.log.1'} and {rotated / 'trainer.log.1.gz'}: the same part of "
-        f"{rotated.resolve() / 'trainer.log'} (one of them compressed)"
+        f"{rotated / 'trainer.log.1.gz'} and {rotated / 'trainer.log.1'}: the same lines, one of them compressed"
     ]
     # an empty file is no copy of another empty one: nothing to read twice
     (tmp_path / "e1.log").write_text("")
     (tmp_path / "e2.log").write_text("")
     again, _ = analyze([*files.values(), tmp_path / "e1.log", tmp_path / "e2.log"], tmp_path / "out_empty")
     assert again["parse"]["duplicate_files"] == []
+
+
+def test_two_files_of_one_part_of_a_log_with_other_lines_are_both_read(tmp_path, analyze):
+    """Only the same lines are read once: a run's logs compressed in place (gzip *.log) with its
+    resume's new logs beside them (orchestrator.log.gz and orchestrator.log: one log's one place, other
+    lines), and two jobs' logs linked into one store under one name (job1/trainer.log ->
+    store/job1-trainer.log, job2/trainer.log -> store/job2-trainer.log), were read as one file each,
+    'the same part ... (one of them compressed)', the second run thrown away. Both are read, the
+    compressed one first, and read as the two runs appended to one log are."""
+    first = make_run("healthy", steps=10, seed=3)
+    second = make_run("healthy", steps=10, seed=4, first_step=10, start_offset_s=300.0)
+    whole, _ = analyze(appended(tmp_path / "whole", first, second), tmp_path / "out_whole")
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    for path in appended(tmp_path / "first", first):
+        with gzip.open(inplace / f"{path.name}.gz", "wb") as gz:
+            gz.write(path.read_bytes())
+    for path in appended(tmp_path / "second", second):
+        (inplace / path.name).write_bytes(path.read_bytes())
+    read, _ = analyze([inplace], tmp_path / "out_inplace")
+    assert read["parse"]["duplicate_files"] == [] and len(read["parse"]["files"]) == 6
+    assert read["restarts"] == whole["restarts"] and read["stages"] == whole["stages"]
+    assert read["run_seconds"] == whole["run_seconds"]
+    store = tmp_path / "store"
+    store.mkdir()
+    linked = []
+    for job, run in (("job1", first), ("job2", second)):
+        (tmp_path / job).mkdir()
+        for path in appended(tmp_path / f"{job}_logs", run):
+            target = store / f"{job}-{path.name}"
+            target.write_bytes(path.read_bytes())
+            (tmp_path / job / path.name).symlink_to(target)
+            linked.append(tmp_path / job / path.name)
+    read, _ = analyze(linked, tmp_path / "out_linked")
+    assert read["parse"]["duplicate_files"] == [] and len(read["parse"]["files"]) == 6
+    assert read["counts"] == whole["counts"]
+
+
+def test_a_launcher_log_under_another_name_adds_no_time_to_the_run(tmp_path, analyze):
+    """rl.log keeps every launch's lines (over --clean and failed launches). Under its own name its
+    lines are the launcher's and no time of the run; renamed (rl_run2.log, copied off a cluster beside
+    other runs' logs) its [launcher] child.exit line of a launch two hours before stretched a healthy
+    run to two hours (every share diluted). The launcher's tags alone are no time of the run's
+    window, whatever their file is called."""
+    files = make_run("healthy", steps=10, seed=3).write(tmp_path / "logs")
+    alone, _ = analyze(files.values(), tmp_path / "out_alone")
+    earlier = "2026-01-01 10:00:30.000 | INFO    | " + format_tagged(
+        "launcher", "child.exit", process="inference", code=1, up_s=32.0
+    )
+    launcher = tmp_path / "logs" / "rl_run2.log"
+    launcher.write_text(earlier + "\n")
+    read, _ = analyze([*files.values(), launcher], tmp_path / "out_renamed")
+    assert read["run_seconds"] == alone["run_seconds"] and read["stages"] == alone["stages"]
+    assert read["counts"]["launcher.child.exit"] == 1
 
 
 def test_numbers_too_big_for_their_statistics_leave_valid_json(tmp_path, analyze):

@@ -218,6 +218,24 @@ def test_a_child_s_exit_is_logged_as_a_tagged_launcher_line_before_the_others_ar
     assert messages.index(next(m for m in messages if m.startswith("[launcher]"))) < error
 
 
+def test_a_trainer_that_never_exits_after_the_last_step_is_logged_without_a_code(tmp_path, monkeypatch):
+    """The orchestrator finished (exit 0) and the trainer did not exit within TRAINER_FINISH_S: the run
+    failed, and the launcher's line named it with ``code=None``, which is no exit code (the grammar's
+    ``code=<c>``). It has no ``code=`` now."""
+    monkeypatch.setattr(supervise, "TRAINER_FINISH_S", 0.5)
+    _scripted_children(monkeypatch, {"inference": SLEEP, "trainer": SLEEP, "orchestrator": "exit(0)"})
+    messages, sink = _messages()
+    try:
+        assert supervise.launch(_rl_config(tmp_path)) == 1
+    finally:
+        logger.remove(sink)
+    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    assert [(t.event, t.fields.get("process"), list(t.fields)) for t in tagged] == [
+        ("child.exit", "trainer", ["process", "up_s"])
+    ], messages
+    assert any(m.startswith("trainer did not exit 0.5 s after the orchestrator finished") for m in messages)
+
+
 def test_an_interrupted_launcher_logs_a_tagged_line_before_it_stops_every_process(tmp_path, monkeypatch):
     """SIGTERM (here from the trainer, the launcher's child) stops every process (130), after a
     ``[launcher] interrupted up_s=`` line."""
