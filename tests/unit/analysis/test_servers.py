@@ -784,8 +784,12 @@ def test_attempts_that_reached_the_real_admin_server_are_one_update_each(tmp_pat
     summary, _ = analyze([logs / "orchestrator.log", logs / "inference.log"], tmp_path / "out")
     updates = summary["updates"]
     assert [u["tid"] for u in updates] == ["up0", "up1", "up2"]
-    # the answer's server time (the second attempt's rpc.done), the first attempt's receipt
-    assert all(u["server"] is not None and abs(u["server_rpc_ms"] - u["rpc_ms"]) < 0.06 for u in updates)
+    # the answer's server time (the second attempt's rpc.done), the first attempt's receipt; the server
+    # logs its rpc_ms to 0.1 ms, the client the answer's (rounded to 0.001 ms by the server) to 0.1 ms:
+    # the two roundings differ by up to 0.1 ms (0.3499 is 0.3 in the one, 0.35 -> 0.4 in the other)
+    assert all(
+        u["server"] is not None and abs(u["server_rpc_ms"] - u["rpc_ms"]) <= 0.1 + 1e-9 for u in updates
+    )
     assert all(u["target"] == f"step_{i}" for i, u in enumerate(updates))
     assert all(0 <= u["send_to_recv_ms"] < 1000 for u in updates)
     (row,) = summary["servers"]
