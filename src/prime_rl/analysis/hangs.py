@@ -246,17 +246,26 @@ def down_after_hangs(
     start-up, which the run's time leaves out as it does the first run's. A stop counts only when its
     launch had started its children before the down time began (its time less its ``up_s``): a
     relaunch whose child died in its start-up, before it logged a step line, is no part of the
-    crashed run. A line with no time counts at the earliest it can have, when its latest is before
-    that too."""
+    crashed run; nor does a ``child.exit`` without ``code=`` (:func:`_all_ran`). A line with no time
+    counts at the earliest it can have, when its latest is before that too."""
     out = []
     for start, end in down:
         began = min((b for b in resumes if start < b <= end), default=end)
         alive = [h.earliest for h in hangs if start < h.earliest and h.latest < began]
         alive += [
-            h.earliest for h in stops if start < h.earliest and h.latest < began and _launched_by(h, start)
+            h.earliest
+            for h in stops
+            if start < h.earliest and h.latest < began and _launched_by(h, start) and _all_ran(h)
         ]
         out.append((max([start, *alive]), end))
     return out
+
+
+def _all_ran(stop: Hang) -> bool:
+    """Whether every child ran up to a :data:`STOPS` line: not for a ``child.exit`` without ``code=``
+    (the trainer had not exited long after the orchestrator finished: the orchestrator had exited,
+    no step was in flight)."""
+    return stop.event.event != "child.exit" or "code" in stop.event.fields
 
 
 def _launched_by(stop: Hang, t: float) -> bool:

@@ -299,30 +299,41 @@ def scan_files(
 
 
 def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[str, Path]]:
-    """``paths`` less the files that repeat a file before them (their lines read twice would count every
-    stage twice and look like a restart), each pair named in ``stats.duplicate_files``: a file with the
-    same bytes (a log copied under another name and given beside it; only files of one size are
-    compared, byte by byte), or the same lines compressed (a part of a log beside the copy it was
-    decompressed from, ``trainer.log.1.gz`` and ``trainer.log.1``: the same part of the log,
-    :func:`_rotation`; compared as text only then). A copy taken while the log grew (a prefix of it),
-    or edited, is not found; two files of one part with other lines (logs compressed in place, then
-    a resume's new ones beside them) are both read."""
+    """``paths`` less the files that repeat another (their lines read twice would count every stage
+    twice and look like a restart), each pair named in ``stats.duplicate_files``: a file with the same
+    bytes as one before it (a log copied under another name and given beside it; only files of one
+    size are compared, byte by byte); of two files of one part of a log (:func:`_rotation`), one of
+    them compressed, compared as text: the same lines (``trainer.log.1.gz`` and the ``trainer.log.1``
+    decompressed from it), or one a beginning of the other (a ``gzip -c`` snapshot of the live log),
+    the longer kept. A plain copy taken while the log grew (a prefix of it), or edited, is not found;
+    two files of one part with other lines (logs compressed in place, then a resume's new ones beside
+    them) are both read."""
     by_size: dict[int, list[Path]] = {}
     parts: dict[tuple[Path, tuple[int, int]], list[Path]] = {}
-    out = []
+    out: list[tuple[str, Path]] = []
     for label, path in paths:
         try:
             log, place = _rotation(path)
             size = path.stat().st_size
             same = next((q for q in by_size.get(size, ()) if filecmp.cmp(path, q, shallow=False)), None)
-            unzipped = next((q for q in parts.get((log, place), ()) if _same_text(path, q)), None)
+            text = next(((q, r) for q in parts.get((log, place), ()) if (r := _text_relation(path, q))), None)
         except (OSError, ValueError):  # read as it is: the scan says what is wrong with it
-            log, place, size, same, unzipped = path, (1, 0), -1, None, None
+            log, place, size, same, text = path, (1, 0), -1, None, None
         if same is not None and size > 0:
             stats.duplicate_files.append(f"{same} and {path}: the same bytes")
             continue
-        if unzipped is not None and size > 0:
-            stats.duplicate_files.append(f"{unzipped} and {path}: the same lines, one of them compressed")
+        if text is not None:
+            kept, relation = text
+            if relation == "same":
+                stats.duplicate_files.append(f"{kept} and {path}: the same lines, one of them compressed")
+                continue
+            if relation == "beginning":  # this file is the beginning of one kept: a snapshot of it
+                stats.duplicate_files.append(f"{path}: the beginning of {kept} (a snapshot of it), not read")
+                continue
+            # one kept is the beginning of this one: this one is read in its place
+            stats.duplicate_files.append(f"{kept}: the beginning of {path} (a snapshot of it), not read")
+            out = [(lab, path if p == kept else p) for lab, p in out]
+            parts[(log, place)] = [path if p == kept else p for p in parts[(log, place)]]
             continue
         parts.setdefault((log, place), []).append(path)
         by_size.setdefault(size, []).append(path)
@@ -330,10 +341,13 @@ def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[st
     return out
 
 
-def _same_text(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b``, one of them gzip-compressed (by its name), hold the same text."""
+def _text_relation(a: Path, b: Path) -> str | None:
+    """How the text of ``a`` stands to that of ``b``, one of them gzip-compressed (by its name):
+    ``same``, ``beginning`` (``a`` is the beginning of ``b``), ``continued`` (``b`` is the beginning of
+    ``a``), or None (other text; both plain or both compressed: their bytes were compared). Read side
+    by side up to the first difference."""
     if a.name.endswith(".gz") == b.name.endswith(".gz"):
-        return False  # both plain or both compressed: their bytes were compared
+        return None
 
     def reader(x: Path) -> IO[bytes]:
         return gzip.open(x, "rb") if x.name.endswith(".gz") else x.open("rb")
@@ -342,12 +356,19 @@ def _same_text(a: Path, b: Path) -> bool:
         with reader(a) as fa, reader(b) as fb:
             while True:
                 ca, cb = fa.read(1 << 20), fb.read(1 << 20)
-                if ca != cb:
-                    return False
-                if not ca:
-                    return True
+                if ca == cb:
+                    if not ca:
+                        return "same"
+                    continue
+                n = min(len(ca), len(cb))
+                if ca[:n] != cb[:n]:
+                    return None
+                # one ended here: the other goes on
+                if len(ca) < len(cb):
+                    return "beginning" if not fa.read(1) else None
+                return "continued" if not fb.read(1) else None
     except (OSError, EOFError, zlib.error):  # a compressed file cut short or corrupt: read as it is
-        return False
+        return None
 
 
 def _places(

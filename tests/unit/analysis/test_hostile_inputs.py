@@ -239,6 +239,24 @@ def test_a_launcher_log_under_another_name_adds_no_time_to_the_run(tmp_path, ana
     assert read["counts"]["launcher.child.exit"] == 1
 
 
+def test_a_compressed_snapshot_of_a_live_log_beside_it_is_not_read(tmp_path, analyze):
+    """A ``gzip -c`` snapshot of each live log taken after step 9 (X.log.gz, the beginning of X.log)
+    beside the logs: read as the log's first part, then the live file, steps 0-9 twice and a restart
+    that redid every step. The snapshot (the beginning of a file of its part) is not read, and named."""
+    files = make_run("healthy", steps=20, seed=3).write(tmp_path / "logs")
+    alone, _ = analyze(files.values(), tmp_path / "out_alone")
+    for path in files.values():
+        text = path.read_bytes()
+        with gzip.open(path.with_name(path.name + ".gz"), "wb") as gz:
+            gz.write(text[: len(text) // 2])
+    read, _ = analyze([tmp_path / "logs"], tmp_path / "out_both")
+    assert read["restarts"] == [] and read["stages"] == alone["stages"]
+    assert sorted(read["parse"]["duplicate_files"]) == sorted(
+        f"{p.with_name(p.name + '.gz')}: the beginning of {p} (a snapshot of it), not read"
+        for p in files.values()
+    )
+
+
 def test_numbers_too_big_for_their_statistics_leave_valid_json(tmp_path, analyze):
     log = tmp_path / "orchestrator.log"
     log.write_text(

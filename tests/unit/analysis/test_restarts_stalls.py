@@ -2649,3 +2649,43 @@ def test_silence_pace_ratio_says_which_silences_are_left_out(tmp_path, analyze):
     assert "overlaps a found restart" not in line, line
     assert "nor the trainer within a wait for rollouts or a step it logged and closed" in line, line
     assert "only the orchestrator's restart is found still warns" in line, line
+
+
+def test_a_trainer_that_did_not_exit_after_the_last_step_adds_no_run_time(tmp_path, analyze):
+    """The orchestrator finished (exit 0) and the trainer did not exit within TRAINER_FINISH_S: the
+    launcher's [launcher] child.exit has no code=, 600 s after the orchestrator's last line, then a
+    resume 60 s later redid steps 8-9. That line was taken as every child running up to it, so the
+    600 s in which no step was in flight were run time: run 697.45 s and "No bottleneck found", where
+    the run is 96.95 s and generation-bound (the same without the line). A child.exit without code=
+    bounds no down time."""
+    from datetime import datetime
+
+    first = make_run("generation_bound", steps=10, seed=3)
+    last = max(line[:23] for line in first.orchestrator + first.trainer)
+    t_last = datetime.strptime(last, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    second = make_run("generation_bound", steps=2, seed=4, first_step=8, start_offset_s=t_last - t0 + 660.0)
+
+    def at(t: float) -> str:
+        return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+    readings = []
+    for tagged in (False, True):
+        logs = tmp_path / f"logs_{tagged}"
+        appended(logs, first, second)
+        rl = [f"{at(t0 - 2)} | INFO    | started inference, trainer (1 process(es)) and orchestrator"]
+        if tagged:
+            line = format_tagged(
+                "launcher", "child.exit", process="trainer", up_s=round(t_last + 602.5 - t0, 3)
+            )
+            rl.append(f"{at(t_last + 600.5)} | INFO    | {line}")
+        rl.append(
+            f"{at(t_last + 600.5)} | ERROR   | trainer did not exit 600 s after the orchestrator finished"
+        )
+        rl.append(
+            f"{at(t_last + 658.0)} | INFO    | started inference, trainer (1 process(es)) and orchestrator"
+        )
+        (logs / "rl.log").write_text("\n".join(rl) + "\n")
+        summary, _ = analyze([logs], tmp_path / f"out_{tagged}")
+        readings.append((round(summary["run_seconds"], 2), (summary["primary"] or {}).get("kind")))
+    assert readings[1] == readings[0] == (96.95, "generation_bound")
