@@ -1366,30 +1366,43 @@ def test_a_silence_of_every_process_in_logs_without_run_start_lines_is_warned_of
     assert not any("wrote a line" in w for w in summary["warnings"])
 
 
-def _old_logs(tmp_path: Path, slow: tuple[int, float] | None = None, lead_s: float = 0.0) -> list[Path]:
-    """Hand-built logs without run.start lines of a healthy run of 5 s steps 0..19 (async_level 2: the
-    orchestrator's [ckpt] wait for weights step s-2 before batch s, the trainer's [train] wait for
-    each step's rollouts); ``slow``: (step, seconds) a batch that takes that long; ``lead_s``: the
-    orchestrator's first line a [server] metrics line that long before its first batch (the servers
-    loading), the trainer's wait for step 0 from then on."""
+def _step_logs(
+    tmp_path: Path,
+    slow: tuple[int, float] | None = None,
+    lead_s: float = 0.0,
+    run_start: bool = False,
+    hung_at: int | None = None,
+) -> list[Path]:
+    """Hand-built logs of a healthy run of 5 s steps 0..19 (async_level 2: the orchestrator's [ckpt]
+    wait for weights step s-2 before batch s, the trainer's [train] wait for each step's rollouts),
+    without run.start lines unless ``run_start``; ``slow``: (step, seconds) a batch that takes that
+    long; ``lead_s``: the orchestrator's first line a [server] metrics line that long before its first
+    batch (the servers loading), the trainer's wait for step 0 from then on; ``hung_at``: the run hung
+    in that step (its batch and the trainer's wait for it begun, nothing after)."""
     orchestrator, trainer = [], []
 
     def at(t: float, lines: list, *tagged, **fields) -> None:
         stamp = _clock(t) + " | INFO    | "
         lines.append((t, stamp + format_tagged(*tagged, **fields)))
 
+    if run_start:
+        at(-0.5, orchestrator, "gen", "run.start", step=0, resume=False, async_level=2)
+        at(-0.5, trainer, "train", "run.start", step=0, resume=False)
     if lead_s:
         metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=0.0, preemptions=0)
         at(-lead_s, orchestrator, "server", "metrics", **metrics)
     t, done = 0.0, -lead_s  # the trainer waits for step 0's rollouts from its start
 
-    for step in range(20):
+    for step in range(20 if hung_at is None else hung_at + 1):
         if step > 1:
             at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
             at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
             t += 0.01
         dur = slow[1] if slow is not None and slow[0] == step else 4.99
         at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        if step == hung_at:
+            at(done, trainer, "train", "wait.start", step=step)
+            break  # hung: nothing more
         at(
             t + dur,
             orchestrator,
@@ -1414,7 +1427,7 @@ def _old_logs(tmp_path: Path, slow: tuple[int, float] | None = None, lead_s: flo
             train_ms=3000.0,
         )
         done = ready + 3
-    tmp_path.mkdir(parents=True)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
         (tmp_path / f"{name}.log").write_text(
             "\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n"
@@ -1432,7 +1445,7 @@ def test_a_silence_a_batch_or_the_start_holds_is_no_restart_to_warn_of(tmp_path,
     one before every process logged a step line (75 s of loading before the first batch): a resume
     that redid no step needs a step done before it, and any other sends a step back (is found)."""
     slow, lead = {"first batch": ((0, 75.0), 0.0), "a later batch": ((10, 75.0), 0.0)}.get(case, (None, 75.0))
-    summary, md = analyze(_old_logs(tmp_path / "logs", slow, lead), tmp_path / "out", "--async-level", "2")
+    summary, md = analyze(_step_logs(tmp_path / "logs", slow, lead), tmp_path / "out", "--async-level", "2")
     assert summary["restarts"] == [] and summary["run_seconds"] > 172.0
     assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
 
@@ -1789,51 +1802,7 @@ def test_a_hang_line_with_no_time_is_not_put_in_a_silence_its_steps_rule_out(
     run: either puts it after the logs' end, a hang. With neither, both silences fit: whether the run
     went on is not known, a hang, as a line with no time was before, and it says so."""
     logs = tmp_path / "logs"
-    logs.mkdir()
-    orchestrator, trainer = [], []
-
-    def at(t: float, lines: list, *tagged, **fields) -> None:
-        stamp = _clock(t) + " | INFO    | "
-        lines.append((t, stamp + format_tagged(*tagged, **fields)))
-
-    at(-0.5, orchestrator, "gen", "run.start", step=0, resume=False, async_level=2)
-    at(-0.5, trainer, "train", "run.start", step=0, resume=False)
-    t = done = 0.0
-    for step in range(21):
-        if step > 1:
-            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
-            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
-            t += 0.01
-        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
-        at(done, trainer, "train", "wait.start", step=step)
-        if step == 20:
-            break  # hung: nothing more
-        dur = 200.0 if step == 0 else 4.99
-        at(
-            t + dur,
-            orchestrator,
-            "gen",
-            "batch.done",
-            step=step,
-            completions=256,
-            dur_ms=dur * 1000,
-            inflight=64,
-        )
-        t += dur
-        ready = max(done, t)
-        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - done) * 1000)
-        at(
-            ready + 3,
-            trainer,
-            "train",
-            "step.done",
-            step=step,
-            wait_ms=(ready - done) * 1000,
-            train_ms=3000.0,
-        )
-        done = ready + 3
-    for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
-        (logs / f"{name}.log").write_text("\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n")
+    _step_logs(logs, slow=(0, 200.0), run_start=True, hung_at=20)
     rl = logs / "rl.log"
     hang = format_tagged(
         "hang", "detected", silent_s=150.0, threshold_s=120.0, median_step_s=median, waits=waits
