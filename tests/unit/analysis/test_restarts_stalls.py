@@ -1366,6 +1366,42 @@ def test_a_silence_of_every_process_in_logs_without_run_start_lines_is_warned_of
     assert not any("wrote a line" in w for w in summary["warnings"])
 
 
+def _at(lines: list, t: float, *tagged, **fields) -> None:
+    """A tagged line ``t`` seconds after 2026-01-01 12:10:00 (:func:`_clock`), kept with its time."""
+    lines.append((t, _clock(t) + " | INFO    | " + format_tagged(*tagged, **fields)))
+
+
+def _batch(orchestrator: list, t: float, step: int, dur: float = 4.99, done: bool = True) -> float:
+    """The orchestrator's step ``step`` from ``t`` (async_level 2): its [ckpt] wait of 10 ms for weights
+    ``step - 2`` (from step 2), then a batch of ``dur`` seconds (``done``: its batch.done too); when it
+    ends."""
+    if step > 1:
+        _at(orchestrator, t, "ckpt", "wait.start", target_step=step - 2)
+        _at(orchestrator, t + 0.01, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
+        t += 0.01
+    _at(orchestrator, t, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+    if done:
+        done_at = dict(step=step, completions=256, dur_ms=dur * 1000, inflight=64)
+        _at(orchestrator, t + dur, "gen", "batch.done", **done_at)
+    return t + dur
+
+
+def _trained(trainer: list, step: int, waits: float, ready: float) -> float:
+    """The trainer's step ``step``: its wait for the rollouts from ``waits`` to ``ready``, then 3 s of
+    training; when it ends."""
+    wait_ms = (ready - waits) * 1000
+    _at(trainer, waits, "train", "wait.start", step=step)
+    _at(trainer, ready, "train", "wait.done", step=step, wait_ms=wait_ms)
+    _at(trainer, ready + 3, "train", "step.done", step=step, wait_ms=wait_ms, train_ms=3000.0)
+    return ready + 3
+
+
+def _write_sorted(path: Path, lines: list[tuple[float, str]]) -> Path:
+    """``lines`` (each with its time) written to ``path`` in time order."""
+    path.write_text("\n".join(line for _, line in sorted(lines, key=lambda x: x[0])) + "\n")
+    return path
+
+
 def _step_logs(
     tmp_path: Path,
     slow: tuple[int, float] | None = None,
@@ -1380,59 +1416,27 @@ def _step_logs(
     batch (the servers loading), the trainer's wait for step 0 from then on; ``hung_at``: the run hung
     in that step (its batch and the trainer's wait for it begun, nothing after)."""
     orchestrator, trainer = [], []
-
-    def at(t: float, lines: list, *tagged, **fields) -> None:
-        stamp = _clock(t) + " | INFO    | "
-        lines.append((t, stamp + format_tagged(*tagged, **fields)))
-
     if run_start:
-        at(-0.5, orchestrator, "gen", "run.start", step=0, resume=False, async_level=2)
-        at(-0.5, trainer, "train", "run.start", step=0, resume=False)
+        _at(orchestrator, -0.5, "gen", "run.start", step=0, resume=False, async_level=2)
+        _at(trainer, -0.5, "train", "run.start", step=0, resume=False)
     if lead_s:
         metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=0.0, preemptions=0)
-        at(-lead_s, orchestrator, "server", "metrics", **metrics)
+        _at(orchestrator, -lead_s, "server", "metrics", **metrics)
     t, done = 0.0, -lead_s  # the trainer waits for step 0's rollouts from its start
 
     for step in range(20 if hung_at is None else hung_at + 1):
-        if step > 1:
-            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
-            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
-            t += 0.01
         dur = slow[1] if slow is not None and slow[0] == step else 4.99
-        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
-        if step == hung_at:
-            at(done, trainer, "train", "wait.start", step=step)
-            break  # hung: nothing more
-        at(
-            t + dur,
-            orchestrator,
-            "gen",
-            "batch.done",
-            step=step,
-            completions=256,
-            dur_ms=dur * 1000,
-            inflight=64,
-        )
-        t += dur
-        ready = max(done, t)
-        at(done, trainer, "train", "wait.start", step=step)
-        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - done) * 1000)
-        at(
-            ready + 3,
-            trainer,
-            "train",
-            "step.done",
-            step=step,
-            wait_ms=(ready - done) * 1000,
-            train_ms=3000.0,
-        )
-        done = ready + 3
+        if step == hung_at:  # its batch and the trainer's wait for it begun, nothing after
+            _batch(orchestrator, t, step, dur, done=False)
+            _at(trainer, done, "train", "wait.start", step=step)
+            break
+        t = _batch(orchestrator, t, step, dur)
+        done = _trained(trainer, step, done, max(done, t))
     tmp_path.mkdir(parents=True, exist_ok=True)
-    for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
-        (tmp_path / f"{name}.log").write_text(
-            "\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n"
-        )
-    return [tmp_path / "orchestrator.log", tmp_path / "trainer.log"]
+    return [
+        _write_sorted(tmp_path / f"{name}.log", lines)
+        for name, lines in (("orchestrator", orchestrator), ("trainer", trainer))
+    ]
 
 
 @pytest.mark.parametrize("case", ["first batch", "a later batch", "before the first step"])
@@ -1485,59 +1489,24 @@ def test_a_silence_that_holds_a_restart_found_is_no_restart_to_warn_of(tmp_path,
     and rank 0's wait proves the trainer alive through rank 1's silence."""
     orchestrator, trainer = [], []
 
-    def at(t: float, lines: list, *tagged, **fields) -> None:
-        lines.append((t, _clock(t) + " | INFO    | " + format_tagged(*tagged, **fields)))
-
-    def batch(t: float, step: int) -> float:
-        if step > 1:
-            at(t, orchestrator, "ckpt", "wait.start", target_step=step - 2)
-            at(t + 0.01, orchestrator, "ckpt", "wait.done", target_step=step - 2, wait_ms=10.0)
-            t += 0.01
-        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
-        at(
-            t + 4.99,
-            orchestrator,
-            "gen",
-            "batch.done",
-            step=step,
-            completions=256,
-            dur_ms=4990.0,
-            inflight=64,
-        )
-        return t + 4.99
-
-    def train(step: int, waits: float, ready: float) -> float:
-        at(waits, trainer, "train", "wait.start", step=step)
-        at(ready, trainer, "train", "wait.done", step=step, wait_ms=(ready - waits) * 1000)
-        at(
-            ready + 3,
-            trainer,
-            "train",
-            "step.done",
-            step=step,
-            wait_ms=(ready - waits) * 1000,
-            train_ms=3000.0,
-        )
-        return ready + 3
-
     for step in range(10):
-        batch(5.0 * step, step)
-        done = train(step, 0.0 if step == 0 else 5 * step + 3.0, 5 * step + 5.0)
-    at(50.0, orchestrator, "ckpt", "wait.start", target_step=8)  # dies at 51: no more line
-    at(171.0, orchestrator, "ckpt", "wait.start", target_step=7)  # resumed: its load of weights
-    at(175.0, orchestrator, "ckpt", "wait.done", target_step=7, wait_ms=4000.0)
+        _batch(orchestrator, 5.0 * step, step)
+        done = _trained(trainer, step, 0.0 if step == 0 else 5 * step + 3.0, 5 * step + 5.0)
+    _at(orchestrator, 50.0, "ckpt", "wait.start", target_step=8)  # dies at 51: no more line
+    _at(orchestrator, 171.0, "ckpt", "wait.start", target_step=7)  # resumed: its load of weights
+    _at(orchestrator, 175.0, "ckpt", "wait.done", target_step=7, wait_ms=4000.0)
     t = 175.0
     for step in (8, 9):
-        at(t, orchestrator, "gen", "batch.start", step=step, inflight=64, target_batch=256)
-        at(t + 5, orchestrator, "gen", "batch.done", step=step, completions=256, dur_ms=5000.0, inflight=64)
+        _at(orchestrator, t, "gen", "batch.start", step=step, inflight=64, target_batch=256)
+        _at(orchestrator, t + 5, "gen", "batch.done", step=step, completions=256, dur_ms=5000.0, inflight=64)
         t += 5
     for step in range(10, 20):
-        t = batch(t, step)
-        done = train(step, done, max(done, t))
+        t = _batch(orchestrator, t, step)
+        done = _trained(trainer, step, done, max(done, t))
     logs = tmp_path / "logs"
     logs.mkdir()
     for name, lines in (("orchestrator", orchestrator), ("trainer", trainer)):
-        (logs / f"{name}.log").write_text("\n".join(x for _, x in sorted(lines, key=lambda x: x[0])) + "\n")
+        _write_sorted(logs / f"{name}.log", lines)
     paths = (
         [logs / "orchestrator.log", logs / "trainer.log"]
         if ranks == 1
@@ -2191,9 +2160,7 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool
     for name, log in (("orchestrator", orchestrator), ("trainer", trainer), ("inference", inference)):
         if not log:
             continue
-        path = root / f"{name}.log"
-        path.write_text("\n".join(line for _, line in sorted(log, key=lambda x: x[0])) + "\n")
-        paths.append(path)
+        paths.append(_write_sorted(root / f"{name}.log", log))
     return paths
 
 
@@ -2395,9 +2362,7 @@ def _whole_run_crash(
     root.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, log in (("orchestrator", orchestrator), ("trainer", trainer)):
-        path = root / f"{name}.log"
-        path.write_text("\n".join(line for _, line in sorted(log, key=lambda x: x[0])) + "\n")
-        paths.append(path)
+        paths.append(_write_sorted(root / f"{name}.log", log))
     return paths
 
 
@@ -2483,7 +2448,7 @@ def test_a_run_that_hung_until_the_trainer_timed_out_ran_up_to_the_launcher_s_ex
         ]
         if relaunch_failed:
             lines.append(_alone_at(687.98, "launcher", "child.exit", process="inference", code=1, up_s=5.0))
-        (root / "rl.log").write_text("\n".join(line for _, line in sorted(lines, key=lambda x: x[0])) + "\n")
+        _write_sorted(root / "rl.log", lines)
         out = tmp_path / f"out_{run_start}_{relaunch_failed}"
         summary, md = analyze([*paths, root / "rl.log"], out, "--async-level", "2")
         assert summary["down_seconds"] == pytest.approx(64.0, abs=0.01)
