@@ -185,9 +185,16 @@ def test_a_child_that_cannot_be_started_fails_the_run_and_stops_the_others(tmp_p
     assert [c.name for c in started] == ["inference"] and running_in_group(started[0].proc.pid) == []
 
 
-def _messages() -> tuple[list[str], int]:
+def _launched(tmp_path: Path) -> tuple[int, list[str], list]:
+    """The launcher run on a config under ``tmp_path``: its exit code, the messages it logged (INFO and
+    above), and its ``[launcher]`` lines parsed."""
     messages: list[str] = []
-    return messages, logger.add(lambda m: messages.append(m.record["message"]), level="INFO")
+    sink = logger.add(lambda m: messages.append(m.record["message"]), level="INFO")
+    try:
+        code = supervise.launch(_rl_config(tmp_path))
+    finally:
+        logger.remove(sink)
+    return code, messages, [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
 
 
 def test_a_child_s_exit_is_logged_as_a_tagged_launcher_line_before_the_others_are_stopped(
@@ -199,13 +206,9 @@ def test_a_child_s_exit_is_logged_as_a_tagged_launcher_line_before_the_others_ar
     follows it, as before."""
     dies = "import time; time.sleep(0.3); print('RuntimeError: boom'); exit(7)"
     _scripted_children(monkeypatch, {"inference": SLEEP, "trainer": dies, "orchestrator": SLEEP})
-    messages, sink = _messages()
     began = time.monotonic()
-    try:
-        assert supervise.launch(_rl_config(tmp_path)) == 1
-    finally:
-        logger.remove(sink)
-    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    code, messages, tagged = _launched(tmp_path)
+    assert code == 1
     assert len(tagged) == 1, messages
     line = tagged[0]
     assert (line.tag, line.event) == ("launcher", "child.exit")
@@ -224,12 +227,8 @@ def test_a_trainer_that_never_exits_after_the_last_step_is_logged_without_a_code
     ``code=<c>``). It has no ``code=`` now."""
     monkeypatch.setattr(supervise, "TRAINER_FINISH_S", 0.5)
     _scripted_children(monkeypatch, {"inference": SLEEP, "trainer": SLEEP, "orchestrator": "exit(0)"})
-    messages, sink = _messages()
-    try:
-        assert supervise.launch(_rl_config(tmp_path)) == 1
-    finally:
-        logger.remove(sink)
-    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    code, messages, tagged = _launched(tmp_path)
+    assert code == 1
     assert [(t.event, t.fields.get("process"), list(t.fields)) for t in tagged] == [
         ("child.exit", "trainer", ["process", "up_s"])
     ], messages
@@ -243,12 +242,8 @@ def test_an_interrupted_launcher_logs_a_tagged_line_before_it_stops_every_proces
     started = _scripted_children(
         monkeypatch, {"inference": SLEEP, "trainer": interrupts, "orchestrator": SLEEP}
     )
-    messages, sink = _messages()
-    try:
-        assert supervise.launch(_rl_config(tmp_path)) == 130
-    finally:
-        logger.remove(sink)
-    tagged = [parse_tagged(m) for m in messages if m.startswith("[launcher]")]
+    code, messages, tagged = _launched(tmp_path)
+    assert code == 130
     assert [(t.event, list(t.fields)) for t in tagged] == [("interrupted", ["up_s"])], messages
     assert float(tagged[0].fields["up_s"]) >= 0
     assert messages.index(next(m for m in messages if m.startswith("[launcher]"))) < messages.index(
