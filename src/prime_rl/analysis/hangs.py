@@ -50,6 +50,10 @@ STOPS = (("launcher", "child.exit"), ("launcher", "interrupted"))
 """The ``rl`` launcher's lines as it stops its children (a child exited, or it was interrupted):
 every child ran up to it (:func:`down_after_hangs`)."""
 
+LAUNCHER_TAGS = ("hang", *dict.fromkeys(tag for tag, _ in STOPS))
+"""The tags only the launcher writes (its watchdog's ``[hang]``, its :data:`STOPS` lines): a batch of
+these alone is the launcher's, no time of the run's window."""
+
 
 class HangLines:
     """Reads the watchdog's ``[hang] detected`` lines and the launcher's :data:`STOPS` lines from every

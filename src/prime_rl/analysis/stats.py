@@ -27,6 +27,7 @@ from prime_rl.analysis.bars import Bars
 from prime_rl.analysis.clock_offsets import Offsets, run_window
 from prime_rl.analysis.collector_runs import CollectorRuns, VerifyPasses
 from prime_rl.analysis.hangs import (
+    LAUNCHER_TAGS,
     Hang,
     HangLines,
     Pause,
@@ -125,10 +126,6 @@ UPDATE_SERIES = (
 """The series taken from the joined weight updates (one value per update)."""
 _UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock", "handling", "validate")
 """Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
-
-LAUNCHER_TAGS = ("hang", "launcher")
-"""The tags only the launcher writes (its watchdog's ``[hang]``, its ``[launcher]`` lines): a batch of
-these alone is the launcher's, no time of the run's window."""
 
 
 AT_NO_STEP = "nostep."
