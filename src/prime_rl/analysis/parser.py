@@ -276,7 +276,8 @@ def scan_files(
     kinds: Mapping[str, Mapping[str, int]] | None = None,
     jump_s: float = Thresholds.model_fields["time_jump_s"].default,
 ) -> Iterator[TaggedLines]:
-    """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order.
+    """The tagged lines of ``(label, path)`` pairs, chunk by chunk, file by file, in file order (each
+    label's files in time order where their dated lines contradict it: :func:`_time_order`).
     ``fields``: the fields of each tag to read while the lines are taken apart, where the C scan
     can (:meth:`~prime_rl.analysis.tagged.TaggedLines.fields` finds them read); ``kinds``: of those,
     per tag, the ones also read as numbers or steps (:data:`~prime_rl.analysis.tagged.NUMBER`,
@@ -287,9 +288,12 @@ def scan_files(
     start = time.perf_counter()
     paths = _distinct(paths, stats)
     heads = [_head(p) for _, p in paths]
+    tails = [_tail(p) for _, p in paths]
+    order = _time_order(paths, heads, tails, stats)
+    paths, heads, tails = ([x[i] for i in order] for x in (paths, heads, tails))
     stats.ref_date = reference_date(heads)
     clock = Clock(stats.ref_date)
-    places = _places(paths, heads, stats.ref_date)
+    places = _places(paths, heads, tails, stats.ref_date)
     events_seen: set[str] = set()
     read = {tag: tuple(fields.get(tag, ())) for tag in _TAG_LIST} if fields and _scan is not None else None
     kinds = {tag: dict(kinds.get(tag, {})) for tag in _TAG_LIST} if read and kinds else None
@@ -372,12 +376,12 @@ def _text_relation(a: Path, b: Path) -> str | None:
 
 
 def _places(
-    paths: list[tuple[str, Path]], heads: list[bytes], earliest: str
+    paths: list[tuple[str, Path]], heads: list[bytes], tails: list[bytes], earliest: str
 ) -> dict[str, tuple[Placed, float | None]]:
     """The date of each log (:func:`log_of`) whose first part's head has no dated time
     (:func:`~prime_rl.analysis.clock.place_undated`: by its name, else by the times of the dated
-    logs' heads and tails), and when its capture began (None: not known)."""
-    tails = [_tail(p) for _, p in paths]
+    logs' heads and tails, ``tails``: :func:`_tail` of each), and when its capture began (None: not
+    known)."""
     spans = [dated_span(head, tail) for head, tail in zip(heads, tails, strict=True)]
     dated = [span for span in spans if span is not None]
     out: dict[str, tuple[Placed, float | None]] = {}
@@ -387,6 +391,77 @@ def _places(
             continue
         out[log] = place_undated(Path(log).name, times_of_day(head, tail), dated, earliest)
     return out
+
+
+def _time_order(
+    paths: list[tuple[str, Path]], heads: list[bytes], tails: list[bytes], stats: ParseStats
+) -> list[int]:
+    """The order to read ``paths`` in (indices of them): each process's (label's) files in the places
+    its files were given in, in time order where the order given contradicts their dated lines (the
+    first in each file's head, the last in its tail), each such change named in ``stats.reordered``:
+    read as given, a process's later lines before its earlier ones would read as a restart. First
+    the parts of one log (:func:`log_of`: rotated parts, a log compressed in place and a resume's
+    beside it), by their first dated line: one process wrote them one after another, so the part
+    that begins earlier is the older, whatever its name says (``trainer.log.1`` a first attempt and
+    ``trainer.log.2`` its resume, which logrotate's numbering reads newest first). Then the logs of
+    one process, each with its parts together: a log given after another is read before it when it
+    ended before the other began (``second_run/trainer.log first_run/trainer.log``); logs that overlap
+    in time (a trainer's ranks, several servers) are read as given, as is one whose end is not known
+    (a compressed log longer than its head: its end cannot be read without the rest). A file with
+    no dated line in its head (a console capture) keeps its place."""
+    firsts = [dated_span(head) for head in heads]
+    ends = []
+    for head, tail, first in zip(heads, tails, firsts, strict=True):
+        # the whole file is in its head (it ended within it), else its end in its tail
+        known = dated_span(tail) if tail else first if len(head) < _HEAD_BYTES else None
+        ends.append(known[1] if known is not None else math.inf)
+    slots: dict[str, list[int]] = {}
+    for i, (label, _) in enumerate(paths):
+        slots.setdefault(label, []).append(i)
+    order = list(range(len(paths)))
+    for label, where in slots.items():
+        logs: dict[str, list[int]] = {}
+        for i in where:
+            logs.setdefault(log_of(str(paths[i][1])), []).append(i)
+        parts = [[log[k] for k in _before_after([_point(firsts[i]) for i in log])] for log in logs.values()]
+        spans_of = []
+        for log in parts:
+            dated = [i for i in log if firsts[i] is not None]
+            spans_of.append(
+                (min(firsts[i][0] for i in dated), max(ends[i] for i in dated)) if dated else None
+            )
+        read = [i for k in _before_after(spans_of) for i in parts[k]]
+        if read != where:
+            moved = [(a, b) for a, b in zip(where, read, strict=True) if a != b]
+            stats.reordered.append(
+                f"{label}: {', '.join(str(paths[b][1]) for _, b in moved)} "
+                f"(given as {', '.join(str(paths[a][1]) for a, _ in moved)})"
+            )
+        for a, b in zip(where, read, strict=True):
+            order[a] = b
+    return order
+
+
+def _point(span: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A part of a log as the instant of its first dated line (None: none)."""
+    return None if span is None else (span[0], span[0])
+
+
+def _before_after(spans: list[tuple[float, float] | None]) -> list[int]:
+    """Indices of ``spans`` (each a first and last time; None: not known) in the order to read them:
+    the undated where they are, the others in their places in the order given, except that one
+    that ends before another begins comes before it (the first given of those nothing ends before)."""
+    dated = [i for i, s in enumerate(spans) if s is not None]
+    began = np.maximum.accumulate([spans[i][0] for i in dated]) if dated else []
+    if all(began[k] <= spans[i][1] for k, i in enumerate(dated)):  # none ends before one given before it
+        return list(range(len(spans)))
+    left, picked = list(dated), []
+    while left:
+        low = min(spans[i][1] for i in left)
+        k = next(k for k, i in enumerate(left) if spans[i][0] <= low)
+        picked.append(left.pop(k))
+    it = iter(picked)
+    return [next(it) if s is not None else i for i, s in enumerate(spans)]
 
 
 def _scan_paths(
@@ -1172,7 +1247,9 @@ def _in_order(files: list[Path]) -> list[Path]:
 
 def discover(inputs: list[Path]) -> list[tuple[str, Path]]:
     """Expand run directories (their logs/) and directories of logs into (label, file) pairs, each
-    file once, rotated parts oldest first (:func:`_in_order`); the console copies (``*stdout*``)
+    file once, rotated parts oldest first by their names (:func:`_in_order`; :func:`scan_files`
+    reads each process's files in time order where their dated lines contradict this order:
+    :func:`_time_order`); the console copies (``*stdout*``)
     are left out, the launcher's own log (``rl.log``, label ``rl``) is read for its ``[hang]`` lines."""
     out: list[Path] = []
     for p in inputs:

@@ -503,6 +503,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "cut_lines": d.parse.cut_lines,
             "cut_files": d.parse.cut_files,
             "duplicate_files": d.parse.duplicate_files,
+            "reordered": d.parse.reordered,
             "undated": {
                 log: {"date": p.date, "how": p.how, "fits": list(p.fits)}
                 for log, p in d.parse.undated.items()

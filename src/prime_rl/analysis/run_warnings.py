@@ -121,6 +121,12 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
             f"{len(p.duplicate_files)} file(s) read once, each the same log as another given, their lines not read "
             f"twice ({'; '.join(p.duplicate_files[:3])})"
         )
+    if p.reordered:
+        parts.append(
+            f"{len(p.reordered)} process(es)' logs read in the order of their dated lines, not as given (a log "
+            "that begins earlier, or ends before another begins, is read first: the later lines first would "
+            f"read as a restart) ({'; '.join(p.reordered[:3])})"
+        )
     if p.cut_files:
         parts.append(
             f"{len(p.cut_files)} compressed file(s) cut short or corrupt, read up to where they break "

@@ -105,6 +105,11 @@ class ParseStats:
     duplicate_files: list[str] = field(default_factory=list)
     """Files read once that were given twice as different files (the same bytes; the same part of a log,
     one of them compressed), as ``kept and left out: why``: their lines would be read twice."""
+    reordered: list[str] = field(default_factory=list)
+    """Processes whose files were read in another order than given, by their dated lines (a later run's
+    log given before an earlier one's, rotated parts named against their times), as ``label: the files
+    in the order read (given as the files in those places)`` (:func:`~prime_rl.analysis.parser.scan_files`):
+    read as given, the later lines first would read as a restart."""
     ref_date: str | None = None
     """The earliest date of the logs (:func:`~prime_rl.analysis.clock.reference_date`)."""
     undated: dict[str, Any] = field(default_factory=dict)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.synthetic_logs import appended, make_run
+from tests.support.synthetic_logs import Shape, appended, make_run
 
 from prime_rl.analysis.__main__ import main as analyze_main
 from prime_rl.analysis.parser import discover, label_for
@@ -128,6 +128,69 @@ def test_rotated_parts_are_read_oldest_first_and_a_file_given_twice_is_read_once
     given = [dated / "trainer.log", tmp_path / "logs" / ".." / "dated" / "trainer.log-20260102.gz", dated]
     order = [f.name for _, f in discover(given)]
     assert order == ["trainer.log-20260101", "trainer.log-20260102.gz", "trainer.log"]
+
+
+def test_logs_given_out_of_time_order_are_read_in_time_order(tmp_path, analyze):
+    """A run resumed at step 5 into new logs: read as given (second_run's logs before first_run's,
+    or parts numbered by attempt, trainer.log.1 then its resume trainer.log.2, which logrotate's
+    numbering reads newest first), each process's steps 5-14 came before 0-9: a false restart
+    (reached 14, resumed 0) and the real one (reached 9, resumed 5) lost. Each process's logs are
+    read in the order of their dated lines, and a warning names them; logs that overlap in time (a
+    trainer's ranks) and console captures without a date are read as given."""
+    first = make_run("healthy", steps=10, seed=3)
+    second = make_run("healthy", steps=10, seed=4, first_step=5, start_offset_s=300.0)
+    a, b = first.write(tmp_path / "first_run"), second.write(tmp_path / "second_run")
+    ordered, _ = analyze([*a.values(), *b.values()], tmp_path / "out_ordered")
+    resumed = [(r["process"], r["reached"], r["resumed"], r["redone"]) for r in ordered["restarts"]]
+    assert resumed == [("orchestrator", 9, 5, 5), ("trainer", 9, 5, 5)]
+    read, md = analyze([tmp_path / "second_run", tmp_path / "first_run"], tmp_path / "out_given")
+    assert [(r["process"], r["reached"], r["resumed"], r["redone"]) for r in read["restarts"]] == resumed
+    assert read["stats"] == ordered["stats"] and read["stages"] == ordered["stages"]
+    assert ordered["parse"]["reordered"] == []
+    # each process's files in its places: the orchestrator's first, then the directories' order given
+    places = [(a, "orchestrator"), (b, "orchestrator"), (a, "inference"), (a, "trainer"), (b, "inference")]
+    assert read["parse"]["files"] == [str(run[name]) for run, name in [*places, (b, "trainer")]]
+    trainer = f"trainer: {a['trainer']}, {b['trainer']} (given as {b['trainer']}, {a['trainer']})"
+    assert len(read["parse"]["reordered"]) == 3 and read["parse"]["reordered"][2] == trainer
+    assert "3 process(es)' logs read in the order of their dated lines, not as given" in md
+    # one log's parts named against their times: .1 the first attempt, .2 its resume
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for name in ("orchestrator", "inference", "trainer"):
+        (parts / f"{name}.log.1").write_bytes(a[name].read_bytes())
+        with gzip.open(parts / f"{name}.log.2.gz", "wb") as gz:
+            gz.write(b[name].read_bytes())
+    read, _ = analyze([parts], tmp_path / "out_parts")
+    assert [(r["process"], r["reached"], r["resumed"], r["redone"]) for r in read["restarts"]] == resumed
+    assert read["stats"] == ordered["stats"] and read["stages"] == ordered["stages"]
+    assert read["parse"]["reordered"][2] == (
+        f"trainer: {parts / 'trainer.log.1'}, {parts / 'trainer.log.2.gz'} "
+        f"(given as {parts / 'trainer.log.2.gz'}, {parts / 'trainer.log.1'})"
+    )
+    # a trainer's ranks overlap: rank_1 begins first but is read where it was given, after rank_0
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    lines = a["trainer"].read_text().splitlines(keepends=True)
+    (ranks / "rank_0.log").write_text("".join(lines[2:]))
+    (ranks / "rank_1.log").write_text("".join(line.replace("step.done", "compute.done") for line in lines))
+    read, _ = analyze([a["orchestrator"], a["inference"], ranks], tmp_path / "out_ranks")
+    assert read["parse"]["reordered"] == [] and read["parse"]["files"][-2:] == [
+        str(ranks / "rank_0.log"),
+        str(ranks / "rank_1.log"),
+    ]
+    # console captures without a date keep their places (and their dates)
+    shape = Shape(console=True)
+    first = make_run("healthy", steps=10, seed=3, shape=shape).write(tmp_path / "c1")
+    second = make_run("healthy", steps=10, seed=4, first_step=5, start_offset_s=300.0, shape=shape)
+    second = second.write(tmp_path / "c2")
+    read, _ = analyze([tmp_path / "c2", tmp_path / "c1"], tmp_path / "out_console")
+    assert [(r["process"], r["reached"], r["resumed"], r["redone"]) for r in read["restarts"]] == resumed
+    assert read["parse"]["files"][2:5:2] == [str(second["inference"]), str(first["inference"])]
+    assert {log: u["how"] for log, u in read["parse"]["undated"].items()} == {
+        str(second["inference"]): "overlap",
+        str(first["inference"]): "overlap",
+    }
+    assert [r.split(":")[0] for r in read["parse"]["reordered"]] == ["orchestrator", "trainer"]
 
 
 def test_a_log_split_into_rotated_parts_reads_as_the_whole_log(tmp_path, analyze):
