@@ -12,7 +12,8 @@ log, else the times of the lines around it in its own file (a process writes its
 One that a restart of the orchestrator may lie before or after cannot be placed
 (:func:`place_hangs`): it is neither this run's hang nor kept with a restart, and the report says so.
 Whether the run went on after a placed one is judged at the silence of the logs its placement
-leaves it in (:meth:`ProgressGaps._placed`), when that is one.
+leaves it in (:meth:`ProgressGaps._placed`; a file's lines with no time in their order there,
+:meth:`ProgressGaps._file_order`), when that is one.
 """
 
 from __future__ import annotations
@@ -163,9 +164,10 @@ class RunBounds:
     none known, it is not placed."""
 
 
-WentOn = Callable[[Hang, RunBounds], "Pause | None"]
-"""The pause a hang was part of within its run, the processes it named having made progress after
-it there; None: the run did not go on (:meth:`ProgressGaps.pause`)."""
+WentOn = Callable[[list[tuple[Hang, RunBounds]]], "list[Pause | None]"]
+"""For each hang with its run, the pause it was part of within that run, the processes it named
+having made progress after it there; None: the run did not go on (:meth:`ProgressGaps.pauses`,
+which judges them together: a file's lines with no time by their order in it)."""
 
 
 def place_hangs(
@@ -189,6 +191,7 @@ def place_hangs(
     timed = sorted((restarts[k].ts, k) for k in ordered if restarts[k].ts is not None)
     at = [ts for ts, _ in timed]
     current, unplaced, pauses, before = [], [], [], {}
+    placed: list[tuple[int, Hang, int | None]] = []  # each with its index and the restart after it
     for n, h in enumerate(hangs):
         if h.segment is not None:  # by its position in the orchestrator's log
             k = ordered[h.segment] if h.segment < len(ordered) else None
@@ -202,11 +205,17 @@ def place_hangs(
                 unplaced.append(h.event)
                 continue
             k = timed[first][1] if first < len(timed) else None
+        placed.append((n, h, k))
+    # did its run go on after it, before the restart? (judged together: a file's order tells)
+    runs = {}
+    for n, h, k in placed:
         until = math.inf if k is None else restarts[k].ts
-        paused = None
-        if went_on is not None and until is not None:  # did its run go on after it, before the restart?
+        if went_on is not None and until is not None:
             bounds = _bounds(restarts, timed, start, until, k)
-            paused = went_on(h, bounds if logs_end is None else replace(bounds, last=logs_end))
+            runs[n] = (h, bounds if logs_end is None else replace(bounds, last=logs_end))
+    went = dict(zip(runs, went_on(list(runs.values())), strict=True)) if runs else {}
+    for n, h, k in placed:
+        paused = went.get(n)
         if paused is not None:
             pauses.append(paused)
         elif k is None:
@@ -428,22 +437,85 @@ class ProgressGaps:
         first after are its silence around the hang (a log whose silence there is none of its longest
         kept is left out); with no progress before it in its run (its start-up), the pause is from
         the run's start. A line with no time is judged at the time its placement leaves it
-        (:meth:`_placed`)."""
-        if not self._logs:
-            return None
-        if hang.event.ts is None:
-            return self._placed(hang, run)
-        silence = self._silence(hang.event, hang.event.ts, run)
-        return self._pause(hang.event, silence, run) if silence is not None and silence[4] else None
+        (:meth:`_placed`; the lines of one file together: :meth:`pauses`)."""
+        return self.pauses([(hang, run)])[0]
 
-    def _placed(self, hang: Hang, run: RunBounds) -> Pause | None:
-        """A ``[hang]`` line with no time, judged by its placement: it came between the times around it
-        in its file (:class:`Hang`) and within its run, at the end of a silence of every log that had
-        lasted the ``silent_s`` it says (else its ``threshold_s``) there, and that the steps logged
-        before it allow (:meth:`_may_hold`). When exactly one such silence of the logs can hold it,
-        it is judged as a line with a time in it would be; when none or several can (or the times
-        around it, or its silence, are not known), it is kept in :attr:`untold` and judged the run
-        did not go on after it, as a line with no time was before.
+    def pauses(self, hangs: list[tuple[Hang, RunBounds]]) -> list[Pause | None]:
+        """:meth:`pause` of each of ``hangs`` (each with its run), the silences that may hold a line
+        with no time (:meth:`_placed`) narrowed by its file's order (:meth:`_file_order`)."""
+        out: list[Pause | None] = [None] * len(hangs)
+        if not self._logs:
+            return out
+        held: dict[int, tuple[dict[tuple[float, float], tuple], float, float]] = {}
+        at: dict[int, tuple[float, float]] = {}  # a line with a time: its silence (start, end)
+        for n, (hang, run) in enumerate(hangs):
+            ev = hang.event
+            if ev.ts is None:
+                held[n] = self._placed(hang, run)
+                continue
+            silence = self._silence(ev, ev.ts, run)
+            if silence is not None and silence[4]:
+                out[n] = self._pause(ev, silence, run)
+            silence = self._silence(ev, ev.ts, run, every_log=True)
+            if silence is not None:
+                at[n] = (silence[0], silence[1] if silence[4] else math.inf)
+        self._file_order(hangs, held, at)
+        for n, (found, lo, hi) in held.items():
+            hang, run = hangs[n]
+            if len(found) != 1:
+                self.untold.append(hang)
+                continue
+            (silence,) = found.values()
+            if silence[4]:
+                out[n] = self._pause(hang.event, silence, run, (lo, hi if math.isfinite(hi) else run.last))
+        return out
+
+    def _file_order(
+        self,
+        hangs: list[tuple[Hang, RunBounds]],
+        held: dict[int, tuple[dict[tuple[float, float], tuple], float, float]],
+        at: dict[int, tuple[float, float]],
+    ) -> None:
+        """Narrow the silences that may hold each line with no time (``held``, by its index in
+        ``hangs``: :meth:`_placed`) by the order of its file's ``[hang]`` lines: the watchdog writes
+        one a silence, and again only after progress (:class:`~prime_rl.launcher.watchdog.Watchdog`),
+        so each came in a silence after the one of the line before it in its file (that of a line
+        with a time: ``at``), when the orchestrator's and the trainer's logs are here (their progress
+        is the watchdog's; a log missing, progress the others do not show may have parted two lines
+        in one silence of theirs: at or after it). A line no silence or several may hold bounds the
+        others by what is known of it; one none may hold (or not known) bounds none. When no order
+        of the lines fits, two in one silence (progress the logs do not show: an inference server's
+        ``[weights] rpc.done`` whose answer the orchestrator never had, a progress line with no time)
+        is allowed; when none fits still, every line with no time of that file is judged in no one
+        silence (:attr:`untold`): its lines or its logs are not what they seem."""
+        files: dict[str, list[int]] = {}
+        for n, (hang, _) in enumerate(hangs):
+            if n in at or (n in held and held[n][0]):
+                ev = hang.event
+                files.setdefault(str(ev.path) if ev.path is not None else ev.source, []).append(n)
+        every = {"orchestrator", "trainer"} <= {log[0] for log in self._logs.values()}
+        for lines in files.values():
+            if len(lines) < 2 or not any(n in held for n in lines):
+                continue
+            lines.sort(key=lambda n: hangs[n][0].event.line)
+            may = [sorted(held[n][0]) if n in held else [at[n]] for n in lines]
+            kept = (_in_order(may, True) if every else None) or _in_order(may, False)
+            for k, n in enumerate(lines):
+                if n in held:
+                    found, lo, hi = held[n]
+                    allowed = set(kept[k]) if kept is not None else set()
+                    held[n] = ({key: s for key, s in found.items() if key in allowed}, lo, hi)
+
+    def _placed(self, hang: Hang, run: RunBounds) -> tuple[dict[tuple[float, float], tuple], float, float]:
+        """The silences that may hold a ``[hang]`` line with no time, by (start, end; inf: the run did
+        not go on), and the times it came between: those around it in its file (:class:`Hang`),
+        within its run. It came there at the end of a silence of every log that had lasted the
+        ``silent_s`` it says (else its ``threshold_s``), and that the steps logged before it allow
+        (:meth:`_may_hold`). When exactly one such silence of the logs can hold it (with the other
+        ``[hang]`` lines of its file: :meth:`_file_order`), it is judged as a line with a time in it
+        would be; when none or several can (or the times around it, or its silence, are not known),
+        it is kept in :attr:`untold` and judged the run did not go on after it, as a line with no
+        time was before (:meth:`pauses`).
         With no time after it in its file (nothing later in rl.log, or a console capture with no time
         at all), it is looked for within the run's other logs (the launcher writes it while its
         children run) and after their last line (:attr:`RunBounds.last`; a run that hung where its
@@ -474,13 +546,7 @@ class ProgressGaps:
                 if not self._may_hold(ev, silence, run):
                     continue  # the steps logged before it contradict the line's waits= or pace
                 found.setdefault((silence[0], silence[1] if silence[4] else math.inf), silence)
-        if len(found) != 1:
-            self.untold.append(hang)
-            return None
-        (silence,) = found.values()
-        return (
-            self._pause(ev, silence, run, (lo, hi if math.isfinite(hi) else run.last)) if silence[4] else None
-        )
+        return found, lo, hi
 
     def _may_hold(self, hang: Event, silence: tuple, run: RunBounds) -> bool:
         """Whether ``silence`` (:meth:`_silence`) can hold the ``[hang]`` line ``hang`` by the steps
@@ -635,3 +701,21 @@ def _named(hang: Event) -> set[str]:
             who, whom = wait.split(":", 1)[0].split(">", 1)
             named |= {who.strip(), whom.strip()}
     return named
+
+
+def _in_order(may: list[list[tuple[float, float]]], after: bool) -> list[list[tuple[float, float]]] | None:
+    """Of the silences each line of a file may be in (``may``, in the file's order, each sorted),
+    those some order of all of them allows: each line in a silence after the one of the line before
+    it (``after``; else at or after it); None: no order fits."""
+    lows, low = [], (-math.inf, -math.inf)
+    for silences in may:
+        low = next((s for s in silences if s > low or (not after and s == low)), None)
+        if low is None:
+            return None
+        lows.append(low)
+    highs, high = [], (math.inf, math.inf)
+    for silences in reversed(may):
+        high = next(s for s in reversed(silences) if s < high or (not after and s == high))
+        highs.append(high)
+    highs.reverse()
+    return [[s for s in silences if lo <= s <= hi] for silences, lo, hi in zip(may, lows, highs, strict=True)]

@@ -1385,7 +1385,7 @@ def _collect(
         c.segments.restarts,
         watched,
         _run_start(first_ts, c.segments),
-        c.progress.pause,
+        c.progress.pauses,
         last_ts if math.isfinite(last_ts) else None,
     )
     # a pause's time in the run's: its start-up and any down time left out, as the run's time leaves them

@@ -1404,7 +1404,7 @@ def _write_sorted(path: Path, lines: list[tuple[float, str]]) -> Path:
 
 def _step_logs(
     tmp_path: Path,
-    slow: tuple[int, float] | None = None,
+    slow: tuple[int, float] | list[tuple[int, float]] | None = None,
     lead_s: float = 0.0,
     run_start: bool = False,
     hung_at: int | None = None,
@@ -1412,7 +1412,7 @@ def _step_logs(
     """Hand-built logs of a healthy run of 5 s steps 0..19 (async_level 2: the orchestrator's [ckpt]
     wait for weights step s-2 before batch s, the trainer's [train] wait for each step's rollouts),
     without run.start lines unless ``run_start``; ``slow``: (step, seconds) a batch that takes that
-    long; ``lead_s``: the orchestrator's first line a [server] metrics line that long before its first
+    long (a list: several); ``lead_s``: the orchestrator's first line a [server] metrics line that long before its first
     batch (the servers loading), the trainer's wait for step 0 from then on; ``hung_at``: the run hung
     in that step (its batch and the trainer's wait for it begun, nothing after)."""
     orchestrator, trainer = [], []
@@ -1423,9 +1423,9 @@ def _step_logs(
         metrics = dict(url="http://h:8000", running=0, waiting=0, kv_cache_pct=0.0, preemptions=0)
         _at(orchestrator, -lead_s, "server", "metrics", **metrics)
     t, done = 0.0, -lead_s  # the trainer waits for step 0's rollouts from its start
-
+    slow_s = dict(slow if isinstance(slow, list) else [slow] if slow is not None else [])
     for step in range(20 if hung_at is None else hung_at + 1):
-        dur = slow[1] if slow is not None and slow[0] == step else 4.99
+        dur = slow_s.get(step, 4.99)
         if step == hung_at:  # its batch and the trainer's wait for it begun, nothing after
             _batch(orchestrator, t, step, dur, done=False)
             _at(trainer, done, "train", "wait.start", step=step)
@@ -2623,3 +2623,112 @@ def test_a_trainer_that_did_not_exit_after_the_last_step_adds_no_run_time(tmp_pa
         summary, _ = analyze([logs], tmp_path / f"out_{tagged}")
         readings.append((round(summary["run_seconds"], 2), (summary["primary"] or {}).get("kind")))
     assert readings[1] == readings[0] == (96.95, "generation_bound")
+
+
+_WAITS = {
+    "any": "none",
+    "step 5": "trainer>orchestrator:rollouts/step_5",
+    "step 12": "trainer>orchestrator:rollouts/step_12",
+    "hung": "trainer>orchestrator:rollouts/step_20",
+    "gen 5": "orchestrator>inference:generation_of_step_5",
+}
+
+
+def _untimed_hangs(tmp_path: Path, lines: list[str], after_s: float | None = None) -> list[Path]:
+    """A run of 5 s steps whose batches of steps 5 and 12 took 200 s each (two silences of 197 s, after
+    steps 5 and 12), hung in step 20 where its logs end; rl.log a console capture of untimed [hang]
+    lines (silent_s=150, median step 5 s), one for each of ``lines`` in that order, each with the waits=
+    of :data:`_WAITS` it names; ``after_s``: then a line with a time, that many seconds into the run.
+    The orchestrator's, the trainer's logs and rl.log."""
+    logs = tmp_path / "logs"
+    paths = _step_logs(logs, slow=[(5, 200.0), (12, 200.0)], run_start=True, hung_at=20)
+    hangs = [
+        format_tagged(
+            "hang", "detected", silent_s=150.0, threshold_s=120.0, median_step_s=5.0, waits=_WAITS[k]
+        )
+        for k in lines
+    ]
+    if after_s is not None:
+        hangs.append(f"{_clock(after_s)} | INFO    | went on")
+    (logs / "rl.log").write_text("\n".join(hangs) + "\n")
+    return [*paths, logs / "rl.log"]
+
+
+@pytest.mark.parametrize(
+    "lines, pauses, hangs, untold",
+    [
+        (["step 5", "any", "hung"], [5, 12], 1, False),
+        (["any", "step 12", "hung"], [5, 12], 1, False),
+        (["step 5", "any"], [5], 1, True),  # the second after the first: after step 12, or hung
+        (["step 12", "step 5", "hung"], [], 3, True),  # no order fits: which is which is not known
+        (["step 5", "step 5", "hung"], [5], 1, False),  # one silence the logs show: progress they miss
+    ],
+    ids=["second between", "first before", "second after", "no order fits", "one silence"],
+)
+def test_untimed_hang_lines_of_one_file_are_placed_in_their_order(
+    tmp_path, analyze, lines, pauses, hangs, untold
+):
+    """A run that paused twice, 197 s after step 5 and after step 12, each time the watchdog's [hang],
+    and hung in step 20 where its logs end; rl.log a console capture of its [hang] lines, with no time
+    (the reviewer's note on the untimed placement). Each line was placed on its own: the one whose
+    waits=none fits both pauses and the logs' end, so after the line of the pause after step 5 it read
+    'Hang ... 2 time(s), first at ? (rl.log:2) ... whether the run went on after it is not known' and
+    one pause, though the watchdog writes one line a silence and again only after progress: the second
+    line came after the first's pause, and before the third's hang: the pause after step 12. A line
+    before that of the pause after step 12 is the pause after step 5. The order ruling out every
+    placement (the pause after step 12's line first) leaves both not known, where they were two pauses
+    in the wrong order; two lines the one silence after step 5 holds stay there (progress the logs do
+    not show parted them: an inference server's rpc.done)."""
+    paths = _untimed_hangs(tmp_path, lines)
+    summary, md = analyze(paths, tmp_path / "out", "--async-level", "2")
+    findings = {f["kind"]: f for f in summary["findings"]}
+    hang = findings["hang"]
+    assert hang["evidence"].startswith(f"{hangs} time(s), first at ? "), hang["evidence"]
+    assert ("is not known" in hang["evidence"]) == untold, hang["evidence"]
+    if not pauses:
+        assert "pause" not in findings, summary["findings"]
+        return
+    pause = findings["pause"]
+    if len(pauses) == 1:
+        assert pause["title"].startswith(f"Pause: no progress for 197 s after step {pauses[0]},"), pause
+    else:
+        assert pause["evidence"].startswith("2 pauses, 394 s in all; the longest: "), pause["evidence"]
+        assert "rl.log:1; its line has no time" in pause["evidence"]  # the pause after step 5
+
+
+def test_untimed_hang_lines_in_one_silence_of_the_logs_when_a_log_is_missing(tmp_path, analyze):
+    """The run of test_untimed_hang_lines_of_one_file_are_placed_in_their_order, rl.log's untimed lines
+    the orchestrator's wait for the generation of step 5 (the pause after it) and one with waits=none,
+    then a line with a time after the pause after step 12 (the logs' end no silence of theirs): the
+    second came after the first's silence, the pause after step 12, so the run paused twice. Without the
+    trainer's log, its progress (a step.done) may have parted two lines within one silence of the
+    orchestrator's log: the second may be in the first's, and is not known."""
+    paths = _untimed_hangs(tmp_path, ["gen 5", "any"], after_s=470.0)
+    summary, _ = analyze(paths, tmp_path / "out", "--async-level", "2")
+    (pause,) = [f for f in summary["findings"] if f["kind"] == "pause"]
+    assert pause["evidence"].startswith("2 pauses, 394 s in all"), summary["findings"]
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    summary, _ = analyze([paths[0], paths[2]], tmp_path / "out2", "--async-level", "2")
+    hang = summary["primary"]
+    assert hang["kind"] == "hang" and "rl.log:2" in hang["evidence"], summary["findings"]
+    assert "is not known" in hang["evidence"], hang["evidence"]
+
+
+def test_an_untimed_hang_line_after_a_timed_one_is_in_a_later_silence(tmp_path, analyze):
+    """The run of test_untimed_hang_lines_of_one_file_are_placed_in_their_order without its hang (steps
+    0..19), rl.log a [hang] line with a time in the pause after step 5, then one with none (waits=none),
+    then a line with a time after the pause after step 12. The untimed line came after 12:12:58 (the
+    line before it), where the pause after step 5 still went on: it read 'Hang ... (rl.log:2) ... the
+    times around it in its file (12:12:58 to 12:17:50) do not tell ... not known' beside the one pause.
+    The timed line before it is in that pause, so the untimed one is in the pause after step 12."""
+    logs = tmp_path / "logs"
+    paths = _step_logs(logs, slow=[(5, 200.0), (12, 200.0)], run_start=True)
+    hang = format_tagged(
+        "hang", "detected", silent_s=150.0, threshold_s=120.0, median_step_s=5.0, waits="none"
+    )
+    rl = logs / "rl.log"
+    rl.write_text(f"{_clock(178.0)} | WARNING | {hang}\n{hang}\n{_clock(470.0)} | INFO    | went on\n")
+    summary, _ = analyze([*paths, rl], tmp_path / "out", "--async-level", "2")
+    assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
+    (pause,) = [f for f in summary["findings"] if f["kind"] == "pause"]
+    assert pause["evidence"].startswith("2 pauses, 394 s in all"), pause["evidence"]
