@@ -334,9 +334,11 @@ class Collected:
     (:func:`~prime_rl.analysis.restarts.silent_together`): a restart that redid no step is not found
     there, and a resume's start-up may hide its crash; the warnings name the long ones."""
     open_ms: dict[str, float] = field(default_factory=dict)
-    """By series (``gen_dur_ms``, ``ckpt_wait_ms``, ``train_wait_ms``), the run time of the batches and
-    waits no line ended: each from its open line (``[gen] batch.start``, ``[ckpt] wait.start``, the
-    trainer's ``[train] wait.start`` but a run's first) to where the down time after it begins (a crash
+    """By series (``gen_dur_ms``, ``ckpt_wait_ms``, ``train_wait_ms``, ``train_ms``), the run time of the
+    batches, waits and computes no line ended: each from its open line (``[gen] batch.start``, ``[ckpt]
+    wait.start``, the trainer's ``[train] wait.start`` but a run's first, its ``wait.done`` with no
+    ``compute.done`` nor ``step.done`` after it: :meth:`_Collector._unfinished_steps`) to where the
+    down time after it begins (a crash
     of the whole run, then a resume; else, its process crashed alone, that process's last line before
     its restart) or the logs end (the stall rule's wait open at their end), less down time
     (:func:`~prime_rl.analysis.restarts.open_time_within`). It is time the stage
@@ -492,6 +494,7 @@ NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "verify": (("cpu_ms", _DONE), ("dur_ms", _DONE), ("tail_ms", _DONE), ("workers", _DONE)),
     "train": (
         ("wait_ms", ("step.done",)),
+        ("wait_ms", ("wait.done",)),
         ("train_ms", ("step.done", "compute.done")),
         ("write_ms", ("step.done", "compute.done")),
         ("fwd_bwd_ms", ("compute.done",)),
@@ -584,6 +587,35 @@ def _extend(series: array, values: pl.Series) -> None:
     series.frombytes(values.drop_nulls().to_numpy().astype(np.float64, copy=False).tobytes())
 
 
+_TRAIN_STEP_ENDS = ("step.done", "wait.start", RUN_START)
+"""The trainer's lines after which no step is left unfinished: its ``step.done``, or a new wait or
+process (:meth:`_Collector._unfinished_steps`)."""
+_TRAIN_STEP_MARKS = ("wait.done", "compute.done", *_TRAIN_STEP_ENDS)
+"""The trainer's lines :meth:`_Collector._unfinished_steps` follows a step by."""
+_HISTORY = 8
+"""The trainer's last lines of :data:`_TRAIN_STEP_MARKS` (but ``compute.done``) with no ``step.done``
+after them that :meth:`_Collector._unfinished_steps` carries to the next batch: a resume logs two
+(its ``wait.start`` and ``wait.done``) before its first ``step.done``, where logs without
+``run.start`` lines find its restart."""
+
+
+class _Unfinished(NamedTuple):
+    """A step of the trainer with a ``wait.done`` and no ``step.done`` (yet): the ``wait.done``'s line,
+    its step, its row in the current batch (-1: an earlier batch's) and wait_ms (None: start-up or
+    none), the row and train_ms of a ``compute.done`` of the step after it (-1, None: none), the
+    segment of its process the lines are in, and the ``wait.done``'s time (NaN: none), where its
+    compute began."""
+
+    line: int
+    step: str | None
+    wait_row: int
+    wait: float | None
+    compute_row: int
+    compute: float | None
+    segment: int
+    since: float
+
+
 class _Collector:
     """Folds batches of tagged lines into series, counts and spans; one method per tag, which reads
     the columns it needs and walks the lines in order (a tag's lines keep their order; only the
@@ -640,6 +672,11 @@ class _Collector:
         """The trainer's last [train] wait.start with no wait.done (nor run.start) after it."""
         self.trainer_starting = False
         """The trainer started again (run.start) and has logged no step.done since."""
+        self.unfinished: dict[str, list[tuple[int, float, _Unfinished | None]]] = {}
+        """By source, the trainer's lines of :data:`_TRAIN_STEP_MARKS` but ``compute.done`` since its
+        last ``step.done`` (and restart), each as its ``line``, time and the step it began (its
+        ``wait.done``; None: a step ended, or a new wait or process): the last is a step it may never
+        finish (:meth:`_unfinished_steps`)."""
         self.rate_limits = RateLimitWaits()
         self.batch_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
@@ -914,14 +951,18 @@ class _Collector:
         # to overlap it), not the steady state a bottleneck is judged on; so is a resumed run's first
         starting = self.trainer_starting
         start_up = (step_s == "0").fill_null(False) | pl.Series(self._first_steps(b, done.fill_null(False)))
-        self._per_step("train_wait_ms", b, "step", only(~start_up, wait_s))
-        self._per_step("train_ms", b, "step", only(done, train_s))
+        counts = self._train_wait_left_open(b, step_s, done.fill_null(False).to_numpy(), starting)
+        # a step its run never finished (a crash after its wait.done or compute.done): those lines' values
+        waited_s = b.num_series("wait_ms", ("wait.done",))
+        waited, computed = self._unfinished_steps(b, step_s, counts, waited_s, train_s)
+        waits = pl.select(pl.when(pl.Series(waited)).then(waited_s).when(~start_up).then(wait_s)).to_series()
+        self._per_step("train_wait_ms", b, "step", waits)
+        self._per_step("train_ms", b, "step", only(done | pl.Series(computed), train_s))
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
         self._per_step("publish_ms", b, "step", only(done, write_s))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
         events = b.frame.get_column("event")
-        self._train_wait_left_open(b, step_s, done.fill_null(False).to_numpy(), starting)
         # the trainer's wait for rollouts open at the batch's end: a new run closes it, by its run.start
         # or, in logs without those, by the line its step went back at (a segment's start)
         marks = events.is_in(("wait.start", "wait.done", "run.start")).fill_null(False).to_numpy()
@@ -932,11 +973,11 @@ class _Collector:
 
     def _train_wait_left_open(
         self, b: TaggedLines, step: pl.Series, done: np.ndarray, starting: bool
-    ) -> None:
+    ) -> np.ndarray:
         """The trainer's waits for rollouts left open (:meth:`_left_open`): a ``wait.start`` opens one, a
         ``wait.done`` or ``run.start`` ends it; a wait before the run's first ``step.done`` (after its
         ``run.start`` or a step going back; ``starting``: one before ``b`` has had none since), or for
-        step 0, is start-up, as its wait_ms is."""
+        step 0, is start-up, as its wait_ms is. Returns which rows' waits are the run's (not start-up)."""
         events = b.frame.get_column("event")
         opening = (events == "wait.start").fill_null(False).to_numpy()
         began = (events == RUN_START).fill_null(False).to_numpy()
@@ -947,7 +988,147 @@ class _Collector:
         last_start = np.maximum.accumulate(np.where(began, rows, -1))
         # a step.done that starts a segment (its step went back) is the run's first: the waits after it count
         ran = np.where(last_start >= 0, last_done >= last_start, (last_done >= 0) | (not starting))
-        self._left_open("train_wait_ms", b, opening, closing, ran & (step != "0").fill_null(True).to_numpy())
+        counts = ran & (step != "0").fill_null(True).to_numpy()
+        self._left_open("train_wait_ms", b, opening, closing, counts)
+        return counts
+
+    def _unfinished_steps(
+        self, b: TaggedLines, step: pl.Series, counts: np.ndarray, waited: pl.Series, train: pl.Series
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The trainer's steps its run never finished: the run's last line of
+        :data:`_TRAIN_STEP_MARKS` before its process started again (before where the crashed run fell
+        silent: :attr:`fell_silent`) is a step's ``wait.done``, or a ``compute.done`` of the step after
+        it (it crashed computing or publishing that step), no ``step.done`` logged. The wait (the
+        ``wait.done``'s wait_ms; not a start-up one: ``counts``) and the compute (the ``compute.done``'s
+        train_ms) were time the run spent, which only a ``step.done`` line would have brought to the
+        per-step series: they are that step's values, in the crashed run's segment (a later run's
+        replaces them, :attr:`Collected.earlier_runs_ms`); with no ``compute.done``, the compute from the
+        ``wait.done`` to the crash is left open (:attr:`left_open`, ``train_ms``). Returns the rows of
+        ``b`` whose values those are; a step whose lines came in an earlier batch is set here. The
+        steps begun since the last ``step.done`` wait for a later batch (:attr:`unfinished`: a restart
+        found there, by a step going back, may have fallen silent before them), or the logs' end
+        (:meth:`finish_unfinished`: the trainer computing that step where the logs end)."""
+        events = b.frame.get_column("event")
+        waits = (events == "wait.done").fill_null(False).to_numpy()
+        ends_step = events.is_in(_TRAIN_STEP_ENDS).fill_null(False).to_numpy()
+        is_done = (events == "step.done").fill_null(False).to_numpy()
+        marks = np.flatnonzero(waits | ends_step)  # each sets the state: a step begun (wait.done), or none
+        computes = np.flatnonzero((events == "compute.done").fill_null(False).to_numpy())
+        wait_rows, compute_rows = np.zeros(len(b), bool), np.zeros(len(b), bool)
+        history = self.unfinished.pop(b.source, [])
+        if not len(marks) and not (len(computes) and history):
+            if history:
+                self.unfinished[b.source] = history
+            return wait_rows, compute_rows
+        line, ts = b.frame.get_column("line").to_numpy(), b.frame.get_column("ts").to_numpy()
+        starts, before = self.segment_starts
+        ends, silent, restart = self.fell_silent
+        marked, computed = line[marks], line[computes]
+
+        def begun(r: int) -> _Unfinished | None:  # the state a mark of b sets
+            if not waits[r]:
+                return None
+            segment = before + int(np.searchsorted(starts, line[r], side="right"))
+            wait = waited[r] if counts[r] else None
+            return _Unfinished(int(line[r]), step[r], r, wait, -1, None, segment, float(ts[r]))
+
+        def with_compute(state: _Unfinished, after: int, until: float) -> _Unfinished:
+            k = int(np.searchsorted(computed, until)) - 1  # b's last compute.done before line ``until``
+            c = int(computes[k]) if k >= 0 else -1
+            if c > after and step[c] == state.step:
+                return state._replace(compute_row=c, compute=train[c])
+            return state
+
+        floor = -1  # the first line of b's current run of the trainer
+        for k, end in enumerate(ends.tolist()):
+            j = int(np.searchsorted(marked, end)) - 1
+            if j >= 0 and marked[j] >= floor:  # the crashed run's last mark is one of b's
+                state = begun(int(marks[j]))
+                after = int(marks[j])
+            elif k == 0:  # an earlier batch's: the last before it fell silent (b's first line: by its time)
+                quiet = silent[k]
+                state = next((s for at, t, s in reversed(history) if at < end and not t > quiet), None)
+                after = -1
+            else:
+                state = None
+            if state is not None:
+                self._crashed_in(
+                    with_compute(state, after, end), wait_rows, compute_rows, silent[k], restart[k]
+                )
+            floor = end
+        # what the next batch needs: the marks since b's last step.done and its last restart (a restart
+        # found in a later batch, by a step going back, may have fallen silent before the last of them)
+        done = np.flatnonzero(is_done[marks])
+        since = int(np.searchsorted(marked, floor))
+        if len(done) or len(ends):
+            history, since = [], max(since, int(done[-1]) if len(done) else 0)
+        elif history and history[-1][2] is not None:  # the step begun before b: a compute.done of it in b
+            at, t, state = history[-1]
+            history[-1] = (at, t, with_compute(state, -1, marked[0] if len(marks) else math.inf))
+        for j in range(max(since, len(marks) - _HISTORY), len(marks)):
+            state = begun(int(marks[j]))
+            if state is not None:
+                state = with_compute(state, int(marks[j]), marked[j + 1] if j + 1 < len(marks) else math.inf)
+            history.append((int(marked[j]), float(ts[marks[j]]), state))
+        if history:  # rows of b are no rows of the next batch
+            self.unfinished[b.source] = [
+                (at, t, s if s is None else s._replace(wait_row=-1, compute_row=-1))
+                for at, t, s in history[-_HISTORY:]
+            ]
+        return wait_rows, compute_rows
+
+    def _crashed_in(
+        self,
+        state: _Unfinished,
+        wait_rows: np.ndarray,
+        compute_rows: np.ndarray,
+        silent: float,
+        restart: float,
+    ) -> None:
+        """A step the trainer crashed in (:meth:`_unfinished_steps`): its values, at their rows of the
+        current batch (``wait_rows``, ``compute_rows``) or set now; with no ``compute.done``, its
+        compute from its ``wait.done`` to the crash (the crashed run fell ``silent``, its process
+        started again at ``restart``: :attr:`left_open`)."""
+        if state.wait_row >= 0:
+            wait_rows[state.wait_row] = state.wait is not None
+        elif state.wait is not None:
+            self._set_unfinished("train_wait_ms", state.step, state.wait, state.segment)
+        if state.compute_row >= 0:
+            compute_rows[state.compute_row] = True
+        elif state.compute is not None:
+            self._set_unfinished("train_ms", state.step, state.compute, state.segment)
+        elif not math.isnan(state.since):  # as a wait left open: to the crash
+            again = math.inf if math.isnan(restart) else restart
+            self.left_open.setdefault("train_ms", []).append(
+                (state.since, again if math.isnan(silent) else silent, again)
+            )
+
+    def _set_unfinished(self, key: str, step: str | None, value: float, segment: int) -> None:
+        """Set an unfinished step's value (:meth:`_unfinished_steps`) whose line came in an earlier
+        batch than the one its run's crash is found in (or the logs' end)."""
+        steps = pl.Series("step", [step], dtype=pl.String)
+        again, loose = self.by_step[key].set_many(steps, [value], None, np.array([segment]))
+        if again:
+            self.counts[f"redone.{key}"] += again
+        if loose:
+            self.counts[f"{AT_NO_STEP}{key}"] += len(loose)
+        self.series[key].extend(loose)
+
+    def finish_unfinished(self) -> None:
+        """The trainer's steps still unfinished where the logs end (:meth:`_unfinished_steps`): it was
+        computing or publishing them; their wait and compute are the run's time, set as those steps'
+        values."""
+        for history in self.unfinished.values():
+            state = history[-1][2]
+            if state is None:
+                continue
+            if state.wait is not None:
+                self._set_unfinished("train_wait_ms", state.step, state.wait, state.segment)
+            if state.compute is not None:
+                self._set_unfinished("train_ms", state.step, state.compute, state.segment)
+            elif not math.isnan(state.since):  # computing where the logs end: up to their end
+                self.left_open.setdefault("train_ms", []).append((state.since, math.inf, math.inf))
+        self.unfinished.clear()
 
     def _first_steps(self, b: TaggedLines, done: pl.Series) -> np.ndarray:
         """Which of the [train] lines ``b`` are the first ``step.done`` (``done``) of a run of the
@@ -1351,6 +1532,7 @@ def _collect(
         counts[f"{tag}.{event or '-'}"] += n
     busiest = _busiest_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
     paired = _paired_scoring(c.by_step["verify_dur_ms"], c.by_step["gen_dur_ms"])
+    c.finish_unfinished()
     earlier_runs_ms = {}
     for key in list(c.by_step):  # each let go once in its series, before the join
         per_step = c.by_step.pop(key)

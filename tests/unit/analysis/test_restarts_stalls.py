@@ -2013,7 +2013,9 @@ def _alone_at(t: float, tag: str, event: str, tid: str | None = None, /, **field
     return t, f"{stamp} | INFO    | " + format_tagged(tag, event, tid, **fields)
 
 
-def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool = False) -> list[Path]:
+def _crashed_alone(
+    root: Path, crashed: str, run_start: bool, before_start: bool = False, resume_at: int = 8
+) -> list[Path]:
     """A run of 5 s steps (async level 2; steps 0..19) of which one process crashed alone while the
     other went on (processes run by hand: the launcher stops every process when one exits), resumed
     at an earlier step (``run_start``: each run's ``run.start`` lines, 0.5 s before its first line;
@@ -2025,6 +2027,12 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool
       step 10's rollouts at 54.99 s and goes on to step 11, then waits for weights step 10 from 60
       s. The trainer is resumed at 100 s: a start-up wait (no time), steps 8, 9, 10 done at 103, 106,
       109 s (its write of step 10 ends the orchestrator's wait), 11 and 12 after them.
+    - ``compute``: as ``trainer``, but its wait for step 10 ended ([train] wait.done step=10
+      wait_ms=2000 at 55 s, its last line): it crashed computing step 10. ``publish``: as ``compute``
+      and its [train] compute.done step=10 train_ms=3000 at 58 s, its last line: it crashed
+      publishing step 10. ``resume_at``: the trainer's resume is at that step (8 or 10), steps from it
+      to 10 each done 3 s after the one before (from 100 s), the orchestrator's wait for weights
+      step 10 ended by the last.
     - ``batch``: the orchestrator's last lines are its [gen] batch.start step=10 at 50.01 s and a
       request.retry at 53 s; resumed at 90 s, it loads weights until 100 s, redoes steps 9 and 10
       (5 s each); the trainer waits for step 10's rollouts from 53 to 110 s.
@@ -2099,20 +2107,25 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool
     done = trainer_step(0, 0.0, 5.0)
     for s in range(1, 10):
         done = trainer_step(s, 5 * s + 3.0, 5 * s + 5.0)  # step 9 done at 53 s
-    if crashed == "trainer":
+    if crashed in ("trainer", "compute", "publish"):
         for s in range(12):
             t = orchestrator_step(s, 5.0 * s)
-        trainer.append(_alone_at(53.0, "train", "wait.start", step=10))  # the crash
+        trainer.append(_alone_at(53.0, "train", "wait.start", step=10))  # the crash (trainer)
+        if crashed != "trainer":  # its wait for step 10 ends at 55 s, then it computes
+            trainer.append(_alone_at(55.0, "train", "wait.done", step=10, wait_ms=2000.0))
+        if crashed == "publish":
+            trainer.append(_alone_at(58.0, "train", "compute.done", step=10, train_ms=3000.0))
         orchestrator.append(_alone_at(60.0, "ckpt", "wait.start", target_step=10))
         if before_start:  # the resumed trainer publishes weights/step_8 again before its run.start
             republished = dict(step=8, write_ms=900.0, bytes=1000, shards=1, background="false")
             trainer.append(_alone_at(99.0, "ckpt", "write.done", **republished))
-        begun(trainer, 100.0, "train", 8)
+        begun(trainer, 100.0, "train", resume_at)
         done = 100.0
-        for s in (8, 9, 10):
+        for s in range(resume_at, 11):
             done = trainer_step(s, done, done)
-        orchestrator.append(_alone_at(109.0, "ckpt", "wait.done", target_step=10, wait_ms=49000.0))
-        t = orchestrator_step(12, 109.0, 5.0, wait=False)
+        waited = dict(target_step=10, wait_ms=(done - 60.0) * 1000.0)
+        orchestrator.append(_alone_at(done, "ckpt", "wait.done", **waited))
+        t = orchestrator_step(12, done, 5.0, wait=False)
         done = trainer_step(12, trainer_step(11, done, done), t)  # waits 112..114 s
         first = 13
     else:
@@ -2164,12 +2177,14 @@ def _crashed_alone(root: Path, crashed: str, run_start: bool, before_start: bool
     return paths
 
 
-def _alone_read(tmp_path: Path, analyze, crashed: str, before_start: bool = False) -> dict:
+def _alone_read(
+    tmp_path: Path, analyze, crashed: str, before_start: bool = False, resume_at: int = 8
+) -> dict:
     """:func:`_crashed_alone`'s run read with and without run.start lines: its summary, checked to read
     the same in both (the stages to the millisecond, the findings' kinds and shares)."""
     read = {}
     for run_start in (True, False):
-        paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start, before_start)
+        paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start, before_start, resume_at)
         summary, _ = analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")
         stages = {s["name"]: round(s["total_ms"]) for s in summary["stages"]}
         findings = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
@@ -2534,7 +2549,10 @@ def test_a_trainer_that_waits_again_for_the_step_it_crashed_computing_restarted(
     a wait.start for the step whose wait.done is its last such line is a new process (as one for the
     step whose wait.start is: test_a_trainer_that_reopens_the_wait_its_crashed_run_left_open_restarted):
     the trainer restarted there (reached 10, resumed 11), and both formats read the same, with one
-    trainer log or two (logs/trainer/rank_0.log and rank_1.log: _two_ranks)."""
+    trainer log or two (logs/trainer/rank_0.log and rank_1.log: _two_ranks). Generation-bound's share
+    is the trainer's waits for rollouts, 47.99 s of 132.98 s (0.361): with the crashed run's 2 s wait
+    for step 11, which its wait.done logged and no step.done did (0.346 before:
+    test_a_whole_run_crash_in_the_trainer_s_compute_counts_its_wait_and_compute)."""
     read = {}
     for run_start in (True, False):
         for ranks in (1, 2):
@@ -2548,7 +2566,109 @@ def test_a_trainer_that_waits_again_for_the_step_it_crashed_computing_restarted(
             assert summary["run_seconds"] == pytest.approx(132.98, abs=0.01)
             assert not any("wrote a line" in w for w in summary["warnings"]), summary["warnings"]
             read[run_start, ranks] = [(f["kind"], round(f["share"], 3)) for f in summary["findings"]]
-    assert len(set(map(tuple, read.values()))) == 1 and read[False, 1][0] == ("generation_bound", 0.346), read
+    assert len(set(map(tuple, read.values()))) == 1 and read[False, 1][0] == ("generation_bound", 0.361), read
+
+
+@pytest.mark.parametrize("batch_rows", [None, 2])
+@pytest.mark.parametrize("crashed", ["compute", "publish"])
+@pytest.mark.parametrize("resume_at", [10, 8])
+def test_a_trainer_that_crashed_alone_computing_a_step_counts_its_wait_and_compute(
+    tmp_path, analyze, monkeypatch, crashed, resume_at, batch_rows
+):
+    """The trainer alone crashed computing step 10 after its 2 s wait for its rollouts ([train] wait.start
+    at 53 s, wait.done wait_ms=2000 at 55 s, its last line: _crashed_alone ``compute``; or its
+    compute.done train_ms=3000 at 58 s too, then it died publishing: ``publish``) and was resumed at
+    100 s at step 10 or 8 while the orchestrator went on. Trainer waits for rollouts read 34.0 s, as
+    with a crash in the wait itself (test_a_trainer_that_crashed_alone_in_its_wait_for_rollouts_waited_no_longer_than_it_lived):
+    the per-step series was read from step.done lines, and the crashed run logged none for step 10
+    (the rev_r reviewer's d4, 2 s of a 103 s run there); and the compute.done's 3 s were in no stage.
+    Both happened: 36.0 s (steps 1..9 and 12..19 2 s each, the crashed run's wait for 10; the
+    resumed run's first wait, start-up, and its steps up to 11, no wait, add nothing) and trainer
+    compute 3 s a step done (20 steps, resumed at 8: steps 8 and 9 twice) plus the crashed run's
+    compute of step 10 when its compute.done said so (with none: to its last line, its wait.done, 0 s:
+    a process that crashed alone was alive up to its last line). The statistics keep one value per
+    step: resumed at 10, the crashed run's wait is step 10's (19 values, steps 1..19); resumed at 8, the
+    resumed run's replaces it. The same in both log formats, and when the logs are read two lines a
+    batch (``batch_rows``: a restart found by the step going back, in a later batch than the resumed
+    run's first wait.done, is not taken for the crashed run's; read so, the run's time with run.start
+    lines is 0.5 s longer, as before this change, so the shares are not compared)."""
+    from prime_rl.analysis import parser
+
+    if batch_rows:
+        monkeypatch.setattr(parser, "BATCH_ROWS", batch_rows)
+        monkeypatch.setattr(parser, "CHUNK", 100)
+        summaries = []
+        for run_start in (True, False):
+            paths = _crashed_alone(tmp_path / f"logs_{run_start}", crashed, run_start, resume_at=resume_at)
+            summaries.append(analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")[0])
+    else:
+        summaries = [_alone_read(tmp_path, analyze, crashed, resume_at=resume_at)]
+    for summary in summaries:
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(36_000.0, abs=1.0)
+        steps = 20 + (2 if resume_at == 8 else 0)  # each step done (8 and 9 twice when resumed at 8)
+        computed = steps * 3_000.0 + (3_000.0 if crashed == "publish" else 0.0)
+        assert _stage_ms(summary, "trainer compute") == pytest.approx(computed, abs=1.0)
+        waits = summary["stats"]["train_wait_ms"]
+        assert (waits["count"], waits["max"]) == (19, 2_000.0)
+        assert summary["stats"]["train_ms"]["count"] == 20  # step 10's: the resumed run's
+
+
+@pytest.mark.parametrize("launcher", [False, True])
+def test_a_whole_run_crash_in_the_trainer_s_compute_counts_its_wait_and_compute(tmp_path, analyze, launcher):
+    """The whole run crashed in the trainer's compute of step 11 (its last line, [train] wait.done
+    step=11 wait_ms=2000 at 59.98 s) and was resumed at step 11 (_whole_run_crash ``compute``): trainer
+    waits for rollouts read 45.99 s, leaving out the crashed run's wait for step 11 (no step.done
+    logged it), and trainer compute 75.0 s, the compute it crashed in in no stage, also when the
+    launcher's [launcher] child.exit process=trainer line says the trainer ran (hung in its compute)
+    for 600 s more (crash_s=600: the run's time runs to it, generation counts the orchestrator's open
+    batch up to it, the trainer's compute nothing). The wait counts: 47.99 s (steps 1..11 and 13..24, 2
+    s each but step 1's 1.99 s; the resumed run's first wait, for step 11 again, is start-up), in
+    both log formats; and the compute from the wait.done to where the down time begins, as a wait a
+    crash left open: to the orchestrator's last line at 59.99 s (10 ms), or to the launcher's line at
+    659.98 s (600 s)."""
+    for run_start in (True, False):
+        root = tmp_path / f"logs_{run_start}"
+        extra = dict(crash_s=600.0, down_s=60.0) if launcher else {}
+        paths = _whole_run_crash(root, "compute", run_start, **extra)
+        if launcher:
+            exited = _alone_at(659.98, "launcher", "child.exit", process="trainer", code=1, up_s=660.98)
+            paths.append(_write_sorted(root / "rl.log", [exited]))
+        summary, _ = analyze(paths, tmp_path / f"out_{run_start}", "--async-level", "2")
+        assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(47_990.0, abs=1.0)
+        open_compute = 600_000.0 if launcher else 10.0
+        assert _stage_ms(summary, "trainer compute") == pytest.approx(25 * 3_000.0 + open_compute, abs=1.0)
+        assert summary["stats"]["train_wait_ms"]["count"] == 24  # steps 1..24: step 11's the crashed run's
+
+
+@pytest.mark.parametrize("batch_rows", [None, 2])
+@pytest.mark.parametrize("last", ["wait.done", "compute.done"])
+def test_the_step_the_trainer_computes_where_its_log_ends_counts_its_wait_and_compute(
+    tmp_path, analyze, monkeypatch, last, batch_rows
+):
+    """A healthy run of 5 s steps (_step_logs) whose trainer's log ends at its [train] wait.done
+    step=15 (a 2 s wait; its compute at 77.98 s, the orchestrator's log goes on to 99.98 s) or its
+    compute.done step=15 train_ms=3000 after it: trainer waits for rollouts read 27.99 s (steps 1..14)
+    and trainer compute 45.0 s (steps 0..14), the step the trainer computes in no stage. Its wait
+    counts (29.99 s, 15 values) and so does its compute: the compute.done's 3 s, or with none, from the
+    wait.done to the logs' end (20 s), as a wait open where the logs end counts."""
+    from prime_rl.analysis import parser
+
+    if batch_rows:
+        monkeypatch.setattr(parser, "BATCH_ROWS", batch_rows)
+        monkeypatch.setattr(parser, "CHUNK", 100)
+    orchestrator, trainer = _step_logs(tmp_path / "logs")
+    lines = trainer.read_text().splitlines()
+    i = next(k for k, x in enumerate(lines) if "[train] wait.done step=15 " in x)
+    kept = lines[: i + 1]
+    if last == "compute.done":
+        computed = format_tagged("train", "compute.done", step=15, train_ms=3000.0)
+        kept.append(lines[i + 1].split(" | ")[0] + " | INFO    | " + computed)
+    trainer.write_text("\n".join(kept) + "\n")
+    summary, _ = analyze([orchestrator, trainer], tmp_path / "out", "--async-level", "2")
+    assert _stage_ms(summary, "trainer waits for rollouts") == pytest.approx(29_990.0, abs=1.0)
+    assert summary["stats"]["train_wait_ms"]["count"] == 15
+    computed = 15 * 3_000.0 + (3_000.0 if last == "compute.done" else 99_980.0 - 79_980.0)
+    assert _stage_ms(summary, "trainer compute") == pytest.approx(computed, abs=1.0)
 
 
 def test_a_silence_of_a_trainer_on_two_gpus_is_warned_of_once(tmp_path, analyze):
