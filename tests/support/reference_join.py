@@ -10,7 +10,7 @@ from collections import Counter
 import polars as pl
 
 from prime_rl.analysis.clock_offsets import CLIENT_SAMPLE, PROBE, Sample, probe_offsets, tid_hashes
-from prime_rl.analysis.parser import log_of
+from prime_rl.analysis.log_files import log_of
 from prime_rl.analysis.updates import OP_PATHS, UPDATE_PATHS, Update, same_rpc
 
 

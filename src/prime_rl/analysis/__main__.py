@@ -29,7 +29,8 @@ try:
     from prime_rl.analysis import stats as collection
     from prime_rl.analysis.analyze import analyze
     from prime_rl.analysis.compare import write_compare
-    from prime_rl.analysis.parser import ParseStats, discover, scan_files
+    from prime_rl.analysis.log_files import discover
+    from prime_rl.analysis.parser import ParseStats, scan_files
     from prime_rl.analysis.read_ahead import read_ahead
     from prime_rl.analysis.report import write_report
     from prime_rl.analysis.report_sections import verdict

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from prime_rl.analysis.parser import log_of
+from prime_rl.analysis.log_files import log_of
 
 SLACK_S = 5.0
 """How far past 0 a log's bound must lie before its clock counts as off: far above NTP's

@@ -33,7 +33,7 @@ import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals
 from prime_rl.analysis.clock import local_time
-from prime_rl.analysis.parser import log_of
+from prime_rl.analysis.log_files import log_of
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.tagged import EXAMPLES, RUN_START, TaggedLines
 

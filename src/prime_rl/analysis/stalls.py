@@ -31,7 +31,7 @@ import polars as pl
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.hangs import Pause
-from prime_rl.analysis.parser import label_for, log_of
+from prime_rl.analysis.log_files import label_for, log_of
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.tagged import Event

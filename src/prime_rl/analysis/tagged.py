@@ -113,7 +113,7 @@ class ParseStats:
     ref_date: str | None = None
     """The earliest date of the logs (:func:`~prime_rl.analysis.clock.reference_date`)."""
     undated: dict[str, Any] = field(default_factory=dict)
-    """Logs (:func:`~prime_rl.analysis.parser.log_of` their files) whose times have no date (console
+    """Logs (:func:`~prime_rl.analysis.log_files.log_of` their files) whose times have no date (console
     captures): the date they were placed on and how (:class:`~prime_rl.analysis.clock.Placed`)."""
     seconds: float = 0.0
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import polars as pl
 
 from prime_rl.analysis.clock_offsets import MIN_UPDATES, PROBE, QUANTILE, SLACK_S, judge, quantile
-from prime_rl.analysis.parser import log_of
+from prime_rl.analysis.log_files import log_of
 from prime_rl.analysis.tagged import ParseStats, TaggedLines, fields_by_key, step_numbers
 
 _TRAIN_DONE = ("compute.done", "step.done")

@@ -16,7 +16,7 @@ import pytest
 from tests.support.synthetic_logs import Shape, appended, make_run
 
 from prime_rl.analysis.__main__ import main as analyze_main
-from prime_rl.analysis.parser import discover, label_for
+from prime_rl.analysis.log_files import discover, label_for
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.tracing import format_tagged
 

@@ -15,7 +15,8 @@ from datetime import datetime
 import pytest
 from tests.support.synthetic_logs import make_run
 
-from prime_rl.analysis.parser import ParseStats, discover, label_for, parse_files
+from prime_rl.analysis.log_files import discover, label_for, open_log
+from prime_rl.analysis.parser import ParseStats, parse_files
 
 
 def parse(path):
@@ -514,7 +515,7 @@ def test_a_small_file_gets_buffers_of_its_size_and_lines_written_while_it_is_rea
         assert parser._buffer_size(f) == 4096
     gz = tmp_path / "small.log.gz"
     gz.write_bytes(gzip.compress(line))
-    with parser.open_log(gz) as f:
+    with open_log(gz) as f:
         assert parser._buffer_size(f) == 4096  # its size on disk says nothing of what it holds
     read, write = os.pipe()  # a pipe (<(zcat log)) has no size either
     with open(read, "rb") as f, open(write, "wb"):

@@ -9,7 +9,8 @@ from pathlib import Path
 from tests.support.synthetic_logs import make_run
 
 from prime_rl.analysis import stats, tagged
-from prime_rl.analysis.parser import discover, scan_files
+from prime_rl.analysis.log_files import discover
+from prime_rl.analysis.parser import scan_files
 from prime_rl.analysis.tagged import ParseStats, TaggedLines
 
 BAD = [  # a bad value in a field of each tag that has numbers read ahead
