@@ -58,6 +58,7 @@ from prime_rl.analysis.step_staleness import StepStaleness
 from prime_rl.analysis.tagged import (
     EXAMPLES,
     NUMBER,
+    RESUME_LOAD,
     RUN_START,
     STEP_NUMBER,
     Event,
@@ -1455,16 +1456,19 @@ def _task_and_repeat(b: TaggedLines, rows: pl.Series) -> pl.Series:
 def _add_windows(
     windows: dict[str, tuple[float, float]],
     b: TaggedLines,
-    first: float,
+    first: float | None,
     last: float,
     collector_logs: set[str] | None = None,
 ) -> None:
     """Widen each file's first and last time by batch ``b`` (its first and last time: ``first``,
-    ``last``), its files named as the weight updates name a server's
-    (:func:`~prime_rl.analysis.updates.weights_frames`); with ``collector_logs`` (the batch has
-    [collect] lines), those files are added to it."""
+    ``last``; ``first`` None: it has no line with a time but start-up, and a file of no other line
+    starts at its last: :func:`_windows_begun`), its files named as the weight updates name a
+    server's (:func:`~prime_rl.analysis.updates.weights_frames`); with ``collector_logs`` (the batch
+    has [collect] lines), those files are added to it."""
     if b.path is not None or b.events is None:
-        spans = [(str(b.path) if b.path is not None else b.source, first, last)]
+        spans = [
+            (str(b.path) if b.path is not None else b.source, math.inf if first is None else first, last)
+        ]
     else:  # a batch of events of one source: its events' own files
         spans = [
             (str(ev.path) if ev.path is not None else ev.source, ev.ts, ev.ts)
@@ -1476,6 +1480,29 @@ def _add_windows(
             collector_logs.add(log)
         was = windows.get(log)
         windows[log] = (min(was[0], a), max(was[1], z)) if was else (a, z)
+
+
+def _windows_begun(windows: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """Each file's first and last time (:func:`_add_windows`), a file with no line but start-up
+    (a log resumed into a part of its own) starting at its last: the run reaches that line (its
+    restart's down time is measured up to it), wherever the parser's batches cut the file."""
+    return {log: (a if a <= z else z, z) for log, (a, z) in windows.items()}
+
+
+def _first_of_run(b: TaggedLines, first: float | None, loading: bool) -> float | None:
+    """Batch ``b``'s first time but a start-up line's (``first``: its
+    :meth:`~prime_rl.analysis.tagged.TaggedLines.overview`'s); ``loading``: its orchestrator's last
+    ``[gen]`` run.start or batch.start before it is a run.start (:attr:`_Collector.loading`), so its
+    ``[ckpt]`` waits before its first such line are a resume's load too, as where the batch holds the
+    run.start (:func:`~prime_rl.analysis.tagged.start_up`)."""
+    if not loading or not any((tag, event) in _LOAD_MARKS for tag, event, _ in b.overview().counts):
+        return first
+    ts = b.frame.get_column("ts").filter(pl.Series(~start_up(b.frame, True)))
+    return ts.min() if ts.null_count() < len(ts) else None  # type: ignore[return-value]
+
+
+_LOAD_MARKS = {(RESUME_LOAD[0], event) for event in RESUME_LOAD[1]}
+"""The orchestrator's ``[ckpt]`` lines of a wait for weights (:data:`~prime_rl.analysis.tagged.RESUME_LOAD`)."""
 
 
 def _has_collect(counts: Iterable[tuple[str, str | None, int]]) -> bool:
@@ -1522,7 +1549,8 @@ def _collect(
         launcher = (
             b.source == LAUNCHER or bool(counts_of) and all(tag in LAUNCHER_TAGS for tag, _, _ in counts_of)
         )
-        if first is not None and last is not None and not launcher:
+        if last is not None and not launcher:
+            first = _first_of_run(b, first, c.loading.get(b.source, False))
             _add_windows(windows, b, first, last, collector_logs if _has_collect(counts_of) else None)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
@@ -1545,6 +1573,7 @@ def _collect(
     c.samples.finish()
     c.verifications.finish()
     offsets = c.join.offsets
+    windows = _windows_begun(windows)
     # the run's first and last time, a server log on a clock of its own moved onto the orchestrator's
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
     if (began := c.collector_runs.first) is not None:  # its first line is written as a sample ends

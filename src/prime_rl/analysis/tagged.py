@@ -438,17 +438,17 @@ class TaggedLines:
         """The batch's lines counted by (tag, event), its first timestamp but a start-up line's
         (:func:`start_up`: a process starting, the trainer starting to wait, a resume's load of
         weights begin no time of the run: the trainer starts and waits for its first rollouts while
-        the servers load; a batch of nothing else starts at its last) and its last (made once:
-        :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the collector's)."""
+        the servers load; None: the batch has no other line with a time, and where its file has none
+        either the file starts at its last: :func:`~prime_rl.analysis.stats._add_windows`) and its last
+        (made once: :func:`~prime_rl.analysis.stats.prepared` makes it in the parse's thread, off the
+        collector's)."""
         if self._overview is None:
             counts = self.frame.group_by("tag", "event", maintain_order=True).len().rows()
             ts = self.frame.get_column("ts")
             last = ts.max() if ts.null_count() < len(ts) else None
             if any(event == RUN_START or (tag, event) == TRAIN_WAIT for tag, event, _ in counts):
                 ts = ts.filter(pl.Series(~start_up(self.frame)))
-            # nothing but a process starting (a log resumed into a part of its own): the run
-            # reaches that line (its restart's down time is measured up to it)
-            first = ts.min() if ts.null_count() < len(ts) else last
+            first = ts.min() if ts.null_count() < len(ts) else None
             self._overview = Overview(counts, first, last)  # type: ignore[arg-type]
         return self._overview
 

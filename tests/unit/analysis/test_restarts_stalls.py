@@ -2590,8 +2590,7 @@ def test_a_trainer_that_crashed_alone_computing_a_step_counts_its_wait_and_compu
     step: resumed at 10, the crashed run's wait is step 10's (19 values, steps 1..19); resumed at 8, the
     resumed run's replaces it. The same in both log formats, and when the logs are read two lines a
     batch (``batch_rows``: a restart found by the step going back, in a later batch than the resumed
-    run's first wait.done, is not taken for the crashed run's; read so, the run's time with run.start
-    lines is 0.5 s longer, as before this change, so the shares are not compared)."""
+    run's first wait.done, is not taken for the crashed run's)."""
     from prime_rl.analysis import parser
 
     if batch_rows:
@@ -2852,3 +2851,42 @@ def test_an_untimed_hang_line_after_a_timed_one_is_in_a_later_silence(tmp_path, 
     assert not any(f["kind"] == "hang" for f in summary["findings"]), summary["findings"]
     (pause,) = [f for f in summary["findings"] if f["kind"] == "pause"]
     assert pause["evidence"].startswith("2 pauses, 394 s in all"), pause["evidence"]
+
+
+_CUT_READS = {
+    "whole run crashed computing": lambda root: _whole_run_crash(root, "compute", run_start=True),
+    "whole run crashed waiting": lambda root: _whole_run_crash(root, "wait", run_start=True),
+    "trainer crashed alone computing": lambda root: _crashed_alone(root, "compute", run_start=True),
+    "orchestrator crashed alone in a weight update": lambda root: _crashed_alone(
+        root, "update", run_start=True
+    ),
+}
+"""The logs :func:`test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches` reads."""
+
+
+def _cut_anywhere(summary: dict) -> dict:
+    """A summary but what says how the logs were read (the parse's files, lines and seconds)."""
+    return {k: v for k, v in summary.items() if k != "parse"}
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 3])
+@pytest.mark.parametrize("case", sorted(_CUT_READS))
+def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
+    tmp_path, analyze, monkeypatch, case, batch_rows
+):
+    """A multi-GB log is cut into batches (parser.BATCH_ROWS lines) wherever its chunks end; the
+    analysis is the same wherever that is. Read one to three lines a batch (``batch_rows``, chunks of
+    100 bytes): a run whose processes log ``run.start`` 0.5 s before their first line (_whole_run_crash,
+    _crashed_alone) ran 0.5 s longer (133.48 s for the whole-run crash's 132.98 s): a batch of nothing
+    but a run.start started the run at that line, while read whole the file's first line that is no
+    start-up does. Every figure of summary.json reads as with the logs read whole."""
+    from prime_rl.analysis import parser
+
+    paths = _CUT_READS[case](tmp_path / "logs")
+    whole, _ = analyze(paths, tmp_path / "whole", "--async-level", "2")
+    monkeypatch.setattr(parser, "BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(parser, "CHUNK", 100)
+    cut, _ = analyze(paths, tmp_path / "cut", "--async-level", "2")
+    assert _cut_anywhere(cut) == _cut_anywhere(whole)
+    if case == "whole run crashed computing":
+        assert cut["run_seconds"] == pytest.approx(132.98, abs=0.01)
