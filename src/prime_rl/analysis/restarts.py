@@ -348,7 +348,18 @@ class Segments:
         self.batch_loads: np.ndarray = np.empty(0, np.int64)
         """The ``line`` of the last batch's ``[ckpt] wait.done`` lines that are a resume's load of weights
         by the orchestrator found restarted by its step going back: after its silence, before the
-        first ``[gen] batch.start`` after it (:meth:`_old_resume`)."""
+        first ``[gen] batch.start`` after it (:meth:`_old_resume`); those of earlier batches of its file
+        (the batch's first step line is the restart's) in :attr:`earlier_loads`."""
+        self.earlier_loads: np.ndarray = np.empty(0, np.int64)
+        """Of :attr:`batch_loads`' lines, those of earlier batches (already counted as waits of the run)."""
+        self.waits_since_step: tuple[Path | None, np.ndarray, np.ndarray] = (
+            None,
+            np.empty(0, np.int64),
+            np.empty(0),
+        )
+        """The orchestrator's ``[ckpt] wait.done`` lines after its last step line (or ``run.start``) in
+        the batches before the current one, as their file, ``line`` and time: a restart found by its
+        step going back in a later batch of the file may find them its resume's load."""
 
     def observe(self, lines: TaggedLines) -> list[int]:
         """Fold a batch of one process's lines; the rows that start a new segment of it. The downtime
@@ -362,7 +373,9 @@ class Segments:
         carried_at = self._gap_at.pop(source, (math.nan, math.nan))
         ts = lines.frame.get_column("ts").to_numpy()
         work = self._work(lines, source, ts)
-        self.batch_loads = np.empty(0, np.int64)
+        self.batch_loads = self.earlier_loads = np.empty(0, np.int64)
+        if source == "orchestrator" and self.waits_since_step[0] != lines.path:  # batches are one file's
+            self.waits_since_step = (lines.path, np.empty(0, np.int64), np.empty(0))
         old: dict[int, float] = {}  # by restart, a step-back one's first line after its silence that is work
         # only the step lines' fields are read; a step is 1-8 ASCII digits, other lines are no step
         numbers = step_numbers(pl.Series(lines.rows_text(rows, "step"), dtype=pl.String))
@@ -434,6 +447,8 @@ class Segments:
             self._first_step[source] = float(stamped.min())
         self._resumed(lines, source, out, ts)
         self.resumed_at.update(old)
+        if source == "orchestrator":
+            self._keep_waits(lines, rows, ts)
         self._pace(source, ts[rows], starts | reopens, starts | reopens | np.isin(rows, out))
         return out
 
@@ -580,6 +595,12 @@ class Segments:
             self.other_silences[k] = others
         if source == "orchestrator":
             frame = lines.frame
+            if not lo:  # the batch's first step line: the loads may have begun in an earlier batch
+                _, waits, at = self.waits_since_step
+                after = np.flatnonzero(at > began)
+                if len(after):
+                    self.earlier_loads = waits[after[0] :]
+                    self.batch_loads = np.union1d(self.batch_loads, self.earlier_loads)
             quiet = np.flatnonzero(~np.isnan(ts[lo : i + 1]) & (ts[lo : i + 1] > began)) + lo
             if len(quiet):
                 rows = np.arange(int(quiet[0]), i)
@@ -588,6 +609,22 @@ class Segments:
                 )
                 rows = rows[done.fill_null(False).to_numpy()[rows]]
                 self.batch_loads = np.union1d(self.batch_loads, frame.get_column("line").to_numpy()[rows])
+
+    def _keep_waits(self, lines: TaggedLines, rows: np.ndarray, ts: np.ndarray) -> None:
+        """Move :attr:`waits_since_step` on past a batch of the orchestrator's lines (``rows``: its step
+        lines and ``run.start`` lines): its ``[ckpt] wait.done`` lines after the last of them (a batch
+        without one: each, after those kept)."""
+        frame = lines.frame
+        done = (frame.get_column("tag") == RESUME_LOAD[0]) & (frame.get_column("event") == "wait.done")
+        waits = np.flatnonzero(done.fill_null(False).to_numpy() & ~np.isnan(ts))
+        path, kept, at = self.waits_since_step
+        if len(rows):
+            waits = waits[waits > rows[-1]]
+            kept, at = kept[:0], at[:0]
+        if len(waits):
+            line = frame.get_column("line").to_numpy()
+            kept, at = np.concatenate([kept, line[waits]]), np.concatenate([at, ts[waits]])
+        self.waits_since_step = (path, kept, at)
 
     def _resumed(self, lines: TaggedLines, source: str, out: list[int], ts: np.ndarray) -> None:
         """Note where each restart of ``source`` (``out``: the batch's rows that start one; and one

@@ -666,6 +666,11 @@ class _Collector:
         self.resume_loads = np.empty(0, np.int64)
         """The batch's ``[ckpt] wait.done`` lines (their ``line``) that end a resume's load of weights:
         start-up, no wait of the run's (:meth:`_resume_loads`)."""
+        self.recent_waits: dict[int, tuple[float, int]] = {}
+        """The orchestrator's ``[ckpt] wait.done`` lines counted as waits of the run that a restart found
+        in a later batch may find its resume's load
+        (:attr:`~prime_rl.analysis.restarts.Segments.waits_since_step`): by ``line``, its ``wait_ms``
+        and its place in the ``ckpt_wait_ms`` series (:meth:`_earlier_loads`)."""
         self.loading: dict[str, bool] = {}
         """By source, whether its last ``[gen]`` run.start or batch.start so far is a run.start: a
         wait for weights now is a resume's load."""
@@ -814,11 +819,18 @@ class _Collector:
             if len(self.resume_loads)
             else None
         )
+        counted = wait
         if loads is not None and loads.any():  # a resume's load of weights: start-up, counted apart
             self.counts["ckpt_startup_wait_ms"] += round(wait.filter(loads).fill_null(0.0).sum())
-            _extend(self.series["ckpt_wait_ms"], wait.filter(~loads))
-        else:
-            _extend(self.series["ckpt_wait_ms"], wait)  # every wait, not one per target (see PER_STEP)
+            counted = wait.filter(~loads)
+        if b.source == "orchestrator":  # a restart found in a later batch may find them a resume's load
+            kept = wait.is_not_null() if loads is None else wait.is_not_null() & ~loads
+            at = len(self.series["ckpt_wait_ms"]) + np.arange(int(kept.sum()))
+            lines = frame.get_column("line").filter(kept).to_list()
+            self.recent_waits.update(
+                zip(lines, zip(wait.filter(kept).to_list(), at.tolist(), strict=True), strict=True)
+            )
+        _extend(self.series["ckpt_wait_ms"], counted)  # every wait, not one per target (see PER_STEP)
         b.step_numbers("target_step")  # a target that is no step number: a bad value, as a step's
         self._per_step("write_ms", b, "step", write)
         starts, dones = (event == "wait.start").fill_null(False), (event == "wait.done").fill_null(False)
@@ -1311,6 +1323,7 @@ class _Collector:
         self.resume_loads = self._resume_loads(b)
         if len(self.segments.batch_loads):  # a restart found by its step going back: its load of weights
             self.resume_loads = np.union1d(self.resume_loads, self.segments.batch_loads)
+            self._earlier_loads(self.segments.earlier_loads)
         self.hangs.observe(b, self.segment_starts)
         self.progress.observe(b)
         for tag, lines in b.by_tag():
@@ -1320,6 +1333,28 @@ class _Collector:
                     handler(seq, lines)
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
+        if self.recent_waits and b.source == "orchestrator":  # those a later restart may still find
+            since = set(self.segments.waits_since_step[1].tolist())
+            self.recent_waits = {line: v for line, v in self.recent_waits.items() if line in since}
+
+    def _earlier_loads(self, lines: np.ndarray) -> None:
+        """The orchestrator's ``[ckpt] wait.done`` ``lines`` of earlier batches found a resume's load
+        of weights (its restart, found by its step going back, in this batch): counted as waits of the
+        run there (:attr:`recent_waits`), now as start-up, as where one batch holds them and the restart."""
+        moved = sorted(
+            (self.recent_waits.pop(line) for line in lines.tolist() if line in self.recent_waits),
+            key=lambda x: x[1],
+        )
+        if not moved:
+            return
+        series = self.series["ckpt_wait_ms"]
+        for _, at in reversed(moved):
+            del series[at]
+        self.counts["ckpt_startup_wait_ms"] += round(math.fsum(ms for ms, _ in moved))
+        gone = np.array([at for _, at in moved])
+        self.recent_waits = {
+            line: (ms, at - int(np.searchsorted(gone, at))) for line, (ms, at) in self.recent_waits.items()
+        }
 
     def _fell_silent(self, b: TaggedLines, restarts: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each restart of batch ``b`` (rows ``restarts``), where the crashed run of its process fell

@@ -2860,6 +2860,13 @@ _CUT_READS = {
     "orchestrator crashed alone in a weight update": lambda root: _crashed_alone(
         root, "update", run_start=True
     ),
+    "whole run crashed computing, no run.start": lambda root: _whole_run_crash(
+        root, "compute", run_start=False
+    ),
+    "whole run crashed waiting, no run.start": lambda root: _whole_run_crash(root, "wait", run_start=False),
+    "orchestrator crashed alone waiting for weights, no run.start": lambda root: _crashed_alone(
+        root, "checkpoint", run_start=False
+    ),
 }
 """The logs :func:`test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches` reads."""
 
@@ -2879,7 +2886,10 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     100 bytes): a run whose processes log ``run.start`` 0.5 s before their first line (_whole_run_crash,
     _crashed_alone) ran 0.5 s longer (133.48 s for the whole-run crash's 132.98 s): a batch of nothing
     but a run.start started the run at that line, while read whole the file's first line that is no
-    start-up does. Every figure of summary.json reads as with the logs read whole."""
+    start-up does. Without run.start lines the resume's load of weights (its [ckpt] wait of 4 s before
+    the [gen] batch.start whose step goes back) read as a wait of the run where a batch ended between
+    them: checkpoint wait 4.24 s for 0.24 s (the restart is found at the batch.start, after the wait
+    was counted). Every figure of summary.json reads as with the logs read whole."""
     from prime_rl.analysis import parser
 
     paths = _CUT_READS[case](tmp_path / "logs")
@@ -2888,5 +2898,6 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     monkeypatch.setattr(parser, "CHUNK", 100)
     cut, _ = analyze(paths, tmp_path / "cut", "--async-level", "2")
     assert _cut_anywhere(cut) == _cut_anywhere(whole)
-    if case == "whole run crashed computing":
+    if case.startswith("whole run crashed computing"):
         assert cut["run_seconds"] == pytest.approx(132.98, abs=0.01)
+        assert _stage_ms(cut, "checkpoint wait") == pytest.approx(240.0, abs=1.0)  # 24 waits of 10 ms
