@@ -683,6 +683,9 @@ class _Collector:
         last ``step.done`` (and restart), each as its ``line``, time and the step it began (its
         ``wait.done``; None: a step ended, or a new wait or process): the last is a step it may never
         finish (:meth:`_unfinished_steps`)."""
+        self.unfinished_file: dict[str, Path | None] = {}
+        """By source, the file whose lines :attr:`unfinished` names by their ``line``: a later file's
+        lines start again at 1, and each of that file's is after every one of them."""
         self.rate_limits = RateLimitWaits()
         self.batch_windows = array("d")
         self.server_gen_ms: dict[str, array] = {}
@@ -1029,6 +1032,9 @@ class _Collector:
         computes = np.flatnonzero((events == "compute.done").fill_null(False).to_numpy())
         wait_rows, compute_rows = np.zeros(len(b), bool), np.zeros(len(b), bool)
         history = self.unfinished.pop(b.source, [])
+        if history and self.unfinished_file.get(b.source) != b.path:  # an earlier file's: before b's lines
+            history = [(-1, t, s) for _, t, s in history]
+        self.unfinished_file[b.source] = b.path
         if not len(marks) and not (len(computes) and history):
             if history:
                 self.unfinished[b.source] = history

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -2610,6 +2611,67 @@ def test_a_trainer_that_crashed_alone_computing_a_step_counts_its_wait_and_compu
         waits = summary["stats"]["train_wait_ms"]
         assert (waits["count"], waits["max"]) == (19, 2_000.0)
         assert summary["stats"]["train_ms"]["count"] == 20  # step 10's: the resumed run's
+
+
+def _split_at_resume(path: Path, root: Path) -> tuple[Path, Path]:
+    """``path``'s lines up to its longest silence (its process's crash and resume) as
+    ``root/first/<name>``, the rest as ``root/second/<name>``."""
+    lines = path.read_text().splitlines()
+    times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp() for line in lines]
+    cut = 1 + max(range(len(lines) - 1), key=lambda i: times[i + 1] - times[i])
+    parts = []
+    for part, kept in (("first", lines[:cut]), ("second", lines[cut:])):
+        (root / part).mkdir(parents=True, exist_ok=True)
+        parts.append(root / part / path.name)
+        parts[-1].write_text("\n".join(kept) + "\n")
+    return parts[0], parts[1]
+
+
+@pytest.mark.parametrize("run_start", [True, False])
+@pytest.mark.parametrize(
+    ("case", "waits_ms"),
+    [("alone compute", 36_000.0), ("alone publish", 36_000.0), ("whole compute", 47_990.0)],
+)
+def test_a_step_the_trainer_crashed_in_counts_the_same_with_its_resume_in_another_file(
+    tmp_path, analyze, case, waits_ms, run_start
+):
+    """The step the trainer crashed computing (a [train] wait.done, no step.done: _crashed_alone
+    ``compute``/``publish`` resumed at 10, _whole_run_crash ``compute``) counts its wait and compute
+    whether the resume is in the crashed run's file or in a file of its own: ``first/`` and
+    ``second/`` (given in that order or the other: read in time order), or the rotated parts
+    ``trainer.log.1`` and ``trainer.log``. The steps begun since the last step.done were carried to
+    the next file by their line numbers and compared with the new file's, which start again at 1: the
+    crashed run's wait.done was never found there (trainer waits for rollouts 34.0 s for 36.0 s,
+    trainer compute 60.0 s for 63.0 s with the compute.done; the whole-run crash 45.99 s for 47.99 s
+    and 75.0 s for 75.01 s). The stages, the run's and down time and the findings read the same."""
+    kind, crashed = case.split()
+    read = {}
+    for layout in ("one", "first second", "second first", "rotated"):
+        root = tmp_path / layout.replace(" ", "_")
+        if kind == "alone":
+            orchestrator, trainer = _crashed_alone(root / "one", crashed, run_start, resume_at=10)[:2]
+        else:
+            orchestrator, trainer = _whole_run_crash(root / "one", crashed, run_start)[:2]
+        if layout == "one":
+            paths = [orchestrator, trainer]
+        elif layout == "rotated":
+            first, second = _split_at_resume(trainer, root)
+            first.rename(root / "one" / "trainer.log.1")
+            second.replace(trainer)
+            paths = [root / "one"]
+        else:
+            (oa, ob), (ta, tb) = _split_at_resume(orchestrator, root), _split_at_resume(trainer, root)
+            paths = [oa, ob, ta, tb] if layout == "first second" else [ob, oa, tb, ta]
+        summary, _ = analyze(paths, root / "out", "--async-level", "2")
+        read[layout] = (
+            {s["name"]: round(s["total_ms"]) for s in summary["stages"]},
+            round(summary["run_seconds"], 2),
+            round(summary["down_seconds"], 2),
+            [(f["kind"], round(f["share"], 3)) for f in summary["findings"]],
+        )
+    assert read["one"][0]["trainer waits for rollouts"] == waits_ms
+    for layout, figures in read.items():
+        assert figures == read["one"], layout
 
 
 @pytest.mark.parametrize("launcher", [False, True])
