@@ -24,7 +24,9 @@ bounds, as the inference logs' are (:func:`~prime_rl.analysis.clock_offsets.judg
 is read on the bounds whose side waited (:data:`TIGHT_MS`), where there are enough (else on the
 writes, else in the middle of what bounds it from both sides: :meth:`TrainerClock._measure`). A duration
 that is no finite number of 0 or more, or that would end a step's wait before the log's line of
-an earlier step, bounds nothing. The first batch of each trainer log is measured against every
+an earlier step, bounds nothing; nor does the write or compute of a step a trainer log read before
+wrote or computed (on the same rank): a resumed run's redone step, whose weights the orchestrator
+had from the crashed run (:attr:`TrainerClock.done`). The first batch of each trainer log is measured against every
 step of the orchestrator's lines read before it (:func:`orchestrator_first` orders the files so).
 A log off by more than :data:`~prime_rl.analysis.clock_offsets.SLACK_S` has its times moved onto
 the orchestrator's clock before anything is collected from it, so every figure (the run's length,
@@ -70,6 +72,12 @@ class TrainerClock:
         self.moved: dict[str, float | None] = {}
         """Trainer log (:func:`log_of` its files): seconds its clock is ahead (None: in step with
         the orchestrator's, or not measured)."""
+        self.done: dict[int, int] = {}
+        """The last step the trainer logs read so far wrote weights of (key -1: ``[ckpt]
+        write.done``) or computed (key: the rank of a ``[train] compute.done``, its ``rank`` field;
+        none: 0, an older trainer's rank 0's): a later log's line of such a step (a run resumed at
+        an earlier step: a step redone) came after the orchestrator had that step's weights from
+        the earlier run, and bounds nothing (:meth:`_redone`)."""
 
     def place(self, batches: Iterable[TaggedLines]) -> Iterator[TaggedLines]:
         """``batches`` in order, the trainer logs' on the orchestrator's clock; then the last
@@ -97,6 +105,37 @@ class TrainerClock:
             self.moved[log] = self._measure(b, log)
         if off := self.moved[log]:
             b.move_clock(off)
+        self._note_done(b)
+
+    def _note_done(self, b: TaggedLines) -> None:
+        """:attr:`done` moves on past the trainer's batch ``b`` (after its log was measured)."""
+        tag, event = pl.col("tag").cast(pl.String), pl.col("event").cast(pl.String)
+        keep = ((tag == "ckpt") & (event == "write.done")) | ((tag == "train") & (event == "compute.done"))
+        rows = b.frame.lazy().filter(keep.fill_null(False)).select("event", "rest").collect()
+        if not rows.height:
+            return
+        fields = fields_by_key(rows.get_column("rest"), ["step", "rank"])
+        key = pl.when(pl.col("event").cast(pl.String) == "write.done").then(-1).otherwise(pl.col("rank"))
+        last = (
+            pl.DataFrame(
+                {
+                    "event": rows.get_column("event"),
+                    "step": step_numbers(fields.get_column("step")),
+                    "rank": step_numbers(fields.get_column("rank")).fill_null(0),
+                }
+            )
+            .select(key.alias("key"), "step")
+            .drop_nulls()
+            .group_by("key")
+            .agg(pl.col("step").max())
+        )
+        for k, step in last.iter_rows():
+            self.done[k] = max(self.done.get(k, -1), step)
+
+    def _redone(self, key: int, step: int) -> bool:
+        """Whether a trainer log read before the current one wrote (``key`` -1) or computed (``key``:
+        the rank) ``step`` or a later step: the current log's line of it is a redone step's."""
+        return step <= self.done.get(key, -1)
 
     def _measure(self, b: TaggedLines, log: str) -> float | None:
         """The offset of the trainer log ``log`` from its first batch ``b`` (None: in step). Judged
@@ -135,10 +174,10 @@ class TrainerClock:
 
     def _written(self, b: TaggedLines) -> dict[int, tuple[float, bool]]:
         """Step: when the trainer wrote its weights (its first ``write.done``), among the steps the
-        orchestrator waited for."""
+        orchestrator waited for (not a step an earlier log wrote: :meth:`_redone`)."""
         out: dict[int, tuple[float, bool]] = {}
         for step, ts, _ in _steps(_rows(b, "ckpt", "write.done"), "step"):
-            if step in self.waited and step not in out and len(out) < PROBE:
+            if step in self.waited and step not in out and len(out) < PROBE and not self._redone(-1, step):
                 out[step] = (ts, True)
         return out
 
@@ -146,9 +185,12 @@ class TrainerClock:
         """Step N: when the trainer's compute of step N - 1 was done (its first ``compute.done``,
         logged before it publishes ``weights/step_N``; every rank logs one, so a rank that
         publishes nothing is bounded from below too), among the steps the orchestrator waited for.
-        Never tight: the publish lies between them."""
+        Never tight: the publish lies between them. Not a step an earlier log computed on the same
+        rank (:meth:`_redone`)."""
         out: dict[int, tuple[float, bool]] = {}
-        for step, ts, _ in _steps(_rows(b, "train", "compute.done"), "step"):
+        for step, ts, (rank,) in _steps(_rows(b, "train", "compute.done"), "step", "rank"):
+            if self._redone(0 if rank is None else int(rank), step):
+                continue
             if step + 1 in self.waited and step + 1 not in out and len(out) < PROBE:
                 out[step + 1] = (ts, False)
         return out

@@ -2630,7 +2630,14 @@ def _split_at_resume(path: Path, root: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("run_start", [True, False])
 @pytest.mark.parametrize(
     ("case", "waits_ms"),
-    [("alone compute", 36_000.0), ("alone publish", 36_000.0), ("whole compute", 47_990.0)],
+    [
+        ("alone compute 10", 36_000.0),
+        ("alone publish 10", 36_000.0),
+        ("whole compute 11", 47_990.0),
+        ("alone trainer 8", 34_000.0),
+        ("alone compute 8", 36_000.0),
+        ("alone publish 8", 36_000.0),
+    ],
 )
 def test_a_step_the_trainer_crashed_in_counts_the_same_with_its_resume_in_another_file(
     tmp_path, analyze, case, waits_ms, run_start
@@ -2643,13 +2650,20 @@ def test_a_step_the_trainer_crashed_in_counts_the_same_with_its_resume_in_anothe
     the next file by their line numbers and compared with the new file's, which start again at 1: the
     crashed run's wait.done was never found there (trainer waits for rollouts 34.0 s for 36.0 s,
     trainer compute 60.0 s for 63.0 s with the compute.done; the whole-run crash 45.99 s for 47.99 s
-    and 75.0 s for 75.01 s). The stages, the run's and down time and the findings read the same."""
-    kind, crashed = case.split()
+    and 75.0 s for 75.01 s). Resumed at 8, in a file of its own, the resumed log's write.done of
+    steps 8 and 9 (redone: the orchestrator had their weights from the crashed run 50 s before) bounded
+    its clock from below: it was read 51 s ahead and moved (run 149.0 s for 152.0 s), its first
+    wait.done then lay before the crashed run fell silent and was taken for the crashed run's step
+    (waits 32.0 s for 34.0 s or 36.0 s; publishing, compute 71.99 s for 69.0 s). The stages, the
+    run's and down time, the findings and the clock offsets (none) read the same."""
+    kind, crashed, resume_at = case.split()
     read = {}
     for layout in ("one", "first second", "second first", "rotated"):
         root = tmp_path / layout.replace(" ", "_")
         if kind == "alone":
-            orchestrator, trainer = _crashed_alone(root / "one", crashed, run_start, resume_at=10)[:2]
+            orchestrator, trainer = _crashed_alone(
+                root / "one", crashed, run_start, resume_at=int(resume_at)
+            )[:2]
         else:
             orchestrator, trainer = _whole_run_crash(root / "one", crashed, run_start)[:2]
         if layout == "one":
@@ -2668,8 +2682,9 @@ def test_a_step_the_trainer_crashed_in_counts_the_same_with_its_resume_in_anothe
             round(summary["run_seconds"], 2),
             round(summary["down_seconds"], 2),
             [(f["kind"], round(f["share"], 3)) for f in summary["findings"]],
+            summary["clock_offsets"],
         )
-    assert read["one"][0]["trainer waits for rollouts"] == waits_ms
+    assert read["one"][0]["trainer waits for rollouts"] == waits_ms and not read["one"][-1]
     for layout, figures in read.items():
         assert figures == read["one"], layout
 

@@ -153,6 +153,28 @@ def test_a_rank_that_publishes_nothing_is_measured_on_its_compute_lines(tmp_path
     assert str(files["trainer"]) not in summary["clock_offsets"]
 
 
+@pytest.mark.parametrize("offset_s", [0.0, 7200.0])
+def test_a_resumed_trainer_s_log_is_measured_on_the_steps_it_did_not_redo(tmp_path, analyze, offset_s):
+    """The trainer alone crashed in step 10 and was resumed 45 s later at step 8 into a log of its own
+    (_crashed_alone ``compute``, split at the resume). That log's write.done of steps 8 and 9 came
+    50 s after the orchestrator's waits for them had ended (it had those weights from the crashed
+    run): read as bounds from below, its clock was 51 s ahead (2 of its first 10 steps; run 149.0 s
+    for 152.0 s). A step an earlier trainer log wrote (or computed, on the same rank) bounds nothing:
+    on the same clock the log is not moved; 2 hours ahead it is measured on its writes of steps 10
+    to 17 (the orchestrator waited for weights up to step 17)."""
+    from tests.unit.analysis.test_restarts_stalls import _crashed_alone, _split_at_resume
+
+    orchestrator, trainer = _crashed_alone(tmp_path / "one", "compute", True, resume_at=8)[:2]
+    first, second = _split_at_resume(trainer, tmp_path)
+    second.write_text("\n".join(_shifted(second.read_text().splitlines(), offset_s)) + "\n")
+    summary, _ = analyze([orchestrator, first, second], tmp_path / "out", "--async-level", "2")
+    if offset_s:
+        assert summary["clock_offsets"] == {str(second): {"seconds": pytest.approx(offset_s), "steps": 8}}
+    else:
+        assert summary["clock_offsets"] == {}
+    assert summary["run_seconds"] == pytest.approx(152.0)
+
+
 def test_a_stall_with_the_trainer_log_ahead_is_timed_on_the_orchestrators_clock(tmp_path, analyze):
     """The trainer dies after step 6's weights; its log, two hours ahead, would end the logs two
     hours after the orchestrator's wait began: its last line is moved with the rest."""
