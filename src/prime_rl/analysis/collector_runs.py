@@ -258,6 +258,29 @@ class CollectorRuns:
         start, end = self._verified
         return VerifyPasses(self._verify_count, self._verify_ms, float(np.sum(end - start)))
 
+    def log(self, b: TaggedLines) -> str:
+        """The log a batch is of (rotated parts are one log), as :meth:`run_ends` is given it."""
+        return _key(b)
+
+    def run_ends(self, logs: list[str], ts: np.ndarray) -> np.ndarray:
+        """For each time of ``ts`` in the log of ``logs`` (:meth:`log`), the end of that log's run it
+        lies in (its last line before the next ``run.start`` or the log's end: the collector was
+        stopped there; a line up to :data:`SLACK_S` before a run's ``run.start`` is that run's); its own
+        time where no run holds it."""
+        out = np.asarray(ts, dtype=np.float64).copy()
+        keys = np.array(logs, dtype=object)
+        for key in set(logs):
+            runs = self._logs[key].runs if key in self._logs else []
+            if not runs:
+                continue
+            starts = np.array([r[0] for r in runs], dtype=np.float64) - SLACK_S
+            ends = np.array([r[1] for r in runs], dtype=np.float64)
+            rows = np.flatnonzero(keys == key)
+            run = np.searchsorted(starts, out[rows], side="right") - 1
+            inside = run >= 0
+            out[rows[inside]] = np.maximum(out[rows[inside]], ends[run[inside]])
+        return out
+
     def at_work(self) -> list[tuple[float, float]]:
         """The times in which a run or a verification of the collector was at work, merged, in time
         order: a trio's down time within one is no down time of the run."""

@@ -647,6 +647,9 @@ def _rate_limited_time(d: Collected) -> str:
         parts.append(said)
     if d.rate_limits.has(COLLECTOR):
         parts.append(f"the collector's for {d.rate_limited_ms(COLLECTOR) / 1000:.1f} s")
+    for client, at in ((ORCHESTRATOR, 0), (COLLECTOR, -1)):  # the time of its waits not counted
+        if cut := d.rate_limits.cut_note(client):
+            parts[at] += f" ({cut})"
     if not parts:
         return ""
     return f"; requests waited after a 429 (the union of their waits): {' and '.join(parts)}"

@@ -406,7 +406,8 @@ def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
     """The time some request waited after a 429, each client's own (the union of its retry waits):
     the orchestrator's (``[gen] request.retry``; the part within generation and the rest apart:
     :func:`rate_limit_parts`) and the offline collector's (``[collect] request.retry``), which a
-    trio's logs and a collector's analysed together hold both of."""
+    trio's logs and a collector's analysed together hold both of; each says how much of its waits
+    lay past its last line or in down time (:meth:`~prime_rl.analysis.rate_limits.RateLimitWaits.clip`)."""
     rows = []
     union = "the union of the {} request.retry waits"
     if d.rate_limits.has(ORCHESTRATOR):
@@ -426,8 +427,13 @@ def _rate_limit_rows(d: Collected) -> list[tuple[str, str, float, str]]:
                     "weights or updates the servers"
                 )
                 rows.append((OUTSIDE_GENERATION, ORCHESTRATOR, outside, how))
+        if cut := d.rate_limits.cut_note(ORCHESTRATOR):  # said once, in its first row
+            name, process, ms, how = rows[0]
+            rows[0] = (name, process, ms, f"{how}; {cut}")
     if d.rate_limits.has(COLLECTOR):
         how = f"time some request waited after a 429 ({union.format('[collect]')})"
+        if cut := d.rate_limits.cut_note(COLLECTOR):
+            how += f"; {cut}"
         rows.append((RATE_LIMITED, COLLECTOR, d.rate_limited_ms(COLLECTOR), how))
     return rows
 

@@ -38,7 +38,13 @@ from prime_rl.analysis.hangs import (
 )
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.parser import LAUNCHER
-from prime_rl.analysis.rate_limits import CLIENTS, COLLECTOR, ORCHESTRATOR, RateLimitWaits
+from prime_rl.analysis.rate_limits import (
+    CLIENTS,
+    COLLECTOR,
+    ORCHESTRATOR,
+    RateLimitWaits,
+    orchestrator_ends,
+)
 from prime_rl.analysis.restarts import (
     Restart,
     Segments,
@@ -372,9 +378,12 @@ class Collected:
     def _rate_limited_ms(self, client: str | None) -> float:
         clients = CLIENTS if client is None else (client,)
         merged = self.rate_limits.merged(*clients)
-        if merged is None:
+        if merged is None:  # the waits' sum: of both clients' lines, less those cut (RateLimitWaits.clip)
+            whole = client is None and not any(self.rate_limits.cut_ms.values())
             summed = (
-                self.total("rate_limit_wait_ms") if client is None else self.rate_limits.untimed_ms[client]
+                self.total("rate_limit_wait_ms")
+                if whole
+                else math.fsum(self.rate_limits.untimed_ms[c] for c in clients)
             )
             return min(summed, self.run_ms or math.inf)
         start, end = merged  # the stretches in which some request waited
@@ -793,6 +802,8 @@ class _Collector:
         status, url = b.text("status"), b.text("url")
         wait = b.num("wait_ms", ("request.retry",))
         ts = b.column("ts")
+        client = COLLECTOR if by == SAMPLE_RETRY else ORCHESTRATOR
+        log = self.collector_runs.log(b) if client == COLLECTOR else ""
         for i in rows:
             code = status[i] or "?"
             self.counts[f"retry.{code}"] += 1
@@ -800,7 +811,7 @@ class _Collector:
             if code == "429":
                 self._add("rate_limit_wait_ms", wait[i])
                 if wait[i] is not None:
-                    self.rate_limits.add(COLLECTOR if by == SAMPLE_RETRY else ORCHESTRATOR, ts[i], wait[i])
+                    self.rate_limits.add(client, ts[i], wait[i], log)
             if url[i]:
                 self.server_counts.setdefault(url[i], Counter())[f"{by}retry.{code}"] += 1
 
@@ -1649,6 +1660,12 @@ def _collect(
         c.left_open.setdefault(key, []).append((since, math.inf, math.inf))
     open_ms = {key: open_time_within(opens, window, down) * 1000.0 for key, opens in c.left_open.items()}
     orchestrator_silent = sorted(c.orchestrator_silent)
+    # a wait after a 429 lasts at most to where its client was stopped: the end of its logs, a crash
+    waits = c.rate_limits
+    ends = orchestrator_ends(waits.starts(ORCHESTRATOR), orchestrator_silent, down)
+    waits.clip(ORCHESTRATOR, ends, run_window(trio, offsets) if trio else window, down)
+    ends = c.collector_runs.run_ends(waits.logged_in(COLLECTOR), waits.starts(COLLECTOR))
+    waits.clip(COLLECTOR, ends, window, down)
     open_updates = _open_updates(frame, c.join.rpc_left_open(), orchestrator_silent, window, down)
     collected = Collected(
         parse,

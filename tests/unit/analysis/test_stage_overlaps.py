@@ -154,14 +154,16 @@ def test_the_limit_is_the_side_the_other_waits_for(collected, ckpt_s, rollouts_s
 
 def _collector_with_429s(path, at: str, retries: int, wait_ms: float):
     """An offline collector's log: ``retries`` requests to http://c:8000 wait ``wait_ms`` after a 429
-    together at ``at`` (HH:MM:SS), then ten samples end there."""
+    together at ``at`` (HH:MM:SS), as ten samples of 3 s begin; they end 3 s later (the waits within
+    the log: one past its last line counts only up to it)."""
+    end = datetime.strptime(f"2026-01-01 {at}", "%Y-%m-%d %H:%M:%S").timestamp() + 3.0
     lines = [
         f"2026-01-01 {at}.000 | INFO    | "
         + format_tagged("collect", "request.retry", f"r{i}", status=429, wait_ms=wait_ms, attempt=1, url="http://c:8000")
         for i in range(retries)
     ]  # fmt: skip
     lines += [
-        f"2026-01-01 {at}.000 | INFO    | "
+        datetime.fromtimestamp(end).strftime("%Y-%m-%d %H:%M:%S.000 | INFO    | ")
         + format_tagged(
             "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=3000.0, queue_ms=0.0,
             gen_ms=2900.0, verify_ms=5.0, out_tokens=8, attempts=2, url="http://c:8000",
