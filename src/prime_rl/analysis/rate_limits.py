@@ -21,6 +21,12 @@ ORCHESTRATOR = "orchestrator"
 COLLECTOR = "collector"
 CLIENTS = (ORCHESTRATOR, COLLECTOR)
 """The clients whose requests are retried after a 429, by the process name the stages give them."""
+COLLECTOR_429 = "collector.retry.429"
+"""The collector's part of the counts' ``retry.429`` (its ``[collect]`` lines'), which
+:func:`~prime_rl.analysis.rules.rate_limited` judges against its own completions, the orchestrator's
+(the rest) against its own."""
+COLLECTOR_COMPLETIONS = "collector.completions"
+"""The collector's part of the counts' ``completions`` (its ``rollout.done`` lines)."""
 
 
 @dataclass

@@ -41,6 +41,8 @@ from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.rate_limits import (
     CLIENTS,
     COLLECTOR,
+    COLLECTOR_429,
+    COLLECTOR_COMPLETIONS,
     ORCHESTRATOR,
     RateLimitWaits,
     orchestrator_ends,
@@ -809,6 +811,8 @@ class _Collector:
             self.counts[f"retry.{code}"] += 1
             self._add("retry_wait_ms", wait[i])
             if code == "429":
+                if client == COLLECTOR:
+                    self.counts[COLLECTOR_429] += 1
                 self._add("rate_limit_wait_ms", wait[i])
                 if wait[i] is not None:
                     self.rate_limits.add(client, ts[i], wait[i], log)
@@ -1276,6 +1280,7 @@ class _Collector:
         firsts = [(_first(is_done), "completions", is_done), (_first(n429), "retry.429", n429)]
         for _, key, rows in sorted(f for f in firsts if f[0] is not None):  # as the lines first count them
             self.counts[key] += int(rows.sum())
+            self.counts[COLLECTOR_COUNTS[key]] += int(rows.sum())  # the collector's part, apart
         for key, values in (
             ("collect_queue_ms", queue),
             ("collect_gen_ms", gen),
@@ -1783,6 +1788,8 @@ def _open_updates(
 
 SAMPLE_RETRY = "collect."
 """The prefix of the collector's retries in :attr:`Collected.server_counts` (``collect.retry.429``)."""
+COLLECTOR_COUNTS = {"retry.429": COLLECTOR_429, "completions": COLLECTOR_COMPLETIONS}
+"""The collector's part of each of these :attr:`Collected.counts`, counted apart."""
 
 _COLLECT_EVENTS = (
     RUN_START,

@@ -52,7 +52,7 @@ class Thresholds(BaseModel):
     verify_ratio: float = 0.5
     """Verification-bound: scoring time per step above this multiple of generation time per step."""
     rate_limited_frac: float = 0.01
-    """Rate-limited: 429 retries above this fraction of completions (or any 429 when counts are missing)."""
+    """Rate-limited: a client's 429 retries above this fraction of its own completions (the orchestrator's and an offline collector's judged apart), or any 429 of a client with no completions counted."""
     trunc_pct_warn: float = 10.0
     """Warn when mean trunc_pct is above this."""
     trunc_pct_high: float = 30.0

@@ -45,6 +45,7 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
         self._add("collect_ms", dur[i])
         if e == "rollout.done":
             self.counts["completions"] += 1
+            self.counts["collector.completions"] += 1  # the collector's part, apart
             self._add("collect_done_ms", dur[i])
             self._add("collect_queue_ms", queue[i])
             self._add("collect_gen_ms", gen[i])
@@ -55,6 +56,7 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
             self.server_counts.setdefault(url[i], Counter())["failed"] += 1
         elif status[i] == "429" and e not in _COLLECT_EVENTS:  # an older collector's 429
             self.counts["retry.429"] += 1
+            self.counts["collector.retry.429"] += 1
     if retries:
         self._retry(b, retries, by=SAMPLE_RETRY)
 

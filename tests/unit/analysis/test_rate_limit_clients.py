@@ -1,6 +1,8 @@
 """The waits after a 429 last only as long as their client could wait: a client stopped (the end of
 its logs, a crash) while its requests wait out a long Retry-After logged waits that its logs hold
-none or part of (a collector's 120 s waits read 928% of a 12.9 s run)."""
+none or part of (a collector's 120 s waits read 928% of a 12.9 s run). And each client's 429s are
+judged against its own completions: a collector rate-limited on every request, analysed with a
+trio's logs, was 0.8% of the pooled completions and no finding."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from datetime import datetime
 import pytest
 from tests.support.synthetic_logs import appended, make_run
 
+from prime_rl.analysis import rules
+from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.tracing import format_tagged
 
 CUT = "s more of its waits lay past where its logs end or it crashed, or in down time: not counted"
@@ -132,3 +136,84 @@ def test_waits_cut_short_by_a_whole_run_crash_do_not_run_on_into_its_down_time(t
     assert within["total_ms"] == pytest.approx(10_000.0 + 2_500.0 + 1_000.0, abs=5.0)
     assert f"119.0 {CUT}" in within["how"]
     assert within["share"] < rows["generation"]["share"] < 1.0
+
+
+def _collector_every_request_429(path, samples: int = 40):
+    """A collector's log from 12:00:00: ``samples`` samples of 3 s side by side, each of whose request
+    waited 1 s after a 429 at 12:00:01 (every request rate-limited)."""
+    t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
+    lines = [
+        _at(t0, format_tagged("collect", "run.start", todo=samples, done=0, resume=False, mode="collect"))
+    ]
+    lines += _retries(t0 + 1.0, samples, 1000.0, tag="collect")
+    lines += [
+        _at(t0 + 3.0, format_tagged(
+            "collect", "rollout.done", f"r{i}", task=i, repeat=0, status=200, dur_ms=3000.0, queue_ms=0.0,
+            gen_ms=1900.0, verify_ms=5.0, out_tokens=8, attempts=2, url="http://c:8000",
+        ))
+        for i in range(samples)
+    ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_collector_rate_limited_on_every_request_is_named_beside_a_trio_s_logs(tmp_path, analyze):
+    # a collector whose 40 requests each waited 1 s after a 429 (40 of its 40 completions), analysed with
+    # a healthy trio's logs (5120 completions, no 429): the pooled 40 of 5160 (0.8%) stayed under
+    # rate_limited_frac (1%) and no finding said so, while its stage row read 1.0 s of waits. Each
+    # client is judged against its own completions, and the finding names the collector.
+    files = list(make_run("healthy", steps=20).write(tmp_path / "logs").values())
+    log = _collector_every_request_429(tmp_path / "logs" / "collect.log")
+    summary, _ = analyze([*files, log], tmp_path / "out")
+    assert (summary["counts"]["retry.429"], summary["counts"]["completions"]) == (40, 5160)
+    finding = next((f for f in summary["findings"] if f["kind"] == "rate_limited"), None)
+    assert finding is not None, [f["kind"] for f in summary["findings"]]
+    assert finding["title"] == "Rate-limited: the server answers 429 to the collector's requests"
+    assert finding["evidence"].startswith(
+        "the collector's 40 retries after HTTP 429 for its 40 completions (the orchestrator's: 0 for its 5120 "
+        "completions); "
+    )
+    assert finding["share"] == pytest.approx(1.0 / summary["run_seconds"])
+    assert (summary["counts"]["collector.retry.429"], summary["counts"]["collector.completions"]) == (40, 40)
+    # alone, its finding reads as it always did
+    alone, _ = analyze([log], tmp_path / "alone")
+    finding = next(f for f in alone["findings"] if f["kind"] == "rate_limited")
+    assert finding["title"] == "Rate-limited: the server answers 429"
+    assert finding["evidence"].startswith("40 retries after HTTP 429 for 40 completions; ")
+
+
+def test_each_client_s_429s_are_judged_against_its_own_completions(collected):
+    th = Thresholds()
+    # the orchestrator's 60 429s for its 5120 completions (1.2%), a collector's 2000 completions without
+    # one: the pooled 60 of 7120 (0.8%) was no finding
+    d = collected(counts={"retry.429": 60, "completions": 7120, "collector.completions": 2000})
+    f = rules.rate_limited(d, th)
+    assert f is not None and f.title == "Rate-limited: the server answers 429 to the orchestrator's requests"
+    assert f.evidence == (
+        "the orchestrator's 60 retries after HTTP 429 for its 5120 completions (the collector's: 0 for its 2000 "
+        "completions)"
+    )
+    # both over: both named
+    d = collected(
+        counts={"retry.429": 100, "completions": 5140, "collector.retry.429": 40, "collector.completions": 20}
+    )
+    f = rules.rate_limited(d, th)
+    assert f is not None and f.title.endswith("to the orchestrator's and the collector's requests")
+    assert f.evidence == (
+        "the orchestrator's 60 retries after HTTP 429 for its 5120 completions and the collector's 40 retries "
+        "after HTTP 429 for its 20 completions"
+    )
+    # a collector's 429s without a completion of its own are a finding whatever the trio completed
+    assert rules.rate_limited(
+        collected(counts={"retry.429": 3, "completions": 5120, "collector.retry.429": 3}), th
+    )
+    # neither over
+    d = collected(
+        counts={
+            "retry.429": 50,
+            "completions": 7120,
+            "collector.retry.429": 10,
+            "collector.completions": 2000,
+        }
+    )
+    assert rules.rate_limited(d, th) is None
