@@ -15,7 +15,7 @@ import polars as pl
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.rate_limits import COLLECTOR, COLLECTOR_429, COLLECTOR_COMPLETIONS, ORCHESTRATOR
-from prime_rl.analysis.servers import kv_cache_pressure, slow_server
+from prime_rl.analysis.servers import kv_cache_pressure, slow_generation, slow_server
 from prime_rl.analysis.stages import (
     collector_of_run,
     env_wall_ms,
@@ -693,6 +693,7 @@ RULES: tuple[Rule, ...] = (
     rate_limited,
     truncation,
     slow_server,
+    slow_generation,
     kv_cache_pressure,
 )
 """Every rule, in the order findings with equal shares are listed."""

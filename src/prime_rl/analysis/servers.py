@@ -204,10 +204,12 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     the faster half's medians: with two slow servers of four, each is named, the other slow one is
     no peer), over at least ``server_min_updates`` updates. Every update waits for the slowest
     server, so the share is the time the others spent waiting for them. Else, those slow to a first
-    token (:func:`_slow_first_token`), or a collector's slow to generate (:func:`_slow_generation`)."""
+    token (:func:`_slow_first_token`). A collector's servers slow to generate are
+    :func:`slow_generation`'s, a rule of their own, so a trio's logs analysed with the collector's
+    hide neither."""
     rows = [r for r in server_rows(d) if r.updates >= th.server_min_updates]
     if len(rows) < 2:
-        return _slow_generation(d, th) or _slow_first_token(d, th)
+        return _slow_first_token(d, th)
     key = "wall_ms" if all(len(r.wall_ms) for r in rows) else "rpc_ms"
     medians = {r.url: r.median(key) for r in rows if r.median(key) is not None}
     if len(medians) < 2:
@@ -287,7 +289,8 @@ def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
     """A trio's servers that answer markedly later than their peers: each whose mean time to first
     token (its /metrics, ``[server]`` lines) is ``server_slow_ratio`` times its peers', over at
     least ``server_min_updates`` scrapes that saw one each. Its share is an estimate of the time
-    that costs the run (:func:`_first_token_cost`)."""
+    that costs the run (:func:`_first_token_cost`). Servers that :func:`slow_generation` names
+    (a collector's, slow to generate) are named there once, by their samples' time: not here."""
     means = {
         url: s.weighted_mean(s.ttft_ms)
         for url, s in d.server_load.items()
@@ -297,7 +300,7 @@ def _slow_first_token(d: Collected, th: Thresholds) -> Finding | None:
     if len(means) < 2:
         return None
     peers, ratios, slow = _slower(means, th.server_slow_ratio)
-    if not slow:
+    if not slow or set(slow) <= set(_generation_slow(d, th)[2]):
         return None
     run = d.run_ms
     extra = max(means[u] for u in slow) - peers
@@ -340,33 +343,40 @@ def _first_token_cost(d: Collected, extra_ms: float) -> tuple[float, str]:
     )
 
 
-def _slow_generation(d: Collected, th: Thresholds) -> Finding | None:
+def _generation_slow(
+    d: Collected, th: Thresholds
+) -> tuple[float, dict[str, float], list[str], dict[str, ServerRow]]:
+    """(the peers' median gen_ms, each server's ratio to it, the slow servers, the rows judged) of a
+    collector's servers with at least ``server_min_updates`` samples each (:func:`_slower`); no
+    slow server when fewer than two are judged."""
+    rows = {r.url: r for r in server_rows(d) if r.samples >= th.server_min_updates}
+    medians = {u: m for u, r in rows.items() if (m := r.median("gen_ms")) is not None}
+    if len(medians) < 2:
+        return 0.0, {}, [], rows
+    peers, ratios, slow = _slower(medians, th.server_slow_ratio)
+    return peers, ratios, slow, rows
+
+
+def slow_generation(d: Collected, th: Thresholds) -> Finding | None:
     """A collector run's slow servers: each whose median generation time per sample is
     ``server_slow_ratio`` times its peers' (the median of the faster half's medians, as for updates:
-    :func:`_slower`), over at least ``server_min_updates`` samples each. Its share: each slow
-    server's share of the samples, times how much of their time the peers would not have taken (a
-    share of the samples' time), times the sampling's part of the run
+    :func:`_slower`), over at least ``server_min_updates`` samples each; with a trio's logs too (its
+    own servers' updates are :func:`slow_server`'s). Its share: each slow server's share of the
+    samples, times how much of their time the peers would not have taken (a share of the samples'
+    time), times the sampling's part of the run
     (:func:`~prime_rl.analysis.stages.collector_of_run`: a trio's logs analysed with the collector's,
     or a verify pass, make the run longer than the sampling)."""
-    rows = [r for r in server_rows(d) if r.samples >= th.server_min_updates]
-    if len(rows) < 2:
-        return None
-    medians = {r.url: r.median("gen_ms") for r in rows}
-    medians = {u: m for u, m in medians.items() if m is not None}
-    if len(medians) < 2:
-        return None
-    peers, ratios, slow = _slower(medians, th.server_slow_ratio)
+    peers, ratios, slow, by_url = _generation_slow(d, th)
     if not slow:
         return None
-    by_url = {r.url: r for r in rows}
-    samples = sum(r.samples for r in rows)
-    where = ", ".join(f"{medians[u]:.0f} ms on {u}" for u in slow)
+    samples = sum(r.samples for r in by_url.values())
+    where = ", ".join(f"{by_url[u].median('gen_ms'):.0f} ms on {u}" for u in slow)
     answered = "; ".join(f"{u} answered {by_url[u].samples} of {samples} samples" for u in slow)
     part = sum(by_url[u].samples / samples * (1 - 1 / ratios[u]) for u in slow) if samples else 0.0
     return Finding(
         kind="slow_server",
         title=_slow_title(slow, ratios, "generate"),
-        evidence=f"median generation {where} per sample vs {peers:.0f} ms on the {len(medians) - len(slow)} other "
+        evidence=f"median generation {where} per sample vs {peers:.0f} ms on the {len(ratios) - len(slow)} other "
         f"server(s) (>= server_slow_ratio {th.server_slow_ratio:g}x); {answered}{of_the_samples(d, part)}",
         share=part * collector_of_run(d),
         next=(

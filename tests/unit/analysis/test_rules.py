@@ -53,6 +53,13 @@ def _servers(slow_ms: float) -> tuple[Update, ...]:
     )
 
 
+def _generating(slow_ms: float, n: int = 4) -> dict:
+    """A collector's ``n`` samples on each of three servers: c generates for ``slow_ms`` where a
+    and b take 100 ms (``dur_ms``: 5 ms more)."""
+    gen = {f"http://{h}": [slow_ms if h == "c" else 100.0] * n for h in "abc"}
+    return dict(collect_ms=[g + 5.0 for v in gen.values() for g in v], fields={"server_gen_ms": gen})
+
+
 def _load(kv: float, waiting: float, preemptions: list[float]) -> dict:
     """``fields`` of one server scraped every 5 s (KV cache ``kv`` % full, ``waiting`` requests)."""
     s = ServerLoadSeries("http://a", ts=[5.0 * i for i in range(len(preemptions))])
@@ -88,6 +95,7 @@ FIRES = {
     rules.pause: dict(fields={"pauses": [Pause(HANG, 20.0, 80.0, 4, 9)]}),
     rules.truncation: dict(trunc_pct=[38.0] * 4, gen_dur_ms=[16000.0] * 4),
     rules.slow_server: dict(updates=_servers(5000.0)),
+    rules.slow_generation: _generating(500.0),
     # one server, each update retried for 30 s (wall_ms, its last attempt's, 200 ms)
     rules.failed_attempts: dict(
         updates=tuple(
@@ -164,6 +172,7 @@ QUIET = {
         dict(updates=_servers(1500.0)),
         dict(updates=_servers(5000.0)[:6]),
     ],  # 1.5x; 2 updates each
+    rules.slow_generation: [_generating(150.0), _generating(500.0, n=2), dict(updates=_servers(5000.0)), {}],
     rules.failed_attempts: [
         dict(updates=(Update("u0", url="http://a:1", send_ts=0.0, done_ts=0.2, wall_ms=200.0),)),  # no retry
         dict(
@@ -179,11 +188,12 @@ QUIET = {
 }
 KINDS = {
     rules.collect_verification_bound: "verification_bound",
+    rules.slow_generation: "slow_server",
 }
 
 
 def test_every_rule_is_listed_documented_and_tested():
-    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 19
+    assert set(rules.RULES) == set(FIRES) == set(QUIET) and len(rules.RULES) == 20
     assert all(rule.__doc__ and len(rule.__doc__.split()) > 8 for rule in rules.RULES)
 
 

@@ -1294,3 +1294,28 @@ def test_a_resumed_run_on_two_servers_counts_each_server_s_updates_of_both_runs(
     assert len(by_url) == 2 and sum(by_url.values()) == len(sent)
     assert len(set(by_url.values())) == 1  # every update went to both servers
     assert all(u["server"] is not None for u in sent)  # each joined its own server's lines
+
+
+@pytest.mark.parametrize("trio_slow", [False, True], ids=["healthy-trio", "slow-trio-server"])
+def test_a_collector_s_slow_server_is_named_beside_a_trio_of_several_servers(tmp_path, analyze, trio_slow):
+    """A collector's log with http://c:1 at 3x its peers' generation time, analysed with a trio's logs
+    of two (three) servers (the rev_v reviewer's D1). Alone it was "Slow server: http://c:1 takes 3.0x
+    as long as its peers to generate"; beside the trio no slow server was named at all: the rule
+    judged the trio's updates once two servers had three or more, found none slow, and never looked
+    at the samples; one finding at most, so a slow trio server (h2, 5x to update) would have hidden
+    it too. Now each is named by a finding of its own."""
+    shape = Shape(servers=3, slow_server=2) if trio_slow else Shape(servers=2)
+    files = make_run("healthy", steps=12, seed=2, shape=shape).write(tmp_path / "logs").values()
+    collector = _collect_log(
+        tmp_path / "logs" / "collect.log", {"http://a:1": 100.0, "http://b:1": 100.0, "http://c:1": 300.0}
+    )
+    summary, _ = analyze([*files, collector], tmp_path / "out")
+    titles = sorted(f["title"] for f in summary["findings"] if f["kind"] == "slow_server")
+    expected = ["Slow server: http://c:1 takes 3.0x as long as its peers to generate"]
+    if trio_slow:
+        assert len(titles) == 2 and re.fullmatch(
+            r"Slow server: http://h2:8000 takes [0-9.]+x as long as its peers to update", titles[1]
+        ), titles
+        assert titles[:1] == expected
+    else:
+        assert titles == expected
