@@ -361,18 +361,28 @@ def slow_generation(d: Collected, th: Thresholds) -> Finding | None:
     """A collector run's slow servers: each whose median generation time per sample is
     ``server_slow_ratio`` times its peers' (the median of the faster half's medians, as for updates:
     :func:`_slower`), over at least ``server_min_updates`` samples each; with a trio's logs too (its
-    own servers' updates are :func:`slow_server`'s). Its share: each slow server's share of the
-    samples, times how much of their time the peers would not have taken (a share of the samples'
-    time), times the sampling's part of the run
-    (:func:`~prime_rl.analysis.stages.collector_of_run`: a trio's logs analysed with the collector's,
-    or a verify pass, make the run longer than the sampling)."""
+    own servers' updates are :func:`slow_server`'s). Its share is the time its samples took beyond
+    what the peers' median would have taken (its summed gen_ms less its samples times the peers'
+    median), over the samples' summed time (``[collect] dur_ms``): the samples share the
+    collector's slots (``num_samples_in_parallel``, each freed slot takes the next sample), so its
+    sampling time is their summed time over the slots and that part of it is what the slow server
+    cost. Not its share of the samples by count: a slow server answers fewer samples, each longer.
+    Times the sampling's part of the run (:func:`~prime_rl.analysis.stages.collector_of_run`: a
+    trio's logs analysed with the collector's, or a verify pass, make the run longer than the
+    sampling)."""
     peers, ratios, slow, by_url = _generation_slow(d, th)
     if not slow:
         return None
     samples = sum(r.samples for r in by_url.values())
+    extra = {u: max(0.0, float(np.sum(by_url[u].gen_ms)) - by_url[u].samples * peers) for u in slow}
+    busy = d.total("collect_ms") or float(sum(np.sum(r.gen_ms) for r in by_url.values())) or 1.0
+    part = min(1.0, sum(extra.values()) / busy)
     where = ", ".join(f"{by_url[u].median('gen_ms'):.0f} ms on {u}" for u in slow)
-    answered = "; ".join(f"{u} answered {by_url[u].samples} of {samples} samples" for u in slow)
-    part = sum(by_url[u].samples / samples * (1 - 1 / ratios[u]) for u in slow) if samples else 0.0
+    answered = "; ".join(
+        f"{u} answered {by_url[u].samples} of {samples} samples, which took {extra[u] / 1000:.1f} s longer in all "
+        "than at the peers' median (summed over the samples in flight)"
+        for u in slow
+    )
     return Finding(
         kind="slow_server",
         title=_slow_title(slow, ratios, "generate"),

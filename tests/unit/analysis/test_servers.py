@@ -116,8 +116,10 @@ def test_a_collector_s_two_slow_servers_of_four_are_both_named_against_the_two_t
         "Slow servers: http://c:1 (5.0x), http://d:1 (4.0x) take that many times as long as their peers to generate"
     )
     assert "vs 100 ms on the 2 other server(s)" in slow[0]["evidence"]
-    # each slow server's quarter of the samples, less the time the peers would have taken
-    assert slow[0]["share"] == pytest.approx(0.25 * (1 - 1 / 5) + 0.25 * (1 - 1 / 4), abs=0.01)
+    # the time each slow server's samples took beyond the peers' median, of the samples' summed time
+    # (dur_ms: gen_ms + 5 ms each, and the failed sample's 5 ms); not its quarter of the samples by count
+    busy = 20 * (105 + 105 + 505 + 405) + 5.0
+    assert slow[0]["share"] == pytest.approx((20 * (500 - 100) + 20 * (400 - 100)) / busy)
 
 
 def test_more_than_half_the_servers_are_never_the_slow_ones(tmp_path, analyze):
@@ -1227,7 +1229,9 @@ def test_a_collector_s_findings_beside_a_trio_s_are_shares_of_the_run_as_its_sta
     found = {f["kind"]: f for f in alone["findings"]}
     gen_part = (20 * 100.0 + 20 * 300.0) / (20 * 105.0 + 20 * 305.0 + 5.0)  # of the samples' time
     assert found["collect_generation_bound"]["share"] == pytest.approx(gen_part)
-    assert found["slow_server"]["share"] == pytest.approx(0.5 * (1 - 1 / 3))  # c:1 took half the samples, 3x
+    # c:1's samples took 20 x 200 ms longer than at the peers' 100 ms, of the samples' summed time
+    slow_part = 20 * (300.0 - 100.0) / (20 * 105.0 + 20 * 305.0 + 5.0)
+    assert found["slow_server"]["share"] == pytest.approx(slow_part)
     assert all("of the samples' time" not in f["evidence"] for f in alone["findings"])
     stage = next(s for s in alone["stages"] if s["name"] == "collector generation")
     assert stage["share"] == pytest.approx(gen_part, rel=1e-3)
@@ -1247,8 +1251,10 @@ def test_a_collector_s_findings_beside_a_trio_s_are_shares_of_the_run_as_its_sta
         f"; {100 * gen_part:.0f}% of the samples' time, {100 * gen_part * of_run:.0f}% {clause}"
     )
     slow = found["slow_server"]
-    assert slow["share"] == pytest.approx(0.5 * (1 - 1 / 3) * of_run, rel=1e-3)
-    assert slow["evidence"].endswith(f"; 33% of the samples' time, {100 * of_run / 3:.0f}% {clause}")
+    assert slow["share"] == pytest.approx(slow_part * of_run, rel=1e-3)
+    assert slow["evidence"].endswith(
+        f"; {100 * slow_part:.0f}% of the samples' time, {100 * slow_part * of_run:.0f}% {clause}"
+    )
     assert f"{clause}. ({100 * gen['share']:.0f}% of the run)" in md
 
 
@@ -1319,3 +1325,46 @@ def test_a_collector_s_slow_server_is_named_beside_a_trio_of_several_servers(tmp
         assert titles[:1] == expected
     else:
         assert titles == expected
+
+
+def test_a_collector_s_slow_server_costs_its_samples_time_not_its_count(tmp_path, analyze):
+    """h2 generates 5x slower (2500 ms vs 500 ms) and answers a quarter of 400 samples, 16 in flight
+    (the rev_v reviewer's D4). The finding's share was its quarter of the samples times (1 - 1/5):
+    0.20 ("20% of the samples' time"), while the run took 26.55 s where it takes 12.55 s with h2 as
+    fast as its peers: h2 cost 53% of the run. Now the share is the time h2's samples took beyond
+    the peers' median, of the samples' summed time: 100 x 2000 ms of 100 x 2502 + 300 x 502 ms,
+    0.50, what the run's two lengths say within a few percent."""
+    from prime_rl.tracing import format_tagged
+
+    def write(path, slow_ms: float):
+        slots, lines = [0.0] * 16, []
+        for i in range(400):
+            k = i % 4
+            j = min(range(16), key=lambda s: slots[s])
+            gen = slow_ms if k == 2 else 500.0
+            slots[j] += (gen + 2.0) / 1000
+            tagged = format_tagged(
+                "collect", "rollout.done", f"t{i}", task=i, repeat=0, status=200, dur_ms=gen + 2.0,
+                queue_ms=2.0, gen_ms=gen, verify_ms=0.0, out_tokens=8, attempts=1, url=f"http://h{k}:8000",
+            )  # fmt: skip
+            lines.append((slots[j], tagged))
+        lines.sort(key=lambda x: x[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "".join(
+                f"2026-01-01 12:{int(t // 60):02d}:{t % 60:06.3f} | INFO    | {tagged}\n"
+                for t, tagged in [(0.0, format_tagged("collect", "run.start", todo=400, done=0))] + lines
+            )
+        )
+        return path
+
+    slow, _ = analyze([write(tmp_path / "slow" / "collect.log", 2500.0)], tmp_path / "out_slow")
+    fast, _ = analyze([write(tmp_path / "fast" / "collect.log", 500.0)], tmp_path / "out_fast")
+    (finding,) = [f for f in slow["findings"] if f["kind"] == "slow_server"]
+    assert finding["title"] == "Slow server: http://h2:8000 takes 5.0x as long as its peers to generate"
+    assert finding["share"] == pytest.approx(100 * 2000 / (100 * 2502 + 300 * 502))
+    cost = 1 - fast["run_seconds"] / slow["run_seconds"]
+    assert finding["share"] == pytest.approx(cost, abs=0.05), (cost, slow["run_seconds"], fast["run_seconds"])
+    assert (
+        "http://h2:8000 answered 100 of 400 samples, which took 200.0 s longer in all" in finding["evidence"]
+    )
