@@ -15,7 +15,13 @@ import polars as pl
 
 from prime_rl.analysis.findings import Finding
 from prime_rl.analysis.rate_limits import COLLECTOR, COLLECTOR_429, COLLECTOR_COMPLETIONS, ORCHESTRATOR
-from prime_rl.analysis.servers import kv_cache_pressure, slow_generation, slow_server
+from prime_rl.analysis.servers import (
+    kv_cache_pressure,
+    slow_generation,
+    slow_server,
+    stale_said,
+    stale_servers,
+)
 from prime_rl.analysis.stages import (
     collector_of_run,
     env_wall_ms,
@@ -227,7 +233,10 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
     them (a retried update's wait before its last attempt; the whole wait of a steps' update that
     failed in the end; at the slowest server of each update, which the orchestrator waits for) above
     ``update_share`` of the run. With one server no slow server is named for them: this says it.
-    The health loop's updates (``background=true``) are not the steps' and not counted."""
+    The health loop's updates (``background=true``) are not the steps' and not counted. Titled by
+    what there was: retries, updates that failed in the end, or both; a server whose last updates
+    failed is named with the weights it kept (:func:`~prime_rl.analysis.servers.stale_servers`).
+    A server's failed updates are not what :func:`~prime_rl.analysis.servers.slow_server` judges."""
     if not d.updates:
         return None
     retry = update_critical(d).retry
@@ -242,11 +251,21 @@ def failed_attempts(d: Collected, th: Thresholds) -> Finding | None:
         .rows()
     )
     where = "; ".join(f"{url or 'a server not named'}: {r} retried, {f} failed" for url, r, f in by_url)
+    retried, failed = (sum(row[k] for row in by_url) for k in (1, 2))
+    if not failed:
+        title, what = "the orchestrator waits for retries", "failed attempts and the backoff after them"
+    elif not retried:
+        title, what = "the orchestrator waits for updates that fail", "the waits for updates that failed"
+    else:
+        title = "the orchestrator waits for retries and for updates that fail"
+        what = "failed attempts, the backoff after them and the waits for updates that failed"
+    stale = stale_said(stale_servers(d))
     return Finding(
         kind="failed_attempts",
-        title="Failed weight-update attempts: the orchestrator waits for retries",
-        evidence=f"failed attempts and the backoff after them {retry / 1000:.1f} s, {100 * retry / run_ms:.0f}% of the "
-        f"run (> update_share {100 * th.update_share:.0f}%; the slowest server of each update); {where}",
+        title=f"Failed weight-update attempts: {title}",
+        evidence=f"{what} {retry / 1000:.1f} s, {100 * retry / run_ms:.0f}% of the "
+        f"run (> update_share {100 * th.update_share:.0f}%; the slowest server of each update); {where}"
+        + (f"; {stale}" if stale else ""),
         share=min(1.0, retry / run_ms),
         next=(
             "Read why the attempts failed: the orchestrator log's warnings \"[weights][<trace id>] /update_weights "

@@ -14,6 +14,7 @@ import polars as pl
 from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
+from prime_rl.analysis.servers import stale_said, stale_servers
 from prime_rl.analysis.stats import Collected
 from prime_rl.analysis.thresholds import Thresholds
 
@@ -221,10 +222,24 @@ def _offsets(offsets: Offsets, unit: str) -> str:
 
 
 def failed_updates(d: Collected, th: Thresholds) -> str | None:
-    """Weight updates that ended in [weights] client.error, and those that were retried, by server."""
+    """Weight updates that ended in [weights] client.error, and those that were retried, by server;
+    a server whose last updates failed kept older weights (:func:`~prime_rl.analysis.servers.stale_servers`)."""
     frame = d.update_frame()
     failed = int(frame.get_column("failed").sum())
-    parts = [f"{failed} weight update(s) failed (client.error)"] if failed else []
+    parts = []
+    if failed:
+        where = (
+            frame.filter("failed")
+            .group_by("url", maintain_order=True)
+            .len()
+            .sort("len", descending=True)
+            .rows()
+        )
+        by_server = ", ".join(f"{n} on {url or 'a server not named'}" for url, n in where)
+        stale = stale_said(stale_servers(d))
+        parts.append(
+            f"{failed} weight update(s) failed (client.error; {by_server})" + (f": {stale}" if stale else "")
+        )
     retried = (
         frame.filter("retried").group_by("url", maintain_order=True).len().sort("len", descending=True).rows()
     )

@@ -182,14 +182,17 @@ def waited_for(d: Collected, url: str | Sequence[str], key: str) -> float:
     """What every update waited for ``url`` (ms; or for any of several servers): per update
     (:func:`~prime_rl.analysis.stages.update_group`) with ``key`` (``wall_ms`` or ``rpc_ms``, the
     client's) from those servers and from another, how far their slowest is beyond the others'
-    slowest (0 when it is not), summed in order."""
+    slowest (0 when it is not), summed in order. Their updates that failed (``client.error``) are
+    left out: that wait is the failed attempts' (:func:`~prime_rl.analysis.rules.failed_attempts`),
+    not a slow answer's; the others' count whatever they were (a failed one was waited for too)."""
     value = pl.col({"wall_ms": "wall", "rpc_ms": "rpc"}[key])
     urls = [url] if isinstance(url, str) else list(url)
-    mine = pl.col("url").is_in(urls).fill_null(False)
+    of_them = pl.col("url").is_in(urls).fill_null(False)
+    mine = of_them & ~pl.col("failed").fill_null(False)
     per_update = (
         d.update_frame()
         .group_by(*update_group(), maintain_order=True)
-        .agg(mine=value.filter(mine).max(), others=value.filter(~mine).max())
+        .agg(mine=value.filter(mine).max(), others=value.filter(~of_them).max())
     )
     waited = 0.0
     for slow, others in per_update.select("mine", "others").iter_rows():
@@ -198,20 +201,97 @@ def waited_for(d: Collected, url: str | Sequence[str], key: str) -> float:
     return waited
 
 
+@dataclass(frozen=True)
+class _Answered:
+    """One server's weight updates that were answered (``client.done``: neither failed nor left
+    unanswered), for :func:`slow_server`."""
+
+    updates: int
+    retried: int
+    has_wall: bool
+    """Some of them have a client wall time."""
+    wall_ms: float | None
+    """Their median ``wall_ms`` (None: none has one)."""
+    rpc_ms: float | None
+    """Their median ``rpc_ms`` (the server's when the client gives none)."""
+
+
+def _answered(d: Collected) -> dict[str, _Answered]:
+    """Each server's answered weight updates (by URL): an update that failed (``client.error``)
+    never loaded and has no answer's time to judge (the time it cost is the failed attempts' and the
+    warning names the server), one never answered neither."""
+    if not d.updates:
+        return {}
+    url = pl.col("url")
+    per_url = (
+        d.update_frame()
+        .filter(url.is_not_null() & (url != "") & ~pl.col("failed").fill_null(False) & ~never_answered())
+        .group_by("url", maintain_order=True)
+        .agg(
+            n=pl.len(),
+            retried=pl.col("retried").sum(),
+            walls=pl.col("wall").is_not_null().sum(),
+            wall=pl.col("wall").median(),
+            rpc=pl.coalesce("rpc", "server_rpc").median(),
+        )
+    )
+    return {
+        u: _Answered(n, retried, walls > 0, wall, rpc)
+        for u, n, retried, walls, wall, rpc in per_url.select(
+            "url", "n", "retried", "walls", "wall", "rpc"
+        ).iter_rows()
+    }
+
+
+def stale_servers(d: Collected) -> list[tuple[str, int, int]]:
+    """(url, its updates that failed in a row at the end, its updates) of each server whose last
+    weight update failed (``client.error``), in time order, by URL: it kept the weights it had
+    before them, those it was started with when every update to it failed, while the trainer
+    moved on (the health loop's updates count: one that loaded weights loaded them). The updates
+    never answered are left out (no answer says whether they loaded)."""
+    if not d.updates:
+        return []
+    col = pl.col
+    failed = col("failed").fill_null(False)
+    last_ok = col("start").filter(~failed).max()
+    rows = (
+        d.update_frame()
+        .filter(col("url").is_not_null() & (col("url") != "") & ~never_answered())
+        .group_by("url")
+        .agg(n=pl.len(), trailing=(failed & (col("start") > last_ok).fill_null(True)).sum())
+        .filter(col("trailing") > 0)
+        .sort("url")
+    )
+    return list(rows.select("url", "trailing", "n").iter_rows())
+
+
+def stale_said(stale: Sequence[tuple[str, int, int]]) -> str:
+    """What :func:`stale_servers` found, as a clause (empty without any)."""
+    parts = [
+        f"every update to {u} failed ({n}): it never loaded new weights, so what it served all run came "
+        "from the weights it was started with"
+        if k == n
+        else f"the last {k} of the {n} updates to {u} failed: it served the weights of its last loaded update "
+        "from then on"
+        for u, k, n in stale
+    ]
+    return "; ".join(parts)
+
+
 def slow_server(d: Collected, th: Thresholds) -> Finding | None:
     """The servers markedly slower than their peers: each whose median update wall_ms (rpc_ms when
     the client gives no wall time) is at least ``server_slow_ratio`` times the peers' (the median of
     the faster half's medians: with two slow servers of four, each is named, the other slow one is
-    no peer), over at least ``server_min_updates`` updates. Every update waits for the slowest
-    server, so the share is the time the others spent waiting for them. Else, those slow to a first
-    token (:func:`_slow_first_token`). A collector's servers slow to generate are
-    :func:`slow_generation`'s, a rule of their own, so a trio's logs analysed with the collector's
-    hide neither."""
-    rows = [r for r in server_rows(d) if r.updates >= th.server_min_updates]
-    if len(rows) < 2:
+    no peer), over at least ``server_min_updates`` answered updates (one that failed is no answer to
+    time: :func:`_answered`). Every update waits for the slowest server, so the share is the time
+    the others spent waiting for them. Else, those slow to a first token (:func:`_slow_first_token`).
+    A collector's servers slow to generate are :func:`slow_generation`'s, a rule of their own, so a
+    trio's logs analysed with the collector's hide neither."""
+    answered = {u: a for u, a in _answered(d).items() if a.updates >= th.server_min_updates}
+    if len(answered) < 2:
         return _slow_first_token(d, th)
-    key = "wall_ms" if all(len(r.wall_ms) for r in rows) else "rpc_ms"
-    medians = {r.url: r.median(key) for r in rows if r.median(key) is not None}
+    key = "wall_ms" if all(a.has_wall for a in answered.values()) else "rpc_ms"
+    medians = {u: m for u, a in answered.items() if (m := getattr(a, key)) is not None}
     if len(medians) < 2:
         return _slow_first_token(d, th)
     peers, ratios, slow = _slower(medians, th.server_slow_ratio)
@@ -219,11 +299,10 @@ def slow_server(d: Collected, th: Thresholds) -> Finding | None:
         return _slow_first_token(d, th)
     waited = waited_for(d, slow, key)
     run = d.run_ms
-    by_url = {r.url: r for r in rows}
     retried = [
-        f"{by_url[u].retried} of the {by_url[u].updates} updates of {u} were retried"
+        f"{answered[u].retried} of the {answered[u].updates} updates of {u} were retried"
         for u in slow
-        if by_url[u].retried
+        if answered[u].retried
     ]
     retried_note = (
         f"; {'; '.join(retried)} (their wall time counts from the first attempt: the failed ones and the waits "

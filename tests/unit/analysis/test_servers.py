@@ -1368,3 +1368,63 @@ def test_a_collector_s_slow_server_costs_its_samples_time_not_its_count(tmp_path
     assert (
         "http://h2:8000 answered 100 of 400 samples, which took 200.0 s longer in all" in finding["evidence"]
     )
+
+
+def _failing_trio(path, last_failed: int | None = None):
+    """An orchestrator log of six updates 10 s apart to a, b and c: a and b answer in 200 ms; c
+    answers none (client.error after 5 s, attempts=1, no retry), or only its last ``last_failed``."""
+    from prime_rl.tracing import format_tagged
+
+    def line(second: float, event: str, tid: str, **fields) -> str:
+        return f"2026-01-01 12:00:{second:06.3f} | INFO    | " + format_tagged(
+            "weights", event, tid, **fields
+        )
+
+    lines = []
+    for i in range(6):
+        t, tid = 10.0 * i, f"s{i}"
+        for url in ("http://a:1", "http://b:1", "http://c:1"):
+            lines.append(
+                line(t, "client.send", tid, url=url, path="/update_weights", t=t, attempt=1, background=False)
+            )
+            if url == "http://c:1" and (last_failed is None or i >= 6 - last_failed):
+                lines.append(line(t + 5, "client.error", tid, url=url, path="/update_weights", wall_ms=5000.0,
+                                  status=500, attempts=1))  # fmt: skip
+            else:
+                lines.append(line(t + 0.2, "client.done", tid, url=url, path="/update_weights", wall_ms=200.0,
+                                  rpc_ms=190.0, server_ms=190.0, queue_ms=10.0, attempts=1))  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(sorted(lines)) + "\n")
+    return path
+
+
+def test_a_server_that_fails_every_update_is_named_for_its_failures_not_as_slow(tmp_path, analyze):
+    """c fails every weight update (client.error after 5 s, attempts=1; the rev_v reviewer's D6).
+    The primary said "Failed weight-update attempts: the orchestrator waits for retries" though
+    nothing was retried (30.0 s, 55% of the run); a second finding said c "takes 25.0x as long as its
+    peers to update", 28.8 s (52%), the same waits counted again, for a server that never finished an
+    update; the warning
+    ("6 weight update(s) failed (client.error)") named neither c nor that it never loaded new weights.
+    Now the slow-server rule judges the answered updates only (c has none), the title says the
+    updates failed, and the finding and the warning name c and its stale weights."""
+    log = _failing_trio(tmp_path / "logs" / "orchestrator.log")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert [f["kind"] for f in summary["findings"]] == ["failed_attempts"]
+    primary = summary["primary"]
+    assert primary["title"] == "Failed weight-update attempts: the orchestrator waits for updates that fail"
+    stale = (
+        "every update to http://c:1 failed (6): it never loaded new weights, so what it served all run came from "
+        "the weights it was started with"
+    )
+    assert primary["evidence"].startswith("the waits for updates that failed 30.0 s")
+    assert primary["evidence"].endswith(f"http://c:1: 0 retried, 6 failed; {stale}")
+    assert f"6 weight update(s) failed (client.error; 6 on http://c:1): {stale}" in summary["warnings"]
+
+
+def test_a_server_whose_last_updates_failed_is_named_with_its_stale_weights(tmp_path, analyze):
+    """c answers its first four updates and fails the last two: it serves step s3's weights from then on."""
+    log = _failing_trio(tmp_path / "logs" / "orchestrator.log", last_failed=2)
+    summary, _ = analyze([log], tmp_path / "out")
+    stale = "the last 2 of the 6 updates to http://c:1 failed: it served the weights of its last loaded update from then on"
+    assert f"2 weight update(s) failed (client.error; 2 on http://c:1): {stale}" in summary["warnings"]
+    assert not any(f["kind"] == "slow_server" for f in summary["findings"])
