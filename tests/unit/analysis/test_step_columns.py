@@ -6,6 +6,7 @@ timestamp, cut into batches anywhere (what is open carries over)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,20 @@ def reference_ckpt(self, seq: int, b: TaggedLines) -> None:
     events, ts, number = b.column("event"), b.column("ts"), b.column("line")
     target_s, step_s = b.text_series("target_step"), b.text_series("step")
     wait_s, write_s = b.num_series("wait_ms", ("wait.done",)), b.num_series("write_ms", ("write.done",))
-    self._extend("ckpt_wait_ms", wait_s.to_list())  # every wait, in line order
+    # every wait in line order, but a resume's load of weights (start-up, counted apart); the
+    # orchestrator's kept where a restart a later batch finds may take them for its load
+    loads = set(self.resume_loads.tolist())
+    is_load = [e == "wait.done" and n in loads for e, n in zip(events, number, strict=True)]
+    if any(is_load):
+        loaded = wait_s.to_list()
+        self.counts["ckpt_startup_wait_ms"] += round(
+            math.fsum(w or 0.0 for w, x in zip(loaded, is_load, strict=True) if x)
+        )
+    for n, w, x in zip(number, wait_s.to_list(), is_load, strict=True):
+        if w is not None and not x:
+            if b.source == "orchestrator":
+                self.recent_waits[n] = (w, len(self.series["ckpt_wait_ms"]))
+            self._extend("ckpt_wait_ms", [w])
     b.step_numbers("target_step")
     self._per_step("write_ms", b, "step", write_s)
     target, step, wait_ms, write_ms = (
