@@ -103,7 +103,7 @@ _LOGURU_PREFIX = re.compile(rb"(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3} \
 _UNKNOWN_HEAD = (
     rb"(?!(?:"
     + _TAG_ALT
-    + rb")\])([A-Za-z0-9_.-]{1,40})\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
+    + rb")\])([A-Za-z0-9_.-]+)\](?:\[[A-Za-z0-9_.-]{1,64}\])?[ \t]+[A-Za-z_][A-Za-z0-9_.]*[= \t\n]"
 )
 # the head where a line or a loguru message starts (in decoded text; a line read with a newline
 # before and after it); it begins with the literal "[" (the lookbehinds come after it), so the
@@ -111,6 +111,25 @@ _UNKNOWN_HEAD = (
 _UNKNOWN_S = re.compile(r"\[(?:(?<=\n\[)|(?<=\| \[))" + _UNKNOWN_HEAD.decode(), re.ASCII)
 _UNKNOWN_AT = re.compile(rb"\[" + _UNKNOWN_HEAD)
 """The head from a "[" where the caller found a line or a loguru message to start."""
+TAG_NAMED = 40
+"""An unknown tag longer than this many characters is counted by its first 40 and its length."""
+
+
+def _tag_name(tag: str) -> str:
+    """An unknown tag as it is counted: itself, or a long one's first :data:`TAG_NAMED` characters and
+    its length (a 5000-character tag is one too, not a key of 5000 characters in summary.json)."""
+    return tag if len(tag) <= TAG_NAMED else f"{tag[:TAG_NAMED]}... ({len(tag)} characters)"
+
+
+def _count_unknown(unknown: Counter, first: dict[str, int] | None, tag: str, line: int) -> None:
+    """Count one line with the unknown tag ``tag`` at line ``line`` of its chunk (from 0), the first
+    line of each tag kept in ``first``."""
+    name = _tag_name(tag)
+    unknown[name] += 1
+    if first is not None and name not in first:
+        first[name] = line
+
+
 _MARKER_HEADS = tuple(b"[" + t + b"]" for t in TAGS)
 # the same as str patterns, for lines already decoded (ASCII: \\d is 0-9 only, as in the bytes patterns)
 _MARKERS_S, _LOGURU_PREFIX_S, _AT_MARKER_S = (
@@ -476,6 +495,7 @@ class _Found:
         "texts",
         "text_numbers",
         "unknown",
+        "unknown_at",
         "parsed",
     )
 
@@ -490,6 +510,8 @@ class _Found:
         self.text_numbers: list[int] = []
         self.unknown: Counter = Counter()
         """The unknown tags it holds, counted."""
+        self.unknown_at: dict[str, int] = {}
+        """The line (from the chunk's start) of each unknown tag's first line."""
         self.parsed: pl.DataFrame | None = None
         """Lines the C scan took apart (:func:`_clean_lines`), to be finished (:func:`_finish`)."""
 
@@ -515,6 +537,8 @@ class _Found:
             pending.add_other(self.texts, [n + first_line for n in self.text_numbers])
         if self.unknown:
             pending.stats.unknown_tags.update(self.unknown)
+            for tag, line in self.unknown_at.items():
+                pending.stats.unknown_tag_lines.setdefault(tag, f"{pending.path}:{line + first_line}")
 
 
 def _scan_chunk(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found:
@@ -563,9 +587,12 @@ def _scan_chunk(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found
     )
     frame = pl.DataFrame({"text": text}).with_row_index("line").with_columns(fast=fast, maybe=maybe)
     unknown = found.unknown
-    for line in frame.filter("maybe").get_column("text").to_list():
+    maybe_lines = frame.filter("maybe")
+    for i, line in zip(
+        maybe_lines.get_column("line").to_list(), maybe_lines.get_column("text").to_list(), strict=True
+    ):
         for m in _UNKNOWN_S.finditer(f"\n{line}\n"):
-            unknown[m.group(1)] += 1
+            _count_unknown(unknown, found.unknown_at, m.group(1), i)
     frame = frame.filter(pl.col("fast") | t.str.contains(_MARKERS_S.pattern))
     if frame.height:
         loguru = frame.filter("fast")
@@ -580,7 +607,7 @@ def _scan_chunk(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found
 def _scan_sparse(chunk: bytes | bytearray, size: int, found: _Found) -> _Found:
     """:func:`_scan_chunk` from the chunk's markers, found from its brackets (:func:`_brackets`)
     and numpy."""
-    marks = _brackets(chunk, size, found.unknown)
+    marks = _brackets(chunk, size, found.unknown, found.unknown_at)
     if not marks:
         found.lines = chunk.count(b"\n", 0, size)
         return found
@@ -607,10 +634,12 @@ def _scan_c(chunk: bytes | bytearray, size: int, keys: tuple = ()) -> _Found:
     a marker go the way the Python scan sends them (:func:`_marked_lines`)."""
     found = _Found(_last_line_of(chunk, size))
     found.lines, candidates, rows, texts, clean = _scan.scan(chunk, size, _MARKER_HEADS, True, *keys)
+    line, counted = 0, 0  # the line of position ``counted`` (the candidates come in order)
     for p in np.frombuffer(candidates, np.int64).tolist():
         m = _UNKNOWN_AT.match(chunk, p, size)
         if m:
-            found.unknown[m.group(1).decode()] += 1
+            line, counted = line + chunk.count(b"\n", counted, p), p
+            _count_unknown(found.unknown, found.unknown_at, m.group(1).decode(), line)
     if rows:
         line_no, starts, _, pos = np.frombuffer(rows, np.int64).reshape(-1, 4).T
         _marked_lines(chunk, size, line_no, starts, pos, texts, found)
@@ -879,13 +908,17 @@ def _new_event(seen: set[str], word: str) -> bool:
     return True
 
 
-def _brackets(chunk: bytes | bytearray, size: int, unknown: Counter) -> list[int]:
+def _brackets(
+    chunk: bytes | bytearray, size: int, unknown: Counter, first: dict[str, int] | None = None
+) -> list[int]:
     """The positions of the markers in the chunk's first ``size`` bytes, with the unknown tags
-    counted into ``unknown`` (what :data:`_MARKERS` finds and :data:`_UNKNOWN_S` counts), in one
+    counted into ``unknown`` (what :data:`_MARKERS` finds and :data:`_UNKNOWN_S` counts; ``first``:
+    the line of each one's first, from the chunk's start), in one
     pass over the chunk's ``[``: ``bytes.find`` skips to each at memory speed where a regex engine
     steps through every byte, so a chunk with few brackets costs little more than reading it."""
     marks: list[int] = []
     find, at = chunk.find, chunk.startswith
+    line, counted = 0, 0  # the line of position ``counted``
     p = find(b"[", 0, size)
     while p >= 0:
         if at(_MARKER_HEADS, p):
@@ -893,7 +926,8 @@ def _brackets(chunk: bytes | bytearray, size: int, unknown: Counter) -> list[int
         elif not p or chunk[p - 1] == _NL or (p > 1 and at(b"| ", p - 2)):
             m = _UNKNOWN_AT.match(chunk, p, size)
             if m:
-                unknown[m.group(1).decode()] += 1
+                line, counted = line + chunk.count(b"\n", counted, p), p
+                _count_unknown(unknown, first, m.group(1).decode(), line)
         p = find(b"[", p + 1, size)
     return marks
 

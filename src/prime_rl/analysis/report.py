@@ -525,6 +525,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
             **{log: {"seconds": off, "steps": n} for log, (off, n) in d.parse.clock_offsets.items()},
         },
         "unknown_tags": dict(d.parse.unknown_tags),
+        "unknown_tag_lines": dict(d.parse.unknown_tag_lines),
     }
 
 

@@ -115,7 +115,10 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
             f"line (e.g. {'; '.join(p.time_goes_back_examples[:3])})"
         )
     if p.unknown_tags:
-        tags = ", ".join(f"[{t}] x{n}" for t, n in p.unknown_tags.most_common(10))
+        tags = ", ".join(
+            f"[{t}] x{n}" + (f" (first at {p.unknown_tag_lines[t]})" if t in p.unknown_tag_lines else "")
+            for t, n in p.unknown_tags.most_common(10)
+        )
         parts.append(f"{sum(p.unknown_tags.values())} line(s) with a tag the analyzer does not read: {tags}")
     if p.duplicate_files:
         parts.append(

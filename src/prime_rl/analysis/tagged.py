@@ -90,6 +90,8 @@ class ParseStats:
     """The first few as ``file:line: time, N s before an earlier line's time``."""
     unknown_tags: Counter = field(default_factory=Counter)
     """Lines that look tagged (``[x] event ...`` at a message's start) with a tag the analyzer does not read."""
+    unknown_tag_lines: dict[str, str] = field(default_factory=dict)
+    """Each unknown tag's first line, as ``file:line`` (a typo such as ``[weight]`` is found there)."""
     last_lines: dict[str, tuple[float | None, str]] = field(default_factory=dict)
     """Each file's last non-empty line with its timestamp: where a log ends (see stalls)."""
     clock_offsets: dict[str, tuple[float, int]] = field(default_factory=dict)

@@ -90,6 +90,7 @@ def _parsed(log, scan) -> tuple:
         stats.malformed_examples,
         stats.cut_lines,
         dict(stats.unknown_tags),
+        dict(stats.unknown_tag_lines),
     )
 
 

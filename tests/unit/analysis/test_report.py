@@ -65,6 +65,7 @@ def test_json_lists_findings_as_dicts(collected):
         "bad_times",
         "clock_offsets",
         "unknown_tags",
+        "unknown_tag_lines",
     ]
     assert (
         out["primary"]

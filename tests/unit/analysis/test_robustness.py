@@ -40,7 +40,8 @@ def test_unknown_tags_are_counted_and_reported(tmp_path, analyze):
     summary, md = analyze([log], tmp_path / "out")
     assert summary["unknown_tags"] == {"mystery": 2, "other": 1}
     assert any(
-        "3 line(s) with a tag the analyzer does not read: [mystery] x2, [other] x1" in w
+        "3 line(s) with a tag the analyzer does not read: "
+        f"[mystery] x2 (first at {log}:1), [other] x1 (first at {log}:3)" in w
         for w in summary["warnings"]
     )
     assert "3 with unknown tags" in md
