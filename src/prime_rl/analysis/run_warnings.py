@@ -92,8 +92,9 @@ def malformed_lines(d: Collected, th: Thresholds) -> str | None:
         )
     if p.bad_values:
         parts.append(
-            f"{p.bad_values} value(s) not read: no number, a duration (a field that ends in _ms) below 0, or in a "
-            "step field no step number of 1-8 digits "
+            f"{p.bad_values} value(s) not read: no number, a duration (a field that ends in _ms) below 0, a "
+            "trunc_pct outside 0-100, a staleness below 0, a collector sample's queue_ms, gen_ms or verify_ms "
+            "longer than its dur_ms, or in a step field no step number of 1-8 digits "
             f"(the line's other values are kept, at no step number) (e.g. {'; '.join(p.bad_value_examples[:3])})"
         )
     if p.out_of_order:
@@ -333,11 +334,28 @@ def free_pauses(d: Collected, th: Thresholds) -> str | None:
     )
 
 
+def clipped_to_the_run(d: Collected, th: Thresholds) -> str | None:
+    """Series of one-at-a-time durations whose sum passes the run's time, each clipped to it
+    (:data:`~prime_rl.analysis.stats.ONE_AT_A_TIME`)."""
+    clipped = d.clipped()
+    if not clipped:
+        return None
+    said = ", ".join(
+        f"{key} {ms / 1000:.1f} s" if ms < 1e9 else f"{key} {ms / 1000:.3g} s" for key, ms in clipped
+    )
+    return (
+        f"durations that add up to more than the run's {d.run_ms / 1000:.1f} s, each taken one at a time, so each "
+        f"sum is clipped to the run's time in the stages and findings: {said} (a duration that began before the "
+        "logs did, or one no run can have; the values are kept in their statistics)"
+    )
+
+
 WARNINGS: tuple[Check, ...] = (
     staleness_above_async_level,
     truncation,
     missing_weight_lines,
     malformed_lines,
+    clipped_to_the_run,
     clock_offsets,
     undated_logs,
     failed_updates,

@@ -162,6 +162,19 @@ of weights: the resumed orchestrator's wait before its first batch
 publishes them again, is start-up, as the trainer's first wait for rollouts of each run is (counted
 apart: ``ckpt_startup_wait_ms``)."""
 
+ONE_AT_A_TIME = ("gen_dur_ms", "ckpt_wait_ms", "train_ms", "train_wait_ms", "publish_ms", "write_ms")
+"""Series whose values are wall time one at a time within their process (a batch, a wait, a step's
+compute, its publish: the next begins after the last ends): their summed time can be no longer
+than the run, so a stage's or a finding's share of the run made of it is at most 100%.
+:meth:`Collected.total` clips it to the run's time: a sum that passes it holds a duration that
+began before the logs did (a log that starts mid-run, rotated parts missing; a wait logged when it
+ends), or one no run can have (``wait_ms=1e15``, a unit bug's 400 s wait in a 35 s run), whose
+time within the run cannot be told. Such a value is kept in the series (its statistics show it);
+the clip is named in the warnings (:meth:`Collected.clipped`)."""
+CLIPPED_NAMED = 0.01
+"""A clip (:data:`ONE_AT_A_TIME`) is named when the series' sum passes the run's time by more than
+this part of it (the times of a log's lines are to the millisecond, its durations finer)."""
+
 SPANS_KEPT = 20_000
 """Spans of each kind kept from the start of the run, and as many from its end: timeline.txt and
 the trace of a long run show its first and last steps; the spans between are counted
@@ -431,9 +444,25 @@ class Collected:
         return self.memo(("total", key), lambda: self._total(key))
 
     def _total(self, key: str) -> float:
+        out = self.summed(key)
+        run = self.run_ms
+        return min(out, run) if key in ONE_AT_A_TIME and run else out
+
+    def summed(self, key: str) -> float:
+        """:meth:`total` before a series of :data:`ONE_AT_A_TIME` is clipped to the run's time."""
         out = sum(self.series[key])
         out = out + self.earlier_runs_ms[key] if key in self.earlier_runs_ms else out
         return out + self.open_ms[key] if key in self.open_ms else out
+
+    def clipped(self) -> list[tuple[str, float]]:
+        """The series of :data:`ONE_AT_A_TIME` whose summed time passes the run's by more than
+        :data:`CLIPPED_NAMED` of it, with that sum (ms): their :meth:`total` is the run's time."""
+        run = self.run_ms
+        return [
+            (key, self.summed(key))
+            for key in ONE_AT_A_TIME
+            if run and self.series[key] and self.summed(key) > run * (1 + CLIPPED_NAMED)
+        ]
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
@@ -935,6 +964,9 @@ class _Collector:
     def rollout(self, seq: int, b: TaggedLines) -> None:
         b.fields(*FIELDS["rollout"])
         trunc, staleness = b.num_series("trunc_pct"), b.num_series("staleness")
+        # a percent outside 0-100, a staleness below 0: bad values, as a negative duration is
+        trunc = _refuse(b, "trunc_pct", trunc, (trunc < 0) | (trunc > 100))
+        staleness = _refuse(b, "staleness", staleness, staleness < 0)
         self._per_step("trunc_pct", b, "current_step", trunc)
         self._per_step("staleness", b, "current_step", staleness)
         # the step as every per-step figure takes it: no step number (x, 123456789012, 1.5), no step
@@ -1267,6 +1299,11 @@ class _Collector:
                 s.zip_with(kept, pl.Series([None] * len(s), dtype=pl.Float64))
                 for s in (dur, queue, gen, verify, deferred)
             )
+        # a part of a sample longer than the whole sample: a bad value, the sample's other times kept
+        queue, gen, verify = (
+            _refuse(b, key, part, part > dur)
+            for key, part in (("queue_ms", queue), ("gen_ms", gen), ("verify_ms", verify))
+        )
         url, status = b.text_series("url"), b.text_series("status")
         is_done = (event == "rollout.done").fill_null(False)
         has_url = (url.is_not_null() & (url != "")).fill_null(False)
@@ -1496,6 +1533,17 @@ def collect(
     finally:
         if gc_was_on:
             gc.enable()
+
+
+def _refuse(b: TaggedLines, key: str, values: pl.Series, bad: pl.Series) -> pl.Series:
+    """``values`` (field ``key``) without the rows ``bad`` (a Boolean column; null: not bad), which
+    are counted as bad values, named by file:line (:meth:`~prime_rl.analysis.tagged.TaggedLines.refuse`):
+    a number no run can have there."""
+    bad = bad.fill_null(False)
+    if not bad.any():
+        return values
+    b.refuse(key, bad)
+    return values.zip_with(~bad, pl.Series([None] * len(values), dtype=pl.Float64))
 
 
 def _task_and_repeat(b: TaggedLines, rows: pl.Series) -> pl.Series:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,10 @@ def reference_collect(self: _Collector, seq: int, b: TaggedLines) -> None:
     done = ("rollout.done",)
     queue, gen, verify = b.num("queue_ms", done), b.num("gen_ms", done), b.num("verify_ms", done)
     deferred = b.num("dur_ms", ("verify.done",))
+    for key, part in (("queue_ms", queue), ("gen_ms", gen), ("verify_ms", verify)):
+        longer = [p is not None and d is not None and p > d for p, d in zip(part, dur, strict=True)]
+        b.refuse(key, pl.Series(longer))  # a part of a sample longer than the sample: a bad value
+        part[:] = [None if x else p for p, x in zip(part, longer, strict=True)]
     retries = []
     for i, e in enumerate(events):
         if e == "request.retry":

@@ -37,3 +37,68 @@ def test_an_unknown_tag_is_named_by_its_first_line_and_an_overlong_one_is_counte
     assert f"[frobnicate] x2 (first at {log}:{AT + 1})" in md
     assert f"[{long_name}] x1 (first at {log}:{AT + 2})" in md
     assert "3 line(s) with a tag the analyzer does not read" in md
+
+
+def test_a_percent_outside_0_to_100_and_a_negative_staleness_are_bad_values(tmp_path, analyze):
+    logs, log = _run_with(
+        tmp_path,
+        "[rollout] trunc_pct=250 current_step=55 ckpt_step=54 staleness=1",
+        "[rollout] trunc_pct=1e308 current_step=56 ckpt_step=54 staleness=-3",
+    )
+    summary, md = analyze([logs], tmp_path / "out")
+    assert summary["bad_values"] == {
+        "count": 3,
+        "examples": [
+            f"{log}:{AT + 1}: trunc_pct=250 ([rollout] )",
+            f"{log}:{AT + 2}: trunc_pct=1e308 ([rollout] )",
+            f"{log}:{AT + 2}: staleness=-3 ([rollout] )",
+        ],
+    }
+    assert summary["stats"]["trunc_pct"]["max"] == 2.0  # the healthy run's own
+    assert "-3" not in summary["staleness"]["histogram"]
+    assert "a trunc_pct outside 0-100, a staleness below 0" in md
+
+
+def test_a_collector_samples_part_longer_than_the_sample_is_a_bad_value(tmp_path, analyze):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    lines = []
+    for i in range(40):  # 40 samples of 1 s, 4 in flight: 10 s
+        t = 12 * 3600 + (i // 4) + 1
+        stamp = f"2026-01-01 {t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}.000 | INFO    | "
+        lines.append(
+            f"{stamp}[collect][c{i}] rollout.done task={i} repeat=0 status=200 dur_ms=1000 queue_ms=1 gen_ms=900 "
+            "verify_ms=50 out_tokens=10 attempts=1 url=http://h0:8000"
+        )
+    lines.insert(
+        20,
+        lines[19][:36] + "[collect][x7] rollout.done task=99 repeat=0 status=200 dur_ms=10 queue_ms=1 "
+        "gen_ms=90000 verify_ms=1 out_tokens=10 attempts=1 url=http://h0:8000",
+    )
+    log = logs / "collect.log"
+    log.write_text("\n".join(lines) + "\n")
+    summary, _ = analyze([log], tmp_path / "out")
+    assert summary["bad_values"]["examples"] == [f"{log}:21: gen_ms=90000 ([collect] rollout.done)"]
+    assert summary["stats"]["collect_gen_ms"]["max"] == 900.0
+    assert summary["stats"]["collect_ms"]["count"] == 41  # the sample's own dur_ms is kept
+    assert all(stage["share"] <= 1.0 for stage in summary["stages"])
+
+
+def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(tmp_path, analyze):
+    """A 400 s checkpoint wait (a unit bug) and a 1e300 ms (1e297 s) batch in a run of about 30 s: each sum is
+    the run's time in the stages and findings (never above 100%), named in a warning; the values stay
+    in their statistics."""
+    logs, _ = _run_with(
+        tmp_path,
+        "[ckpt] wait.done target_step=2 wait_ms=400000",
+        "[gen] batch.done step=55 completions=256 dur_ms=1e300 inflight=64",
+    )
+    summary, md = analyze([logs], tmp_path / "out")
+    run_ms = summary["run_seconds"] * 1000
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    assert stages["checkpoint wait"]["total_ms"] == run_ms and stages["checkpoint wait"]["share"] == 1.0
+    assert all(stage["share"] <= 1.0 for stage in summary["stages"])
+    assert all(finding["share"] <= 1.0 for finding in summary["findings"])
+    assert summary["stats"]["ckpt_wait_ms"]["max"] == 400000.0
+    (warning,) = [w for w in summary["warnings"] if "clipped to the run's time" in w]
+    assert "gen_dur_ms 1e+297 s" in warning and "ckpt_wait_ms 400.4 s" in warning  # with its other waits

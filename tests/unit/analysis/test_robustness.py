@@ -280,7 +280,9 @@ def test_a_step_that_is_no_step_number_names_its_file_and_line(tmp_path):
         f"{log}:6: step=+2 ([verify] batch.done)",
     ]
     assert any(
-        "7 value(s) not read: no number, a duration (a field that ends in _ms) below 0, or in a step field no step number"
+        "7 value(s) not read: no number, a duration (a field that ends in _ms) below 0, a trunc_pct outside 0-100, "
+        "a staleness below 0, a collector sample's queue_ms, gen_ms or verify_ms longer than its dur_ms, or in a "
+        "step field no step number"
         in w
         and f"{log}:2" in w
         for w in a.warnings

@@ -342,6 +342,7 @@ WARNS = {
     run_warnings.truncation: (dict(trunc_pct=[20.0, 30.0]), dict(trunc_pct=[5.0, 6.0])),
     run_warnings.missing_weight_lines: (dict(), dict(updates=(Update("t1", recv_ts=1.0),))),
     run_warnings.malformed_lines: (dict(malformed=2), dict()),
+    run_warnings.clipped_to_the_run: (dict(ckpt_wait_ms=[400_000.0]), dict(ckpt_wait_ms=[100_000.0])),
     run_warnings.clock_offsets: (dict(fields=dict(clock_offsets={"inference.log": (7200.0, 18)})), dict()),
     run_warnings.undated_logs: (
         dict(
