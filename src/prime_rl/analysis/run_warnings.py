@@ -15,7 +15,7 @@ from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.servers import stale_said, stale_servers
-from prime_rl.analysis.stats import Collected
+from prime_rl.analysis.stats import REPEATED, Collected
 from prime_rl.analysis.thresholds import Thresholds
 
 Check = Callable[[Collected, Thresholds], str | None]
@@ -350,12 +350,26 @@ def clipped_to_the_run(d: Collected, th: Thresholds) -> str | None:
     )
 
 
+def repeated_steps(d: Collected, th: Thresholds) -> str | None:
+    """A step's line logged again in the same run (no restart between): its per-step values are the
+    last line's (:data:`~prime_rl.analysis.stats.REPEATED`)."""
+    counts = {k[len(REPEATED) :]: n for k, n in d.counts.items() if k.startswith(REPEATED)}
+    if not counts:
+        return None
+    said = ", ".join(f"{key} x{n}" for key, n in counts.items())
+    return (
+        f"{sum(counts.values())} per-step value(s) logged again for a step the same run had logged (no restart "
+        f"between): the last line's value is kept: {said} (e.g. {'; '.join(d.repeated_steps[:3])})"
+    )
+
+
 WARNINGS: tuple[Check, ...] = (
     staleness_above_async_level,
     truncation,
     missing_weight_lines,
     malformed_lines,
     clipped_to_the_run,
+    repeated_steps,
     clock_offsets,
     undated_logs,
     failed_updates,

@@ -137,6 +137,11 @@ _UPDATE_COLUMNS = ("queue", "rpc", "wall", "server_rpc", "send_to_recv", "lock",
 """Their columns in :func:`~prime_rl.analysis.updates.update_frame`."""
 
 
+REPEATED = "repeated."
+"""The prefix of :attr:`Collected.counts`' keys that count the lines that set a per-step series'
+step again in the run (segment) that had set it (``repeated.gen_dur_ms``): the last line wins, as a
+restart's does, and the lines are named in a warning (:attr:`Collected.repeated_steps`)."""
+
 AT_NO_STEP = "nostep."
 """The prefix of :attr:`Collected.counts`' keys that count the values of a per-step series
 (:data:`PER_STEP`) on lines at no step (``nostep.staleness``): kept in the series, in no step's value."""
@@ -382,6 +387,10 @@ class Collected:
     weight updates into the orchestrator's runs there."""
     _described: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    repeated_steps: list[str] = field(default_factory=list)
+    """The first few lines that set a per-step series' step again in the run that had set it (no
+    restart between: the last line wins), as ``file:line: series step N ([tag] event)``; counted by
+    series in :attr:`counts` (``repeated.<series>``)."""
 
     def rate_limited_ms(self, client: str | None = None) -> float:
         """The wall time in which some request (of ``client``, ``orchestrator`` or ``collector``; None:
@@ -672,6 +681,8 @@ class _Collector:
         )
         """A deferred verify pass's verifications ([collect] verify.done) as spans and a row of bars."""
         self.counts: Counter = Counter()
+        self.repeated_examples: list[str] = []
+        """The first few lines that set a step again in the same run (:meth:`_per_step`)."""
         self.join = UpdateJoin(spill_dir=spill_dir)
         self.open_gen: dict[str, float] = {}
         self.open_wait: dict[str, float] = {}
@@ -776,6 +787,15 @@ class _Collector:
         again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key), segments)
         if again:
             self.counts[f"redone.{key}"] += again
+        repeats = self.by_step[key].repeats
+        # a step's line again in the same run: the last wins, named; but a [ckpt] write.done, which a
+        # resumed trainer writes again for the step whose weights it loaded as it publishes them
+        if len(repeats) and key != "write_ms":
+            self.counts[f"{REPEATED}{key}"] += len(repeats)
+            room = EXAMPLES - len(self.repeated_examples)
+            for i in repeats[: max(room, 0)].tolist():
+                ev = b.event(i)
+                self.repeated_examples.append(f"{ev.where()}: {key} step {steps[i]} ([{ev.tag}] {ev.event})")
         if loose:  # values at no step: the series' count is no number of steps
             self.counts[f"{AT_NO_STEP}{key}"] += len(loose)
         self.series[key].extend(loose)
@@ -1753,6 +1773,7 @@ def _collect(
         verify_busiest=busiest,
         verify_paired=paired,
         pauses=pauses,
+        repeated_steps=c.repeated_examples,
         hangs_untold=[h for h in c.progress.untold if any(h.event is e for e in hangs.current)],
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
@@ -1895,7 +1916,7 @@ class _PerStep:
     has none; values are finite), a dict for steps that are no small integer; beside each, the
     segment of its process (:mod:`~prime_rl.analysis.restarts`) that last set it."""
 
-    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment", "replaced")
+    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment", "replaced", "repeats", "top")
 
     def __init__(self) -> None:
         self.by_number = np.full(1024, np.nan)
@@ -1908,6 +1929,11 @@ class _PerStep:
         self.replaced = array("d")
         """The values a later segment replaced: each step's last value in each segment that set it
         but the last (:attr:`Collected.earlier_runs_ms`)."""
+        self.repeats = np.empty(0, np.int64)
+        """The rows of the last :meth:`set_many`'s lines that set a step again in the segment that
+        had set it (a step's line logged twice in one run, no restart between: the last wins)."""
+        self.top = (-1, -1)
+        """The segment of the last numbered line set and its highest step (:func:`_repeated`)."""
 
     def set_many(
         self,
@@ -1931,6 +1957,7 @@ class _PerStep:
         value = values.to_numpy()  # null: NaN (the values are finite)
         segment = np.zeros(len(value), np.int64) if segments is None else np.asarray(segments, np.int64)
         keep = ~np.isnan(value)
+        self.repeats = np.empty(0, np.int64)
         if not keep.any():
             return 0, []
         has_step = numbers.is_not_null().to_numpy()
@@ -1940,8 +1967,17 @@ class _PerStep:
             numbered = keep & (number < self.size + 100_000)
         named = keep & has_step & ~numbered
         again = 0
+        repeats: list[np.ndarray] = []
+        if numbered.any():
+            idx, seg = number[numbered].astype(np.int64), segment[numbered]
+            repeated, self.top = _repeated(idx, seg, self.segment_of, self.top)
+            repeats.append(np.flatnonzero(numbered)[repeated])
         if named.any():
             names = steps.filter(pl.Series(named)).to_list()
+            rows = np.flatnonzero(named).tolist()
+            for row, name, g in zip(rows, names, segment[named].tolist(), strict=True):
+                if self.other_segment.get(name, -1) == g:
+                    repeats.append(np.array([row], np.int64))
             for name, v, g in zip(names, value[named].tolist(), segment[named].tolist(), strict=True):
                 if self.other_segment.get(name, g) < g:
                     again += 1
@@ -1950,6 +1986,8 @@ class _PerStep:
                 self.other_segment[name] = g
         if numbered.any():
             again += self._set_numbered(number[numbered].astype(np.int64), value[numbered], segment[numbered])
+        if repeats:
+            self.repeats = np.sort(np.concatenate(repeats))
         return again, loose
 
     def _set_numbered(self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray) -> int:
@@ -1981,6 +2019,35 @@ class _PerStep:
         numbered = self.by_number[: self.size]
         out.frombytes(numbered[~np.isnan(numbered)].astype(np.float64).tobytes())
         out.extend(self.other.values())
+
+
+def _repeated(
+    idx: np.ndarray, segment: np.ndarray, segment_of: np.ndarray, top: tuple[int, int]
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Which lines at steps ``idx`` in ``segment`` (never falling) set a step again in the segment that
+    set it (an earlier of these lines did, or it was last set in that segment before them:
+    ``segment_of``) at the segment's highest step so far: a line logged twice. A step below one logged
+    after it in its segment is a resume's redone step whose restart is found at a later line (a resumed
+    trainer's ``[ckpt] write.done`` before its first ``step.done``), no repeat. ``top``: (segment,
+    highest step) before these lines; returned with the lines' own."""
+    top_segment, top_step = top
+    before = np.empty(len(idx), dtype=np.int64)  # the segment's highest step before each line
+    for g in np.unique(segment).tolist():
+        rows = np.flatnonzero(segment == g)
+        start = top_step if g == top_segment else -1
+        highest = np.maximum.accumulate(np.concatenate(([start], idx[rows])))
+        before[rows] = highest[:-1]
+        top_segment, top_step = g, int(highest[-1])
+    n = len(idx)
+    out = np.zeros(n, dtype=bool)
+    inside = idx < len(segment_of)
+    out[inside] = segment_of[idx[inside]] == segment[inside]
+    order = np.lexsort((np.arange(n), segment, idx))
+    step, seg = idx[order], segment[order]
+    again = np.zeros(n, dtype=bool)
+    again[1:] = (step[1:] == step[:-1]) & (seg[1:] == seg[:-1])
+    out[order[again]] = True
+    return out & (idx >= before), (top_segment, top_step)
 
 
 def _redone(idx: np.ndarray, segment: np.ndarray, segment_of: np.ndarray) -> int:

@@ -102,3 +102,26 @@ def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(t
     assert summary["stats"]["ckpt_wait_ms"]["max"] == 400000.0
     (warning,) = [w for w in summary["warnings"] if "clipped to the run's time" in w]
     assert "gen_dur_ms 1e+297 s" in warning and "ckpt_wait_ms 400.4 s" in warning  # with its other waits
+
+
+def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path, analyze):
+    """A second [gen] batch.done for step 2 (100 s, at its real one's time; no restart) replaced the
+    real 1.5 s, and a second [rollout] line for step 2 (staleness 7) was likewise kept over the real
+    one, both without a word (the rev_v reviewer's D7). The last line of a step wins, as a restart's
+    does, and each such line is counted by series and named by file:line."""
+    logs, log = _run_with(
+        tmp_path,
+        "[rollout] trunc_pct=99 current_step=2 ckpt_step=1 staleness=7",  # before step 2's real one
+        "[gen] batch.done step=2 completions=256 dur_ms=99999 inflight=64",  # after step 2's real one
+        at=AT,
+    )
+    summary, _ = analyze([logs], tmp_path / "out")
+    assert summary["counts"]["repeated.gen_dur_ms"] == 1
+    assert summary["counts"]["repeated.trunc_pct"] == summary["counts"]["repeated.staleness"] == 1
+    assert "redone.gen_dur_ms" not in summary["counts"]  # no restart
+    (warning,) = [w for w in summary["warnings"] if "logged again for a step" in w]
+    assert "3 per-step value(s)" in warning and "the last line's value is kept" in warning
+    assert f"{log}:{AT + 2}: gen_dur_ms step 2 ([gen] batch.done)" in warning
+    assert f"{log}:{AT + 4}: trunc_pct step 2 ([rollout] )" in warning  # the real line, after the inserted
+    assert summary["stats"]["gen_dur_ms"]["max"] == 99999.0  # the last line's
+    assert summary["stats"]["trunc_pct"]["max"] == 2.0 and "7" not in summary["staleness"]["histogram"]

@@ -343,6 +343,10 @@ WARNS = {
     run_warnings.missing_weight_lines: (dict(), dict(updates=(Update("t1", recv_ts=1.0),))),
     run_warnings.malformed_lines: (dict(malformed=2), dict()),
     run_warnings.clipped_to_the_run: (dict(ckpt_wait_ms=[400_000.0]), dict(ckpt_wait_ms=[100_000.0])),
+    run_warnings.repeated_steps: (
+        dict(counts={"repeated.gen_dur_ms": 1}, fields=dict(repeated_steps=["o.log:9: gen_dur_ms step 4"])),
+        dict(counts={"redone.gen_dur_ms": 1}),
+    ),
     run_warnings.clock_offsets: (dict(fields=dict(clock_offsets={"inference.log": (7200.0, 18)})), dict()),
     run_warnings.undated_logs: (
         dict(
