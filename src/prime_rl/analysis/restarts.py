@@ -204,34 +204,73 @@ it, or the crash tore it: the trainer publishes it before its run.start), the or
 such lines last too (:func:`fell_silent_before_start`)."""
 
 
+def before_start_lines(frame: pl.DataFrame, source: str) -> np.ndarray:
+    """Whether each line of a batch of ``source``'s lines is one its resumed process may log before
+    its ``run.start`` (:data:`BEFORE_RUN_START`)."""
+    if source not in BEFORE_RUN_START:
+        return np.zeros(len(frame), dtype=bool)
+    tag, events = BEFORE_RUN_START[source]
+    return (
+        ((frame.get_column("tag") == tag) & frame.get_column("event").is_in(events))
+        .fill_null(False)
+        .to_numpy()
+    )
+
+
+QuietTail = tuple[np.ndarray, np.ndarray, float]
+"""A process's lines with a time at the end of its batches so far that its resumed process may log
+before its ``run.start`` (:data:`BEFORE_RUN_START`), as their ``line`` and their times, and the time
+of its last line with a time before them (NaN: none): :func:`fell_silent_before_start` looks back
+through them where a batch's run.start has none of its other lines before it."""
+
+NO_TAIL: QuietTail = (np.empty(0, np.int64), np.empty(0), math.nan)
+
+
+def quiet_tail(frame: pl.DataFrame, source: str, tail: QuietTail) -> QuietTail:
+    """``tail`` (:data:`QuietTail`, of the batches before ``frame``) moved on past the batch ``frame``
+    of ``source``'s lines."""
+    ts = frame.get_column("ts").to_numpy()
+    stamped = np.flatnonzero(~np.isnan(ts))
+    if not len(stamped):
+        return tail
+    own = before_start_lines(frame, source)[stamped]
+    other = np.flatnonzero(~own)
+    line = frame.get_column("line").to_numpy()
+    if len(other):
+        rows = stamped[other[-1] + 1 :]
+        return line[rows], ts[rows], float(ts[stamped[other[-1]]])
+    lines, times, prior = tail
+    return np.concatenate([lines, line[stamped]]), np.concatenate([times, ts[stamped]]), prior
+
+
 def fell_silent_before_start(
-    frame: pl.DataFrame, source: str, before: np.ndarray, at: int, carried: float
+    frame: pl.DataFrame, source: str, before: np.ndarray, at: int, tail: QuietTail
 ) -> tuple[int, float]:
     """For a ``run.start`` at row ``at`` of a batch of ``source``'s lines (``frame``; ``before``: its
-    rows with a time before it; ``carried``: the process's last time in an earlier batch, NaN: none),
-    where its crashed run fell silent: the row from which the lines are the resumed run's and the time
-    of the crashed run's last line. That is the longest silence before the run.start or before one of
-    the lines right before it that the resumed process may have logged before it
-    (:data:`BEFORE_RUN_START`): a trainer's republish of its weights is the resumed run's, one the
+    rows with a time before it; ``tail``: the process's :data:`QuietTail` of the earlier batches),
+    where its crashed run fell silent: the ``line`` from which the lines are the resumed run's and the
+    time of the crashed run's last line. That is the longest silence before the run.start or before
+    one of the lines right before it that the resumed process may have logged before it
+    (:data:`BEFORE_RUN_START`), in this batch or, where the batch has no other line before it, in
+    earlier ones (``tail``): a trainer's republish of its weights is the resumed run's, one the
     crashed run wrote before it died is the crashed run's (the crash and the start-up are the silence)."""
     ts = frame.get_column("ts").to_numpy()
-    own = np.zeros(len(frame), dtype=bool)
-    if source in BEFORE_RUN_START:
-        tag, events = BEFORE_RUN_START[source]
-        own = (
-            ((frame.get_column("tag") == tag) & frame.get_column("event").is_in(events))
-            .fill_null(False)
-            .to_numpy()
-        )
+    line = frame.get_column("line").to_numpy()
+    own = before_start_lines(frame, source)
     other = np.flatnonzero(~own[before])
     lo = int(other[-1]) + 1 if len(other) else 0
     rows = np.append(before[lo:], at)
-    prior = np.concatenate([[ts[before[lo - 1]] if lo else carried], ts[before[lo:]]])
+    lines, times = line[rows], ts[rows]
+    if lo:
+        prior = np.concatenate([[ts[before[lo - 1]]], ts[before[lo:]]])
+    else:  # the silence may lie in earlier batches: their lines of the start-up, and the one before
+        lines, times = np.concatenate([tail[0], lines]), np.concatenate([tail[1], times])
+        prior = np.concatenate([[tail[2]], times[:-1]])
     with np.errstate(invalid="ignore"):
-        gaps = ts[rows] - prior
+        gaps = times - prior
     gaps = np.where(np.isnan(gaps), -np.inf, gaps)
-    j = len(rows) - 1 if np.isneginf(gaps).all() else int(np.argmax(gaps))
-    return int(rows[j]), float(prior[j])
+    j = len(lines) - 1 if np.isneginf(gaps).all() else int(np.argmax(gaps))
+    return int(lines[j]), float(prior[j])
 
 
 TRAIN_SPANS = {"wait.start": "wait.done", "wait.done": "step.done"}

@@ -48,12 +48,15 @@ from prime_rl.analysis.rate_limits import (
     orchestrator_ends,
 )
 from prime_rl.analysis.restarts import (
+    NO_TAIL,
+    QuietTail,
     Restart,
     Segments,
     fell_silent_before_start,
     last_restart,
     open_spans,
     open_time_within,
+    quiet_tail,
     run_time_within,
     silent_together,
     uncovered,
@@ -751,8 +754,10 @@ class _Collector:
         """For each of the batch's lines that start a new segment of its process (:attr:`segment_starts`):
         the ``line`` before which the process's lines are the crashed run's, when that run fell silent
         (its last line with a time) and the time of the restart's line (NaN: none) (:meth:`_fell_silent`)."""
-        self.last_ts: dict[str, float] = {}
-        """By source, the time of its last line with a time in the batches before the current one."""
+        self.quiet_tails: dict[str, QuietTail] = {}
+        """By source, its :data:`~prime_rl.analysis.restarts.QuietTail` of the batches before the
+        current one: its lines at their end that a resumed process may log before its ``run.start``,
+        and the time of its last other line with a time (:meth:`_fell_silent`)."""
         self.orchestrator_silent: list[tuple[float, float]] = []
         """For each restart of the orchestrator with a time, in order: when its crashed run fell silent
         (:attr:`fell_silent`; the restart's time where no line before it has one) and the time of the
@@ -1444,9 +1449,8 @@ class _Collector:
         its down time's start), the lines after it being the resumed run's."""
         ts = b.frame.get_column("ts").to_numpy()
         stamped = np.flatnonzero(~np.isnan(ts))
-        carried = self.last_ts.get(b.source, math.nan)
-        if len(stamped):
-            self.last_ts[b.source] = float(ts[stamped[-1]])
+        carried = self.quiet_tails.get(b.source, NO_TAIL)
+        self.quiet_tails[b.source] = quiet_tail(b.frame, b.source, carried)
         if not restarts:
             return np.empty(0, np.int64), np.empty(0), np.empty(0)
         line = b.frame.get_column("line").to_numpy()
@@ -1456,8 +1460,8 @@ class _Collector:
             before = stamped[stamped < i]
             began = self.segments.silent_from.get(k)
             if began is None:  # a run.start: the lines before the silence before it are the crashed run's
-                row, last = fell_silent_before_start(b.frame, b.source, before, i, carried)
-                ends.append(int(line[row]))
+                end, last = fell_silent_before_start(b.frame, b.source, before, i, carried)
+                ends.append(end)
                 times.append(last)
             else:
                 quiet = before[ts[before] <= began]

@@ -2944,6 +2944,15 @@ _CUT_READS = {
     "orchestrator crashed alone waiting for weights, no run.start": lambda root: _crashed_alone(
         root, "checkpoint", run_start=False
     ),
+    "trainer crashed alone waiting, weights published again before its run.start": lambda root: (
+        _crashed_alone(root, "trainer", run_start=True, before_start=True)
+    ),
+    "orchestrator crashed alone in a batch, a metrics line before its run.start": lambda root: _crashed_alone(
+        root, "batch", run_start=True, before_start=True
+    ),
+    "orchestrator crashed alone waiting for weights, a metrics line before its run.start": lambda root: (
+        _crashed_alone(root, "checkpoint", run_start=True, before_start=True)
+    ),
 }
 """The logs :func:`test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches` reads."""
 
@@ -2966,7 +2975,13 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     start-up does. Without run.start lines the resume's load of weights (its [ckpt] wait of 4 s before
     the [gen] batch.start whose step goes back) read as a wait of the run where a batch ended between
     them: checkpoint wait 4.24 s for 0.24 s (the restart is found at the batch.start, after the wait
-    was counted). Every figure of summary.json reads as with the logs read whole."""
+    was counted). A process that crashed alone and whose resume logged a line before its run.start
+    (_crashed_alone ``before_start``: the trainer's weights published again, the orchestrator's
+    [server] metrics) fell silent at that line where a batch ended between it and the run.start (only
+    the run.start's batch was looked at): the trainer's open wait counted 53 -> 99 s (trainer waits
+    80.0 s for 34.0 s, primary 'Generation-bound' for 'Checkpoint I/O'), the orchestrator's open batch
+    generated 143.89 s for 107.59 s, its open wait for weights 120.48 s for 0.18 s. Every figure of
+    summary.json reads as with the logs read whole."""
     from prime_rl.analysis import parser
 
     paths = _CUT_READS[case](tmp_path / "logs")
@@ -2978,3 +2993,12 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     if case.startswith("whole run crashed computing"):
         assert cut["run_seconds"] == pytest.approx(132.98, abs=0.01)
         assert _stage_ms(cut, "checkpoint wait") == pytest.approx(240.0, abs=1.0)  # 24 waits of 10 ms
+    if case.startswith("trainer crashed alone waiting, weights"):
+        assert _stage_ms(cut, "trainer waits for rollouts") == pytest.approx(34_000.0, abs=1.0)
+        assert cut["primary"]["kind"] == "checkpoint_io", cut["findings"]
+    if case.startswith("orchestrator crashed alone in a batch, a metrics"):
+        assert _stage_ms(cut, "generation") == pytest.approx(
+            19 * 4_990.0 + 10_000.0 - 210.0 + 2_990.0, abs=1.0
+        )
+    if case.startswith("orchestrator crashed alone waiting for weights, a metrics"):
+        assert _stage_ms(cut, "checkpoint wait") == pytest.approx(18 * 10.0, abs=1.0)
