@@ -49,6 +49,7 @@ from prime_rl.analysis.rate_limits import (
 )
 from prime_rl.analysis.restarts import (
     NO_TAIL,
+    STEP_LINE_OF,
     QuietTail,
     Restart,
     Segments,
@@ -640,6 +641,13 @@ def _extend(series: array, values: pl.Series) -> None:
     series.frombytes(values.drop_nulls().to_numpy().astype(np.float64, copy=False).tobytes())
 
 
+_NO_MARKS: tuple[np.ndarray, np.ndarray, np.ndarray, float] = (
+    np.empty(0, np.int64),
+    np.empty(0),
+    np.empty(0),
+    math.nan,
+)
+"""No lines of :attr:`_Collector.open_marks`, nothing open after them."""
 _TRAIN_STEP_ENDS = ("step.done", "wait.start", RUN_START)
 """The trainer's lines after which no step is left unfinished: its ``step.done``, or a new wait or
 process (:meth:`_Collector._unfinished_steps`)."""
@@ -765,6 +773,17 @@ class _Collector:
         self.open_since: dict[tuple[str, str], float] = {}
         """By series and source, the time of the line that opened a batch or wait still open (no line
         that ends it, nor a restart of its process, since): :meth:`_left_open`."""
+        self.open_marks: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
+        """By series and source (as :attr:`open_since`), its lines that open or end a batch or wait in
+        the batches before the current one since the process's last step line or restart (as their
+        ``line``, their time and the time of the one open after each, NaN: none), and the one open just
+        after that step line: a restart found in a later batch whose crashed run fell silent before
+        some of them (the resume's start-up lines came first) finds there what it left open
+        (:meth:`_left_open`; moved on by :meth:`_keep_open_marks`)."""
+        self.open_marks_path: dict[str, Path | None] = {}
+        """By source, the file of its last batch (:attr:`open_marks`' lines are that file's)."""
+        self.batch_marks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """By series, the current batch's lines of :attr:`open_marks` (:meth:`_left_open`)."""
         self.left_open: dict[str, list[tuple[float, float, float]]] = {}
         """By series, each batch or wait left open where its process started again (a crash, then a
         resume): the time of its open line, of the crashed run's last line and of the restart's line
@@ -833,11 +852,13 @@ class _Collector:
 
         lo = 0
         ends, silent, restart = self.fell_silent
-        for before, last, again in zip(
-            np.searchsorted(line[marks], ends).tolist(), silent.tolist(), restart.tolist(), strict=True
+        for k, (before, last, again) in enumerate(
+            zip(np.searchsorted(line[marks], ends).tolist(), silent.tolist(), restart.tolist(), strict=True)
         ):
             if before > lo:  # the crashed run's last line that opens or ends one
                 since = at(int(marks[before - 1]))
+            elif not k:  # an earlier batch's, which may come before the resume's start-up lines
+                since = self._open_when(key, b.source, last, since)
             if since is not None:
                 again = math.inf if math.isnan(again) else again
                 self.left_open.setdefault(key, []).append((since, again if math.isnan(last) else last, again))
@@ -846,6 +867,73 @@ class _Collector:
             since = at(int(marks[-1]))
         if since is not None:
             self.open_since[key, b.source] = since
+        opens = opening[marks] & ~np.isnan(ts[marks])
+        if counts is not None:
+            opens &= counts[marks]
+        self.batch_marks[key] = (line[marks], ts[marks], np.where(opens, ts[marks], math.nan))
+        self.open_marks.setdefault((key, b.source), _NO_MARKS)
+
+    def _open_when(self, key: str, source: str, quiet: float, since: float | None) -> float | None:
+        """What of series ``key`` ``source`` had open when its crashed run fell silent at ``quiet``
+        (NaN: not known), by its lines of :attr:`open_marks` with a time up to then (``since``: what
+        it has open after them all)."""
+        lines, ts, opened, before = self.open_marks.get((key, source), _NO_MARKS)
+        if math.isnan(quiet) or not len(lines):
+            return since
+        at = int(np.searchsorted(np.fmax.accumulate(ts), quiet, side="right")) - 1
+        if at == len(lines) - 1:  # all of them the crashed run's
+            return since
+        value = opened[at] if at >= 0 else before
+        return None if math.isnan(value) else float(value)
+
+    def _keep_open_marks(self, b: TaggedLines) -> None:
+        """Move :attr:`open_marks` of ``b``'s source on past batch ``b``: a restart in it applied to each
+        series that had no line in it (:meth:`_left_open`); the lines of each kept from the last step
+        line or restart of the batch on (:data:`~prime_rl.analysis.restarts.STEP_LINE_OF`)."""
+        keys = [key for key, source in self.open_marks if source == b.source]
+        if not keys:
+            return
+        none = np.zeros(len(b), dtype=bool)
+        for key in keys:
+            if len(self.fell_silent[0]) and key not in self.batch_marks:
+                self._left_open(key, b, none, none)
+        if self.open_marks_path.get(b.source, b.path) != b.path:  # another file: its lines all before
+            for key in keys:
+                lines, _, opened, before = self.open_marks[key, b.source]
+                self.open_marks[key, b.source] = (*_NO_MARKS[:3], float(opened[-1]) if len(lines) else before)
+        self.open_marks_path[b.source] = b.path
+        if b.source in STEP_LINE_OF:
+            tag, event = STEP_LINE_OF[b.source]
+            pairs = {(t, e) for t, e, _ in b.overview().counts}
+            stepped = (tag, event) in pairs or (tag, RUN_START) in pairs
+        else:
+            stepped = False
+        starts = self.segment_starts[0]
+        cut = -1
+        if stepped:
+            frame = b.frame
+            ours = (frame.get_column("tag") == tag) & frame.get_column("event").is_in((event, RUN_START))
+            cut = int(frame.get_column("line").filter(ours.fill_null(False)).max())
+        if len(starts):
+            cut = max(cut, int(starts[-1]))
+        for key in keys:
+            lines, ts, opened, before = self.open_marks[key, b.source]
+            if key in self.batch_marks:
+                more = self.batch_marks[key]
+                lines, ts, opened = (
+                    np.concatenate([a, m]) for a, m in zip((lines, ts, opened), more, strict=True)
+                )
+            if cut >= 0:  # what is open just after the cut: its last line's, unless a restart since
+                at = int(np.searchsorted(lines, cut, side="right")) - 1
+                ends = self.fell_silent[0]
+                reset = ends[ends <= cut]
+                if len(reset) and (at < 0 or lines[at] < reset[-1]):
+                    before = math.nan
+                elif at >= 0:
+                    before = float(opened[at])
+                lines, ts, opened = lines[at + 1 :], ts[at + 1 :], opened[at + 1 :]
+            self.open_marks[key, b.source] = (lines, ts, opened, before)
+        self.batch_marks = {}
 
     def _extend(self, key: str, values: list[float | None]) -> None:
         """Add every value that is not None (a series with no per-step values)."""
@@ -1417,6 +1505,7 @@ class _Collector:
                     handler(seq, lines)
                 except _HANDLER_ERRORS as e:  # never a crash: count it, name the line it failed on
                     self.errors.append((lines, _failing_row(tag, seq, lines), e))
+        self._keep_open_marks(b)
         if self.recent_waits and b.source == "orchestrator":  # those a later restart may still find
             since = set(self.segments.waits_since_step[1].tolist())
             self.recent_waits = {line: v for line, v in self.recent_waits.items() if line in since}

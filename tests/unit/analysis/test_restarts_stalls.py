@@ -2953,6 +2953,10 @@ _CUT_READS = {
     "orchestrator crashed alone waiting for weights, a metrics line before its run.start": lambda root: (
         _crashed_alone(root, "checkpoint", run_start=True, before_start=True)
     ),
+    "whole run crashed in a wait for weights": lambda root: _crashed_inside(root, "checkpoint wait")[0],
+    "whole run crashed in a wait for weights, no run.start": lambda root: _crashed_inside(
+        root, "checkpoint wait", "old"
+    )[0],
 }
 """The logs :func:`test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches` reads."""
 
@@ -2962,14 +2966,14 @@ def _cut_anywhere(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k != "parse"}
 
 
-@pytest.mark.parametrize("batch_rows", [1, 2, 3])
+@pytest.mark.parametrize("batch_rows, chunk", [(1, 1), (1, 100), (2, 100), (3, 100)])
 @pytest.mark.parametrize("case", sorted(_CUT_READS))
 def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
-    tmp_path, analyze, monkeypatch, case, batch_rows
+    tmp_path, analyze, monkeypatch, case, batch_rows, chunk
 ):
     """A multi-GB log is cut into batches (parser.BATCH_ROWS lines) wherever its chunks end; the
     analysis is the same wherever that is. Read one to three lines a batch (``batch_rows``, chunks of
-    100 bytes): a run whose processes log ``run.start`` 0.5 s before their first line (_whole_run_crash,
+    100 bytes; or every line a batch of its own: chunks of 1 byte, a line each): a run whose processes log ``run.start`` 0.5 s before their first line (_whole_run_crash,
     _crashed_alone) ran 0.5 s longer (133.48 s for the whole-run crash's 132.98 s): a batch of nothing
     but a run.start started the run at that line, while read whole the file's first line that is no
     start-up does. Without run.start lines the resume's load of weights (its [ckpt] wait of 4 s before
@@ -2980,14 +2984,19 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     [server] metrics) fell silent at that line where a batch ended between it and the run.start (only
     the run.start's batch was looked at): the trainer's open wait counted 53 -> 99 s (trainer waits
     80.0 s for 34.0 s, primary 'Generation-bound' for 'Checkpoint I/O'), the orchestrator's open batch
-    generated 143.89 s for 107.59 s, its open wait for weights 120.48 s for 0.18 s. Every figure of
-    summary.json reads as with the logs read whole."""
+    generated 143.89 s for 107.59 s, its open wait for weights 120.48 s for 0.18 s. A whole run that
+    crashed 40 s into the orchestrator's wait for weights (_crashed_inside ``checkpoint wait``) lost
+    that open wait where a batch ended between it and the restart: checkpoint wait 0.27 s for 40.27 s
+    and no 'Checkpoint I/O' finding (its [ckpt] lines alone kept what was open, and a batch with none
+    of them ended nothing at a restart; without run.start lines the resume's load of weights, in
+    batches before the step going back, had closed it). Every figure of summary.json reads as with
+    the logs read whole."""
     from prime_rl.analysis import parser
 
     paths = _CUT_READS[case](tmp_path / "logs")
     whole, _ = analyze(paths, tmp_path / "whole", "--async-level", "2")
     monkeypatch.setattr(parser, "BATCH_ROWS", batch_rows)
-    monkeypatch.setattr(parser, "CHUNK", 100)
+    monkeypatch.setattr(parser, "CHUNK", chunk)
     cut, _ = analyze(paths, tmp_path / "cut", "--async-level", "2")
     assert _cut_anywhere(cut) == _cut_anywhere(whole)
     if case.startswith("whole run crashed computing"):
@@ -3002,3 +3011,6 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
         )
     if case.startswith("orchestrator crashed alone waiting for weights, a metrics"):
         assert _stage_ms(cut, "checkpoint wait") == pytest.approx(18 * 10.0, abs=1.0)
+    if case.startswith("whole run crashed in a wait for weights"):
+        assert _stage_ms(cut, "checkpoint wait") == pytest.approx(40_269.0, abs=1.0)
+        assert cut["primary"]["kind"] == "checkpoint_io", cut["findings"]
