@@ -46,7 +46,6 @@ import polars as pl
 
 from prime_rl.analysis.clock import Clock, Placed, local_midnight, reference_date
 from prime_rl.analysis.log_files import _CUT, _distinct, _head, _places, _tail, _time_order, log_of, open_log
-from prime_rl.analysis.log_files import LAUNCHER as LAUNCHER  # stats.py imports it from here, for now
 from prime_rl.analysis.tagged import EXAMPLES, NUM, READ, STEP, VALUE, Event, ParseStats, TaggedLines
 from prime_rl.analysis.thresholds import Thresholds
 from prime_rl.analysis.time_order import TimeOrder

@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals, overlap_s
-from prime_rl.analysis.parser import log_of
+from prime_rl.analysis.log_files import log_of
 from prime_rl.analysis.tagged import (
     RESUME_LOAD,
     RUN_START,
@@ -371,7 +371,7 @@ class Segments:
         as one silence, which may outlast the crash (:meth:`down_intervals` takes the one every
         process was silent in at once)."""
         self._file_silences: dict[str, dict[str | None, tuple[np.ndarray, float, float]]] = {}
-        """By process, by its log (:func:`~prime_rl.analysis.parser.log_of`; rotated parts are one):
+        """By process, by its log (:func:`~prime_rl.analysis.log_files.log_of`; rotated parts are one):
         the log's :data:`SILENCES_KEPT` longest silences between two of its lines with a time (rows of
         start, end), its first and its last time (:attr:`silences` merges them)."""
         self._train_open: int | None = None

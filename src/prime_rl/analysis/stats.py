@@ -36,8 +36,8 @@ from prime_rl.analysis.hangs import (
     place_hangs,
     watched_running,
 )
+from prime_rl.analysis.log_files import LAUNCHER
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
-from prime_rl.analysis.parser import LAUNCHER
 from prime_rl.analysis.rate_limits import (
     CLIENTS,
     COLLECTOR,
