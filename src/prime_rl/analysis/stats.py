@@ -870,8 +870,9 @@ class _Collector:
         opens = opening[marks] & ~np.isnan(ts[marks])
         if counts is not None:
             opens &= counts[marks]
-        self.batch_marks[key] = (line[marks], ts[marks], np.where(opens, ts[marks], math.nan))
-        self.open_marks.setdefault((key, b.source), _NO_MARKS)
+        if b.source in STEP_LINE_OF:  # only the processes whose restarts are found (Segments) need them
+            self.batch_marks[key] = (line[marks], ts[marks], np.where(opens, ts[marks], math.nan))
+            self.open_marks.setdefault((key, b.source), _NO_MARKS)
 
     def _open_when(self, key: str, source: str, quiet: float, since: float | None) -> float | None:
         """What of series ``key`` ``source`` had open when its crashed run fell silent at ``quiet``

@@ -3014,3 +3014,31 @@ def test_a_run_reads_the_same_wherever_the_parser_cuts_its_logs_into_batches(
     if case.startswith("whole run crashed in a wait for weights"):
         assert _stage_ms(cut, "checkpoint wait") == pytest.approx(40_269.0, abs=1.0)
         assert cut["primary"]["kind"] == "checkpoint_io", cut["findings"]
+
+
+@pytest.mark.parametrize("name", ["orchestrator.log", "all.log"])
+def test_the_open_and_end_lines_kept_between_batches_stay_few(tmp_path, monkeypatch, analyze, name):
+    """The lines that open or end a batch or wait, kept between batches for a restart a later batch
+    may find (the collector's open_marks), are those since the process's last step line: a few,
+    whatever the log's length. A log of every process's lines under a name that is no process's
+    (all.log: no restart is looked for there) kept every one of them, each batch copying them all
+    again (the 10M-line benchmark log: 1.2 s more, quadratic in the log's length)."""
+    from prime_rl.analysis import parser
+    from prime_rl.analysis.stats import _Collector
+
+    run = make_run("healthy", steps=60, seed=0)
+    log = tmp_path / name
+    log.write_text("".join(line + "\n" for line in sorted(run.orchestrator + run.inference + run.trainer)))
+    kept: list[int] = []
+    keep = _Collector._keep_open_marks
+
+    def counted(self, b):
+        keep(self, b)
+        kept.append(sum(len(marks[0]) for marks in self.open_marks.values()))
+
+    monkeypatch.setattr(_Collector, "_keep_open_marks", counted)
+    monkeypatch.setattr(parser, "BATCH_ROWS", 40)
+    monkeypatch.setattr(parser, "CHUNK", 2000)
+    analyze([log], tmp_path / "out")
+    assert len(kept) > 20  # the log was read in many batches
+    assert max(kept) <= 12, kept  # a step's waits and batches, not the run's
