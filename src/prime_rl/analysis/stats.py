@@ -2126,7 +2126,8 @@ def _repeated(
     highest step) before these lines; returned with the lines' own."""
     top_segment, top_step = top
     before = np.empty(len(idx), dtype=np.int64)  # the segment's highest step before each line
-    for g in np.unique(segment).tolist():
+    # the segments never fall: one when the first and last are (the usual batch), else each in turn
+    for g in [int(segment[0])] if len(segment) and segment[0] == segment[-1] else np.unique(segment).tolist():
         rows = np.flatnonzero(segment == g)
         start = top_step if g == top_segment else -1
         highest = np.maximum.accumulate(np.concatenate(([start], idx[rows])))
@@ -2136,11 +2137,12 @@ def _repeated(
     out = np.zeros(n, dtype=bool)
     inside = idx < len(segment_of)
     out[inside] = segment_of[idx[inside]] == segment[inside]
-    order = np.lexsort((np.arange(n), segment, idx))
-    step, seg = idx[order], segment[order]
-    again = np.zeros(n, dtype=bool)
-    again[1:] = (step[1:] == step[:-1]) & (seg[1:] == seg[:-1])
-    out[order[again]] = True
+    if n > 1 and not bool((idx[1:] > idx[:-1]).all()):  # a step twice among these lines (in order: none)
+        order = np.lexsort((np.arange(n), segment, idx))
+        step, seg = idx[order], segment[order]
+        again = np.zeros(n, dtype=bool)
+        again[1:] = (step[1:] == step[:-1]) & (seg[1:] == seg[:-1])
+        out[order[again]] = True
     return out & (idx >= before), (top_segment, top_step)
 
 

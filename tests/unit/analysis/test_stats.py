@@ -512,3 +512,37 @@ def test_per_step_values_column_wise_equal_one_at_a_time(calls):
     p.extend_into(out)  # appended after what the series holds
     assert out.tolist() == [-1.0, *oracle.values()]
     assert sorted(p.replaced) == sorted(oracle.replaced)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.integers(0, 12), max_size=30),
+    cuts=st.lists(st.integers(0, 30), max_size=3),
+    known=st.lists(st.integers(-1, 3), max_size=8),
+    top=st.tuples(st.integers(0, 3), st.integers(-1, 12)),
+)
+def test_a_step_set_again_in_its_segment_is_found_as_a_line_by_line_walk_finds_it(steps, cuts, known, top):
+    """stats._repeated (which lines log a step again in the segment that set it, at the segment's
+    highest step so far) against a walk over the lines one by one, for any steps, segments (never
+    falling: a restart between the lines) and steps set before them."""
+    from prime_rl.analysis.stats import _repeated
+
+    segment = np.zeros(len(steps), dtype=np.int64)
+    for cut in cuts:  # each cut starts a later segment from there on
+        segment[cut:] += 1
+    segment += top[0]
+    # set before these lines: in a segment no later than theirs (the segments never fall)
+    known = [min(k, top[0]) for k in known]
+    segment_of = np.array(known, dtype=np.int64)
+    got, got_top = _repeated(np.array(steps, dtype=np.int64), segment, segment_of, top)
+    want, seen = [], {}
+    top_segment, top_step = top
+    for step, g in zip(steps, segment.tolist(), strict=True):
+        highest = top_step if g == top_segment else -1
+        set_here = seen.get(step, known[step] if step < len(known) else -1) == g
+        want.append(set_here and step >= highest)
+        seen[step] = g
+        top_segment, top_step = g, max(highest, step)
+    assert got.tolist() == want
+    if steps:
+        assert got_top == (top_segment, top_step)
