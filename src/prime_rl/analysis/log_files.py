@@ -5,7 +5,7 @@ file once, the launcher's console copies left out, rotated parts of one log olde
 names (:func:`_in_order`, :func:`_rotation`); :func:`label_for` names the process a file is of, and
 :func:`log_of` the log it is a part of. Before the lines are read
 (:func:`~prime_rl.analysis.parser.scan_files`), the files that repeat another are left out
-(:func:`_distinct`: a copy, a compressed twin, a ``gzip -c`` snapshot), each process's files are put
+(:func:`_distinct`: a copy, a compressed twin, a ``gzip -c`` snapshot, a console copy beside its log), each process's files are put
 in time order where their dated lines contradict the order given (:func:`_time_order`), and each log
 without a dated line is given its date (:func:`_places`). These go by each file's head and tail
 (:func:`_head`, :func:`_tail`), read here too, as is any log's opening (:func:`open_log`: gzip by its
@@ -193,11 +193,17 @@ def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[st
     decompressed from it), or one a beginning of the other (a ``gzip -c`` snapshot of the live log),
     the longer kept. A plain copy taken while the log grew (a prefix of it), or edited, is not found;
     two files of one part with other lines (logs compressed in place, then a resume's new ones beside
-    them) are both read."""
+    them) are both read. A console copy beside its process's log is left out too
+    (:func:`_console_copy_of`)."""
     by_size: dict[int, list[Path]] = {}
     parts: dict[tuple[Path, tuple[int, int]], list[Path]] = {}
     out: list[tuple[str, Path]] = []
     for label, path in paths:
+        if (real := _console_copy_of(label, path, paths)) is not None:
+            stats.duplicate_files.append(
+                f"{real} and {path}: the console copy of the log beside it (the same lines without their dates)"
+            )
+            continue
         try:
             log, place = _rotation(path)
             size = path.stat().st_size
@@ -225,6 +231,37 @@ def _distinct(paths: list[tuple[str, Path]], stats: ParseStats) -> list[tuple[st
         by_size.setdefault(size, []).append(path)
         out.append((label, path))
     return out
+
+
+def _is_console_copy(path: Path) -> bool:
+    """A launcher's console copy by its name (``orchestrator.stdout.log``, ``inference.stdout.log``,
+    ``trainer/stdout.log``: the process's console output, the lines of its log with times of day
+    only), as :func:`discover` leaves them out of a directory."""
+    return "stdout" in path.name
+
+
+def _console_copy_of(label: str, path: Path, paths: list[tuple[str, Path]]) -> Path | None:
+    """The log ``path`` is the console copy of, when it is one (:func:`_is_console_copy`) given beside
+    it: the first file of ``paths`` of its process (``label``) in its directory that is no console
+    copy (the launcher writes each copy beside its process's log: ``logs/orchestrator.stdout.log`` by
+    ``logs/orchestrator.log``, ``logs/trainer/stdout.log`` by ``logs/trainer/rank_0.log``); read
+    beside it, every line would be read twice (a false restart, every stage twice). None: no such
+    log is given (a console capture alone is the process's only log, read as it is) or ``path`` is no
+    console copy."""
+    if not _is_console_copy(path):
+        return None
+    try:
+        where = path.parent.resolve()
+        return next(
+            (
+                q
+                for lab, q in paths
+                if lab == label and not _is_console_copy(q) and q.parent.resolve() == where
+            ),
+            None,
+        )
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte: read as it is
+        return None
 
 
 def _text_relation(a: Path, b: Path) -> str | None:

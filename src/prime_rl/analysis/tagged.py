@@ -106,7 +106,8 @@ class ParseStats:
     ``file: what went wrong after N lines``; their lines up to there are read."""
     duplicate_files: list[str] = field(default_factory=list)
     """Files read once that were given twice as different files (the same bytes; the same part of a log,
-    one of them compressed), as ``kept and left out: why``: their lines would be read twice."""
+    one of them compressed; a console copy beside its process's log), as ``kept and left out: why``:
+    their lines would be read twice."""
     reordered: list[str] = field(default_factory=list)
     """Processes whose files were read in another order than given, by their dated lines (a later run's
     log given before an earlier one's, rotated parts named against their times), as ``label: the files

@@ -248,6 +248,64 @@ def test_a_copy_of_a_log_given_beside_it_is_read_once_and_named(tmp_path, analyz
     assert again["parse"]["duplicate_files"] == []
 
 
+def _console_copy(log: Path, copy: Path) -> Path:
+    """``log``'s lines as the launcher's console copy of them (``copy``): times of day, no date."""
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text("".join(line[11:] for line in log.read_text().splitlines(keepends=True)))
+    return copy
+
+
+def test_a_console_copy_given_beside_its_process_log_is_not_read_one_given_alone_is(tmp_path, analyze):
+    """The launcher writes each process's console output beside its log (logs/orchestrator.stdout.log,
+    logs/inference.stdout.log, logs/trainer/stdout.log): the same lines, times of day only. A directory
+    leaves them out; given by name (``analyze-logs logs/*.log``, ``logs/trainer/*``) they were read
+    as a second log of the process: a false restart ("orchestrator reached 19, resumed 0"),
+    generation counted twice (gen_dur_ms 61.5 s in a 34.8 s run, clipped and warned), the trainer's
+    compute twice. A copy beside its process's log is left out and named; a console copy with no log
+    of its process beside it (the user kept only the console) is that process's log, and is read."""
+    files = make_run("healthy", steps=20, seed=3).write(tmp_path / "logs")
+    once, _ = analyze(files.values(), tmp_path / "out_once")
+    logs = tmp_path / "logs"
+    copies = {
+        name: _console_copy(files[name], logs / f"{name}.stdout.log")
+        for name in ("orchestrator", "inference")
+    }
+    glob = sorted(logs.glob("*.log"))  # analyze-logs logs/*.log
+    read, md = analyze(glob, tmp_path / "out_glob")
+    assert read["restarts"] == [] and "## Restarts" not in md
+    assert read["stages"] == once["stages"] and read["findings"] == once["findings"]
+    assert read["run_seconds"] == once["run_seconds"] and read["counts"] == once["counts"]
+    why = "the console copy of the log beside it (the same lines without their dates)"
+    assert sorted(read["parse"]["duplicate_files"]) == [
+        f"{files[name]} and {copies[name]}: {why}" for name in ("inference", "orchestrator")
+    ]
+    assert not any("stdout" in f for f in read["parse"]["files"])
+    assert "2 file(s) read once, each the same log as another given" in md
+    # the trainer's: logs/trainer/stdout.log beside logs/trainer/rank_0.log (analyze-logs logs/trainer/*)
+    ranks = tmp_path / "ranks" / "logs"
+    rank = ranks / "trainer" / "rank_0.log"
+    rank.parent.mkdir(parents=True)
+    rank.write_bytes(files["trainer"].read_bytes())
+    copy = _console_copy(rank, ranks / "trainer" / "stdout.log")
+    read, md = analyze(
+        [files["orchestrator"], files["inference"], *sorted(rank.parent.iterdir())], tmp_path / "out_t"
+    )
+    assert read["restarts"] == [] and read["stages"] == once["stages"] and read["counts"] == once["counts"]
+    assert read["parse"]["duplicate_files"] == [f"{rank} and {copy}: {why}"]
+    # a console copy alone: the orchestrator's only log, read (its times placed on the others' date)
+    alone, md = analyze(
+        [copies["orchestrator"], files["inference"], files["trainer"]], tmp_path / "out_alone"
+    )
+    assert alone["parse"]["duplicate_files"] == [] and str(copies["orchestrator"]) in alone["parse"]["files"]
+    assert alone["restarts"] == [] and alone["counts"] == once["counts"]
+    assert alone["stages"] == once["stages"] and alone["findings"] == once["findings"]
+    # a console copy in another directory than its process's log (another run's console) is read: only
+    # its place beside the log says it is the log's copy
+    other = _console_copy(files["orchestrator"], tmp_path / "second" / "orchestrator.stdout.log")
+    apart, _ = analyze([files["orchestrator"], other], tmp_path / "out_apart")
+    assert apart["parse"]["duplicate_files"] == [] and str(other) in apart["parse"]["files"]
+
+
 def test_two_files_of_one_part_of_a_log_with_other_lines_are_both_read(tmp_path, analyze):
     """Only the same lines are read once: a run's logs compressed in place (gzip *.log) with its
     resume's new logs beside them (orchestrator.log.gz and orchestrator.log: one log's one place, other
