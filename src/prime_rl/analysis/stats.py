@@ -36,7 +36,7 @@ from prime_rl.analysis.hangs import (
     place_hangs,
     watched_running,
 )
-from prime_rl.analysis.log_files import LAUNCHER
+from prime_rl.analysis.log_files import LAUNCHER, log_of
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.rate_limits import (
     CLIENTS,
@@ -355,6 +355,12 @@ class Collected:
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
     the process by it."""
     earlier_runs_ms: dict[str, float] = field(default_factory=dict)
+    before_logs_ms: dict[str, float] = field(default_factory=dict)
+    """By series of :data:`ONE_AT_A_TIME`, the part of its durations that lies before the logs'
+    window: a duration known from its done line alone that began before the run's first line (a log
+    that starts mid-run, its wait or batch begun in a rotated part that is gone) counts from that
+    line on (:meth:`_Collector.reaching_back`), as a 429 wait is cut at the window. Left out of
+    :meth:`total`; the values stay whole in their statistics."""
     """By per-step series (:data:`PER_STEP`), the sum of the values a later run replaced: each step's
     last value in each run of its process but the last that logged it (a step logged twice within
     one run is one value). It is time the earlier run spent, which the run's wall time holds:
@@ -457,7 +463,7 @@ class Collected:
         return self.memo(("total", key), lambda: self._total(key))
 
     def _total(self, key: str) -> float:
-        out = self.summed(key)
+        out = self.summed(key) - self.before_logs_ms.get(key, 0.0)
         run = self.run_ms
         return min(out, run) if key in ONE_AT_A_TIME and run else out
 
@@ -472,9 +478,11 @@ class Collected:
         :data:`CLIPPED_NAMED` of it, with that sum (ms): their :meth:`total` is the run's time."""
         run = self.run_ms
         return [
-            (key, self.summed(key))
+            (key, self.summed(key) - self.before_logs_ms.get(key, 0.0))
             for key in ONE_AT_A_TIME
-            if run and self.series[key] and self.summed(key) > run * (1 + CLIPPED_NAMED)
+            if run
+            and self.series[key]
+            and self.summed(key) - self.before_logs_ms.get(key, 0.0) > run * (1 + CLIPPED_NAMED)
         ]
 
     def staleness_histogram(self) -> dict[int, int]:
@@ -753,6 +761,16 @@ class _Collector:
         self.server_gen_ms: dict[str, array] = {}
         self.collector_runs = CollectorRuns()
         self.compute_start: dict[str, float] = {}
+        self.reach_back: list[tuple[str, str, float, float, float]] = []
+        """Durations of :data:`ONE_AT_A_TIME` that may have begun before the logs' window, as (series,
+        log, start, end, ms) (:meth:`reaching_back`)."""
+        self.first_at: dict[str, float] = {}
+        """By log (:func:`~prime_rl.analysis.log_files.log_of`), its earliest time seen so far."""
+        self.rebuilt_first: dict[str, tuple[str, float]] = {}
+        """For ``gen`` and ``train``, the earliest start of a batch or a step's compute rebuilt from its done
+        line alone (``batch.done`` less ``dur_ms``; ``step.done`` less ``write_ms`` and ``train_ms``), with its
+        log: in the older log format (no ``[gen] batch.start``; no ``[train]`` ``compute.done`` or
+        ``wait.*`` lines) the run begins there (:func:`_collect`)."""
         self.errors: list[tuple[TaggedLines, int, Exception]] = []
         self.fell_silent: tuple[np.ndarray, np.ndarray, np.ndarray] = (
             np.empty(0, np.int64),
@@ -936,6 +954,28 @@ class _Collector:
             self.open_marks[key, b.source] = (lines, ts, opened, before)
         self.batch_marks = {}
 
+    def _log(self, b: TaggedLines) -> str:
+        return log_of(str(b.path)) if b.path is not None else b.source
+
+    def reaching_back(self, key: str, b: TaggedLines, end: np.ndarray, ms: np.ndarray) -> None:
+        """Keep the durations ``ms`` of series ``key`` (each ending at ``end``, seconds; NaN: not
+        counted) whose start lies before the earliest time of their log seen so far: only those can
+        begin before the logs' window, which :func:`_collect` cuts them at (:attr:`Collected.before_logs_ms`)."""
+        log = self._log(b)
+        ts = b.frame.get_column("ts").drop_nulls()
+        first = min(self.first_at.get(log, math.inf), float(ts.min()) if len(ts) else math.inf)  # type: ignore[arg-type]
+        self.first_at[log] = first
+        with np.errstate(invalid="ignore"):
+            start = end - ms / 1000.0
+            back = np.flatnonzero(~np.isnan(start) & (start < first))
+        self.reach_back.extend((key, log, float(start[i]), float(end[i]), float(ms[i])) for i in back)
+
+    def _rebuilt(self, kind: str, b: TaggedLines, starts: np.ndarray) -> None:
+        """Keep the earliest of ``starts`` (rebuilt from done lines alone) in :attr:`rebuilt_first`."""
+        starts = starts[~np.isnan(starts)]
+        if len(starts) and (kind not in self.rebuilt_first or starts.min() < self.rebuilt_first[kind][1]):
+            self.rebuilt_first[kind] = (self._log(b), float(starts.min()))
+
     def _extend(self, key: str, values: list[float | None]) -> None:
         """Add every value that is not None (a series with no per-step values)."""
         self.series[key].extend(v for v in values if v is not None)
@@ -992,6 +1032,10 @@ class _Collector:
                 zip(lines, zip(wait.filter(kept).to_list(), at.tolist(), strict=True), strict=True)
             )
         _extend(self.series["ckpt_wait_ms"], counted)  # every wait, not one per target (see PER_STEP)
+        t_all = ts.cast(pl.Float64).to_numpy()
+        counted_at = wait if loads is None else pl.select(pl.when(~loads).then(wait)).to_series()
+        self.reaching_back("ckpt_wait_ms", b, t_all, counted_at.to_numpy())
+        self.reaching_back("write_ms", b, t_all, write.to_numpy())
         b.step_numbers("target_step")  # a target that is no step number: a bad value, as a step's
         self._per_step("write_ms", b, "step", write)
         starts, dones = (event == "wait.start").fill_null(False), (event == "wait.done").fill_null(False)
@@ -1047,6 +1091,8 @@ class _Collector:
             ms = dur.gather(rows)
             start = np.where(found, took, end - ms.to_numpy() / 1000.0)
             timed = ~np.isnan(t[rows])
+            self._rebuilt("gen", b, np.where(found, np.nan, start)[timed])
+            self.reaching_back("gen_dur_ms", b, end[timed], np.where(found, np.nan, ms.to_numpy())[timed])
             self.batch_windows.extend(np.column_stack((start[timed], end[timed])).ravel().tolist())
             spans = pl.DataFrame(
                 {
@@ -1138,6 +1184,17 @@ class _Collector:
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
         self._per_step("publish_ms", b, "step", only(done, write_s))
+        # each duration's end: a step.done's compute ended its write_ms before it, its wait before that
+        t = b.frame.get_column("ts").cast(pl.Float64).to_numpy()
+        is_done = done.fill_null(False).to_numpy()
+        wrote = np.where(is_done, write_s.fill_null(0.0).to_numpy(), 0.0) / 1000.0
+        computed_ms = only(done | pl.Series(computed), train_s).to_numpy()
+        self.reaching_back("train_ms", b, t - wrote, computed_ms)
+        before = np.where(is_done, t - wrote - np.nan_to_num(train_s.to_numpy()) / 1000.0, t)
+        self.reaching_back("train_wait_ms", b, before, waits.to_numpy())
+        self.reaching_back("publish_ms", b, t, only(done, write_s).to_numpy())
+        if is_done.any():
+            self._rebuilt("train", b, np.where(is_done, t - wrote - train_s.to_numpy() / 1000.0, np.nan))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
         events = b.frame.get_column("event")
         # the trainer's wait for rollouts open at the batch's end: a new run closes it, by its run.start
@@ -1797,6 +1854,15 @@ def _collect(
     first_ts, last_ts = run_window(windows, offsets) if windows else (math.inf, -math.inf)
     if (began := c.collector_runs.first) is not None:  # its first line is written as a sample ends
         first_ts = min(first_ts, began)
+    # the older log format: a batch's or a step's start is known only from its done line, so the run
+    # begins at the first one's rebuilt start, not at its done line (then its time lies in the run)
+    older = {
+        "gen": not lines["gen", "batch.start"],
+        "train": not any(lines["train", e] for e in ("compute.done", "wait.start", "wait.done")),
+    }
+    for kind, (log, began) in c.rebuilt_first.items():
+        if older[kind] and math.isfinite(first_ts):
+            first_ts = min(first_ts, began - offsets.get(log, (0.0, 0))[0])
     c.segments.finish()
     # a trio's down time in which a collector's run or verify pass was at work is run time, and so is
     # its part up to the launcher's watchdog's last [hang] line in it (the processes ran, hung) or its
@@ -1811,6 +1877,7 @@ def _collect(
     trio = {log: w for log, w in windows.items() if log not in collector_logs}
     down_s += c.collector_runs.idle_seconds(run_window(trio, offsets) if trio else None)
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
+    before_logs_ms = _before_logs(c.reach_back, first_ts, offsets)
     hangs = place_hangs(
         c.segments.restarts,
         watched,
@@ -1872,6 +1939,7 @@ def _collect(
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
+        before_logs_ms=before_logs_ms,
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
         orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
@@ -1886,6 +1954,22 @@ def _collect(
     )
     collected.memo("update_frame", lambda: frame)  # made once, above
     return collected
+
+
+def _before_logs(
+    reach_back: list[tuple[str, str, float, float, float]], first_ts: float, offsets: Offsets
+) -> dict[str, float]:
+    """By series, the part of the durations ``reach_back`` (:attr:`_Collector.reach_back`) before the
+    logs' window (its start ``first_ts``, on the orchestrator's clock), ms: each counts from ``first_ts``
+    to its end (none of it when it ends before)."""
+    out: Counter = Counter()
+    if not math.isfinite(first_ts):
+        return {}
+    for key, log, start, end, ms in reach_back:
+        off = offsets.get(log, (0.0, 0))[0]
+        if start - off < first_ts:
+            out[key] += ms - max(end - off - first_ts, 0.0) * 1000.0
+    return {key: ms for key, ms in out.items() if ms > 0}
 
 
 def _open_updates(

@@ -85,8 +85,11 @@ def test_a_collector_samples_part_longer_than_the_sample_is_a_bad_value(tmp_path
 
 
 def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(tmp_path, analyze):
-    """A 400 s checkpoint wait (a unit bug) and a 1e300 ms (1e297 s) batch in a run of about 30 s: each sum is
-    the run's time in the stages and findings (never above 100%), named in a warning; the values stay
+    """A 400 s checkpoint wait (a unit bug) and a 1e300 ms (1e297 s) batch logged at step 2, about 5 s
+    into a run of about 34 s: each counts from the logs' first line to its own (it cannot have begun
+    before the logs did: a log that starts mid-run), so neither is the run's time (the code before
+    made checkpoint wait 100% of the run). Three 25 s waits logged together near the end add up to
+    more than the run: that sum is clipped to the run's time and named in a warning; the values stay
     in their statistics."""
     logs, _ = _run_with(
         tmp_path,
@@ -96,12 +99,18 @@ def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(t
     summary, md = analyze([logs], tmp_path / "out")
     run_ms = summary["run_seconds"] * 1000
     stages = {stage["name"]: stage for stage in summary["stages"]}
-    assert stages["checkpoint wait"]["total_ms"] == run_ms and stages["checkpoint wait"]["share"] == 1.0
+    assert 4000 < stages["checkpoint wait"]["total_ms"] < 6000  # its line is about 5 s into the run
     assert all(stage["share"] <= 1.0 for stage in summary["stages"])
     assert all(finding["share"] <= 1.0 for finding in summary["findings"])
     assert summary["stats"]["ckpt_wait_ms"]["max"] == 400000.0
+    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+    logs, _ = _run_with(tmp_path / "late", *["[ckpt] wait.done target_step=19 wait_ms=25000"] * 3, at=160)
+    summary, md = analyze([logs], tmp_path / "out_late")
+    run_ms = summary["run_seconds"] * 1000
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    assert stages["checkpoint wait"]["total_ms"] == run_ms and stages["checkpoint wait"]["share"] == 1.0
     (warning,) = [w for w in summary["warnings"] if "clipped to the run's time" in w]
-    assert "gen_dur_ms 1e+297 s" in warning and "ckpt_wait_ms 400.4 s" in warning  # with its other waits
+    assert "ckpt_wait_ms 75.4 s" in warning  # with its other waits
 
 
 def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path, analyze):
@@ -125,3 +134,50 @@ def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path
     assert f"{log}:{AT + 4}: trunc_pct step 2 ([rollout] )" in warning  # the real line, after the inserted
     assert summary["stats"]["gen_dur_ms"]["max"] == 99999.0  # the last line's
     assert summary["stats"]["trunc_pct"]["max"] == 2.0 and "7" not in summary["staleness"]["histogram"]
+
+
+def test_a_wait_begun_before_a_log_that_starts_mid_run_counts_from_its_first_line(tmp_path, analyze):
+    """A healthy run's orchestrator.log that starts mid-run: its first line ends a 600 s wait for
+    weights begun in a rotated part that is gone. The wait counts from the logs' first line, so
+    almost none of it (the code before clipped the sum of the waits to the run: checkpoint wait
+    34.8 s, 100%, primary Checkpoint I/O, and a warning)."""
+    logs = tmp_path / "logs"
+    log = make_run("healthy", steps=20).write(logs)["orchestrator"]
+    text = log.read_text().splitlines()
+    text.insert(0, text[0][:23] + " | INFO    | [ckpt] wait.done target_step=0 wait_ms=600000.0")
+    log.write_text("\n".join(text) + "\n")
+    summary, _ = analyze([logs], tmp_path / "out")
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    assert stages["checkpoint wait"]["total_ms"] < 1000 and summary["primary"] is None
+    assert summary["stats"]["ckpt_wait_ms"]["max"] == 600000.0
+    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+
+
+def test_the_older_log_format_begins_the_run_at_its_first_batch_or_step(tmp_path, analyze):
+    """Logs without [gen] batch.start or [train] wait.* lines (the older format): the run begins at
+    the first batch's (or step's compute's) start rebuilt from its done line, as with the start
+    lines. The code before began it at the first done line: a generation-bound run read 159.4 s for
+    168.0 s and a trainer's 20 steps 95.0 s for 99.9 s, each with a false clip warning."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    make_run("generation_bound", steps=20).write(new)
+    old.mkdir()
+    for f in new.iterdir():
+        kept = [x for x in f.read_text().splitlines() if "batch.start" not in x and "[train] wait." not in x]
+        (old / f.name).write_text("\n".join(kept) + "\n")
+    with_starts, _ = analyze([new], tmp_path / "out_new")
+    summary, _ = analyze([old], tmp_path / "out_old")
+    assert abs(summary["run_seconds"] - with_starts["run_seconds"]) < 0.001  # dur_ms to the 0.1 ms
+    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+    trainer = tmp_path / "trainer.log"
+    trainer.write_text(
+        "".join(
+            f"2026-01-01 12:00:{5 * i:02d}.000 | INFO    | [train] step.done step={i} wait_ms=50.0 "
+            "train_ms=4900.0 write_ms=40.0\n"
+            for i in range(12)
+        )
+    )
+    summary, _ = analyze([trainer], tmp_path / "out_trainer")
+    assert abs(summary["run_seconds"] - (55 + 4.94)) < 1e-6
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    assert stages["trainer compute"]["total_ms"] == 12 * 4900.0
+    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
