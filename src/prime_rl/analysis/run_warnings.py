@@ -15,7 +15,8 @@ from prime_rl.analysis.clock import local_time
 from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.servers import stale_said, stale_servers
-from prime_rl.analysis.stats import REPEATED, Collected
+from prime_rl.analysis.stages import update_critical
+from prime_rl.analysis.stats import CLIPPED_NAMED, REPEATED, Collected
 from prime_rl.analysis.thresholds import Thresholds
 
 Check = Callable[[Collected, Thresholds], str | None]
@@ -336,18 +337,31 @@ def free_pauses(d: Collected, th: Thresholds) -> str | None:
 
 def clipped_to_the_run(d: Collected, th: Thresholds) -> str | None:
     """Series of one-at-a-time durations whose sum passes the run's time, each clipped to it
-    (:data:`~prime_rl.analysis.stats.ONE_AT_A_TIME`)."""
+    (:data:`~prime_rl.analysis.stats.ONE_AT_A_TIME`), and the weight updates' (one after another in the
+    orchestrator: :func:`~prime_rl.analysis.stages.update_critical`); the orchestrator's durations that
+    reach back over the one before them (:attr:`~prime_rl.analysis.stats.Collected.overlapping`)."""
     clipped = d.clipped()
-    if not clipped:
-        return None
-    said = ", ".join(
-        f"{key} {ms / 1000:.1f} s" if ms < 1e9 else f"{key} {ms / 1000:.3g} s" for key, ms in clipped
-    )
-    return (
-        f"durations that add up to more than the run's {d.run_ms / 1000:.1f} s, each taken one at a time, so each "
-        f"sum is clipped to the run's time in the stages and findings: {said} (a duration that began before the "
-        "logs did, or one no run can have; the values are kept in their statistics)"
-    )
+    updates = update_critical(d).summed if d.updates else 0.0
+    if updates > d.run_ms * (1 + CLIPPED_NAMED):
+        clipped.append(("weight updates (wall_ms at the slowest server)", updates))
+    parts = []
+    if overlapped := d.overlapped():
+        said = ", ".join(f"{key} x{n}" for key, n in overlapped)
+        parts.append(
+            f"durations that reach back over the end of the one before them, each taken one at a time, so each "
+            f"is counted from that end in the stages and findings: {said} (e.g. {'; '.join(d.overlapping[:3])}; "
+            "the values are kept in their statistics)"
+        )
+    if clipped:
+        said = ", ".join(
+            f"{key} {ms / 1000:.1f} s" if ms < 1e9 else f"{key} {ms / 1000:.3g} s" for key, ms in clipped
+        )
+        parts.append(
+            f"durations that add up to more than the run's {d.run_ms / 1000:.1f} s, each taken one at a time, so "
+            f"each sum is clipped to the run's time in the stages and findings: {said} (durations that overlap, "
+            "which no run can have; the values are kept in their statistics)"
+        )
+    return "; ".join(parts) or None
 
 
 def repeated_steps(d: Collected, th: Thresholds) -> str | None:

@@ -106,6 +106,10 @@ class UpdateTime:
     """The failed attempts and the backoff of retried updates, and the whole wait of those that
     failed in the end."""
     updates: int = 0
+    summed: float = 0.0
+    """The updates' time before it was clipped to the run's (the orchestrator waits for one update
+    after another: their sum passing the run holds one no run can have); each part is cut in the
+    same proportion. 0.0: not clipped."""
 
     @property
     def server(self) -> float:
@@ -167,6 +171,8 @@ def _update_critical(d: Collected) -> UpdateTime:
             *update_group(),
             "run",
             *(
+                "start",
+                "end",
                 "wall",
                 "rpc",
                 "server_rpc",
@@ -215,6 +221,8 @@ def _update_critical(d: Collected) -> UpdateTime:
             "ms",
             "retry",
             "queue",
+            "start",
+            "end",
             lock=lost(col("lock_p")),
             validate=lost(col("validate_p")),
             rpc=lost(col("rpc_p")),
@@ -227,12 +235,37 @@ def _update_critical(d: Collected) -> UpdateTime:
     # 714k updates of the 10M-line all-tagged benchmark, the check 18 MB)
     if frame.get_column("tid").n_unique() < frame.height:
         parts = parts.group_by("tid", "window", "run", maintain_order=True).agg(
-            pl.col(*names).sort_by("ms", "i", descending=[True, False]).first()
+            pl.col(*names, "start", "end").sort_by("ms", "i", descending=[True, False]).first()
         )
+    parts = _from_its_bounds(parts, names, d.first_ts)
     # summed in order, as one update after another (a cumulative sum adds left to right, as a loop
     # would: the same float; a pairwise sum could differ in the last digits)
     sums = [_in_order_sum(parts.get_column(c)) for c in names]
+    run = d.run_ms
+    if run and sums[0] > run:  # one update after another: no more than the run, each part cut alike
+        return UpdateTime(*(x * run / sums[0] for x in sums), updates=parts.height, summed=sums[0])
     return UpdateTime(*sums, updates=parts.height)
+
+
+def _from_its_bounds(parts: pl.DataFrame, names: tuple[str, ...], first: float | None) -> pl.DataFrame:
+    """The updates ``parts`` (one row an update, at its slowest server) with each known from its
+    client.done alone (no client.send, no server.recv: its start unknown) counted from no earlier than
+    the end of the update before it (the orchestrator waits for one after another) nor the logs' first
+    line ``first`` (as a batch's or a wait's: :attr:`~prime_rl.analysis.stats.Collected.before_logs_ms`),
+    each of its parts ``names`` in the same proportion (which of them lay before cannot be told)."""
+    end = parts.get_column("end").cast(pl.Float64).fill_null(np.nan).to_numpy()
+    ms = parts.get_column("ms").fill_null(0.0).to_numpy()
+    alone = parts.get_column("start").is_null().to_numpy() & ~np.isnan(end) & (ms > 0)
+    if not alone.any():
+        return parts
+    ended = np.sort(end[~np.isnan(end)])
+    at = np.searchsorted(ended, end, side="left") - 1  # the last update that ended before this one
+    before = np.where(at >= 0, ended[np.maximum(at, 0)], -np.inf)
+    lower = np.maximum(before, first if first is not None else -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(alone, np.clip((end - lower) * 1000.0 / ms, 0.0, 1.0), 1.0)
+    share = np.nan_to_num(share, nan=1.0)
+    return parts.with_columns(pl.col(*names) * pl.Series(share))
 
 
 def _in_order_sum(values: pl.Series) -> float:

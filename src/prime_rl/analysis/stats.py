@@ -180,6 +180,16 @@ began before the logs did (a log that starts mid-run, rotated parts missing; a w
 ends), or one no run can have (``wait_ms=1e15``, a unit bug's 400 s wait in a 35 s run), whose
 time within the run cannot be told. Such a value is kept in the series (its statistics show it);
 the clip is named in the warnings (:meth:`Collected.clipped`)."""
+SERIAL = ("gen_dur_ms", "ckpt_wait_ms")
+"""The series of :data:`ONE_AT_A_TIME` logged by the orchestrator, one process: each of its values
+begins no earlier than the one before it in its log ended (a value that reaches back over it holds
+time no run can have, counted from that end: :meth:`_Collector.reaching_back`). Not the trainer's:
+its ranks may log into one file."""
+ROUNDING_S = 0.01
+"""How far a duration may reach back over the end of the one before it in its series (:data:`SERIAL`)
+or before the logs' window (:attr:`Collected.before_logs_ms`) and be counted whole: a line's time is
+to the millisecond, its duration finer (a batch of 8412.7 ms logged at .963 after one that ended at
+.551)."""
 CLIPPED_NAMED = 0.01
 """A clip (:data:`ONE_AT_A_TIME`) is named when the series' sum passes the run's time by more than
 this part of it (the times of a log's lines are to the millisecond, its durations finer)."""
@@ -355,16 +365,25 @@ class Collected:
     (:meth:`~prime_rl.analysis.restarts.Segments.step_seconds`); the stall rule judges a silence of
     the process by it."""
     earlier_runs_ms: dict[str, float] = field(default_factory=dict)
-    before_logs_ms: dict[str, float] = field(default_factory=dict)
-    """By series of :data:`ONE_AT_A_TIME`, the part of its durations that lies before the logs'
-    window: a duration known from its done line alone that began before the run's first line (a log
-    that starts mid-run, its wait or batch begun in a rotated part that is gone) counts from that
-    line on (:meth:`_Collector.reaching_back`), as a 429 wait is cut at the window. Left out of
-    :meth:`total`; the values stay whole in their statistics."""
     """By per-step series (:data:`PER_STEP`), the sum of the values a later run replaced: each step's
     last value in each run of its process but the last that logged it (a step logged twice within
     one run is one value). It is time the earlier run spent, which the run's wall time holds:
     :meth:`total` adds it; the statistics keep one value per step."""
+    overlapping: list[str] = field(default_factory=list)
+    """The first few values of :data:`SERIAL` that reached back over the end of the one before them
+    in their series (``file:line: series N ms``; counted in :attr:`counts`: ``overlapping.<series>``):
+    counted from that end (:attr:`before_logs_ms`)."""
+    first_ts: float | None = None
+    """The logs' window's start (the run's first time, on the orchestrator's clock; None: unknown):
+    a duration known from its done line alone counts from no earlier (:attr:`before_logs_ms`; a
+    weight update's: :func:`~prime_rl.analysis.stages.update_critical`)."""
+    before_logs_ms: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """By series of :data:`ONE_AT_A_TIME`, its durations that reach out of their bounds, each as (its
+    value, its part within them), ms: one that began before the run's first line (a log that starts
+    mid-run, its wait or batch begun in a rotated part that is gone) counts from that line on, as a
+    429 wait is cut at the window; one of :data:`SERIAL` that reaches back over the end of the one
+    before it (:attr:`overlapping`), from that end (:meth:`_Collector.reaching_back`). :meth:`total`
+    counts their parts within (:meth:`counted`); the values stay whole in their statistics."""
     silences: list[tuple[float, float]] = field(default_factory=list)
     """In logs without run.start lines (none of the orchestrator's or the trainer's): the times in which
     the orchestrator and the trainer were silent at once (no line with a time), outside any down time
@@ -462,8 +481,14 @@ class Collected:
         wall time (computed once)."""
         return self.memo(("total", key), lambda: self._total(key))
 
+    def overlapped(self) -> list[tuple[str, int]]:
+        """By series of :data:`SERIAL`, how many of its values reached back over the one before them."""
+        return [
+            (key, self.counts[f"overlapping.{key}"]) for key in SERIAL if self.counts[f"overlapping.{key}"]
+        ]
+
     def _total(self, key: str) -> float:
-        out = self.summed(key) - self.before_logs_ms.get(key, 0.0)
+        out = self.counted(key)
         run = self.run_ms
         return min(out, run) if key in ONE_AT_A_TIME and run else out
 
@@ -478,12 +503,28 @@ class Collected:
         :data:`CLIPPED_NAMED` of it, with that sum (ms): their :meth:`total` is the run's time."""
         run = self.run_ms
         return [
-            (key, self.summed(key) - self.before_logs_ms.get(key, 0.0))
+            (key, self.counted(key))
             for key in ONE_AT_A_TIME
-            if run
-            and self.series[key]
-            and self.summed(key) - self.before_logs_ms.get(key, 0.0) > run * (1 + CLIPPED_NAMED)
+            if run and self.series[key] and self.counted(key) > run * (1 + CLIPPED_NAMED)
         ]
+
+    def counted(self, key: str) -> float:
+        """:meth:`summed` with each value cut (:attr:`before_logs_ms`) counted as its part within its
+        bounds (an exact sum: a cut value of 1e300 ms would leave nothing of the others)."""
+        cut = self.before_logs_ms.get(key)
+        if not cut:
+            return self.summed(key)
+        values = np.asarray(self.series[key], dtype=np.float64)
+        left = np.ones(len(values), dtype=bool)
+        for whole, _ in cut:  # each cut value out of the series once (its part within is added)
+            at = np.flatnonzero(left & (values == whole))
+            if len(at):
+                left[at[0]] = False
+        rest = [self.earlier_runs_ms.get(key, 0.0), self.open_ms.get(key, 0.0), *(kept for _, kept in cut)]
+        try:
+            return math.fsum([*values[left].tolist(), *rest])
+        except OverflowError:  # values whose sum is no float: more than any run
+            return math.inf
 
     def staleness_histogram(self) -> dict[int, int]:
         """Steps per staleness value (from [rollout] lines)."""
@@ -765,7 +806,14 @@ class _Collector:
         """Durations of :data:`ONE_AT_A_TIME` that may have begun before the logs' window, as (series,
         log, start, end, ms) (:meth:`reaching_back`)."""
         self.first_at: dict[str, float] = {}
-        """By log (:func:`~prime_rl.analysis.log_files.log_of`), its earliest time seen so far."""
+        """By log (:func:`~prime_rl.analysis.log_files.log_of`), its earliest time seen so far that the
+        logs' window counts (:meth:`saw_first`)."""
+        self.last_end: dict[tuple[str, str], float] = {}
+        """By series of :data:`SERIAL` and log, the latest end of one of its values so far."""
+        self.overlap_ms: list[tuple[str, float, float]] = []
+        """The values of :data:`SERIAL` that reach back over the one before them: (series, value, its
+        part after that one's end), ms."""
+        self.overlap_examples: list[str] = []
         self.rebuilt_first: dict[str, tuple[str, float]] = {}
         """For ``gen`` and ``train``, the earliest start of a batch or a step's compute rebuilt from its done
         line alone (``batch.done`` less ``dur_ms``; ``step.done`` less ``write_ms`` and ``train_ms``), with its
@@ -957,18 +1005,54 @@ class _Collector:
     def _log(self, b: TaggedLines) -> str:
         return log_of(str(b.path)) if b.path is not None else b.source
 
-    def reaching_back(self, key: str, b: TaggedLines, end: np.ndarray, ms: np.ndarray) -> None:
+    def reaching_back(
+        self, key: str, b: TaggedLines, end: np.ndarray, ms: np.ndarray, rows: np.ndarray | None = None
+    ) -> None:
         """Keep the durations ``ms`` of series ``key`` (each ending at ``end``, seconds; NaN: not
-        counted) whose start lies before the earliest time of their log seen so far: only those can
-        begin before the logs' window, which :func:`_collect` cuts them at (:attr:`Collected.before_logs_ms`)."""
+        counted; at ``rows`` of ``b``, default each row) whose start lies before the earliest time of
+        their log seen so far: only those can begin before the logs' window, which :func:`_collect`
+        cuts them at (:attr:`Collected.before_logs_ms`). Of a series of :data:`SERIAL`, one that reaches
+        back over the end of the one before it counts from that end (:attr:`overlap_ms`, named)."""
         log = self._log(b)
-        ts = b.frame.get_column("ts").drop_nulls()
-        first = min(self.first_at.get(log, math.inf), float(ts.min()) if len(ts) else math.inf)  # type: ignore[arg-type]
-        self.first_at[log] = first
+        first = self.first_at.get(log, math.inf)
         with np.errstate(invalid="ignore"):
             start = end - ms / 1000.0
-            back = np.flatnonzero(~np.isnan(start) & (start < first))
+            counted = ~np.isnan(start)
+            back = counted & (start < first)
+        if key in SERIAL and b.source == "orchestrator" and counted.any():
+            carried = self.last_end.get((key, log), -math.inf)
+            ended = np.sort(np.append(end[counted], carried))
+            at = np.searchsorted(ended, end, side="left") - 1  # the last value that ended before
+            before = np.where(at >= 0, ended[np.maximum(at, 0)], -np.inf)
+            self.last_end[key, log] = max(carried, float(np.max(end[counted])))
+            with np.errstate(invalid="ignore"):
+                over = counted & (start < before - ROUNDING_S)
+            back &= np.isinf(before)  # the first of its series in its log: bounded by the window
+            if over.any():
+                kept = (end[over] - before[over]) * 1000.0
+                self.overlap_ms.extend((key, float(m), float(k)) for m, k in zip(ms[over], kept, strict=True))
+                self.counts[f"overlapping.{key}"] += int(over.sum())
+                at_rows = np.flatnonzero(over) if rows is None else np.asarray(rows)[over]
+                for i, r in zip(np.flatnonzero(over), at_rows, strict=True):
+                    if len(self.overlap_examples) >= EXAMPLES:
+                        break
+                    ev = b.event(int(r))
+                    self.overlap_examples.append(f"{ev.where()}: {key} {ms[i]:g} ms")
+        back = np.flatnonzero(back)
         self.reach_back.extend((key, log, float(start[i]), float(end[i]), float(ms[i])) for i in back)
+
+    def saw_first(self, b: TaggedLines, first: float | None) -> None:
+        """Batch ``b``'s first time that the logs' window counts (``first``: no start-up line's, as
+        :func:`_add_windows` takes it) into :attr:`first_at`, before its lines are folded."""
+        if b.path is not None or b.events is None:
+            if first is not None:
+                log = self._log(b)
+                self.first_at[log] = min(self.first_at.get(log, math.inf), first)
+            return
+        for ev in b.events:  # a batch of events: its events' own files
+            if ev.ts is not None:
+                log = log_of(str(ev.path)) if ev.path is not None else ev.source
+                self.first_at[log] = min(self.first_at.get(log, math.inf), ev.ts)
 
     def _rebuilt(self, kind: str, b: TaggedLines, starts: np.ndarray) -> None:
         """Keep the earliest of ``starts`` (rebuilt from done lines alone) in :attr:`rebuilt_first`."""
@@ -1092,7 +1176,7 @@ class _Collector:
             start = np.where(found, took, end - ms.to_numpy() / 1000.0)
             timed = ~np.isnan(t[rows])
             self._rebuilt("gen", b, np.where(found, np.nan, start)[timed])
-            self.reaching_back("gen_dur_ms", b, end[timed], np.where(found, np.nan, ms.to_numpy())[timed])
+            self.reaching_back("gen_dur_ms", b, end[timed], ms.to_numpy()[timed], rows[timed])
             self.batch_windows.extend(np.column_stack((start[timed], end[timed])).ravel().tolist())
             spans = pl.DataFrame(
                 {
@@ -1828,6 +1912,7 @@ def _collect(
         if last is not None and not launcher:
             first = _first_of_run(b, first, c.loading.get(b.source, False))
             _add_windows(windows, b, first, last, collector_logs if _has_collect(counts_of) else None)
+            c.saw_first(b, first)
         last_events[b.source] = (b, len(b) - 1)
         c.fold(seq, b)
     for b, i, e in c.errors:
@@ -1878,6 +1963,8 @@ def _collect(
     down_s += c.collector_runs.idle_seconds(run_window(trio, offsets) if trio else None)
     run_s = (last_ts - first_ts - down_s) if last_ts - down_s > first_ts else None
     before_logs_ms = _before_logs(c.reach_back, first_ts, offsets)
+    for key, ms, kept in c.overlap_ms:  # time no run can have: left out as what lies before the logs
+        before_logs_ms.setdefault(key, []).append((ms, kept))
     hangs = place_hangs(
         c.segments.restarts,
         watched,
@@ -1939,7 +2026,9 @@ def _collect(
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
         earlier_runs_ms=earlier_runs_ms,
+        first_ts=first_ts if math.isfinite(first_ts) else None,
         before_logs_ms=before_logs_ms,
+        overlapping=c.overlap_examples,
         open_ms={key: ms for key, ms in open_ms.items() if ms > 0},
         open_updates=open_updates,
         orchestrator_fell_silent=[silent for silent, _ in orchestrator_silent],
@@ -1958,18 +2047,18 @@ def _collect(
 
 def _before_logs(
     reach_back: list[tuple[str, str, float, float, float]], first_ts: float, offsets: Offsets
-) -> dict[str, float]:
-    """By series, the part of the durations ``reach_back`` (:attr:`_Collector.reach_back`) before the
-    logs' window (its start ``first_ts``, on the orchestrator's clock), ms: each counts from ``first_ts``
-    to its end (none of it when it ends before)."""
-    out: Counter = Counter()
+) -> dict[str, list[tuple[float, float]]]:
+    """By series, the durations ``reach_back`` (:attr:`_Collector.reach_back`) that begin before the
+    logs' window (its start ``first_ts``, on the orchestrator's clock), each as (its value, its part from
+    ``first_ts`` to its end), ms."""
+    out: dict[str, list[tuple[float, float]]] = {}
     if not math.isfinite(first_ts):
-        return {}
+        return out
     for key, log, start, end, ms in reach_back:
         off = offsets.get(log, (0.0, 0))[0]
-        if start - off < first_ts:
-            out[key] += ms - max(end - off - first_ts, 0.0) * 1000.0
-    return {key: ms for key, ms in out.items() if ms > 0}
+        if start - off < first_ts - ROUNDING_S:
+            out.setdefault(key, []).append((ms, min(max(end - off - first_ts, 0.0) * 1000.0, ms)))
+    return out
 
 
 def _open_updates(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.synthetic_logs import make_run
+from tests.support.synthetic_logs import Shape, make_run
 
 AT = 16
 """Lines are inserted after this line of the healthy run's orchestrator.log (step 2's batch.done),
@@ -85,32 +85,46 @@ def test_a_collector_samples_part_longer_than_the_sample_is_a_bad_value(tmp_path
 
 
 def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(tmp_path, analyze):
-    """A 400 s checkpoint wait (a unit bug) and a 1e300 ms (1e297 s) batch logged at step 2, about 5 s
-    into a run of about 34 s: each counts from the logs' first line to its own (it cannot have begun
-    before the logs did: a log that starts mid-run), so neither is the run's time (the code before
-    made checkpoint wait 100% of the run). Three 25 s waits logged together near the end add up to
-    more than the run: that sum is clipped to the run's time and named in a warning; the values stay
-    in their statistics."""
-    logs, _ = _run_with(
+    """A 400 s checkpoint wait (a unit bug) and a 1e300 ms (1e297 s) batch logged at step 2's
+    batch.done, about 4.7 s into a run of about 34 s: the orchestrator waits and generates one at a
+    time, so each counts from the end of the one before it in its series (the wait from step 1's
+    wait.done at 3.016 s: 1.66 s), named with its line; the code before made checkpoint wait 100% of
+    the run. Three 25 s waits logged together near the end add up to more than the run: that sum is
+    clipped to the run's time and named in a warning; the values stay in their statistics."""
+    logs, log = _run_with(
         tmp_path,
         "[ckpt] wait.done target_step=2 wait_ms=400000",
         "[gen] batch.done step=55 completions=256 dur_ms=1e300 inflight=64",
     )
     summary, md = analyze([logs], tmp_path / "out")
-    run_ms = summary["run_seconds"] * 1000
     stages = {stage["name"]: stage for stage in summary["stages"]}
-    assert 4000 < stages["checkpoint wait"]["total_ms"] < 6000  # its line is about 5 s into the run
+    assert 1900 < stages["checkpoint wait"]["total_ms"] < 2100  # 1.66 s and the run's other waits (0.37 s)
+    assert stages["generation"]["share"] < 1.0
     assert all(stage["share"] <= 1.0 for stage in summary["stages"])
     assert all(finding["share"] <= 1.0 for finding in summary["findings"])
     assert summary["stats"]["ckpt_wait_ms"]["max"] == 400000.0
-    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
-    logs, _ = _run_with(tmp_path / "late", *["[ckpt] wait.done target_step=19 wait_ms=25000"] * 3, at=160)
+    assert summary["counts"]["overlapping.ckpt_wait_ms"] == summary["counts"]["overlapping.gen_dur_ms"] == 1
+    (warning,) = [w for w in summary["warnings"] if "reach back over the end of the one before them" in w]
+    assert (
+        f"{log}:{AT + 1}: ckpt_wait_ms 400000 ms" in warning
+        and f"{log}:{AT + 2}: gen_dur_ms 1e+300 ms" in warning
+    )
+    assert "clipped to the run's time" not in warning
+    # the trainer's compute is no series of SERIAL (its ranks may log into one file): 3 x 25 s more
+    logs = tmp_path / "late"
+    trainer = make_run("healthy", seed=1).write(logs)["trainer"]
+    text = trainer.read_text().rstrip("\n").split("\n")
+    text += [
+        f"{text[-1][:23]} | INFO    | [train] step.done step={s} wait_ms=0 train_ms=25000 write_ms=0"
+        for s in (20, 21, 22)
+    ]
+    trainer.write_text("\n".join(text) + "\n")
     summary, md = analyze([logs], tmp_path / "out_late")
     run_ms = summary["run_seconds"] * 1000
     stages = {stage["name"]: stage for stage in summary["stages"]}
-    assert stages["checkpoint wait"]["total_ms"] == run_ms and stages["checkpoint wait"]["share"] == 1.0
+    assert stages["trainer compute"]["total_ms"] == run_ms and stages["trainer compute"]["share"] == 1.0
     (warning,) = [w for w in summary["warnings"] if "clipped to the run's time" in w]
-    assert "ckpt_wait_ms 75.4 s" in warning  # with its other waits
+    assert "train_ms 99.0 s" in warning  # with its other steps' 24 s
 
 
 def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path, analyze):
@@ -181,3 +195,33 @@ def test_the_older_log_format_begins_the_run_at_its_first_batch_or_step(tmp_path
     stages = {stage["name"]: stage for stage in summary["stages"]}
     assert stages["trainer compute"]["total_ms"] == 12 * 4900.0
     assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+
+
+def test_a_weight_update_counts_from_the_one_before_it_and_their_sum_is_clipped_to_the_run(tmp_path, analyze):
+    """One client.done of a 400 s update (no client.send) in a healthy 2-server trio of about 34 s,
+    logged at 8.39 s: the orchestrator waits for one update after another, so it counts from the end
+    of the update before it (6.81 s: 1.58 s), not as primary "Slow engine reload ... 1157% of the run"
+    with no warning (the code before). An update whose client.send is 0.2 s before its client.done but
+    whose wall_ms is 400 s (its start known, its value kept): the updates' sum passes the run, is
+    clipped to it, each part alike, and named."""
+    logs = tmp_path / "logs"
+    log = make_run("healthy", steps=20, shape=Shape(servers=2)).write(logs)["orchestrator"]
+    text = log.read_text().splitlines()
+    assert "[weights][t0004] client.done url=http://h1:8000" in text[37] and text[40][11:23] == "12:00:08.390"
+    done = "client.done url=http://h:8000 path=/update_weights wall_ms=400000 rpc_ms=399000 attempts=1"
+    text.insert(41, f"{text[40][:23]} | INFO    | [weights][zz] {done}")
+    log.write_text("\n".join(text) + "\n")
+    summary, _ = analyze([logs], tmp_path / "out")
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    assert 4000 < stages["weight update: rpc"]["total_ms"] < 6000  # 3.6 s of the real ones, 1.58 s of it
+    assert summary["primary"] is None
+    assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+    send = f"{text[40][:23]} | INFO    | [weights][zz] client.send url=http://h:8000 path=/update_weights attempt=1 background=false"
+    text.insert(41, send)
+    log.write_text("\n".join(text) + "\n")
+    summary, _ = analyze([logs], tmp_path / "out_sent")
+    stages = {stage["name"]: stage for stage in summary["stages"]}
+    update = sum(stage["share"] for stage in stages.values() if stage["name"].startswith("weight update"))
+    assert abs(update - 1.0) < 1e-9 and stages["weight update: rpc"]["share"] > 0.99
+    (warning,) = [w for w in summary["warnings"] if "clipped to the run's time" in w]
+    assert "weight updates (wall_ms at the slowest server) 403.7 s" in warning
