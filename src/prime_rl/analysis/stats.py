@@ -80,6 +80,7 @@ from prime_rl.analysis.tagged import (
     fields_by_key,
     start_up,
     step_numbers,
+    tag_said,
 )
 from prime_rl.analysis.updates import (
     WEIGHTS_FIELDS,
@@ -418,8 +419,9 @@ class Collected:
     _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     repeated_steps: list[str] = field(default_factory=list)
     """The first few lines that set a per-step series' step again in the run that had set it (no
-    restart between: the last line wins), as ``file:line: series step N ([tag] event)``; counted by
-    series in :attr:`counts` (``repeated.<series>``)."""
+    restart between: the last line wins), one a line, with the line that had set it, as ``file:line
+    then file:line (kept): series, ... step N ([tag] event)``; counted by series in :attr:`counts`
+    (``repeated.<series>``)."""
 
     def rate_limited_ms(self, client: str | None = None) -> float:
         """The wall time in which some request (of ``client``, ``orchestrator`` or ``collector``; None:
@@ -741,7 +743,11 @@ class _Collector:
         )
         """A deferred verify pass's verifications ([collect] verify.done) as spans and a row of bars."""
         self.counts: Counter = Counter()
-        self.repeated_examples: list[str] = []
+        self.repeated_examples: dict[str, tuple[str, str, list[str]]] = {}
+        """The first few lines that set a step again in its run, by ``file:line``: (the line that had set
+        it, what it is: ``step N ([tag] event)``, the series it set again)."""
+        self.files: dict[str, int] = {}
+        """Each file's number (:meth:`_PerStep.set_many`'s ``file``), by its path."""
         """The first few lines that set a step again in the same run (:meth:`_per_step`)."""
         self.join = UpdateJoin(spill_dir=spill_dir)
         self.open_gen: dict[str, float] = {}
@@ -874,7 +880,10 @@ class _Collector:
         starts, before = self.segment_starts
         line = b.frame.get_column("line").to_numpy()
         segments = before + np.searchsorted(starts, line, side="right")  # each line's segment
-        again, loose = self.by_step[key].set_many(steps, values, b.step_numbers(step_key), segments)
+        file = -1 if b.path is None else self.files.setdefault(str(b.path), len(self.files))
+        again, loose = self.by_step[key].set_many(
+            steps, values, b.step_numbers(step_key), segments, line, file
+        )
         if again:
             self.counts[f"redone.{key}"] += again
         repeats = self.by_step[key].repeats
@@ -882,10 +891,17 @@ class _Collector:
         # resumed trainer writes again for the step whose weights it loaded as it publishes them
         if len(repeats) and key != "write_ms":
             self.counts[f"{REPEATED}{key}"] += len(repeats)
-            room = EXAMPLES - len(self.repeated_examples)
-            for i in repeats[: max(room, 0)].tolist():
+            paths = list(self.files)
+            for i, (f, n) in zip(repeats.tolist(), self.by_step[key].earlier, strict=True):
                 ev = b.event(i)
-                self.repeated_examples.append(f"{ev.where()}: {key} step {steps[i]} ([{ev.tag}] {ev.event})")
+                said = self.repeated_examples.get(ev.where())  # one example a line, its series together
+                if said is None:
+                    if len(self.repeated_examples) >= EXAMPLES:
+                        continue
+                    before = "an earlier line" if n < 0 else f"{paths[f]}:{n}" if f >= 0 else f"line {n}"
+                    what = f"step {steps[i]} ({tag_said(ev.tag, ev.event)})"
+                    said = self.repeated_examples[ev.where()] = (before, what, [])
+                said[2].append(key)
         if loose:  # values at no step: the series' count is no number of steps
             self.counts[f"{AT_NO_STEP}{key}"] += len(loose)
         self.series[key].extend(loose)
@@ -2021,7 +2037,10 @@ def _collect(
         verify_busiest=busiest,
         verify_paired=paired,
         pauses=pauses,
-        repeated_steps=c.repeated_examples,
+        repeated_steps=[
+            f"{before} then {kept} (kept): {', '.join(keys)} {what}"
+            for kept, (before, what, keys) in c.repeated_examples.items()
+        ],
         hangs_untold=[h for h in c.progress.untold if any(h.event is e for e in hangs.current)],
         paused_seconds=run_time_within([(p.start, p.end) for p in pauses], window, down),
         step_seconds=c.segments.step_seconds(),
@@ -2183,7 +2202,19 @@ class _PerStep:
     has none; values are finite), a dict for steps that are no small integer; beside each, the
     segment of its process (:mod:`~prime_rl.analysis.restarts`) that last set it."""
 
-    __slots__ = ("by_number", "segment_of", "size", "other", "other_segment", "replaced", "repeats", "top")
+    __slots__ = (
+        "by_number",
+        "segment_of",
+        "size",
+        "other",
+        "other_segment",
+        "replaced",
+        "repeats",
+        "top",
+        "line_of",
+        "other_line",
+        "earlier",
+    )
 
     def __init__(self) -> None:
         self.by_number = np.full(1024, np.nan)
@@ -2201,6 +2232,11 @@ class _PerStep:
         had set it (a step's line logged twice in one run, no restart between: the last wins)."""
         self.top = (-1, -1)
         """The segment of the last numbered line set and its highest step (:func:`_repeated`)."""
+        self.line_of = np.full((1024, 2), -1, dtype=np.int64)
+        """The line that last set each numbered step: (its file's number, its line; -1: none)."""
+        self.other_line: dict[str, tuple[int, int]] = {}
+        self.earlier: list[tuple[int, int]] = []
+        """For each of :attr:`repeats`, the line that had set its step before: (file, line)."""
 
     def set_many(
         self,
@@ -2208,6 +2244,8 @@ class _PerStep:
         values: pl.Series | list[float | None],
         numbers: pl.Series | None = None,
         segments: np.ndarray | None = None,
+        lines: np.ndarray | None = None,
+        file: int = -1,
     ) -> tuple[int, list[float]]:
         """Set each step's value, in order (the last of a step wins). Returns how many steps were
         redone and the values without a step. ``segments``: each line's segment of its process
@@ -2217,7 +2255,9 @@ class _PerStep:
         :func:`~prime_rl.analysis.tagged.step_numbers` of ``steps``, made here when not given); any
         other text (``x``, 123456789012: a bad value) is no step, and its value is one without a
         step, as on a line with none. A step is numbered below the steps seen so far plus 100,000 (a
-        step number far beyond the others is kept by name); column-wise, the few named steps one by one."""
+        step number far beyond the others is kept by name); column-wise, the few named steps one by one.
+        ``lines``: each row's line in file number ``file``, kept by step to name a repeat's earlier line
+        (:attr:`earlier`)."""
         steps = pl.Series("step", steps, dtype=pl.String) if isinstance(steps, list) else steps
         values = pl.Series("value", values, dtype=pl.Float64) if isinstance(values, list) else values
         numbers = step_numbers(steps) if numbers is None else numbers
@@ -2225,6 +2265,8 @@ class _PerStep:
         segment = np.zeros(len(value), np.int64) if segments is None else np.asarray(segments, np.int64)
         keep = ~np.isnan(value)
         self.repeats = np.empty(0, np.int64)
+        self.earlier = []
+        line = np.full(len(value), -1, np.int64) if lines is None else np.asarray(lines, np.int64)
         if not keep.any():
             return 0, []
         has_step = numbers.is_not_null().to_numpy()
@@ -2235,16 +2277,34 @@ class _PerStep:
         named = keep & has_step & ~numbered
         again = 0
         repeats: list[np.ndarray] = []
+        earlier: list[tuple[int, int]] = []
         if numbered.any():
             idx, seg = number[numbered].astype(np.int64), segment[numbered]
             repeated, self.top = _repeated(idx, seg, self.segment_of, self.top)
-            repeats.append(np.flatnonzero(numbered)[repeated])
+            rows = np.flatnonzero(numbered)
+            repeats.append(rows[repeated])
+            if repeated.any():  # the line before each: an earlier row of these for its step, or the kept one
+                order = np.lexsort((rows, idx))
+                same = idx[order][1:] == idx[order][:-1]
+                prev = np.full(len(idx), -1, np.int64)
+                prev[order[1:][same]] = order[:-1][same]
+                for k in np.flatnonzero(repeated).tolist():
+                    p = int(prev[k])
+                    if p >= 0:
+                        earlier.append((file, int(line[rows[p]])))
+                    elif idx[k] < self.size:
+                        f, n = self.line_of[idx[k]].tolist()
+                        earlier.append((f, n))
+                    else:
+                        earlier.append((-1, -1))
         if named.any():
             names = steps.filter(pl.Series(named)).to_list()
             rows = np.flatnonzero(named).tolist()
             for row, name, g in zip(rows, names, segment[named].tolist(), strict=True):
                 if self.other_segment.get(name, -1) == g:
                     repeats.append(np.array([row], np.int64))
+                    earlier.append(self.other_line.get(name, (-1, -1)))
+                self.other_line[name] = (file, int(line[row]))
             for name, v, g in zip(names, value[named].tolist(), segment[named].tolist(), strict=True):
                 if self.other_segment.get(name, g) < g:
                     again += 1
@@ -2252,13 +2312,21 @@ class _PerStep:
                 self.other[name] = v
                 self.other_segment[name] = g
         if numbered.any():
-            again += self._set_numbered(number[numbered].astype(np.int64), value[numbered], segment[numbered])
+            again += self._set_numbered(
+                number[numbered].astype(np.int64), value[numbered], segment[numbered], line[numbered], file
+            )
         if repeats:
-            self.repeats = np.sort(np.concatenate(repeats))
+            rows = np.concatenate(repeats)
+            order = np.argsort(rows, kind="stable")
+            self.repeats = rows[order]
+            self.earlier = [earlier[k] for k in order.tolist()]
         return again, loose
 
-    def _set_numbered(self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray) -> int:
-        """Set the numbered steps ``idx`` (with their lines' ``segment``); how many were redone."""
+    def _set_numbered(
+        self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray, line: np.ndarray, file: int
+    ) -> int:
+        """Set the numbered steps ``idx`` (with their lines' ``segment`` and ``line`` in ``file``); how
+        many were redone."""
         top = int(idx.max()) + 1
         if top > len(self.by_number):
             size = max(top, 2 * len(self.by_number))
@@ -2267,7 +2335,9 @@ class _PerStep:
                 self.by_number[: self.size],
                 self.segment_of[: self.size],
             )
-            self.by_number, self.segment_of = grown, segments
+            lines = np.full((size, 2), -1, dtype=np.int64)
+            lines[: self.size] = self.line_of[: self.size]
+            self.by_number, self.segment_of, self.line_of = grown, segments, lines
         self.size = max(self.size, top)
         if len(idx) < 2 or bool((idx[1:] > idx[:-1]).all()):  # the usual case: steps in order, once each
             last = np.arange(len(idx))
@@ -2278,6 +2348,8 @@ class _PerStep:
             self.replaced.extend(_replaced(idx, values, segment, self.by_number, self.segment_of))
         self.by_number[idx[last]] = values[last]
         self.segment_of[idx[last]] = segment[last]  # the segments never fall: the last is the latest
+        self.line_of[idx[last], 0] = file
+        self.line_of[idx[last], 1] = line[last]
         return again
 
     def extend_into(self, out: array) -> None:

@@ -61,6 +61,11 @@ EXAMPLES = 5
 """How many malformed lines and bad values are kept as ``file:line: text`` examples."""
 
 
+def tag_said(tag: str, event: str | None) -> str:
+    """A line's tag and event as the reports name them: ``[gen] batch.done``, ``[rollout]`` (no event)."""
+    return f"[{tag}] {event}" if event else f"[{tag}]"
+
+
 @dataclass
 class ParseStats:
     files: list[str] = field(default_factory=list)
@@ -166,7 +171,7 @@ class Event:
                 stats.bad_values += 1
                 if len(stats.bad_value_examples) < EXAMPLES:
                     stats.bad_value_examples.append(
-                        f"{self.where()}: {key}={raw[:80]} ([{self.tag}] {self.event})"
+                        f"{self.where()}: {key}={raw[:80]} ({tag_said(self.tag, self.event)})"
                     )
         return None
 
@@ -742,7 +747,9 @@ class TaggedLines:
         room = EXAMPLES - len(stats.bad_value_examples)
         for i in rows[: max(room, 0)]:
             ev = self.event(i)
-            stats.bad_value_examples.append(f"{ev.where()}: {key}={raw[i][:80]} ([{ev.tag}] {ev.event})")
+            stats.bad_value_examples.append(
+                f"{ev.where()}: {key}={raw[i][:80]} ({tag_said(ev.tag, ev.event)})"
+            )
 
 
 class Overview(NamedTuple):

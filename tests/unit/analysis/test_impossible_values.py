@@ -49,9 +49,9 @@ def test_a_percent_outside_0_to_100_and_a_negative_staleness_are_bad_values(tmp_
     assert summary["bad_values"] == {
         "count": 3,
         "examples": [
-            f"{log}:{AT + 1}: trunc_pct=250 ([rollout] )",
-            f"{log}:{AT + 2}: trunc_pct=1e308 ([rollout] )",
-            f"{log}:{AT + 2}: staleness=-3 ([rollout] )",
+            f"{log}:{AT + 1}: trunc_pct=250 ([rollout])",
+            f"{log}:{AT + 2}: trunc_pct=1e308 ([rollout])",
+            f"{log}:{AT + 2}: staleness=-3 ([rollout])",
         ],
     }
     assert summary["stats"]["trunc_pct"]["max"] == 2.0  # the healthy run's own
@@ -127,7 +127,7 @@ def test_one_at_a_time_durations_that_pass_the_run_are_clipped_to_it_and_named(t
     assert "train_ms 99.0 s" in warning  # with its other steps' 24 s
 
 
-def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path, analyze):
+def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path, analyze, monkeypatch):
     """A second [gen] batch.done for step 2 (100 s, at its real one's time; no restart) replaced the
     real 1.5 s, and a second [rollout] line for step 2 (staleness 7) was likewise kept over the real
     one, both without a word (the rev_v reviewer's D7). The last line of a step wins, as a restart's
@@ -144,10 +144,22 @@ def test_a_step_logged_twice_in_one_run_is_named_and_its_last_line_wins(tmp_path
     assert "redone.gen_dur_ms" not in summary["counts"]  # no restart
     (warning,) = [w for w in summary["warnings"] if "logged again for a step" in w]
     assert "3 per-step value(s)" in warning and "the last line's value is kept" in warning
-    assert f"{log}:{AT + 2}: gen_dur_ms step 2 ([gen] batch.done)" in warning
-    assert f"{log}:{AT + 4}: trunc_pct step 2 ([rollout] )" in warning  # the real line, after the inserted
+    # each repeat once, with the line it repeats (the stray one) and the one kept; no empty event
+    # (the code before named the kept line alone, the [rollout] line twice: "([rollout] )")
+    assert f"{log}:{AT} then {log}:{AT + 2} (kept): gen_dur_ms step 2 ([gen] batch.done)" in warning
+    assert f"{log}:{AT + 1} then {log}:{AT + 4} (kept): trunc_pct, staleness step 2 ([rollout])" in warning
+    assert warning.count(f"{log}:{AT + 4}") == 1 and "([rollout] )" not in warning
     assert summary["stats"]["gen_dur_ms"]["max"] == 99999.0  # the last line's
     assert summary["stats"]["trunc_pct"]["max"] == 2.0 and "7" not in summary["staleness"]["histogram"]
+    # the line repeated in an earlier batch of the parser's (a line a batch): named the same
+    from prime_rl.analysis import parser
+
+    monkeypatch.setattr(parser, "BATCH_ROWS", 1)
+    monkeypatch.setattr(parser, "CHUNK", 100)
+    cut, _ = analyze([logs], tmp_path / "out_cut")
+    (again,) = [w for w in cut["warnings"] if "logged again for a step" in w]
+    assert f"{log}:{AT} then {log}:{AT + 2} (kept): gen_dur_ms step 2 ([gen] batch.done)" in again
+    assert f"{log}:{AT + 1} then {log}:{AT + 4} (kept): trunc_pct, staleness step 2 ([rollout])" in again
 
 
 def test_a_wait_begun_before_a_log_that_starts_mid_run_counts_from_its_first_line(tmp_path, analyze):
