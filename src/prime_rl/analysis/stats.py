@@ -1030,7 +1030,10 @@ class _Collector:
         cuts them at (:attr:`Collected.before_logs_ms`). Of a series of :data:`SERIAL`, one that reaches
         back over the end of the one before it counts from that end (:attr:`overlap_ms`, named)."""
         log = self._log(b)
-        first = self.first_at.get(log, math.inf)
+        first = self.first_at.get(log)
+        if first is None:  # a log the window does not count (the launcher's): its batch's first time
+            ts = b.frame.get_column("ts").drop_nulls()
+            first = float(ts.min()) if len(ts) else math.inf  # type: ignore[arg-type]
         with np.errstate(invalid="ignore"):
             start = end - ms / 1000.0
             counted = ~np.isnan(start)
