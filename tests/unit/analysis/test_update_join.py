@@ -4,6 +4,7 @@ lines and wherever the batches are cut."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import astuple
 from pathlib import Path
 
@@ -287,7 +288,9 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
     split into rpc, lock wait and validation in that order (each at most what is
     left) and the rest (the rest is unsplit, validation with any lock wait not logged, when the server
     logged no validate_ms: a server from before it logged its validation nowhere); the queue is the rest
-    of the last attempt's wall time."""
+    of the last attempt's wall time. One known from its client.done alone (no send, no server.recv)
+    counts from no earlier than the end of the update before it nor the logs' first line, its parts
+    in the same proportion (74b741f)."""
     from prime_rl.analysis.stages import UpdateTime, _update_critical
 
     def _rpc(u: Update) -> float:
@@ -312,23 +315,30 @@ def test_the_critical_update_time_column_wise_is_the_slowest_server_of_each_upda
 
     sums = dict.fromkeys(("wall", "queue", "lock", "validate", "rpc", "other", "unsplit", "retry"), 0.0)
     groups = update_groups([u for u in updates if not u.background])
-    for group in groups:
-        slow = max(group, key=_update_ms)
-        sums["wall"] += _update_ms(slow)
+    d = collect(iter([]), ParseStats())
+    slowest = [max(group, key=_update_ms) for group in groups]
+    ends = sorted(s.end for s in slowest if s.end is not None)
+    for slow in slowest:
+        # one known from its client.done alone counts from no earlier than the end of the update
+        # before it nor the logs' first line, each of its parts in the same proportion
+        share, ms = 1.0, _update_ms(slow)
+        if slow.start is None and slow.end is not None and ms > 0:
+            lower = max(max((e for e in ends if e < slow.end), default=-math.inf), d.first_ts or -math.inf)
+            share = min(max((slow.end - lower) * 1000.0 / ms, 0.0), 1.0)
+        sums["wall"] += ms * share
         if not slow.gave_up:  # one that failed in the end is its failed attempts alone
             h = _handling(slow)
             if slow.waited_ms is not None:
-                sums["queue"] += max(slow.waited_ms - slow.retry_ms, 0.0) - h
+                sums["queue"] += (max(slow.waited_ms - slow.retry_ms, 0.0) - h) * share
             rpc = min(_rpc(slow), h)
             lock = min(slow.lock_wait_ms or 0.0, h - rpc)
             validate = min(slow.validate_ms or 0.0, h - rpc - lock)
             split = slow.validate_ms is not None
-            sums["lock"] += lock
-            sums["validate"] += validate
-            sums["rpc"] += rpc
-            sums["other" if split else "unsplit"] += h - rpc - lock - validate
-        sums["retry"] += slow.retry_ms
-    d = collect(iter([]), ParseStats())
+            sums["lock"] += lock * share
+            sums["validate"] += validate * share
+            sums["rpc"] += rpc * share
+            sums["other" if split else "unsplit"] += (h - rpc - lock - validate) * share
+        sums["retry"] += slow.retry_ms * share
     d.updates = updates
     d._memo.clear()  # the tables made from the (empty) collection's updates
     assert _update_critical(d) == UpdateTime(**sums, updates=len(groups))
