@@ -2214,7 +2214,7 @@ class _PerStep:
         "replaced",
         "repeats",
         "top",
-        "line_of",
+        "top_line",
         "other_line",
         "earlier",
     )
@@ -2235,8 +2235,10 @@ class _PerStep:
         had set it (a step's line logged twice in one run, no restart between: the last wins)."""
         self.top = (-1, -1)
         """The segment of the last numbered line set and its highest step (:func:`_repeated`)."""
-        self.line_of = np.full((1024, 2), -1, dtype=np.int64)
-        """The line that last set each numbered step: (its file's number, its line; -1: none)."""
+        self.top_line = (-1, -1)
+        """The line that last set the step of :attr:`top` (its file's number, its line; -1: none): the
+        one a repeat in a later batch repeats (:func:`_repeated` finds a step set again only at the
+        highest of its segment so far, that step)."""
         self.other_line: dict[str, tuple[int, int]] = {}
         self.earlier: list[tuple[int, int]] = []
         """For each of :attr:`repeats`, the line that had set its step before: (file, line)."""
@@ -2283,8 +2285,12 @@ class _PerStep:
         earlier: list[tuple[int, int]] = []
         if numbered.any():
             idx, seg = number[numbered].astype(np.int64), segment[numbered]
+            top_line = self.top_line
             repeated, self.top = _repeated(idx, seg, self.segment_of, self.top)
             rows = np.flatnonzero(numbered)
+            at_top = np.flatnonzero((idx == self.top[1]) & (seg == self.top[0]))
+            if len(at_top):  # the last line that set the (new) highest step
+                self.top_line = (file, int(line[rows[at_top[-1]]]))
             repeats.append(rows[repeated])
             if repeated.any():  # the line before each: an earlier row of these for its step, or the kept one
                 order = np.lexsort((rows, idx))
@@ -2295,11 +2301,8 @@ class _PerStep:
                     p = int(prev[k])
                     if p >= 0:
                         earlier.append((file, int(line[rows[p]])))
-                    elif idx[k] < self.size:
-                        f, n = self.line_of[idx[k]].tolist()
-                        earlier.append((f, n))
-                    else:
-                        earlier.append((-1, -1))
+                    else:  # set before these lines: the highest step so far, the one of top_line
+                        earlier.append(top_line)
         if named.any():
             names = steps.filter(pl.Series(named)).to_list()
             rows = np.flatnonzero(named).tolist()
@@ -2315,9 +2318,7 @@ class _PerStep:
                 self.other[name] = v
                 self.other_segment[name] = g
         if numbered.any():
-            again += self._set_numbered(
-                number[numbered].astype(np.int64), value[numbered], segment[numbered], line[numbered], file
-            )
+            again += self._set_numbered(number[numbered].astype(np.int64), value[numbered], segment[numbered])
         if repeats:
             rows = np.concatenate(repeats)
             order = np.argsort(rows, kind="stable")
@@ -2325,11 +2326,8 @@ class _PerStep:
             self.earlier = [earlier[k] for k in order.tolist()]
         return again, loose
 
-    def _set_numbered(
-        self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray, line: np.ndarray, file: int
-    ) -> int:
-        """Set the numbered steps ``idx`` (with their lines' ``segment`` and ``line`` in ``file``); how
-        many were redone."""
+    def _set_numbered(self, idx: np.ndarray, values: np.ndarray, segment: np.ndarray) -> int:
+        """Set the numbered steps ``idx`` (with their lines' ``segment``); how many were redone."""
         top = int(idx.max()) + 1
         if top > len(self.by_number):
             size = max(top, 2 * len(self.by_number))
@@ -2338,9 +2336,7 @@ class _PerStep:
                 self.by_number[: self.size],
                 self.segment_of[: self.size],
             )
-            lines = np.full((size, 2), -1, dtype=np.int64)
-            lines[: self.size] = self.line_of[: self.size]
-            self.by_number, self.segment_of, self.line_of = grown, segments, lines
+            self.by_number, self.segment_of = grown, segments
         self.size = max(self.size, top)
         if len(idx) < 2 or bool((idx[1:] > idx[:-1]).all()):  # the usual case: steps in order, once each
             last = np.arange(len(idx))
@@ -2351,8 +2347,6 @@ class _PerStep:
             self.replaced.extend(_replaced(idx, values, segment, self.by_number, self.segment_of))
         self.by_number[idx[last]] = values[last]
         self.segment_of[idx[last]] = segment[last]  # the segments never fall: the last is the latest
-        self.line_of[idx[last], 0] = file
-        self.line_of[idx[last], 1] = line[last]
         return again
 
     def extend_into(self, out: array) -> None:
