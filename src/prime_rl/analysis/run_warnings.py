@@ -16,7 +16,7 @@ from prime_rl.analysis.clock_offsets import SLACK_S, Offsets
 from prime_rl.analysis.restarts import hang_said
 from prime_rl.analysis.servers import stale_said, stale_servers
 from prime_rl.analysis.stages import update_critical
-from prime_rl.analysis.stats import CLIPPED_NAMED, REPEATED, Collected
+from prime_rl.analysis.stats import CLIPPED_NAMED, REBUILT_MEDIANS, REBUILT_REFUSED, REPEATED, Collected
 from prime_rl.analysis.thresholds import Thresholds
 
 Check = Callable[[Collected, Thresholds], str | None]
@@ -350,7 +350,18 @@ def clipped_to_the_run(d: Collected, th: Thresholds) -> str | None:
         parts.append(
             f"durations that reach back over the end of the one before them, each taken one at a time, so each "
             f"is counted from that end in the stages and findings: {said} (e.g. {'; '.join(d.overlapping[:3])}; "
-            "the values are kept in their statistics)"
+            "the values are kept in their statistics; a log whose clock stepped back reads so too)"
+        )
+    if refused := {
+        k[len(REBUILT_REFUSED) :]: ms for k, ms in d.counts.items() if k.startswith(REBUILT_REFUSED)
+    }:
+        said = ", ".join(
+            f"{kind} {ms / 1000:.3g} s before the logs' first line" for kind, ms in refused.items()
+        )
+        parts.append(
+            f"the older log format's first batch or step, rebuilt from its done line, began more than "
+            f"{REBUILT_MEDIANS:g} times its durations' median before the logs' first line ({said}): the run begins "
+            "at the first line instead (a duration no run can have)"
         )
     if clipped:
         said = ", ".join(

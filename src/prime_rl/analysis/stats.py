@@ -1909,6 +1909,28 @@ def _batches(items: Iterable[TaggedLines] | Iterable[Event], parse: ParseStats) 
     yield from batches_from_events(itertools.chain([first], it), parse)  # type: ignore[list-item]
 
 
+REBUILT_FROM = {"gen": ("gen_dur_ms",), "train": ("train_ms", "publish_ms")}
+"""The per-step series a batch's or a step's start is rebuilt from in the older log format (its done
+line less them)."""
+REBUILT_MEDIANS = 10.0
+"""A rebuilt start that reaches back before the logs' first line by more than this many times the
+median of its durations (:data:`REBUILT_FROM`, summed) is refused: the run begins at the logs' first
+line, as before the rebuild, and the count ``rebuilt_start_refused.<gen|train>`` (ms) names it. One
+corrupt ``dur_ms=400000`` on the first batch.done of a 168 s run had made it 559 s."""
+REBUILT_REFUSED = "rebuilt_start_refused."
+
+
+def _typical_ms(series: dict[str, array], keys: tuple[str, ...]) -> float | None:
+    """The sum of the medians of ``series[key]`` for ``keys`` (None: one has fewer than 3 values)."""
+    total = 0.0
+    for key in keys:
+        values = np.frombuffer(series[key], dtype=np.float64) if key in series else np.empty(0)
+        if len(values) < 3:
+            return None
+        total += float(np.median(values))
+    return total
+
+
 def _collect(
     batches: Iterable[TaggedLines], parse: ParseStats, async_level: int | None, spill_dir: str | Path | None
 ) -> Collected:
@@ -1966,7 +1988,13 @@ def _collect(
     }
     for kind, (log, began) in c.rebuilt_first.items():
         if older[kind] and math.isfinite(first_ts):
-            first_ts = min(first_ts, began - offsets.get(log, (0.0, 0))[0])
+            began -= offsets.get(log, (0.0, 0))[0]
+            typical = _typical_ms(c.series, REBUILT_FROM[kind])
+            if typical is not None and (first_ts - began) * 1000.0 > REBUILT_MEDIANS * typical:
+                # one value no run of these durations has (a unit bug): it would move the run's start
+                counts[f"{REBUILT_REFUSED}{kind}"] = round((first_ts - began) * 1000.0)
+                continue
+            first_ts = min(first_ts, began)
     c.segments.finish()
     # a trio's down time in which a collector's run or verify pass was at work is run time, and so is
     # its part up to the launcher's watchdog's last [hang] line in it (the processes ran, hung) or its

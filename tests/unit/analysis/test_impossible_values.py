@@ -4,6 +4,7 @@ D5, D7, D8). Each test failed on the code before its fix."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.support.synthetic_logs import Shape, make_run
@@ -207,6 +208,27 @@ def test_the_older_log_format_begins_the_run_at_its_first_batch_or_step(tmp_path
     stages = {stage["name"]: stage for stage in summary["stages"]}
     assert stages["trainer compute"]["total_ms"] == 12 * 4900.0
     assert not [w for w in summary["warnings"] if "clipped to the run's time" in w]
+
+
+def test_the_older_log_format_s_run_does_not_begin_at_a_corrupt_first_duration(tmp_path, analyze):
+    """The older format's run begins at its first batch's start rebuilt from its done line, but not
+    one more than 10 median batches before the logs' first line: a corrupt dur_ms=400000 on the first
+    batch.done of a generation-bound 168 s run made it 559.4 s with no finding and no word (the rev_x
+    reviewer's R1). The run now begins at the logs' first line, the verdict stands and a warning
+    names the refused start."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    make_run("generation_bound", steps=20).write(new)
+    old.mkdir()
+    for f in new.iterdir():
+        kept = [x for x in f.read_text().splitlines() if "batch.start" not in x and "[train] wait." not in x]
+        if f.name == "orchestrator.log":
+            first = next(i for i, x in enumerate(kept) if "[gen] batch.done" in x)
+            kept[first] = re.sub(r"dur_ms=[0-9.]+", "dur_ms=400000.0", kept[first])
+        (old / f.name).write_text("\n".join(kept) + "\n")
+    summary, _ = analyze([old], tmp_path / "out")
+    assert summary["run_seconds"] < 168.0 and summary["primary"]["kind"] == "generation_bound"
+    assert summary["counts"]["rebuilt_start_refused.gen"] > 390_000
+    assert [w for w in summary["warnings"] if "began more than 10 times its durations' median" in w]
 
 
 def test_a_weight_update_counts_from_the_one_before_it_and_their_sum_is_clipped_to_the_run(tmp_path, analyze):
