@@ -40,6 +40,17 @@ def _retries(ts: float, n: int, wait_ms: float, tag: str = "gen") -> list[str]:
     ]  # fmt: skip
 
 
+def _ten_samples(at: float) -> list[str]:
+    """Ten collector samples of 10 s on one server, all ending at ``at``."""
+    return [
+        _at(at, format_tagged(
+            "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=9990.0, queue_ms=0.0,
+            gen_ms=9900.0, verify_ms=5.0, out_tokens=8, attempts=1, url="http://c:8000",
+        ))
+        for i in range(10)
+    ]  # fmt: skip
+
+
 def test_a_collector_stopped_while_its_requests_wait_counts_their_waits_up_to_its_last_line(
     tmp_path, analyze
 ):
@@ -50,13 +61,7 @@ def test_a_collector_stopped_while_its_requests_wait_counts_their_waits_up_to_it
     t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
     lines = [_at(t0, format_tagged("collect", "run.start", todo=10, done=0, resume=False, mode="collect"))]
     lines += _retries(t0 + 8.0, 10, 120_000.0, tag="collect")
-    lines += [
-        _at(t0 + 10.0, format_tagged(
-            "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=9990.0, queue_ms=0.0,
-            gen_ms=9900.0, verify_ms=5.0, out_tokens=8, attempts=1, url="http://c:8000",
-        ))
-        for i in range(10)
-    ]  # fmt: skip
+    lines += _ten_samples(t0 + 10.0)
     log = tmp_path / "collect.log"
     log.write_text("\n".join(lines) + "\n")
     summary, md = analyze([log], tmp_path / "out")
@@ -76,13 +81,7 @@ def test_a_collector_s_waits_end_with_its_run_in_a_trio_s_longer_logs(tmp_path, 
     t0 = datetime(2026, 1, 1, 12, 0, 0).timestamp()
     files = list(make_run("rate_limited", steps=20).write(tmp_path / "logs").values())
     lines = _retries(t0 + 8.0, 10, 120_000.0, tag="collect")
-    lines += [
-        _at(t0 + 10.0, format_tagged(
-            "collect", "rollout.done", f"s{i}", task=i, repeat=0, status=200, dur_ms=9990.0, queue_ms=0.0,
-            gen_ms=9900.0, verify_ms=5.0, out_tokens=8, attempts=1, url="http://c:8000",
-        ))
-        for i in range(10)
-    ]  # fmt: skip
+    lines += _ten_samples(t0 + 10.0)
     log = tmp_path / "logs" / "collect.log"
     log.write_text("\n".join(lines) + "\n")
     summary, _ = analyze([*files, log], tmp_path / "out")
