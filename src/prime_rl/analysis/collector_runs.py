@@ -33,7 +33,7 @@ import polars as pl
 
 from prime_rl.analysis.bars import merge_intervals
 from prime_rl.analysis.clock import local_time
-from prime_rl.analysis.log_files import log_of
+from prime_rl.analysis.log_files import log_or_source
 from prime_rl.analysis.restarts import Restart
 from prime_rl.analysis.tagged import EXAMPLES, RUN_START, TaggedLines
 
@@ -73,7 +73,7 @@ def next_pass(fields: dict[str, str]) -> bool:
 
 def _key(b: TaggedLines) -> str:
     """The log a batch is of: rotated parts (collect.log.1, then collect.log) are one log."""
-    return log_of(str(b.path)) if b.path is not None else b.source
+    return log_or_source(b.path, b.source)
 
 
 @dataclass

@@ -84,6 +84,12 @@ def log_of(path: str) -> str:
         return path
 
 
+def log_or_source(path: Path | str | None, source: str) -> str:
+    """The log (:func:`log_of`) of a batch's or an event's file, or its ``source`` label when it has
+    none (a hand-built batch)."""
+    return log_of(str(path)) if path is not None else source
+
+
 def _in_order(files: list[Path]) -> list[Path]:
     """``files`` once each (the same file given twice, or in a directory given too, would count its
     lines twice and look like a restart), with the rotated parts of one log oldest first

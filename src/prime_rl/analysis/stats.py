@@ -36,7 +36,7 @@ from prime_rl.analysis.hangs import (
     place_hangs,
     watched_running,
 )
-from prime_rl.analysis.log_files import LAUNCHER, log_of
+from prime_rl.analysis.log_files import LAUNCHER, log_or_source
 from prime_rl.analysis.pairing import or_unknown, or_zero, pair
 from prime_rl.analysis.rate_limits import (
     CLIENTS,
@@ -1018,9 +1018,6 @@ class _Collector:
             self.open_marks[key, b.source] = (lines, ts, opened, before)
         self.batch_marks = {}
 
-    def _log(self, b: TaggedLines) -> str:
-        return log_of(str(b.path)) if b.path is not None else b.source
-
     def reaching_back(
         self, key: str, b: TaggedLines, end: np.ndarray, ms: np.ndarray, rows: np.ndarray | None = None
     ) -> None:
@@ -1029,7 +1026,7 @@ class _Collector:
         their log seen so far: only those can begin before the logs' window, which :func:`_collect`
         cuts them at (:attr:`Collected.before_logs_ms`). Of a series of :data:`SERIAL`, one that reaches
         back over the end of the one before it counts from that end (:attr:`overlap_ms`, named)."""
-        log = self._log(b)
+        log = log_or_source(b.path, b.source)
         first = self.first_at.get(log)
         if first is None:  # a log the window does not count (the launcher's): its batch's first time
             ts = b.frame.get_column("ts").drop_nulls()
@@ -1065,19 +1062,19 @@ class _Collector:
         :func:`_add_windows` takes it) into :attr:`first_at`, before its lines are folded."""
         if b.path is not None or b.events is None:
             if first is not None:
-                log = self._log(b)
+                log = log_or_source(b.path, b.source)
                 self.first_at[log] = min(self.first_at.get(log, math.inf), first)
             return
         for ev in b.events:  # a batch of events: its events' own files
             if ev.ts is not None:
-                log = log_of(str(ev.path)) if ev.path is not None else ev.source
+                log = log_or_source(ev.path, ev.source)
                 self.first_at[log] = min(self.first_at.get(log, math.inf), ev.ts)
 
     def _rebuilt(self, kind: str, b: TaggedLines, starts: np.ndarray) -> None:
         """Keep the earliest of ``starts`` (rebuilt from done lines alone) in :attr:`rebuilt_first`."""
         starts = starts[~np.isnan(starts)]
         if len(starts) and (kind not in self.rebuilt_first or starts.min() < self.rebuilt_first[kind][1]):
-            self.rebuilt_first[kind] = (self._log(b), float(starts.min()))
+            self.rebuilt_first[kind] = (log_or_source(b.path, b.source), float(starts.min()))
 
     def _extend(self, key: str, values: list[float | None]) -> None:
         """Add every value that is not None (a series with no per-step values)."""
