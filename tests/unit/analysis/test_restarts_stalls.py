@@ -2382,6 +2382,20 @@ def _whole_run_crash(
     return paths
 
 
+def _hung_in_step_12() -> tuple[float, str]:
+    """The watchdog's one [hang] line of _whole_run_crash ``wait``'s hang: at 112.98 s, no progress
+    for 53 s, the trainer waiting for step 12's rollouts."""
+    return _alone_at(
+        112.98,
+        "hang",
+        "detected",
+        silent_s=53.0,
+        threshold_s=50.0,
+        median_step_s=5.0,
+        waits="trainer>orchestrator:rollouts/step_12",
+    )
+
+
 def test_a_run_that_hung_until_it_was_killed_ran_up_to_the_watchdog_s_last_hang_line(tmp_path, analyze):
     """The run hung (the orchestrator stuck in batch 12 from 59.99 s, the trainer's [train] wait.start
     step=12 at 62.98 s its last line: a trainer that waits until its data.wait_timeout_s writes its
@@ -2399,15 +2413,7 @@ def test_a_run_that_hung_until_it_was_killed_ran_up_to_the_watchdog_s_last_hang_
     for run_start in (True, False):
         root = tmp_path / f"logs_{run_start}"
         paths = _whole_run_crash(root, "wait", run_start)
-        hang = _alone_at(
-            112.98,
-            "hang",
-            "detected",
-            silent_s=53.0,
-            threshold_s=50.0,
-            median_step_s=5.0,
-            waits="trainer>orchestrator:rollouts/step_12",
-        )[1]
+        hang = _hung_in_step_12()[1]
         (root / "rl.log").write_text(hang + "\n")
         summary, md = analyze([*paths, root / "rl.log"], tmp_path / f"out_{run_start}", "--async-level", "2")
         assert summary["down_seconds"] == pytest.approx(75.0, abs=0.01)
@@ -2443,15 +2449,7 @@ def test_a_run_that_hung_until_the_trainer_timed_out_ran_up_to_the_launcher_s_ex
         root = tmp_path / f"logs_{run_start}_{relaunch_failed}"
         paths = _whole_run_crash(root, "wait", run_start, crash_s=600.0, down_s=60.0)
         lines = [
-            _alone_at(
-                112.98,
-                "hang",
-                "detected",
-                silent_s=53.0,
-                threshold_s=50.0,
-                median_step_s=5.0,
-                waits="trainer>orchestrator:rollouts/step_12",
-            ),
+            _hung_in_step_12(),
             (
                 662.98,
                 "2026-01-01 12:11:02.980 | ERROR   | trainer exited with code 1: RolloutTimeoutError; stopping the others. Last lines of logs/trainer/stdout.log:",
