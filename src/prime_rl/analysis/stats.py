@@ -1268,31 +1268,32 @@ class _Collector:
         step_s = b.text_series("step")
         wait_s = b.num_series("wait_ms", ("step.done",))
         train_s, write_s = b.num_series("train_ms", lines), b.num_series("write_ms", lines)
-        done = b.frame.get_column("event") == "step.done"
+        done = (b.frame.get_column("event") == "step.done").fill_null(False)
+        is_done = done.to_numpy()
         only = lambda keep, values: pl.select(pl.when(keep).then(values)).to_series()  # noqa: E731
         # step 0's wait is start-up (the servers start, the first batch is generated with nothing
         # to overlap it), not the steady state a bottleneck is judged on; so is a resumed run's first
         starting = self.trainer_starting
-        start_up = (step_s == "0").fill_null(False) | pl.Series(self._first_steps(b, done.fill_null(False)))
-        counts = self._train_wait_left_open(b, step_s, done.fill_null(False).to_numpy(), starting)
+        start_up = (step_s == "0").fill_null(False) | pl.Series(self._first_steps(b, done))
+        counts = self._train_wait_left_open(b, step_s, is_done, starting)
         # a step its run never finished (a crash after its wait.done or compute.done): those lines' values
         waited_s = b.num_series("wait_ms", ("wait.done",))
         waited, computed = self._unfinished_steps(b, step_s, counts, waited_s, train_s)
         waits = pl.select(pl.when(pl.Series(waited)).then(waited_s).when(~start_up).then(wait_s)).to_series()
         self._per_step("train_wait_ms", b, "step", waits)
-        self._per_step("train_ms", b, "step", only(done | pl.Series(computed), train_s))
+        trained = only(done | pl.Series(computed), train_s)
+        self._per_step("train_ms", b, "step", trained)
         # step.done write_ms: what publishing cost the step itself (with background writes: the
         # copy to host memory and any wait for the previous write; else the whole write)
-        self._per_step("publish_ms", b, "step", only(done, write_s))
+        published = only(done, write_s)
+        self._per_step("publish_ms", b, "step", published)
         # each duration's end: a step.done's compute ended its write_ms before it, its wait before that
         t = b.frame.get_column("ts").cast(pl.Float64).to_numpy()
-        is_done = done.fill_null(False).to_numpy()
         wrote = np.where(is_done, write_s.fill_null(0.0).to_numpy(), 0.0) / 1000.0
-        computed_ms = only(done | pl.Series(computed), train_s).to_numpy()
-        self.reaching_back("train_ms", b, t - wrote, computed_ms)
+        self.reaching_back("train_ms", b, t - wrote, trained.to_numpy())
         before = np.where(is_done, t - wrote - np.nan_to_num(train_s.to_numpy()) / 1000.0, t)
         self.reaching_back("train_wait_ms", b, before, waits.to_numpy())
-        self.reaching_back("publish_ms", b, t, only(done, write_s).to_numpy())
+        self.reaching_back("publish_ms", b, t, published.to_numpy())
         if is_done.any():
             self._rebuilt("train", b, np.where(is_done, t - wrote - train_s.to_numpy() / 1000.0, np.nan))
         self._train_spans(b, step_s, wait_s, train_s, write_s)
